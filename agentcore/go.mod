@@ -1,0 +1,3 @@
+module github.com/codumentor/codumentor/agentcore
+
+go 1.26

@@ -1,0 +1,51 @@
+# Shared by scripts/test and scripts/bench: run Go as the unprivileged test
+# user, the way the server is deployed (root hides permission bugs and
+# makes user namespaces behave differently).
+#
+# The checkout may live where that user cannot read (CI clones as root
+# into a 0700 home), so the tree is staged into a directory the user owns.
+
+TEST_USER=${CODUMENTOR_TEST_USER:-codumentor-test}
+TEST_HOME=/var/tmp/codumentor-test
+STAGE=$TEST_HOME/src
+
+# stage_tree copies the working tree (tracked and untracked files, as they
+# are now, without .git) to $STAGE, owned by the test user.
+stage_tree() {
+	local root=$1
+	mkdir -p "$TEST_HOME"
+	chown "$TEST_USER": "$TEST_HOME"
+	chmod 0755 "$TEST_HOME"
+	rm -rf "$STAGE"
+	mkdir -p "$STAGE"
+	(cd "$root" && git ls-files -z --cached --others --exclude-standard |
+		xargs -0 -r stat --printf '%n\0' 2>/dev/null |
+		tar --null -T - -cf -) | tar -C "$STAGE" -xf -
+	chown -R "$TEST_USER": "$STAGE"
+}
+
+# as_test_user runs a command as the test user with a clean environment:
+# its own Go caches, the Go toolchain and bwrap on PATH, and CI passed on.
+as_test_user() {
+	local gobin
+	gobin=$(dirname "$(command -v go)")
+	runuser -u "$TEST_USER" -- env -i \
+		PATH="$gobin:/usr/local/bin:/usr/bin:/bin" \
+		HOME="$TEST_HOME" \
+		USER="$TEST_USER" \
+		LANG=C.UTF-8 \
+		TMPDIR=/tmp \
+		GOPATH="$TEST_HOME/go" \
+		GOCACHE="$TEST_HOME/cache" \
+		GOTOOLCHAIN=local \
+		GOFLAGS="${GOFLAGS:-}" \
+		GOPROXY="${GOPROXY:-$(go env GOPROXY)}" \
+		GONOSUMDB="${GONOSUMDB:-}" GOPRIVATE="${GOPRIVATE:-}" \
+		CI="${CI:-}" \
+		"$@"
+}
+
+# go_packages lists the package patterns of every workspace module.
+go_packages() {
+	echo ./... ./sandboxkit/... ./agentcore/...
+}
