@@ -1,0 +1,196 @@
+package overlay
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// runOverlay runs script in bwrap with lower and the layer mounted as
+// /workspace, the way the server mounts a conversation's workspace, and
+// returns its stdout.
+func runOverlay(t *testing.T, bwrap, lower string, l *Layer, script string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap,
+		"--unshare-all", "--unshare-user", "--die-with-parent",
+		"--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--overlay-src", lower, "--overlay", l.Upper, l.Work, "/workspace",
+		"--chdir", "/workspace",
+		"sh", "-c", script)
+	cmd.Env = []string{"PATH=/usr/bin", "LC_ALL=C"}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bwrap: %v\n%s", err, stderr.Bytes())
+	}
+	return stdout.Bytes()
+}
+
+// tarTree is readTree for a tar stream.
+func tarTree(t *testing.T, data []byte) map[string]string {
+	t.Helper()
+	out := make(map[string]string)
+	tr := tar.NewReader(bytes.NewReader(data))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(h.Name, "./")
+		switch h.Typeflag {
+		case tar.TypeSymlink:
+			out[name] = "link " + h.Linkname
+		case tar.TypeReg:
+			body, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind := "file "
+			if h.Mode&0o100 != 0 {
+				kind = "exec "
+			}
+			out[name] = kind + string(body)
+		}
+	}
+}
+
+// The test that matters: a real overlay mount by bwrap in an unprivileged
+// user namespace, changed by ordinary tools; Diff must name the changes,
+// and the patch applied to lower by git must give the merged view that
+// the sandbox sees.
+func TestRealOverlay(t *testing.T) {
+	bwrap := requireBwrap(t)
+	requireTool(t, "git")
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{
+		file("mod.txt", "one\ntwo\nthree\n"),
+		file("touched.txt", "same\n"),
+		file("chmodback.sh", "x\n"),
+		file("run.sh", "echo hi\n"),
+		file("del.txt", "bye\n"),
+		file("gone/a", "a\n"), file("gone/sub/b", "b\n"),
+		file("redo/old1", "1\n"), file("redo/old2", "2\n"),
+		file("src/keep.go", "package src\n"), file("src/edit.go", "package src\n"),
+		file("img.bin", "\x00\x01img"),
+		link("oldlink", "mod.txt"),
+		file("nonl", "a\nb"),
+		file("emptied.txt", "full\n"),
+		file("move_me.txt", "m\n"),
+		file("mvdir/f", "f\n"),
+	})
+	if err := CheckOwners(lower, os.Getuid(), os.Getgid()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(t.TempDir(), "workspaces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := Lock(l.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOverlay(t, bwrap, lower, l, `set -e
+sed -i s/two/TWO/ mod.txt
+touch touched.txt
+chmod +x chmodback.sh; chmod -x chmodback.sh
+chmod +x run.sh
+rm del.txt
+rm -rf gone
+rm -rf redo; mkdir redo; echo fresh > redo/fresh
+echo '// more' >> src/edit.go
+echo new > added.txt
+mkdir -p newdir/deep; echo x > newdir/deep/x
+ln -s mod.txt link
+printf '\000\001\002binary\377' > data.bin
+printf X >> img.bin
+echo sp > 'with space.txt'
+ln -sfn run.sh oldlink
+printf 'a\nc' > nonl
+: > emptied.txt
+mv move_me.txt moved.txt
+mv mvdir mvdir2
+`)
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The layer must hold what this test is about: real whiteouts, a real
+	// opaque directory and copied-up but unchanged files.
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(l.Upper, "del.txt"), &st); err != nil || !isWhiteout(&st) {
+		t.Errorf("upper/del.txt is not a whiteout: %v, mode %#o", err, st.Mode)
+	}
+	var buf [4]byte
+	if n, err := unix.Getxattr(filepath.Join(l.Upper, "redo"), "user.overlay.opaque", buf[:]); err != nil || string(buf[:n]) != "y" {
+		t.Errorf("upper/redo is not opaque: %v", err)
+	}
+	for _, p := range []string{"touched.txt", "chmodback.sh"} {
+		if _, err := os.Lstat(filepath.Join(l.Upper, p)); err != nil {
+			t.Errorf("upper/%s was not copied up: %v", p, err)
+		}
+	}
+
+	changes, err := Diff(lower, l.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Change{
+		added("added.txt"), added("data.bin"), deleted("del.txt"), modified("emptied.txt"),
+		deletedDir("gone"), deleted("gone/a"), deletedDir("gone/sub"), deleted("gone/sub/b"),
+		modified("img.bin"), added("link"), modified("mod.txt"), deleted("move_me.txt"), added("moved.txt"),
+		deletedDir("mvdir"), deleted("mvdir/f"), addedDir("mvdir2"), added("mvdir2/f"),
+		addedDir("newdir"), addedDir("newdir/deep"), added("newdir/deep/x"),
+		modified("nonl"), modified("oldlink"),
+		added("redo/fresh"), deleted("redo/old1"), deleted("redo/old2"),
+		modified("run.sh"), modified("src/edit.go"), added("with space.txt"),
+	}
+	if !slices.Equal(changes, want) {
+		t.Errorf("Diff:\n got %v\nwant %v", changes, want)
+	}
+
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, l.Upper); err != nil {
+		t.Fatal(err)
+	}
+	applied := filepath.Join(t.TempDir(), "applied")
+	copyTree(t, lower, applied)
+	gitApply(t, applied, patch.Bytes())
+
+	merged := tarTree(t, runOverlay(t, bwrap, lower, l, "tar -C /workspace -cf - ."))
+	if merged["data.bin"] != "file \x00\x01\x02binary\xff" || merged["run.sh"] != "exec echo hi\n" {
+		t.Fatalf("the sandbox's view is not what its script made: data.bin %q, run.sh %q", merged["data.bin"], merged["run.sh"])
+	}
+	if d := diffTrees(readTree(t, applied), merged); d != "" {
+		t.Errorf("lower + patch differs from the sandbox's merged view:\n%s\npatch:\n%s", d, patch.String())
+	}
+
+	// The kernel made work/work with mode 000; Remove must cope.
+	if err := s.Remove("conv"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,475 @@
+package overlay
+
+import (
+	"bufio"
+	"bytes"
+	"compress/zlib"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+const (
+	// maxTextSize is the largest file given a line diff. A larger one is
+	// written as binary: the line diff holds both versions in memory and
+	// its cost grows with their length, and no reader wants such a hunk.
+	maxTextSize = 8 << 20
+	// binarySniffLen is how much of a file is searched for a NUL byte,
+	// git's test for binary content.
+	binarySniffLen = 8000
+	// contextLines is the context around each hunk, as git writes by default.
+	contextLines = 3
+	nullHash     = "0000000000000000000000000000000000000000"
+)
+
+// WritePatch writes the changes Diff finds as a patch in git's format, so
+// that `git apply` onto a copy of lower reproduces the merged view:
+//
+//   - text files get hunks with 3 lines of context, and "\ No newline at
+//     end of file" where one is missing;
+//   - binary files (a NUL byte in the first 8000 bytes, or larger than
+//     8 MiB) are written whole as a "GIT binary patch" literal, as
+//     `git diff --binary` does, because git cannot apply the bare
+//     "Binary files a/P and b/P differ" marker;
+//   - symlinks are their target text with mode 120000;
+//   - an executable bit change is "old mode"/"new mode". git keeps no other
+//     permission bits, so a change of those alone (which Diff reports) is
+//     left out;
+//   - a change of type (file to symlink, file to directory) is a deletion
+//     followed by a creation;
+//   - directories appear only through the files in them, so an added empty
+//     directory is not in the patch; nor are fifos, sockets and devices.
+//
+// Every file has a full "index" line with git's SHA-1 object names, which
+// binary patches need and which lets `git apply --3way` fall back to a merge.
+// Like Diff, it expects no sandbox to be writing to upper meanwhile.
+func WritePatch(w io.Writer, lower, upper string) error {
+	changes, err := Diff(lower, upper)
+	if err != nil {
+		return err
+	}
+	lr, err := os.OpenRoot(lower)
+	if err != nil {
+		return fmt.Errorf("overlay: patch: %w", err)
+	}
+	defer lr.Close()
+	ur, err := os.OpenRoot(upper)
+	if err != nil {
+		return fmt.Errorf("overlay: patch: %w", err)
+	}
+	defer ur.Close()
+	bw := bufio.NewWriterSize(w, 64<<10)
+	for _, c := range changes {
+		if c.Dir {
+			continue
+		}
+		var old, cur *blob
+		if c.Kind != Added {
+			if old, err = loadBlob(lr, c.Path); err != nil {
+				return err
+			}
+		}
+		if c.Kind != Deleted {
+			if cur, err = loadBlob(ur, c.Path); err != nil {
+				old.close()
+				return err
+			}
+		}
+		err = writeFilePatch(bw, c.Path, old, cur)
+		old.close()
+		cur.close()
+		if err != nil {
+			return err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("overlay: write patch: %w", err)
+	}
+	return nil
+}
+
+// blob is one side of a file's change, as git sees it.
+type blob struct {
+	mode   string // git's mode: 100644, 100755 or 120000
+	data   []byte // the content or symlink target; nil for a big file
+	big    *os.File
+	size   int64
+	binary bool
+	hash   string // git's object name
+}
+
+func (b *blob) close() {
+	if b != nil && b.big != nil {
+		b.big.Close()
+	}
+}
+
+// loadBlob reads the entry at p, or returns nil for one git cannot hold.
+func loadBlob(root *os.Root, p string) (*blob, error) {
+	fi, err := root.Lstat(p)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: patch: %w", err)
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := root.Readlink(p)
+		if err != nil {
+			return nil, fmt.Errorf("overlay: patch: %w", err)
+		}
+		b := &blob{mode: "120000", data: []byte(target), size: int64(len(target))}
+		b.hash = blobHash(bytes.NewReader(b.data), b.size)
+		return b, nil
+	case !fi.Mode().IsRegular():
+		return nil, nil
+	}
+	b := &blob{mode: "100644"}
+	if fi.Mode()&0o100 != 0 { // git's test for executable
+		b.mode = "100755"
+	}
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: patch: %w", err)
+	}
+	// The file opened must be the one examined: not a symlink's target,
+	// not a fifo that a still-running sandbox swapped in.
+	ofi, err := f.Stat()
+	if err != nil || !ofi.Mode().IsRegular() || !os.SameFile(fi, ofi) {
+		f.Close()
+		return nil, fmt.Errorf("overlay: patch: %s/%s changed while it was read; stop the sandbox and try again", root.Name(), p)
+	}
+	b.size = ofi.Size()
+	if b.size > maxTextSize {
+		b.big, b.binary = f, true
+		b.hash = blobHash(f, b.size)
+		if _, err := f.Seek(0, io.SeekStart); err != nil || b.hash == "" {
+			f.Close()
+			return nil, fmt.Errorf("overlay: patch: could not read %s/%s whole; stop the sandbox and try again", root.Name(), p)
+		}
+		return b, nil
+	}
+	b.data, err = io.ReadAll(io.LimitReader(f, maxTextSize+1))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("overlay: patch: %w", err)
+	}
+	if int64(len(b.data)) != b.size {
+		return nil, fmt.Errorf("overlay: patch: %s/%s changed while it was read; stop the sandbox and try again", root.Name(), p)
+	}
+	b.binary = bytes.IndexByte(b.data[:min(len(b.data), binarySniffLen)], 0) >= 0
+	b.hash = blobHash(bytes.NewReader(b.data), b.size)
+	return b, nil
+}
+
+// blobHash returns git's SHA-1 object name for size bytes read from r, or
+// "" if r holds fewer.
+func blobHash(r io.Reader, size int64) string {
+	h := sha1.New()
+	h.Write([]byte("blob " + strconv.FormatInt(size, 10) + "\x00"))
+	if n, err := io.Copy(h, io.LimitReader(r, size)); err != nil || n != size {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func isSymlink(b *blob) bool { return b.mode == "120000" }
+
+// writeFilePatch writes the patch taking old to cur at path p; either may
+// be nil for a file that does not exist on that side.
+func writeFilePatch(w *bufio.Writer, p string, old, cur *blob) error {
+	switch {
+	case old == nil && cur == nil:
+		return nil
+	case old != nil && cur != nil && isSymlink(old) != isSymlink(cur):
+		// git has no in-place type change: remove, then create.
+		if err := writeFilePatch(w, p, old, nil); err != nil {
+			return err
+		}
+		return writeFilePatch(w, p, nil, cur)
+	case old != nil && cur != nil && old.mode == cur.mode && old.hash == cur.hash:
+		return nil // a change git does not record, such as mode 644 to 600
+	}
+	a, b := quotePath("a/", p), quotePath("b/", p)
+	fmt.Fprintf(w, "diff --git %s %s\n", a, b)
+	switch {
+	case old == nil:
+		fmt.Fprintf(w, "new file mode %s\nindex %s..%s\n", cur.mode, nullHash, cur.hash)
+	case cur == nil:
+		fmt.Fprintf(w, "deleted file mode %s\nindex %s..%s\n", old.mode, old.hash, nullHash)
+	case old.mode != cur.mode:
+		fmt.Fprintf(w, "old mode %s\nnew mode %s\n", old.mode, cur.mode)
+		if old.hash == cur.hash {
+			return nil
+		}
+		fmt.Fprintf(w, "index %s..%s\n", old.hash, cur.hash)
+	default:
+		fmt.Fprintf(w, "index %s..%s %s\n", old.hash, cur.hash, cur.mode)
+	}
+	if old != nil && old.binary || cur != nil && cur.binary {
+		return writeBinary(w, cur)
+	}
+	var oldData, curData []byte
+	if old != nil {
+		oldData = old.data
+	}
+	if cur != nil {
+		curData = cur.data
+	}
+	if len(oldData) == 0 && len(curData) == 0 {
+		return nil // an empty file made or removed: the header says it all
+	}
+	if strings.Contains(p, " ") {
+		// As git does, end a name that has a space with a tab, which
+		// marks where the name ends.
+		a, b = a+"\t", b+"\t"
+	}
+	if old == nil {
+		a = "/dev/null"
+	}
+	if cur == nil {
+		b = "/dev/null"
+	}
+	fmt.Fprintf(w, "--- %s\n+++ %s\n", a, b)
+	writeHunks(w, string(oldData), string(curData))
+	return nil
+}
+
+// quotePath writes prefix+p as git does: bare, or, if p has control
+// characters, quotes, backslashes or non-ASCII bytes, in double quotes with
+// C escapes (octal for non-ASCII, as with core.quotePath).
+func quotePath(prefix, p string) string {
+	if !strings.ContainsFunc(p, func(r rune) bool {
+		return r < 0x20 || r == '"' || r == '\\' || r >= 0x7f
+	}) {
+		return prefix + p
+	}
+	var s strings.Builder
+	s.WriteString(`"` + prefix)
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '\a':
+			s.WriteString(`\a`)
+		case '\b':
+			s.WriteString(`\b`)
+		case '\t':
+			s.WriteString(`\t`)
+		case '\n':
+			s.WriteString(`\n`)
+		case '\v':
+			s.WriteString(`\v`)
+		case '\f':
+			s.WriteString(`\f`)
+		case '\r':
+			s.WriteString(`\r`)
+		case '"':
+			s.WriteString(`\"`)
+		case '\\':
+			s.WriteString(`\\`)
+		default:
+			if c < 0x20 || c >= 0x7f {
+				fmt.Fprintf(&s, `\%03o`, c)
+			} else {
+				s.WriteByte(c)
+			}
+		}
+	}
+	s.WriteString(`"`)
+	return s.String()
+}
+
+// splitLines cuts s after each newline; the last line may lack one.
+func splitLines(s string) []string {
+	lines := make([]string, 0, strings.Count(s, "\n")+1)
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '\n') + 1
+		if i == 0 {
+			i = len(s)
+		}
+		lines = append(lines, s[:i])
+		s = s[i:]
+	}
+	return lines
+}
+
+// edit is a run of changed lines: a[i1:i2] replaced by b[j1:j2].
+type edit struct{ i1, i2, j1, j2 int }
+
+// writeHunks writes the unified diff hunks from old to cur.
+func writeHunks(w *bufio.Writer, old, cur string) {
+	a, b := splitLines(old), splitLines(cur)
+	ids := make(map[string]int)
+	intern := func(lines []string) []int {
+		out := make([]int, len(lines))
+		for i, l := range lines {
+			id, ok := ids[l]
+			if !ok {
+				id = len(ids)
+				ids[l] = id
+			}
+			out[i] = id
+		}
+		return out
+	}
+	delA, insB := diffLines(intern(a), intern(b))
+
+	var edits []edit
+	for i, j := 0, 0; i < len(a) || j < len(b); {
+		if i < len(a) && j < len(b) && !delA[i] && !insB[j] {
+			i, j = i+1, j+1
+			continue
+		}
+		e := edit{i1: i, j1: j}
+		for i < len(a) && delA[i] {
+			i++
+		}
+		for j < len(b) && insB[j] {
+			j++
+		}
+		e.i2, e.j2 = i, j
+		if e.i1 == e.i2 && e.j1 == e.j2 {
+			panic("overlay: line diff marks are inconsistent") // diffLines pairs every kept line
+		}
+		edits = append(edits, e)
+	}
+
+	for len(edits) > 0 {
+		// A hunk takes the edits whose gaps its context would cover anyway.
+		n := 1
+		for n < len(edits) && edits[n].i1-edits[n-1].i2 <= 2*contextLines {
+			n++
+		}
+		first, last := edits[0], edits[n-1]
+		lead := min(contextLines, first.i1)
+		trail := min(contextLines, len(a)-last.i2)
+		aStart, aEnd := first.i1-lead, last.i2+trail
+		bStart, bEnd := first.j1-lead, last.j2+trail
+		fmt.Fprintf(w, "@@ -%s +%s @@\n", hunkRange(aStart, aEnd-aStart), hunkRange(bStart, bEnd-bStart))
+		pos := aStart
+		for _, e := range edits[:n] {
+			writeLines(w, ' ', a[pos:e.i1])
+			writeLines(w, '-', a[e.i1:e.i2])
+			writeLines(w, '+', b[e.j1:e.j2])
+			pos = e.i2
+		}
+		writeLines(w, ' ', a[pos:aEnd])
+		edits = edits[n:]
+	}
+}
+
+// hunkRange formats a hunk's line range: 1-based start, and the count
+// unless it is 1. An empty range starts at the line before it.
+func hunkRange(start, count int) string {
+	switch count {
+	case 0:
+		return strconv.Itoa(start) + ",0"
+	case 1:
+		return strconv.Itoa(start + 1)
+	}
+	return strconv.Itoa(start+1) + "," + strconv.Itoa(count)
+}
+
+func writeLines(w *bufio.Writer, prefix byte, lines []string) {
+	for _, l := range lines {
+		w.WriteByte(prefix)
+		w.WriteString(l)
+		if !strings.HasSuffix(l, "\n") {
+			w.WriteString("\n\\ No newline at end of file\n")
+		}
+	}
+}
+
+// writeBinary writes cur (nil: deleted, so empty) whole as git's binary
+// literal: its zlib-deflated bytes in base85, one line per 52 bytes.
+func writeBinary(w *bufio.Writer, cur *blob) error {
+	var r io.Reader = bytes.NewReader(nil)
+	var size int64
+	if cur != nil {
+		size = cur.size
+		r = bytes.NewReader(cur.data)
+		if cur.big != nil {
+			r = cur.big
+		}
+	}
+	fmt.Fprintf(w, "GIT binary patch\nliteral %d\n", size)
+	lines := &base85Lines{w: w}
+	zw := zlib.NewWriter(lines)
+	// Hash again while copying, so that a file changed since loadBlob
+	// hashed it fails here rather than in git apply.
+	var h hash.Hash
+	if cur != nil {
+		h = sha1.New()
+		h.Write([]byte("blob " + strconv.FormatInt(size, 10) + "\x00"))
+		r = io.TeeReader(r, h)
+	}
+	n, err := io.Copy(zw, io.LimitReader(r, size))
+	if err == nil && n != size {
+		err = errors.New("file shrank while it was read")
+	}
+	if err == nil && h != nil && hex.EncodeToString(h.Sum(nil)) != cur.hash {
+		err = errors.New("file changed while it was read")
+	}
+	if err != nil {
+		return fmt.Errorf("overlay: patch: %w; stop the sandbox and try again", err)
+	}
+	if err := zw.Close(); err != nil {
+		return fmt.Errorf("overlay: patch: %w", err)
+	}
+	lines.flush()
+	w.WriteString("\n")
+	return nil
+}
+
+// base85Lines writes its input as git's base85 lines: a length character
+// ('A'..'Z' for 1..26 bytes, 'a'..'z' for 27..52), then the bytes in groups
+// of 4 as 5 base85 digits, the last group padded with zeros.
+type base85Lines struct {
+	w   *bufio.Writer
+	buf [52]byte
+	n   int
+}
+
+const base85Digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+
+func (l *base85Lines) Write(p []byte) (int, error) {
+	written := len(p)
+	for len(p) > 0 {
+		c := copy(l.buf[l.n:], p)
+		l.n += c
+		p = p[c:]
+		if l.n == len(l.buf) {
+			l.flush()
+		}
+	}
+	return written, nil
+}
+
+func (l *base85Lines) flush() {
+	if l.n == 0 {
+		return
+	}
+	if l.n <= 26 {
+		l.w.WriteByte(byte('A' + l.n - 1))
+	} else {
+		l.w.WriteByte(byte('a' + l.n - 27))
+	}
+	for i := 0; i < l.n; i += 4 {
+		var group [4]byte
+		copy(group[:], l.buf[i:l.n])
+		v := uint32(group[0])<<24 | uint32(group[1])<<16 | uint32(group[2])<<8 | uint32(group[3])
+		var digits [5]byte
+		for d := 4; d >= 0; d-- {
+			digits[d] = base85Digits[v%85]
+			v /= 85
+		}
+		l.w.Write(digits[:])
+	}
+	l.w.WriteByte('\n')
+	l.n = 0
+}

@@ -1,0 +1,166 @@
+package overlay
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gitHash asks git for a blob's object name, to check ours independently.
+func gitHash(t *testing.T, content string) string {
+	t.Helper()
+	requireTool(t, "git")
+	cmd := exec.Command("git", "hash-object", "--stdin")
+	cmd.Stdin = strings.NewReader(content)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestWritePatchFormat(t *testing.T) {
+	var old, cur strings.Builder
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&old, "line %d\n", i)
+		switch i {
+		case 2:
+			cur.WriteString("line two\n")
+		case 19:
+			// dropped
+		default:
+			fmt.Fprintf(&cur, "line %d\n", i)
+		}
+	}
+	cur.WriteString("tail")
+	c := layerCase{
+		lower: []node{file("f.txt", old.String())},
+		upper: []node{exe("f.txt", cur.String()), file("new", "n\n")},
+	}
+	lower, upper := buildLayers(t, c)
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, upper); err != nil {
+		t.Fatal(err)
+	}
+	want := `diff --git a/f.txt b/f.txt
+old mode 100644
+new mode 100755
+index ` + gitHash(t, old.String()) + ".." + gitHash(t, cur.String()) + `
+--- a/f.txt
++++ b/f.txt
+@@ -1,5 +1,5 @@
+ line 1
+-line 2
++line two
+ line 3
+ line 4
+ line 5
+@@ -16,5 +16,5 @@
+ line 16
+ line 17
+ line 18
+-line 19
+ line 20
++tail
+\ No newline at end of file
+diff --git a/new b/new
+new file mode 100644
+index 0000000000000000000000000000000000000000..` + gitHash(t, "n\n") + `
+--- /dev/null
++++ b/new
+@@ -0,0 +1 @@
++n
+`
+	if got := patch.String(); got != want {
+		t.Errorf("patch:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Random edits of many text files: git must apply the patch and get the
+// edited files, whatever shape the hunks take.
+func TestWritePatchRandomEdits(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var lowerNodes, upperNodes, merged []node
+	for f := 0; f < 60; f++ {
+		var lines []string
+		for i := r.IntN(40); i > 0; i-- {
+			lines = append(lines, fmt.Sprintf("l%d\n", r.IntN(8)))
+		}
+		edited := append([]string(nil), lines...)
+		for e := 1 + r.IntN(6); e > 0; e-- {
+			p := r.IntN(len(edited) + 1)
+			switch r.IntN(3) {
+			case 0:
+				edited = append(edited[:p], append([]string{fmt.Sprintf("new%d\n", r.IntN(3))}, edited[p:]...)...)
+			case 1:
+				if p < len(edited) {
+					edited = append(edited[:p], edited[p+1:]...)
+				}
+			case 2:
+				if p < len(edited) {
+					edited[p] = "changed\n"
+				}
+			}
+		}
+		name := fmt.Sprintf("f%02d", f)
+		lowerNodes = append(lowerNodes, file(name, strings.Join(lines, "")))
+		upperNodes = append(upperNodes, file(name, strings.Join(edited, "")))
+		merged = append(merged, file(name, strings.Join(edited, "")))
+	}
+	lower, upper := buildLayers(t, layerCase{lower: lowerNodes, upper: upperNodes})
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, upper); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	if d := diffTrees(readTree(t, work), treeOf(merged...)); d != "" {
+		t.Errorf("lower + patch is not the merged view:\n%s", d)
+	}
+}
+
+// A text file over maxTextSize is written whole as binary, and still applies.
+func TestWritePatchHugeText(t *testing.T) {
+	line := "a line of text that repeats to make a big file\n"
+	big := strings.Repeat(line, maxTextSize/len(line)+10)
+	edited := "changed first line\n" + big[len(line):]
+	lower, upper := buildLayers(t, layerCase{lower: []node{file("big.txt", big)}, upper: []node{file("big.txt", edited)}})
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, upper); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(patch.String(), "GIT binary patch\nliteral "+fmt.Sprint(len(edited))+"\n") {
+		t.Fatalf("a %d-byte text file should be a binary literal; patch starts:\n%.400s", len(edited), patch.String())
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	got, err := os.ReadFile(filepath.Join(work, "big.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != edited {
+		t.Errorf("big.txt after git apply: %d bytes, want the %d edited ones", len(got), len(edited))
+	}
+}
+
+func TestQuotePath(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain/path.go", "a/plain/path.go"},
+		{"sp ace", "a/sp ace"},
+		{"tab\tnl\ncr\r", `"a/tab\tnl\ncr\r"`},
+		{`q"b\`, `"a/q\"b\\"`},
+		{"é", `"a/\303\251"`},
+		{"\x01\x7f", `"a/\001\177"`},
+	} {
+		if got := quotePath("a/", c.in); got != c.want {
+			t.Errorf("quotePath(%q) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}
