@@ -1,0 +1,41 @@
+// Package sandboxkit runs untrusted commands under bubblewrap (bwrap), in
+// a copy-on-write view of a workspace, and refuses to run them when it
+// cannot isolate them.
+//
+// What is isolated. A sandboxed command gets new user, mount, pid, ipc,
+// uts, cgroup and network namespaces. It sees /usr and a curated part of
+// /etc read-only, a fresh /proc and /dev, an empty /tmp and HOME, and,
+// when the Policy has a Workspace, an overlay at /workspace whose writes
+// land in an upper directory while the host tree stays untouched. It has
+// no network (not even the host's 127.0.0.1) unless the Policy shares it,
+// no capabilities, no_new_privs, no way to create nested user namespaces,
+// a new session (no terminal injection), none of the host process's
+// environment and none of its open files beyond stdin, stdout and stderr.
+// The sandbox dies with the process that started it.
+//
+// What is not. The command runs as the same user id as its caller: the
+// kernel is the boundary, and a kernel bug reachable from inside the
+// namespaces is an escape. A seccomp filter (Policy.Seccomp) narrows that
+// surface. Binds in the Policy (ReadOnly, ReadWrite, ShareNet, HostView)
+// are holes made on purpose; each field says what it exposes.
+//
+// Fail closed. Before anything starts, the Doctor checks this machine
+// (bwrap present, at least MinBwrapVersion, not setuid, user namespaces,
+// /proc, overlayfs, loopback). When a check fails, Run and StartSession
+// return an *UnavailableError (errors.Is ErrUnavailable) that names the
+// check and its remedy, and nothing is executed on the host. There is no
+// fallback without a namespace, without /proc, or without a requested
+// filter.
+//
+// Programs that use Session must call Main first in main: the Session's
+// pid 1 inside the sandbox is this same binary, re-executed.
+//
+// The call most users need:
+//
+//	p, _ := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
+//		Workspace: &sandboxkit.Workspace{Lower: repo, Upper: upper, Work: work},
+//	})
+//	cmd := sandboxkit.Command(ctx, p, "sh", "-c", "make test")
+//	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+//	err := cmd.Run()
+package sandboxkit

@@ -1,0 +1,272 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// MinBwrapVersion is the oldest bubblewrap sandboxkit runs. Earlier
+// releases lack --overlay and could be made to follow a symlink out of a
+// writable tree while setting up the sandbox.
+const MinBwrapVersion = "0.12.0"
+
+// Check is one pre-flight check of the Doctor.
+type Check struct {
+	// Name is stable, for programs: "bwrap", "bwrap-version",
+	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback".
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Detail says what was found.
+	Detail string `json:"detail"`
+	// Remedy says what to do when the check fails.
+	Remedy string `json:"remedy,omitempty"`
+}
+
+// Report is the Doctor's verdict for one bwrap on one filesystem.
+type Report struct {
+	Bwrap   string  `json:"bwrap"`
+	Version string  `json:"version"`
+	Checks  []Check `json:"checks"`
+}
+
+// Err returns nil when every check passed, else an *UnavailableError
+// (errors.Is ErrUnavailable) for the first failed check.
+func (r *Report) Err() error {
+	for _, c := range r.Checks {
+		if !c.OK {
+			return &UnavailableError{Check: c}
+		}
+	}
+	return nil
+}
+
+// DoctorOptions says what the Doctor examines.
+type DoctorOptions struct {
+	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
+	Bwrap string
+	// ProbeDir is a directory on the filesystem where overlay upper dirs
+	// will live; the overlay check mounts one there. Empty means
+	// os.TempDir().
+	ProbeDir string
+}
+
+// doctorCache holds one Report per (bwrap, probe filesystem) for the life
+// of the process: the checks start a few sandboxes, and their outcome
+// does not change while the server runs.
+var doctorCache struct {
+	sync.Mutex
+	m map[string]*Report
+}
+
+// Doctor runs the pre-flight checks, or returns the cached Report.
+func Doctor(ctx context.Context, o DoctorOptions) *Report {
+	name := o.Bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := exec.LookPath(name)
+	if err == nil {
+		path, err = filepath.Abs(path)
+	}
+	if err != nil {
+		// Not cached: finding bwrap is cheap, and it may be installed
+		// (or PATH changed) while the process runs.
+		return &Report{Checks: []Check{{Name: "bwrap", Detail: fmt.Sprintf("%s not found: %v", name, err), Remedy: installRemedy + ", or configure its path"}}}
+	}
+	key := doctorKey(path, o.ProbeDir)
+	doctorCache.Lock()
+	defer doctorCache.Unlock()
+	if r, ok := doctorCache.m[key]; ok {
+		return r
+	}
+	r := diagnose(ctx, path, o.ProbeDir)
+	if ctx.Err() != nil {
+		// A cancelled run says nothing about the machine.
+		return r
+	}
+	if doctorCache.m == nil {
+		doctorCache.m = map[string]*Report{}
+	}
+	doctorCache.m[key] = r
+	return r
+}
+
+// Available returns nil when p can be sandboxed here, else an
+// *UnavailableError. It is what Run and Session call before starting.
+func Available(ctx context.Context, p *Policy) error {
+	o := DoctorOptions{Bwrap: p.Bwrap}
+	if p.Workspace != nil {
+		o.ProbeDir = filepath.Dir(p.Workspace.Upper)
+	}
+	return Doctor(ctx, o).Err()
+}
+
+func doctorKey(bwrap, dir string) string {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	// Overlay support is a property of the filesystem, not the path.
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err == nil {
+		dir = "dev:" + strconv.FormatUint(st.Dev, 10)
+	}
+	return bwrap + "\x00" + dir
+}
+
+const installRemedy = "install bubblewrap " + MinBwrapVersion + " or newer (scripts/install-prereqs builds it from Debian's source)"
+
+// diagnose runs the checks for the bwrap at path (already found).
+func diagnose(ctx context.Context, path, probeDir string) *Report {
+	r := &Report{Bwrap: path}
+	add := func(c Check) bool {
+		r.Checks = append(r.Checks, c)
+		return c.OK
+	}
+	add(Check{Name: "bwrap", OK: true, Detail: path})
+
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		add(Check{Name: "bwrap-version", Detail: fmt.Sprintf("%s --version failed: %v", path, err), Remedy: installRemedy})
+		return r
+	}
+	ver := strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap ")
+	r.Version = ver
+	if !versionAtLeast(ver, MinBwrapVersion) {
+		add(Check{Name: "bwrap-version", Detail: fmt.Sprintf("%s is version %s, older than %s", path, ver, MinBwrapVersion), Remedy: installRemedy})
+		return r
+	}
+	add(Check{Name: "bwrap-version", OK: true, Detail: ver})
+
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		add(Check{Name: "bwrap-not-setuid", Detail: err.Error(), Remedy: installRemedy})
+		return r
+	case fi.Mode()&os.ModeSetuid != 0:
+		// A setuid bwrap runs its setup as root; sandboxkit relies on
+		// unprivileged user namespaces and wants no root code path.
+		add(Check{Name: "bwrap-not-setuid", Detail: path + " is setuid root", Remedy: "chmod u-s " + path + " (sandboxkit uses unprivileged user namespaces)"})
+		return r
+	default:
+		add(Check{Name: "bwrap-not-setuid", OK: true, Detail: fi.Mode().String()})
+	}
+
+	probe := func(p *Policy, argv ...string) (string, error) {
+		p.Bwrap = path
+		p.UID, p.GID = os.Getuid(), os.Getgid()
+		var buf bytes.Buffer
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		c := Command(ctx, p, argv...)
+		c.Stdout, c.Stderr = &buf, &buf
+		if err := c.launch(ctx); err != nil {
+			return "", err
+		}
+		err := c.Wait()
+		return strings.TrimSpace(buf.String()), err
+	}
+
+	if out, err := probe(&Policy{}, "true"); err != nil {
+		add(Check{Name: "userns", Detail: fmt.Sprintf("bwrap cannot create a user namespace: %v %s", err, out), Remedy: usernsRemedy()})
+		return r
+	}
+	add(Check{Name: "userns", OK: true, Detail: "unprivileged user namespaces work"})
+
+	if out, err := probe(&Policy{}, "test", "-r", "/proc/self/status"); err != nil {
+		add(Check{Name: "proc", Detail: fmt.Sprintf("a fresh /proc cannot be mounted: %v %s", err, out), Remedy: "the host mounts /proc with restrictions (hidepid or a masked /proc inside a container); run on a host, or in a container started with an unmasked /proc"})
+		return r
+	}
+	add(Check{Name: "proc", OK: true, Detail: "/proc mounts in the pid namespace"})
+
+	if !add(overlayCheck(probeDir, probe)) {
+		return r
+	}
+
+	// Connecting to a closed port on 127.0.0.1 is refused when loopback
+	// is up, unreachable when it is not.
+	lo, err := probe(&Policy{}, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9")
+	if err != nil && !strings.Contains(lo, "Connection refused") {
+		lo = fmt.Sprintf("%s (%v)", lo, err)
+	}
+	switch {
+	case strings.Contains(lo, "Connection refused"):
+		add(Check{Name: "loopback", OK: true, Detail: "loopback is up in a new network namespace"})
+	default:
+		add(Check{Name: "loopback", Detail: "loopback did not come up in a new network namespace: " + lo, Remedy: "bwrap needs to configure lo in the new network namespace; check that the kernel has network namespaces (CONFIG_NET_NS)"})
+	}
+	return r
+}
+
+func overlayCheck(dir string, probe func(*Policy, ...string) (string, error)) Check {
+	const name = "overlay"
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	base, err := os.MkdirTemp(dir, ".sandboxkit-doctor-")
+	if err != nil {
+		return Check{Name: name, Detail: fmt.Sprintf("cannot create a probe dir in %s: %v", dir, err), Remedy: "make the workspace base dir writable by the server's user"}
+	}
+	defer overlay.RemoveAll(base)
+	w := &Workspace{Lower: filepath.Join(base, "lower"), Upper: filepath.Join(base, "upper"), Work: filepath.Join(base, "work")}
+	for _, d := range []string{w.Lower, w.Upper, w.Work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return Check{Name: name, Detail: err.Error(), Remedy: "make the workspace base dir writable by the server's user"}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(w.Lower, "lower"), []byte("lower\n"), 0o600); err != nil {
+		return Check{Name: name, Detail: err.Error()}
+	}
+	out, err := probe(&Policy{Workspace: w}, "sh", "-c", "cat lower >/dev/null && echo upper > probe")
+	if err != nil {
+		return Check{Name: name, Detail: fmt.Sprintf("overlay mount on %s failed: %v %s", dir, err, out),
+			Remedy: "put the workspace base dir on a filesystem that supports overlayfs upper dirs in a user namespace (ext4, xfs, btrfs, tmpfs; not overlayfs, NFS or FUSE), on Linux 5.11 or newer"}
+	}
+	got, err := os.ReadFile(filepath.Join(w.Upper, "probe"))
+	if err != nil || string(got) != "upper\n" {
+		return Check{Name: name, Detail: fmt.Sprintf("a write in the overlay did not land in the upper dir on %s", dir), Remedy: "report this: the kernel's overlayfs did not behave as expected"}
+	}
+	if _, err := os.Stat(filepath.Join(w.Lower, "probe")); err == nil {
+		return Check{Name: name, Detail: "a write in the overlay reached the lower dir", Remedy: "report this: the kernel's overlayfs did not behave as expected"}
+	}
+	return Check{Name: name, OK: true, Detail: "copy-on-write overlay works on " + dir}
+}
+
+func usernsRemedy() string {
+	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): install an AppArmor profile that allows bwrap to create them (Ubuntu's bwrap-userns-restrict profile, /etc/apparmor.d/bwrap-userns-restrict, then apparmor_parser -r it), or set the sysctl to 0"
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return "user namespaces are disabled (user.max_user_namespaces=0): sysctl -w user.max_user_namespaces=15000"
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0): sysctl -w kernel.unprivileged_userns_clone=1"
+	}
+	return "enable unprivileged user namespaces for the server's user (inside a container, start it with a seccomp profile that allows unshare/clone of user namespaces)"
+}
+
+// versionAtLeast compares dotted numeric versions.
+func versionAtLeast(v, min string) bool {
+	a, b := strings.Split(v, "."), strings.Split(min, ".")
+	for i := 0; i < len(b); i++ {
+		var x, y int
+		if i < len(a) {
+			x, _ = strconv.Atoi(strings.TrimFunc(a[i], func(r rune) bool { return r < '0' || r > '9' }))
+		}
+		y, _ = strconv.Atoi(b[i])
+		if x != y {
+			return x > y
+		}
+	}
+	return true
+}

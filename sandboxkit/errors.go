@@ -1,0 +1,57 @@
+package sandboxkit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrUnavailable is the fail-closed error: isolation was asked for but
+// cannot be provided here, so nothing was executed. The error returned
+// is an *UnavailableError naming the failed check and its remedy.
+var ErrUnavailable = errors.New("sandbox unavailable")
+
+// ErrNotFound means the command does not exist inside the sandbox.
+var ErrNotFound = errors.New("command not found in the sandbox")
+
+// UnavailableError reports the Doctor check that failed.
+type UnavailableError struct {
+	Check Check
+}
+
+func (e *UnavailableError) Error() string {
+	s := "sandbox unavailable: " + e.Check.Name + ": " + e.Check.Detail
+	if e.Check.Remedy != "" {
+		s += "; fix: " + e.Check.Remedy
+	}
+	return s
+}
+
+// Is reports ErrUnavailable, so callers test errors.Is(err, ErrUnavailable).
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// SetupError means bwrap failed before the command started (a mount
+// failed, the command was not found, ...). Nothing of the command ran.
+type SetupError struct {
+	// Message is what bwrap printed, e.g. "bwrap: execvp foo: No such file or directory".
+	Message string
+	err     error
+}
+
+func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Message }
+
+// Unwrap returns ErrNotFound when the command was not found.
+func (e *SetupError) Unwrap() error { return e.err }
+
+// ExitError reports a command that ran and exited with a non-zero status.
+type ExitError struct {
+	// Code is the exit status; 128+N when the command died of signal N.
+	Code int
+}
+
+func (e *ExitError) Error() string {
+	if e.Code > 128 {
+		return "sandboxed command killed by signal " + strconv.Itoa(e.Code-128)
+	}
+	return fmt.Sprintf("sandboxed command exited with status %d", e.Code)
+}

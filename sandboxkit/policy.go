@@ -1,0 +1,364 @@
+package sandboxkit
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Paths inside every sandbox.
+const (
+	// WorkspaceDir is where a Policy's Workspace overlay is mounted.
+	WorkspaceDir = "/workspace"
+	// HomeDir is the sandbox user's home: an empty tmpfs, so nothing of
+	// the host user's home (~/.ssh, ~/.gnupg, tokens) is reachable.
+	HomeDir = "/home/sandbox"
+	// DefaultPath is PATH inside the sandbox.
+	DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+)
+
+// Policy says what a sandbox can see and do. The zero value is the
+// strictest sandbox: no network, no workspace, nothing of the host but
+// /usr and a curated part of /etc, read-only.
+//
+// Every field opens a hole; each says what it exposes.
+type Policy struct {
+	// Bwrap is the bubblewrap binary. Empty means "bwrap" on PATH.
+	Bwrap string
+
+	// Workspace mounts a copy-on-write overlay of a host tree at
+	// /workspace: reads see Lower, writes land in Upper, Lower is never
+	// modified. Nil means no workspace.
+	Workspace *Workspace
+
+	// ShareNet keeps the host's network namespace. It exposes every
+	// service listening on the host (also on 127.0.0.1) and the network
+	// beyond; leave it false unless the work needs the network.
+	ShareNet bool
+
+	// Env adds "KEY=value" entries to the minimal environment (PATH,
+	// HOME, LANG, TERM). Nothing is inherited from the host process.
+	Env []string
+
+	// ReadOnly binds host paths read-only. They become readable by
+	// whatever runs inside.
+	ReadOnly []Bind
+
+	// ReadWrite binds host paths read-write: whatever runs inside can
+	// change them on the host. Prefer Workspace.
+	ReadWrite []Bind
+
+	// Tmpfs mounts empty, writable tmpfs directories (besides /tmp and
+	// HOME), e.g. to mask a directory inside a ReadOnly bind.
+	Tmpfs []string
+
+	// Dir is the working directory inside. Empty means /workspace when
+	// there is a Workspace, else HOME.
+	Dir string
+
+	// HostView binds the whole host filesystem read-only instead of /usr
+	// and a curated /etc: everything the server's user can read becomes
+	// readable inside, except what Tmpfs masks. Only for the host
+	// read-only investigation profile.
+	HostView bool
+
+	// Seccomp is a BPF program (struct sock_filter array) loaded by bwrap
+	// with --seccomp before the command starts. Nil means no filter.
+	Seccomp []byte
+
+	// UID and GID are the ids the synthetic /etc/passwd and /etc/group
+	// name "sandbox". bwrap maps the caller's ids to themselves, so these
+	// should be os.Getuid() and os.Getgid(); profiles fill them in.
+	UID, GID int
+}
+
+// Workspace is a copy-on-write view of a host tree.
+type Workspace struct {
+	// Lower is the host tree shown at /workspace, never written.
+	Lower string
+	// Upper receives every write, creation and deletion (as a whiteout).
+	Upper string
+	// Work is overlayfs's scratch dir, on the same filesystem as Upper.
+	Work string
+}
+
+// Bind maps host path Src to Dst inside the sandbox (Dst "" means Src).
+type Bind struct {
+	Src, Dst string
+}
+
+// etcFiles are the /etc entries tools need. The whole /etc is never
+// bound: it holds host secrets (ssh host keys, shadow, credentials of
+// services). passwd and group are synthetic (see Build).
+var etcFiles = []string{
+	"/etc/alternatives",
+	"/etc/ca-certificates",
+	"/etc/ca-certificates.conf",
+	"/etc/debian_version",
+	"/etc/gitconfig",
+	"/etc/host.conf",
+	"/etc/hosts",
+	"/etc/inputrc",
+	"/etc/ld.so.cache",
+	"/etc/ld.so.conf",
+	"/etc/ld.so.conf.d",
+	"/etc/locale.alias",
+	"/etc/localtime",
+	"/etc/mime.types",
+	"/etc/nsswitch.conf",
+	"/etc/os-release",
+	"/etc/protocols",
+	"/etc/services",
+	"/etc/ssl/certs",
+	"/etc/ssl/openssl.cnf",
+	"/etc/timezone",
+}
+
+// Launch is a Policy turned into a bwrap invocation.
+type Launch struct {
+	// Path is the bwrap binary to execute; Args[0] is the same.
+	Path string
+	Args []string
+	// Env is the environment of the bwrap process itself: empty, so
+	// nothing of the host's environment reaches bwrap or the sandbox.
+	Env []string
+	// Files are contents bwrap reads from inherited descriptors: Files[i]
+	// must be readable at fd 3+i when bwrap starts. bwrap closes each one
+	// after reading it, so none reaches the command.
+	Files [][]byte
+}
+
+// Build turns p into the bwrap invocation that runs argv inside the
+// sandbox. It is a pure function: it touches no file and starts nothing.
+// argv[0] is looked up on PATH inside the sandbox.
+func (p *Policy) Build(argv ...string) (*Launch, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("sandboxkit: no command to run")
+	}
+	return p.build(argv, buildOptions{})
+}
+
+// buildOptions are the knobs only sandboxkit itself uses.
+type buildOptions struct {
+	// asPid1 makes the command pid 1 of the sandbox (bwrap's own reaper
+	// is left out): the Session supervisor reaps for itself.
+	asPid1 bool
+	// status passes fd 3 as --json-status-fd: bwrap reports there
+	// whether the command itself ran, and its exit code.
+	status bool
+	// reserved is how many descriptors after the status fd the caller
+	// passes for itself (the Session's control socket); Files follow them.
+	reserved int
+	// extraRO are read-only binds added after the policy's own.
+	extraRO []Bind
+}
+
+// firstFile is the descriptor number of Launch.Files[0].
+func (o buildOptions) firstFile() int {
+	n := 3 + o.reserved
+	if o.status {
+		n++
+	}
+	return n
+}
+
+func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	bwrap := p.Bwrap
+	if bwrap == "" {
+		bwrap = "bwrap"
+	}
+	l := &Launch{Path: bwrap, Env: []string{}}
+	a := []string{bwrap,
+		// New user, mount, pid, ipc, uts, cgroup and network namespaces.
+		"--unshare-all", "--unshare-user",
+	}
+	if p.ShareNet {
+		a = append(a, "--share-net")
+	}
+	a = append(a,
+		// The sandbox dies when its parent (the server) dies.
+		"--die-with-parent",
+		// A new session: no TIOCSTI injection into the server's terminal.
+		"--new-session",
+		// No nested user namespaces: closes the path to the kernel's
+		// namespace-only attack surface from inside.
+		"--disable-userns", "--assert-userns-disabled",
+		// No capabilities, even inside the namespaces.
+		"--cap-drop", "ALL",
+		"--hostname", "sandbox",
+		// Nothing of the host environment.
+		"--clearenv",
+	)
+	if o.asPid1 {
+		a = append(a, "--as-pid-1")
+	}
+	if p.HostView {
+		a = append(a, "--ro-bind", "/", "/")
+	} else {
+		// /usr read-only and the merged-/usr symlinks.
+		a = append(a,
+			"--ro-bind", "/usr", "/usr",
+			"--symlink", "usr/bin", "/bin",
+			"--symlink", "usr/sbin", "/sbin",
+			"--symlink", "usr/lib", "/lib",
+			"--symlink", "usr/lib64", "/lib64",
+		)
+	}
+	// A fresh /proc for the new pid namespace, a minimal /dev, empty /tmp.
+	a = append(a,
+		"--proc", "/proc",
+		"--dev", "/dev",
+		"--tmpfs", "/tmp",
+	)
+	if !p.HostView {
+		a = append(a, "--dir", "/var/tmp", "--dir", "/run")
+		for _, f := range etcFiles {
+			a = append(a, "--ro-bind-try", f, f)
+		}
+		if p.ShareNet {
+			// Name resolution is only useful, and only shown, with a network.
+			a = append(a, "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf")
+		}
+		// Synthetic passwd and group: tools that look up the current
+		// user (git, ssh, whoami) work, and the host's users stay hidden.
+		passwd := fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", p.UID, p.GID, HomeDir)
+		group := fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", p.GID)
+		if p.UID == 0 {
+			passwd = fmt.Sprintf("root:x:0:0:root:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", HomeDir)
+		}
+		if p.GID == 0 {
+			group = "root:x:0:\nnogroup:x:65534:\n"
+		}
+		a = append(a, "--file", p.fd(l, o, []byte(passwd)), "/etc/passwd")
+		a = append(a, "--file", p.fd(l, o, []byte(group)), "/etc/group")
+	}
+	for _, b := range p.ReadOnly {
+		a = append(a, "--ro-bind", b.Src, b.dst())
+	}
+	for _, b := range o.extraRO {
+		a = append(a, "--ro-bind", b.Src, b.dst())
+	}
+	for _, b := range p.ReadWrite {
+		a = append(a, "--bind", b.Src, b.dst())
+	}
+	for _, t := range p.Tmpfs {
+		a = append(a, "--tmpfs", t)
+	}
+	// HOME last, so no mask hides it.
+	a = append(a, "--tmpfs", HomeDir)
+	dir := p.Dir
+	if w := p.Workspace; w != nil {
+		a = append(a, "--overlay-src", w.Lower, "--overlay", w.Upper, w.Work, WorkspaceDir)
+		if dir == "" {
+			dir = WorkspaceDir
+		}
+	}
+	if dir == "" {
+		dir = HomeDir
+	}
+	a = append(a, "--chdir", dir)
+	for _, kv := range p.env() {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	if p.Seccomp != nil {
+		a = append(a, "--seccomp", p.fd(l, o, p.Seccomp))
+	}
+	if o.status {
+		a = append(a, "--json-status-fd", "3")
+	}
+	a = append(a, "--")
+	a = append(a, argv...)
+	l.Args = a
+	return l, nil
+}
+
+// fd records data as the next inherited file and returns its number.
+func (p *Policy) fd(l *Launch, o buildOptions, data []byte) string {
+	l.Files = append(l.Files, data)
+	return strconv.Itoa(o.firstFile() + len(l.Files) - 1)
+}
+
+// env is the sandbox's whole environment: the minimal base, then p.Env
+// (which may override the base).
+func (p *Policy) env() []string {
+	base := []string{
+		"PATH=" + DefaultPath,
+		"HOME=" + HomeDir,
+		"LANG=C.UTF-8",
+		"TERM=dumb",
+		"USER=sandbox",
+		"TMPDIR=/tmp",
+	}
+	out := make([]string, 0, len(base)+len(p.Env))
+	seen := map[string]int{}
+	for _, kv := range append(base, p.Env...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[k]; ok {
+			out[i] = kv
+			continue
+		}
+		seen[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func (p *Policy) validate() error {
+	for _, kv := range p.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
+			return fmt.Errorf("sandboxkit: environment entry %q is not KEY=value", kv)
+		}
+	}
+	abs := func(what, s string) error {
+		if s == "" || !path.IsAbs(s) {
+			return fmt.Errorf("sandboxkit: %s %q must be an absolute path", what, s)
+		}
+		if strings.Contains(s, "\x00") {
+			return fmt.Errorf("sandboxkit: %s %q contains NUL", what, s)
+		}
+		return nil
+	}
+	if w := p.Workspace; w != nil {
+		for _, c := range []struct{ what, p string }{{"workspace lower dir", w.Lower}, {"workspace upper dir", w.Upper}, {"workspace work dir", w.Work}} {
+			if err := abs(c.what, c.p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range append(append([]Bind{}, p.ReadOnly...), p.ReadWrite...) {
+		if err := abs("bind source", b.Src); err != nil {
+			return err
+		}
+		if err := abs("bind destination", b.dst()); err != nil {
+			return err
+		}
+	}
+	for _, t := range p.Tmpfs {
+		if err := abs("tmpfs", t); err != nil {
+			return err
+		}
+	}
+	if p.Dir != "" {
+		if err := abs("working directory", p.Dir); err != nil {
+			return err
+		}
+	}
+	if p.Seccomp != nil && (len(p.Seccomp) == 0 || len(p.Seccomp)%8 != 0) {
+		return fmt.Errorf("%w: seccomp program is %d bytes, not a whole number of 8-byte instructions", ErrUnavailable, len(p.Seccomp))
+	}
+	return nil
+}
+
+func (b Bind) dst() string {
+	if b.Dst == "" {
+		return b.Src
+	}
+	return b.Dst
+}

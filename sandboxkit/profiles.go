@@ -1,0 +1,119 @@
+package sandboxkit
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Profiles name the sandboxes Codumentor starts. Each is a Policy; the
+// differences are the point, so they are spelled out here in one place.
+const (
+	// ProfileWorkspace runs the agent's shell commands in a conversation's
+	// copy-on-write workspace, without network.
+	ProfileWorkspace = "workspace"
+	// ProfileSetup runs a project's setup script in its workspace; the
+	// network only when the operator allows it for setup.
+	ProfileSetup = "setup"
+	// ProfileExternalAgent runs an external coding-agent CLI (tier 1) in
+	// the workspace; network only with an egress allow-list.
+	ProfileExternalAgent = "external-agent"
+	// ProfileOffice parses one office document: the input read-only, no
+	// workspace, no network.
+	ProfileOffice = "office"
+	// ProfileMCP runs a local MCP stdio server for the life of the
+	// process: empty HOME (no ~/.ssh, ~/.gnupg), own pid namespace,
+	// network per the server's config.
+	ProfileMCP = "mcp"
+	// ProfileHostReadOnly gives an investigation a read-only view of the
+	// host with data directories masked; network only after the user
+	// agreed.
+	ProfileHostReadOnly = "host-readonly"
+)
+
+// ProfileNames lists the profiles in a stable order.
+var ProfileNames = []string{ProfileWorkspace, ProfileSetup, ProfileExternalAgent, ProfileOffice, ProfileMCP, ProfileHostReadOnly}
+
+// ProfileOptions are the inputs a profile takes. Options a profile does
+// not take must be left zero: Profile rejects them rather than ignore
+// a hole the caller believes open, or closed.
+type ProfileOptions struct {
+	// Bwrap is the bubblewrap binary (all profiles).
+	Bwrap string
+	// Workspace is required by workspace, setup and external-agent.
+	Workspace *Workspace
+	// ShareNet shares the host network (setup, external-agent, mcp,
+	// host-readonly).
+	ShareNet bool
+	// Input is the host file an office worker parses, shown read-only at
+	// /input/<base name> (office only, required there).
+	Input string
+	// Mask lists extra host directories hidden behind empty tmpfs in the
+	// host-readonly view (e.g. the instance dir).
+	Mask []string
+}
+
+// hostMasks are hidden in the host-readonly view: other users' files,
+// service state and credentials.
+var hostMasks = []string{"/home", "/root", "/var/lib", "/var/backups", "/var/mail", "/var/spool", "/run", "/var/tmp", "/media", "/mnt", "/srv", "/etc/ssh", "/etc/ssl/private"}
+
+// Profile returns the Policy of the named profile for the caller's uid
+// and gid.
+func Profile(name string, o ProfileOptions) (*Policy, error) {
+	if !slices.Contains(ProfileNames, name) {
+		return nil, fmt.Errorf("sandboxkit: unknown profile %q (known: %s)", name, strings.Join(ProfileNames, ", "))
+	}
+	reject := func(opt string, set bool) error {
+		if set {
+			return fmt.Errorf("sandboxkit: profile %s does not take option %s", name, opt)
+		}
+		return nil
+	}
+	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid()}
+	var errs []error
+	switch name {
+	case ProfileWorkspace, ProfileSetup, ProfileExternalAgent:
+		if o.Workspace == nil {
+			return nil, fmt.Errorf("sandboxkit: profile %s needs a workspace", name)
+		}
+		p.Workspace = o.Workspace
+		p.ShareNet = o.ShareNet
+		errs = append(errs, reject("Input", o.Input != ""), reject("Mask", len(o.Mask) > 0))
+		if name == ProfileWorkspace {
+			errs = append(errs, reject("ShareNet (the workspace shell has no network)", o.ShareNet))
+		}
+	case ProfileOffice:
+		if o.Input == "" {
+			return nil, fmt.Errorf("sandboxkit: profile %s needs an input file", name)
+		}
+		if !filepath.IsAbs(o.Input) {
+			return nil, fmt.Errorf("sandboxkit: office input %q must be an absolute path", o.Input)
+		}
+		p.ReadOnly = []Bind{{Src: o.Input, Dst: "/input/" + filepath.Base(o.Input)}}
+		p.Dir = "/input"
+		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("ShareNet", o.ShareNet), reject("Mask", len(o.Mask) > 0))
+	case ProfileMCP:
+		p.ShareNet = o.ShareNet
+		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("Input", o.Input != ""), reject("Mask", len(o.Mask) > 0))
+	case ProfileHostReadOnly:
+		p.HostView = true
+		p.ShareNet = o.ShareNet
+		// Build mounts a fresh /tmp anyway. The server user's home is
+		// masked too, wherever it is.
+		p.Tmpfs = append(append([]string{}, hostMasks...), o.Mask...)
+		if home, err := os.UserHomeDir(); err == nil && home != "/" {
+			p.Tmpfs = append(p.Tmpfs, home)
+		}
+		slices.Sort(p.Tmpfs)
+		p.Tmpfs = slices.Compact(p.Tmpfs)
+		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("Input", o.Input != ""))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,430 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// Cmd is a command to run once in a fresh sandbox, or in a Session.
+// Build it with Command (or Session.Command), set the fields, then call
+// Run (or Start and Wait), as with os/exec.
+type Cmd struct {
+	// Policy is what the sandbox can see and do.
+	Policy *Policy
+	// Args is the command line inside the sandbox; Args[0] is looked up
+	// on PATH inside. It is passed as a list: no shell is involved unless
+	// Args names one.
+	Args []string
+	// Env adds "KEY=value" entries for this command only, after the
+	// Policy's environment (and overriding it).
+	Env []string
+	// Dir is the working directory inside; empty means the Policy's.
+	Dir string
+
+	// Stdin, Stdout and Stderr are as in os/exec: nil means /dev/null.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	// OutputLimit caps the bytes of stdout and stderr together that reach
+	// Stdout and Stderr; the rest is read and dropped, a marker line says
+	// so, and State.Truncated is set. Zero means no limit.
+	OutputLimit int64
+
+	// Timeout kills the whole sandbox (in a Session: the command's
+	// process group) once it has run this long. Zero means no limit
+	// beyond the context.
+	Timeout time.Duration
+
+	// State is set by Wait.
+	State *State
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	cmd     *exec.Cmd
+	status  *statusReader
+	errHead *headWriter
+	cap     *outputCap
+	unlock  func() error
+	started time.Time
+	// sess is set for a command of a Session (Session.Command).
+	sess *sessionCmd
+}
+
+// State is what Wait learned about a finished command.
+type State struct {
+	// ExitCode is the command's exit status (128+N for signal N), or -1
+	// when the command never ran or was killed from outside.
+	ExitCode int
+	// Truncated reports that OutputLimit cut the output.
+	Truncated bool
+	// Duration is the wall-clock time from Start to the end of Wait.
+	Duration time.Duration
+}
+
+// Command returns a Cmd that runs argv under p. The context kills the
+// whole sandbox when it is done.
+func Command(ctx context.Context, p *Policy, argv ...string) *Cmd {
+	return &Cmd{Policy: p, Args: argv, ctx: ctx}
+}
+
+// Run starts c and waits for it. Errors: an *UnavailableError (errors.Is
+// ErrUnavailable) when isolation cannot be provided here; a *SetupError
+// when bwrap failed before the command ran (errors.Is ErrNotFound for a
+// missing command); an *ExitError for a non-zero exit; the context's
+// error when it or Timeout killed the sandbox.
+func (c *Cmd) Run() error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// Start checks that isolation is available, then starts the sandbox.
+// It never runs anything on the host when a check fails.
+func (c *Cmd) Start() error {
+	if c.cmd != nil {
+		return errors.New("sandboxkit: Cmd already started")
+	}
+	if c.Policy == nil && c.sess == nil {
+		return errors.New("sandboxkit: Cmd has no Policy")
+	}
+	if len(c.Args) == 0 {
+		return errors.New("sandboxkit: no command to run")
+	}
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.sess != nil {
+		return c.sess.start(ctx, c)
+	}
+	if err := Available(ctx, c.Policy); err != nil {
+		return err
+	}
+	return c.launch(ctx)
+}
+
+// launch starts the sandbox without consulting the Doctor (whose own
+// probes use it).
+func (c *Cmd) launch(ctx context.Context) error {
+	unlock, err := prepareWorkspace(c.Policy)
+	if err != nil {
+		return err
+	}
+	p := *c.Policy
+	p.Env = append(append([]string(nil), p.Env...), c.Env...)
+	if c.Dir != "" {
+		p.Dir = c.Dir
+	}
+	l, err := p.build(c.Args, buildOptions{status: true})
+	if err != nil {
+		unlock()
+		return err
+	}
+	if c.Timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
+	} else {
+		c.ctx, c.cancel = context.WithCancel(ctx)
+	}
+	c.unlock = unlock
+	if err := c.start(l); err != nil {
+		c.cancel()
+		unlock()
+		return err
+	}
+	return nil
+}
+
+func (c *Cmd) start(l *Launch) error {
+	cmd := exec.CommandContext(c.ctx, l.Path, l.Args[1:]...)
+	cmd.Env = l.Env
+	// Pipes close when bwrap and everything in its pid namespace are gone;
+	// WaitDelay only guards against a bug there.
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdin = c.Stdin
+
+	if c.OutputLimit > 0 {
+		c.cap = &outputCap{left: c.OutputLimit}
+	}
+	stdout, stderr := orDiscard(c.Stdout), orDiscard(c.Stderr)
+	if sameWriter(c.Stdout, c.Stderr) {
+		// os/exec would share one pipe; the stderr tee below defeats
+		// that, so serialize the two copying goroutines instead.
+		w := &lockedWriter{w: stdout}
+		stdout, stderr = w, w
+	}
+	cmd.Stdout = c.cap.wrap(stdout)
+	// bwrap reports setup failures on stderr; keep its head to say why.
+	c.errHead = &headWriter{max: 4096}
+	cmd.Stderr = io.MultiWriter(c.errHead, c.cap.wrap(stderr))
+
+	sr, sw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer sw.Close()
+	c.status = readStatus(sr)
+	mem, err := memFiles(l)
+	if err != nil {
+		sr.Close()
+		return err
+	}
+	files := append([]*os.File{sw}, mem...)
+	defer closeAll(files[1:])
+	cmd.ExtraFiles = files
+	c.cmd = cmd
+	c.started = time.Now()
+	if err := startProcess(cmd); err != nil {
+		sr.Close()
+		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
+	}
+	return nil
+}
+
+// Wait waits for the sandbox to exit and releases its workspace.
+func (c *Cmd) Wait() error {
+	if c.sess != nil {
+		return c.sess.wait(c)
+	}
+	if c.cmd == nil {
+		return errors.New("sandboxkit: Cmd not started")
+	}
+	if c.State != nil {
+		return errors.New("sandboxkit: Wait already called")
+	}
+	waitErr := c.cmd.Wait()
+	// Whether the context killed the sandbox, asked before our own
+	// cancel (which only releases the context's resources).
+	killed := c.ctx.Err()
+	c.cancel()
+	st := c.status.result()
+	if err := c.unlock(); err != nil && waitErr == nil {
+		waitErr = err
+	}
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
+	if killed != nil {
+		return fmt.Errorf("sandboxkit: sandbox killed: %w", killed)
+	}
+	if !st.ran {
+		return setupError(c.errHead.String(), waitErr)
+	}
+	c.State.ExitCode = st.exitCode
+	if st.exitCode != 0 {
+		return &ExitError{Code: st.exitCode}
+	}
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return waitErr
+		}
+	}
+	return nil
+}
+
+// prepareWorkspace checks the workspace before anything is mounted and
+// takes the upper dir's lock. The returned func releases it.
+func prepareWorkspace(p *Policy) (func() error, error) {
+	w := p.Workspace
+	if w == nil {
+		return func() error { return nil }, nil
+	}
+	for _, d := range []struct{ what, path string }{{"lower", w.Lower}, {"upper", w.Upper}, {"work", w.Work}} {
+		fi, err := os.Stat(d.path)
+		if err != nil {
+			return nil, fmt.Errorf("sandboxkit: workspace %s dir: %w", d.what, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("sandboxkit: workspace %s dir %s is not a directory", d.what, d.path)
+		}
+	}
+	if err := overlay.CheckOwners(w.Lower, p.UID, p.GID); err != nil {
+		return nil, err
+	}
+	return overlay.Lock(w.Upper)
+}
+
+func setupError(stderr string, waitErr error) error {
+	msg := strings.TrimSpace(stderr)
+	if i := strings.LastIndex(msg, "bwrap: "); i >= 0 {
+		msg = msg[i:]
+	}
+	if j := strings.IndexByte(msg, '\n'); j >= 0 {
+		msg = msg[:j]
+	}
+	if msg == "" {
+		msg = fmt.Sprintf("bwrap exited before starting the command (%v)", waitErr)
+	}
+	e := &SetupError{Message: msg}
+	if strings.HasPrefix(msg, "bwrap: execvp ") && strings.HasSuffix(msg, "No such file or directory") {
+		e.err = ErrNotFound
+	}
+	return e
+}
+
+// statusReader parses bwrap's --json-status-fd stream: a JSON object
+// with "child-pid" once the sandbox exists, and one with "exit-code"
+// only when the command itself ran and exited.
+type statusReader struct {
+	done     chan struct{}
+	ran      bool
+	exitCode int
+	childPid int
+}
+
+func readStatus(r io.ReadCloser) *statusReader {
+	s := &statusReader{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer r.Close()
+		dec := json.NewDecoder(r)
+		for {
+			var m struct {
+				ChildPid *int `json:"child-pid"`
+				ExitCode *int `json:"exit-code"`
+			}
+			if err := dec.Decode(&m); err != nil {
+				io.Copy(io.Discard, r)
+				return
+			}
+			if m.ChildPid != nil {
+				s.childPid = *m.ChildPid
+			}
+			if m.ExitCode != nil {
+				s.ran, s.exitCode = true, *m.ExitCode
+			}
+		}
+	}()
+	return s
+}
+
+func (s *statusReader) result() *statusReader {
+	<-s.done
+	return s
+}
+
+// outputCap counts output across stdout and stderr.
+type outputCap struct {
+	mu    sync.Mutex
+	left  int64
+	hit   bool
+	total int64
+}
+
+func (o *outputCap) wrap(w io.Writer) io.Writer {
+	if o == nil {
+		return w
+	}
+	if w == nil {
+		w = io.Discard
+	}
+	return &cappedWriter{cap: o, w: w}
+}
+
+func (o *outputCap) truncated() bool {
+	if o == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.hit
+}
+
+type cappedWriter struct {
+	cap *outputCap
+	w   io.Writer
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	o := c.cap
+	o.mu.Lock()
+	n := int64(len(p))
+	o.total += n
+	keep := min(n, o.left)
+	o.left -= keep
+	mark := keep < n && !o.hit
+	if keep < n {
+		o.hit = true
+	}
+	o.mu.Unlock()
+	if keep > 0 {
+		if _, err := c.w.Write(p[:keep]); err != nil {
+			return 0, err
+		}
+	}
+	if mark {
+		fmt.Fprintf(c.w, "\n[sandboxkit: output truncated: more than %d bytes]\n", o.total-1)
+	}
+	// Report everything written so the child never blocks on a full pipe.
+	return len(p), nil
+}
+
+// headWriter keeps the first max bytes written to it.
+type headWriter struct {
+	max int
+	buf bytes.Buffer
+	mu  sync.Mutex
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := h.max - h.buf.Len(); n > 0 {
+		h.buf.Write(p[:min(n, len(p))])
+	}
+	return len(p), nil
+}
+
+func (h *headWriter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.String()
+}
+
+// lockedWriter serializes writes from the stdout and stderr copiers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// sameWriter reports a == b, false for incomparable dynamic types.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a != nil && a == b
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}

@@ -1,0 +1,455 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// oldBwrap is Debian 12's bubblewrap 0.8.0, unpacked by
+// scripts/install-prereqs.
+const oldBwrap = "/var/cache/codumentor-prereqs/bwrap-0.8.0/usr/bin/bwrap"
+
+// testWorkspace makes lower (with a file and a symlink to /root), upper
+// and work dirs.
+func testWorkspace(t *testing.T) *Workspace {
+	t.Helper()
+	dir := t.TempDir()
+	w := &Workspace{Lower: filepath.Join(dir, "lower"), Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work")}
+	for _, d := range []string{w.Lower, w.Upper, w.Work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(w.Lower, "base.txt"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/root", filepath.Join(w.Lower, "rootlink")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { overlay.RemoveAll(dir) })
+	return w
+}
+
+func workspacePolicy(t *testing.T, w *Workspace) *Policy {
+	t.Helper()
+	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sh runs a shell script in p and returns stdout+stderr.
+func sh(t *testing.T, p *Policy, script string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	c := Command(t.Context(), p, "sh", "-c", script)
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	return out.String(), err
+}
+
+// treeHash hashes names, modes, link targets and contents under dir.
+func treeHash(t *testing.T, dir string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %v\n", p, fi.Mode())
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			fmt.Fprintln(h, target)
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			h.Write(b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+func TestRunIsolation(t *testing.T) {
+	requireSandbox(t)
+	t.Setenv("CODUMENTOR_JWT_SECRET", "canary-jwt-5f1e")
+	w := testWorkspace(t)
+	p := workspacePolicy(t, w)
+	home, _ := os.UserHomeDir()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	hostSleep := exec.Command("sleep", "60")
+	if err := hostSleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer hostSleep.Process.Kill()
+
+	tests := []struct {
+		name   string
+		script string
+		want   []string // substrings of the output
+		reject []string // substrings that must not appear
+	}{
+		{"root invisible", "ls -a /root 2>&1; echo rc=$?", []string{"No such file or directory", "rc=2"}, nil},
+		{"other homes invisible", "ls -a /home", []string{"sandbox"}, []string{"codumentor-test"}},
+		{"host home invisible", "ls -a " + home + " 2>&1; echo rc=$?", []string{"rc=2"}, nil},
+		{"no ssh keys", "ls -a $HOME/.ssh 2>&1; echo rc=$?", []string{"rc=2"}, nil},
+		{"no host environment", "env", []string{"HOME=/home/sandbox", "PATH=" + DefaultPath}, []string{"canary-jwt-5f1e", "CODUMENTOR"}},
+		{"no privileges", "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd)' /proc/self/status", []string{"NoNewPrivs:\t1", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000"}, nil},
+		{"no nested user namespace", "unshare -U true 2>&1; echo rc=$?", []string{"rc=1"}, nil},
+		{"host loopback unreachable", fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>&1; echo rc=$?", port), []string{"Connection refused", "rc=1"}, nil},
+		{"host processes invisible", fmt.Sprintf("ls /proc | grep -c '^[0-9]'; test -e /proc/%d; echo exists=$?; kill -9 %d 2>&1; echo kill=$?", hostSleep.Process.Pid, hostSleep.Process.Pid), []string{"exists=1", "kill=1"}, nil},
+		{"symlink to /root gives nothing", "ls rootlink/ 2>&1; cat rootlink/.bashrc 2>&1; echo rc=$?", []string{"No such file or directory", "rc=1"}, nil},
+		{"synthetic passwd", "id -un; cat /etc/passwd", []string{"sandbox"}, []string{"codumentor-test", "daemon:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := sh(t, p, tt.script)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(out, s) {
+					t.Errorf("output lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.reject {
+				if strings.Contains(out, s) {
+					t.Errorf("output has %q:\n%s", s, out)
+				}
+			}
+		})
+	}
+	select {
+	case <-accepted:
+		t.Error("the host's 127.0.0.1 listener accepted a connection from the sandbox")
+	default:
+	}
+	if err := hostSleep.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("host process was signalled from the sandbox: %v", err)
+	}
+}
+
+func TestRunOnlyStdioDescriptors(t *testing.T) {
+	requireSandbox(t)
+	// A descriptor the host process holds without close-on-exec, as one
+	// inherited from a shell would be.
+	leak := filepath.Join(t.TempDir(), "leak")
+	if err := os.WriteFile(leak, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(leak, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	out, err := sh(t, &Policy{UID: os.Getuid(), GID: os.Getgid()}, "cd /proc/self/fd && echo *")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// sh's glob reads the directory through its own descriptor, 3.
+	if got := strings.TrimSpace(out); got != "0 1 2 3" && got != "0 1 2" {
+		t.Errorf("descriptors inside the sandbox: %q, want only 0 1 2 (and the listing's own)", got)
+	}
+}
+
+func TestRunWorkspaceCopyOnWrite(t *testing.T) {
+	requireSandbox(t)
+	w := testWorkspace(t)
+	before := treeHash(t, w.Lower)
+	out, err := sh(t, workspacePolicy(t, w), "cat base.txt && echo changed >> base.txt && echo new > new.txt && rm rootlink && mkdir -p d/e && echo x > d/e/f")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out != "base\n" {
+		t.Errorf("read %q from the lower layer, want base", out)
+	}
+	if after := treeHash(t, w.Lower); after != before {
+		t.Error("the lower tree changed")
+	}
+	for name, want := range map[string]string{"base.txt": "base\nchanged\n", "new.txt": "new\n", "d/e/f": "x\n"} {
+		got, err := os.ReadFile(filepath.Join(w.Upper, name))
+		if err != nil || string(got) != want {
+			t.Errorf("upper/%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	// The deleted symlink is a whiteout in the upper dir.
+	fi, err := os.Lstat(filepath.Join(w.Upper, "rootlink"))
+	if err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		t.Errorf("upper/rootlink: %v %v, want a whiteout", fi, err)
+	}
+	// A second run sees the first one's writes.
+	out, err = sh(t, workspacePolicy(t, w), "cat new.txt; ls rootlink 2>&1; true")
+	if err != nil || !strings.Contains(out, "new\n") || !strings.Contains(out, "No such file") {
+		t.Errorf("second run: %v\n%s", err, out)
+	}
+}
+
+func TestRunExitStatusAndIO(t *testing.T) {
+	requireSandbox(t)
+	p := &Policy{UID: os.Getuid(), GID: os.Getgid()}
+	var ee *ExitError
+	if _, err := sh(t, p, "exit 3"); !errors.As(err, &ee) || ee.Code != 3 {
+		t.Errorf("exit 3: %v", err)
+	}
+	if _, err := sh(t, p, "kill -9 $$"); !errors.As(err, &ee) || ee.Code != 137 {
+		t.Errorf("killed by signal 9: %v", err)
+	}
+
+	var out, errb bytes.Buffer
+	c := Command(t.Context(), p, "sh", "-c", "tr a-z A-Z; echo oops >&2; echo $EXTRA; pwd")
+	c.Stdin = strings.NewReader("hello\n")
+	c.Stdout, c.Stderr = &out, &errb
+	c.Env = []string{"EXTRA=extra-value"}
+	c.Dir = "/tmp"
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "HELLO\nextra-value\n/tmp\n" || errb.String() != "oops\n" {
+		t.Errorf("stdout %q stderr %q", out.String(), errb.String())
+	}
+	if c.State.ExitCode != 0 || c.State.Truncated {
+		t.Errorf("state %+v", c.State)
+	}
+}
+
+func TestRunOutputLimit(t *testing.T) {
+	requireSandbox(t)
+	var out bytes.Buffer
+	c := Command(t.Context(), &Policy{}, "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo done >&2")
+	c.Stdout, c.Stderr = &out, &out
+	c.OutputLimit = 1000
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.State.Truncated {
+		t.Error("State.Truncated not set")
+	}
+	got := out.String()
+	if !strings.HasPrefix(got, strings.Repeat("a", 1000)+"\n[sandboxkit: output truncated") || strings.Contains(got, "done") {
+		t.Errorf("output %d bytes: %.80q…%q", len(got), got, got[max(0, len(got)-80):])
+	}
+}
+
+// sandboxProcesses returns the host pids whose command line has marker.
+func sandboxProcesses(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if bytes.Contains(b, []byte(marker)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func waitGone(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(sandboxProcesses(marker)) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("processes still running: %v", sandboxProcesses(marker))
+}
+
+func TestRunTimeoutKillsTree(t *testing.T) {
+	requireSandbox(t)
+	marker := fmt.Sprintf("marker-timeout-%d", time.Now().UnixNano())
+	c := Command(t.Context(), &Policy{}, "sh", "-c", "sleep 107 & (sleep 107; echo "+marker+") & setsid sleep 107 & wait; : "+marker)
+	c.Timeout = 300 * time.Millisecond
+	start := time.Now()
+	err := c.Run()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v to kill", d)
+	}
+	waitGone(t, marker)
+	if n := len(sandboxProcesses("sleep\x00107")); n > 0 {
+		t.Errorf("%d of the sandbox's sleep processes survived", n)
+	}
+}
+
+// runChild is the child of TestRunDiesWithParent (see TestMain): it runs
+// a long command tagged with marker, says "ready", and waits to be killed.
+func runChild(marker string) error {
+	c := Command(context.Background(), &Policy{UID: os.Getuid(), GID: os.Getgid()}, "sh", "-c", "echo ready; sleep 1000; : "+marker)
+	c.Stdout = os.Stdout
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+func TestRunDiesWithParent(t *testing.T) {
+	requireSandbox(t)
+	marker := fmt.Sprintf("marker-parent-%d", time.Now().UnixNano())
+	child := exec.Command(os.Args[0])
+	child.Env = append(os.Environ(), testChildEnv+"=run:"+marker)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if !strings.Contains(string(buf[:n]), "ready") {
+		t.Fatalf("child: %q", buf[:n])
+	}
+	if len(sandboxProcesses(marker)) == 0 {
+		t.Fatal("the sandboxed command is not running (test cannot show anything)")
+	}
+	child.Process.Kill()
+	child.Wait()
+	waitGone(t, marker)
+}
+
+func TestRunBadInput(t *testing.T) {
+	requireSandbox(t)
+	p := &Policy{}
+	if err := Command(t.Context(), p, "no-such-command-xyz").Run(); !errors.Is(err, ErrNotFound) {
+		t.Errorf("missing command: %v, want ErrNotFound", err)
+	} else if !strings.Contains(err.Error(), "no-such-command-xyz") {
+		t.Errorf("missing command error does not name it: %v", err)
+	}
+
+	w := testWorkspace(t)
+	missing := *w
+	missing.Lower = filepath.Join(t.TempDir(), "does-not-exist")
+	if err := Command(t.Context(), workspacePolicy(t, &missing), "true").Run(); err == nil || !strings.Contains(err.Error(), "lower") {
+		t.Errorf("missing lower dir: %v", err)
+	}
+
+	// An upper dir serves one sandbox at a time.
+	ctx, cancel := context.WithCancel(t.Context())
+	first := Command(ctx, workspacePolicy(t, w), "sleep", "5")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err := Command(t.Context(), workspacePolicy(t, w), "true").Run()
+	if !errors.Is(err, overlay.ErrInUse) {
+		t.Errorf("second sandbox on a busy upper dir: %v, want ErrInUse", err)
+	}
+	cancel()
+	first.Wait()
+	if err := Command(t.Context(), workspacePolicy(t, w), "true").Run(); err != nil {
+		t.Errorf("after the first sandbox ended: %v", err)
+	}
+}
+
+func TestRunFailsClosed(t *testing.T) {
+	requireSandbox(t)
+	if _, err := os.Stat(oldBwrap); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s missing: scripts/install-prereqs unpacks it", oldBwrap)
+		}
+		t.Skipf("%s missing: run scripts/install-prereqs", oldBwrap)
+	}
+	fakePath := t.TempDir() // no bwrap here
+	tests := []struct {
+		name, bwrap, check, remedy string
+	}{
+		{"absent", "/nonexistent/bwrap", "bwrap", "install bubblewrap"},
+		{"absent from PATH", "", "bwrap", "install bubblewrap"},
+		{"too old", oldBwrap, "bwrap-version", "0.12.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.bwrap == "" {
+				t.Setenv("PATH", fakePath)
+			}
+			out := t.TempDir()
+			marker := filepath.Join(out, "marker")
+			p := &Policy{Bwrap: tt.bwrap, ReadWrite: []Bind{{Src: out}}}
+			err := Command(t.Context(), p, "touch", marker).Run()
+			var ue *UnavailableError
+			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != tt.check {
+				t.Fatalf("err = %v, want ErrUnavailable from check %s", err, tt.check)
+			}
+			if !strings.Contains(err.Error(), tt.remedy) {
+				t.Errorf("error lacks the remedy %q: %v", tt.remedy, err)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the command ran")
+			}
+		})
+	}
+	// The control: with the real bwrap the same command does run.
+	out := t.TempDir()
+	if err := Command(t.Context(), &Policy{ReadWrite: []Bind{{Src: out}}}, "touch", filepath.Join(out, "marker")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "marker")); err != nil {
+		t.Error("control: the command did not run with a working bwrap")
+	}
+}
+
+func TestDoctorReport(t *testing.T) {
+	requireSandbox(t)
+	r := Doctor(t.Context(), DoctorOptions{})
+	want := []string{"bwrap", "bwrap-version", "bwrap-not-setuid", "userns", "proc", "overlay", "loopback"}
+	if len(r.Checks) != len(want) {
+		t.Fatalf("checks %+v", r.Checks)
+	}
+	for i, c := range r.Checks {
+		if c.Name != want[i] || !c.OK {
+			t.Errorf("check %d: %+v, want %s ok", i, c, want[i])
+		}
+	}
+	if r.Err() != nil {
+		t.Error(r.Err())
+	}
+	if r2 := Doctor(t.Context(), DoctorOptions{}); r2 != r {
+		t.Error("the report is not cached")
+	}
+}

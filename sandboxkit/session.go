@@ -1,0 +1,950 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrSessionClosed is wrapped by the errors of a Session that has ended:
+// closed, idle too long, or its sandbox died. The message says which.
+var ErrSessionClosed = errors.New("sandboxkit: session closed")
+
+// ErrNoJob means Output or Kill named a job the Session does not have.
+var ErrNoJob = errors.New("sandboxkit: no such background job")
+
+const (
+	// jobOutputMax is how much of a background job's output is kept: the
+	// last bytes of stdout and stderr together.
+	jobOutputMax = 1 << 20
+	// maxJobs bounds the jobs a Session remembers; the oldest finished
+	// ones are forgotten first.
+	maxJobs = 100
+	// sessionWaitDelay is how long Wait, once the command has exited,
+	// waits for its output pipes to close: a process that left the
+	// command's process group may hold them open for ever.
+	sessionWaitDelay = 2 * time.Second
+	// sessionStartTimeout bounds the start of the sandbox beyond the
+	// caller's context.
+	sessionStartTimeout = 30 * time.Second
+)
+
+// SessionOptions tune a Session.
+type SessionOptions struct {
+	// IdleTimeout closes the session once it has been idle this long:
+	// no foreground command running, none ended and no command started
+	// since. Running background jobs do not keep it open, so a forgotten
+	// server never pins a sandbox and its workspace. Zero means never.
+	IdleTimeout time.Duration
+}
+
+// Session is a long-lived sandbox (one per conversation): one bwrap whose
+// pid 1 is sandboxkit's supervisor, this same binary re-executed (see
+// Main). Commands start through it, so they share one overlay mount and
+// cost no bwrap start-up. Foreground commands (Command) stream output and
+// report exit codes like os/exec; background jobs (StartBackground) keep
+// running across later commands until they exit, Kill, or the session
+// ends.
+//
+// Every process of the session dies when it ends: Close, IdleTimeout, or
+// the server's death (bwrap dies with it, and the pid namespace with pid
+// 1). A workspace upper dir is mounted by one sandbox at a time; a second
+// StartSession or Run on it fails with overlay.ErrInUse. Commands receive
+// only stdin, stdout and stderr: no other descriptor of the server or
+// the supervisor.
+//
+// A Session is safe for concurrent use.
+type Session struct {
+	policy *Policy
+	idle   time.Duration
+
+	bwrap     *exec.Cmd
+	bwrapDone chan struct{}
+	bwrapErr  error
+	errHead   *headWriter
+	ctl       *os.File
+	unlock    func() error
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	done      chan struct{}
+	err       error // why the session ended; set before done closes
+	closeErr  error // from releasing the workspace
+
+	mu        sync.Mutex
+	closing   bool
+	ending    error // the reason given to shutdown
+	nextID    uint64
+	procs     map[uint64]*proc // started through the supervisor, not yet exited
+	nextJob   int
+	jobs      map[int]*job
+	active    int // foreground commands running
+	lastUse   time.Time
+	idleTimer *time.Timer
+}
+
+// StartSession checks that p can be sandboxed here (returning Available's
+// *UnavailableError if not), takes the workspace's lock and starts the
+// sandbox. ctx bounds only the start: the session lives until Close,
+// IdleTimeout, or the death of this process. The program must have
+// called Main.
+func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, error) {
+	if !mainCalled.Load() {
+		return nil, errors.New("sandboxkit: StartSession needs the session supervisor: call sandboxkit.Main() first in main (and in TestMain)")
+	}
+	if p == nil {
+		return nil, errors.New("sandboxkit: StartSession: nil Policy")
+	}
+	if o.IdleTimeout < 0 {
+		return nil, fmt.Errorf("sandboxkit: negative IdleTimeout %v", o.IdleTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := Available(ctx, p); err != nil {
+		return nil, err
+	}
+	pc := *p
+	pc.Env = slices.Clone(p.Env)
+	unlock, err := prepareWorkspace(&pc)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		policy:    &pc,
+		idle:      o.IdleTimeout,
+		bwrapDone: make(chan struct{}),
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		procs:     map[uint64]*proc{},
+		jobs:      map[int]*job{},
+		unlock:    unlock, // released by finish once launched
+	}
+	if err := s.launch(); err != nil {
+		unlock()
+		return nil, err
+	}
+
+	timer := time.NewTimer(sessionStartTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.ready:
+	case <-s.done:
+		return nil, setupError(s.errHead.String(), s.bwrapErr)
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	case <-timer.C:
+		s.Close()
+		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v: %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
+	}
+	s.mu.Lock()
+	s.lastUse = time.Now()
+	if s.idle > 0 {
+		s.idleTimer = time.AfterFunc(s.idle, s.idleCheck)
+	}
+	s.mu.Unlock()
+	return s, nil
+}
+
+// launch starts bwrap with the supervisor as pid 1.
+func (s *Session) launch() error {
+	// bwrap executes the very binary that runs now, through an inherited
+	// descriptor: nothing of the host is bound into the sandbox for it,
+	// and an upgrade that replaced the file on disk cannot start a
+	// supervisor that speaks another protocol.
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("sandboxkit: open this program's executable for the session supervisor: %w", err)
+	}
+	defer exe.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandboxkit: session control socket: %w", err)
+	}
+	child := os.NewFile(uintptr(pair[1]), "sandboxkit-control")
+	defer child.Close()
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		return fmt.Errorf("sandboxkit: session control socket: %w", err)
+	}
+	// Non-blocking before NewFile: reads and writes then use the poller.
+	ctl := os.NewFile(uintptr(pair[0]), "sandboxkit-control")
+
+	// The two reserved descriptors: the control socket (3), then the
+	// executable (4); the Policy's files follow.
+	o := buildOptions{asPid1: true, reserved: 2}
+	first := o.firstFile() - o.reserved
+	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
+	l, err := s.policy.build([]string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}, o)
+	if err != nil {
+		ctl.Close()
+		return err
+	}
+	mem, err := memFiles(l)
+	if err != nil {
+		ctl.Close()
+		return err
+	}
+	defer closeAll(mem)
+	files := append([]*os.File{child, exe}, mem...)
+
+	cmd := exec.Command(l.Path, l.Args[1:]...)
+	cmd.Env = l.Env
+	// Only bwrap and the supervisor write here (commands get their own
+	// descriptors): keep the head to say why a session failed.
+	s.errHead = &headWriter{max: 4096}
+	cmd.Stdout, cmd.Stderr = s.errHead, s.errHead
+	cmd.WaitDelay = 5 * time.Second
+	cmd.ExtraFiles = files
+	if err := startProcess(cmd); err != nil {
+		ctl.Close()
+		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
+	}
+	// Our copy of the supervisor's end must go now: its EOF is how the
+	// host learns that the supervisor died.
+	child.Close()
+	s.bwrap, s.ctl = cmd, ctl
+	go func() {
+		s.bwrapErr = cmd.Wait()
+		close(s.bwrapDone)
+	}()
+	go s.readLoop()
+	return nil
+}
+
+// Close kills every process of the session, waits until bwrap and the
+// sandbox are gone and releases the workspace. It returns the error of
+// releasing the workspace lock, if any; why a session ended by itself is
+// in Err. Close may be called more than once.
+func (s *Session) Close() error {
+	s.shutdown(ErrSessionClosed)
+	<-s.done
+	return s.closeErr
+}
+
+// Done is closed when the session has ended and its processes are gone.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session runs. Afterwards it says why it ended,
+// wrapping ErrSessionClosed: closed, idle for IdleTimeout, or the sandbox
+// died (with what bwrap or the supervisor printed).
+func (s *Session) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// shutdown starts ending the session: closing the control socket makes
+// the supervisor exit, and the kernel kills the rest of the sandbox.
+func (s *Session) shutdown(reason error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing, s.ending = true, reason
+	if s.idleTimer != nil {
+		s.idleTimer.Stop()
+	}
+	s.mu.Unlock()
+	s.ctl.Close()
+}
+
+func (s *Session) closedErr() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ending != nil {
+		return s.ending
+	}
+	return ErrSessionClosed
+}
+
+// readLoop dispatches the supervisor's messages until the socket closes,
+// then ends the session.
+func (s *Session) readLoop() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.ctl.Read(buf)
+		if err != nil || n == 0 {
+			break
+		}
+		var m ctlReply
+		if json.Unmarshal(buf[:n], &m) == nil {
+			s.dispatch(&m)
+		}
+	}
+	s.finish()
+}
+
+func (s *Session) dispatch(m *ctlReply) {
+	if m.Op == "ready" {
+		s.readyOnce.Do(func() { close(s.ready) })
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.procs[m.ID]
+	if p == nil {
+		return
+	}
+	switch m.Op {
+	case "started":
+		if !p.isStarted {
+			p.pid, p.isStarted = m.Pid, true
+			close(p.started)
+		}
+	case "failed":
+		if !p.isStarted {
+			e := &SetupError{Message: m.Err}
+			if m.NotFound {
+				e.err = ErrNotFound
+			}
+			p.startErr, p.isStarted = e, true
+			close(p.started)
+			delete(s.procs, m.ID)
+			close(p.done)
+		}
+	case "exited":
+		delete(s.procs, m.ID)
+		p.code = m.Code
+		close(p.done)
+	}
+}
+
+// finish runs once the control socket is closed or dead: it waits for
+// the sandbox to be gone, then fails what is still pending, releases the
+// workspace and closes done.
+func (s *Session) finish() {
+	s.shutdown(nil)
+	select {
+	case <-s.bwrapDone:
+	case <-time.After(5 * time.Second):
+		// The supervisor did not exit: killing bwrap kills it
+		// (--die-with-parent), and the pid namespace with it.
+		s.bwrap.Process.Kill()
+		<-s.bwrapDone
+	}
+	s.mu.Lock()
+	reason := s.ending
+	if reason == nil {
+		why := strings.TrimSpace(s.errHead.String())
+		if why == "" {
+			why = fmt.Sprint(s.bwrapErr)
+		}
+		reason = fmt.Errorf("%w: the sandbox exited unexpectedly: %s", ErrSessionClosed, why)
+	}
+	s.ending = reason
+	procs := s.procs
+	s.procs = nil
+	s.mu.Unlock()
+	for _, p := range procs {
+		if !p.isStarted {
+			p.startErr, p.isStarted = reason, true
+			close(p.started)
+		}
+		p.err = reason
+		close(p.done)
+	}
+	if s.unlock != nil {
+		s.closeErr = s.unlock()
+	}
+	s.err = reason
+	close(s.done)
+}
+
+// proc is one command started through the supervisor. Its fields are
+// written under Session.mu before the channel that publishes them closes.
+type proc struct {
+	id        uint64
+	started   chan struct{}
+	isStarted bool
+	pid       int
+	startErr  error
+	done      chan struct{}
+	code      int
+	err       error // the session's end, when it came before the exit
+}
+
+// startProc asks the supervisor to start argv with the given stdin,
+// stdout and stderr, and waits until it has.
+func (s *Session) startProc(ctx context.Context, argv, env []string, dir string, stdio []*os.File) (*proc, error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil, s.closedErr()
+	}
+	s.nextID++
+	p := &proc{id: s.nextID, started: make(chan struct{}), done: make(chan struct{})}
+	s.procs[p.id] = p
+	s.mu.Unlock()
+	if err := s.send(ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}, stdio); err != nil {
+		s.mu.Lock()
+		closing := s.closing
+		delete(s.procs, p.id)
+		s.mu.Unlock()
+		if closing {
+			return nil, s.closedErr()
+		}
+		return nil, fmt.Errorf("sandboxkit: send command to the session: %w", err)
+	}
+	select {
+	case <-p.started:
+	case <-ctx.Done():
+		go func() {
+			<-p.started
+			if p.startErr == nil {
+				s.kill(p.id)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if p.startErr != nil {
+		return nil, p.startErr
+	}
+	return p, nil
+}
+
+// kill kills a command's process group.
+func (s *Session) kill(id uint64) error {
+	return s.send(ctlRequest{Op: "kill", ID: id}, nil)
+}
+
+// send writes one request, with files as SCM_RIGHTS.
+func (s *Session) send(req ctlRequest, files []*os.File) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxInlineRequest {
+		if len(b) > maxRequest {
+			return fmt.Errorf("sandboxkit: command line and environment take %d bytes, more than the %d a command can have", len(b), maxRequest)
+		}
+		blob, err := memFile("request", b)
+		if err != nil {
+			return err
+		}
+		defer blob.Close()
+		files = append(slices.Clip(files), blob)
+		b, _ = json.Marshal(ctlRequest{Op: req.Op, ID: req.ID, Blob: true})
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	rc, err := s.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_NOSIGNAL)
+		return serr != unix.EAGAIN
+	})
+	runtime.KeepAlive(files)
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// commandEnv returns a command's whole environment: the Policy's, then
+// env; and checks dir.
+func (s *Session) commandEnv(env []string, dir string) ([]string, error) {
+	if err := (&Policy{Env: env}).validate(); err != nil {
+		return nil, err
+	}
+	if dir != "" && (!path.IsAbs(dir) || strings.Contains(dir, "\x00")) {
+		return nil, fmt.Errorf("sandboxkit: working directory %q must be an absolute path", dir)
+	}
+	p := Policy{Env: append(slices.Clip(s.policy.Env), env...)}
+	return p.env(), nil
+}
+
+// begin records activity for IdleTimeout; foreground commands hold the
+// session open until end.
+func (s *Session) begin(foreground bool) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return s.closedErr()
+	}
+	if foreground {
+		s.active++
+	}
+	s.lastUse = time.Now()
+	s.armIdleLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Session) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	s.lastUse = time.Now()
+	s.armIdleLocked()
+}
+
+func (s *Session) armIdleLocked() {
+	if s.idleTimer == nil || s.closing {
+		return
+	}
+	if s.active > 0 {
+		s.idleTimer.Stop()
+	} else {
+		s.idleTimer.Reset(s.idle)
+	}
+}
+
+func (s *Session) idleCheck() {
+	s.mu.Lock()
+	left := s.idle - time.Since(s.lastUse)
+	idle := s.active == 0 && !s.closing && left <= 0
+	if s.active == 0 && !s.closing && left > 0 {
+		s.idleTimer.Reset(left)
+	}
+	s.mu.Unlock()
+	if idle {
+		s.shutdown(fmt.Errorf("%w: idle for %v", ErrSessionClosed, s.idle))
+	}
+}
+
+// Command returns a Cmd that runs argv in the session, as a foreground
+// command: set its fields, then Run (or Start and Wait). Env and Dir
+// apply to this command only; Timeout and the context kill the command
+// and its process group, not the session. When the command exits,
+// whatever it left running in its process group is killed: use
+// StartBackground for processes that must outlive it (one that left the
+// group, e.g. with setsid, runs on until the session ends, and Wait stops
+// waiting for its output 2 s after the command exited). Wait returns an
+// error wrapping ErrSessionClosed when the session ended first. The Cmd's
+// Policy is nil: the session's applies.
+func (s *Session) Command(ctx context.Context, argv ...string) *Cmd {
+	return &Cmd{Args: argv, ctx: ctx, sess: &sessionCmd{s: s}}
+}
+
+// sessionCmd is the part of a Cmd that runs in a Session.
+type sessionCmd struct {
+	s         *Session
+	begun     bool
+	proc      *proc
+	watchDone chan struct{}
+	killErr   error // why the command was killed; written before watchDone closes
+	copies    sync.WaitGroup
+	copyMu    sync.Mutex
+	copyErr   error
+	readers   []*os.File // host ends of the output pipes
+	stdinW    *os.File
+}
+
+// start runs after Cmd.Start's checks of Args and ctx.
+func (sc *sessionCmd) start(ctx context.Context, c *Cmd) (err error) {
+	if sc.begun {
+		return errors.New("sandboxkit: Cmd already started")
+	}
+	s := sc.s
+	env, err := s.commandEnv(c.Env, c.Dir)
+	if err != nil {
+		return err
+	}
+	if err := s.begin(true); err != nil {
+		return err
+	}
+	sc.begun = true
+	// child are the ends sent to the supervisor; ours go once sent.
+	var child []*os.File
+	defer func() {
+		closeAll(child)
+		if err != nil {
+			closeAll(sc.readers)
+			if sc.stdinW != nil {
+				sc.stdinW.Close()
+			}
+			s.end()
+		}
+	}()
+	var devnull *os.File
+	null := func() (*os.File, error) {
+		if devnull == nil {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return nil, err
+			}
+			devnull = f
+			child = append(child, f)
+		}
+		return devnull, nil
+	}
+	pipe := func(w io.Writer) (*os.File, error) {
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		child = append(child, pw)
+		sc.readers = append(sc.readers, r)
+		sc.copies.Add(1)
+		go sc.copy(w, r)
+		return pw, nil
+	}
+
+	var stdin, stdout, stderr *os.File
+	switch r := c.Stdin.(type) {
+	case nil:
+		stdin, err = null()
+	case *os.File:
+		stdin = r
+	default:
+		var pr *os.File
+		pr, sc.stdinW, err = os.Pipe()
+		if err == nil {
+			child = append(child, pr)
+			stdin = pr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if c.OutputLimit > 0 {
+		c.cap = &outputCap{left: c.OutputLimit}
+	}
+	if c.Stdout == nil {
+		stdout, err = null()
+	} else {
+		stdout, err = pipe(c.cap.wrap(c.Stdout))
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Stderr == nil:
+		stderr, err = null()
+	case sameWriter(c.Stdout, c.Stderr):
+		// One pipe keeps the order of interleaved output.
+		stderr = stdout
+	default:
+		stderr, err = pipe(c.cap.wrap(c.Stderr))
+	}
+	if err != nil {
+		return err
+	}
+
+	if c.Timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
+	} else {
+		c.ctx, c.cancel = context.WithCancel(ctx)
+	}
+	c.started = time.Now()
+	p, err := s.startProc(c.ctx, c.Args, env, c.Dir, []*os.File{stdin, stdout, stderr})
+	if err != nil {
+		c.cancel()
+		return err
+	}
+	sc.proc = p
+	if sc.stdinW != nil {
+		go func() {
+			io.Copy(sc.stdinW, c.Stdin)
+			sc.stdinW.Close()
+		}()
+	}
+	sc.watchDone = make(chan struct{})
+	go sc.watch(c.ctx)
+	return nil
+}
+
+// watch kills the command when its context ends first.
+func (sc *sessionCmd) watch(ctx context.Context) {
+	defer close(sc.watchDone)
+	p := sc.proc
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		sc.killErr = ctx.Err()
+		sc.s.kill(p.id)
+		<-p.done
+	}
+}
+
+func (sc *sessionCmd) copy(w io.Writer, r *os.File) {
+	defer sc.copies.Done()
+	if _, err := io.Copy(w, r); err != nil && !errors.Is(err, os.ErrClosed) {
+		sc.copyMu.Lock()
+		if sc.copyErr == nil {
+			sc.copyErr = err
+		}
+		sc.copyMu.Unlock()
+		// Keep reading so that the command never blocks on a full pipe.
+		io.Copy(io.Discard, r)
+	}
+}
+
+func (sc *sessionCmd) wait(c *Cmd) error {
+	if sc.proc == nil {
+		return errors.New("sandboxkit: Cmd not started")
+	}
+	if c.State != nil {
+		return errors.New("sandboxkit: Wait already called")
+	}
+	p := sc.proc
+	<-sc.watchDone
+	c.cancel()
+	copied := make(chan struct{})
+	go func() {
+		sc.copies.Wait()
+		close(copied)
+	}()
+	select {
+	case <-copied:
+	case <-time.After(sessionWaitDelay):
+		closeAll(sc.readers)
+		<-copied
+	}
+	closeAll(sc.readers)
+	if sc.stdinW != nil {
+		sc.stdinW.Close()
+	}
+	sc.s.end()
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
+	switch {
+	case p.err != nil:
+		return p.err
+	case sc.killErr != nil:
+		return fmt.Errorf("sandboxkit: command killed: %w", sc.killErr)
+	}
+	c.State.ExitCode = p.code
+	if p.code != 0 {
+		return &ExitError{Code: p.code}
+	}
+	sc.copyMu.Lock()
+	defer sc.copyMu.Unlock()
+	return sc.copyErr
+}
+
+// JobInfo describes a background job.
+type JobInfo struct {
+	// ID names the job in this session: 1, 2, 3, ...
+	ID   int
+	Args []string
+	// Pid is the job's process id inside the sandbox.
+	Pid     int
+	Running bool
+	// ExitCode is the exit status (128+N for signal N); -1 while running
+	// or when the session ended first.
+	ExitCode int
+	Started  time.Time
+	// Ended is zero while the job runs.
+	Ended time.Time
+}
+
+type job struct {
+	info   JobInfo // guarded by Session.mu
+	out    *tailBuffer
+	proc   *proc
+	exited chan struct{}
+}
+
+// StartBackground starts argv in the session as a background job and
+// returns at once. env adds "KEY=value" entries; dir is the working
+// directory ("" means the Policy's). stdin is /dev/null; stdout and
+// stderr together are kept, the last 1 MiB of it, for Output. The job
+// runs until it exits, Kill, or the session ends; when it exits, what it
+// left in its process group is killed. ctx bounds only the start.
+// Background jobs do not count as activity for IdleTimeout.
+func (s *Session) StartBackground(ctx context.Context, argv []string, env []string, dir string) (JobInfo, error) {
+	if len(argv) == 0 {
+		return JobInfo{}, errors.New("sandboxkit: no command to run")
+	}
+	if err := ctx.Err(); err != nil {
+		return JobInfo{}, err
+	}
+	fullEnv, err := s.commandEnv(env, dir)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	if err := s.begin(false); err != nil {
+		return JobInfo{}, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return JobInfo{}, err
+	}
+	p, err := s.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w})
+	w.Close()
+	if err != nil {
+		r.Close()
+		return JobInfo{}, err
+	}
+	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{})}
+	go func() {
+		// Ends when the last writer is gone, at the latest with the session.
+		io.Copy(j.out, r)
+		r.Close()
+	}()
+	s.mu.Lock()
+	s.nextJob++
+	j.info = JobInfo{ID: s.nextJob, Args: slices.Clone(argv), Pid: p.pid, Running: true, ExitCode: -1, Started: time.Now()}
+	s.jobs[j.info.ID] = j
+	s.forgetJobsLocked()
+	info := j.info
+	s.mu.Unlock()
+	go func() {
+		<-p.done
+		s.mu.Lock()
+		j.info.Running, j.info.Ended = false, time.Now()
+		if p.err == nil {
+			j.info.ExitCode = p.code
+		}
+		s.mu.Unlock()
+		close(j.exited)
+	}()
+	info.Args = slices.Clone(info.Args)
+	return info, nil
+}
+
+// forgetJobsLocked drops the oldest finished jobs beyond maxJobs.
+func (s *Session) forgetJobsLocked() {
+	for len(s.jobs) > maxJobs {
+		oldest := 0
+		for id, j := range s.jobs {
+			if !j.info.Running && (oldest == 0 || id < oldest) {
+				oldest = id
+			}
+		}
+		if oldest == 0 {
+			return
+		}
+		delete(s.jobs, oldest)
+	}
+}
+
+// Jobs lists the session's background jobs, oldest first. Finished jobs
+// stay listed (the oldest are forgotten beyond 100).
+func (s *Session) Jobs() []JobInfo {
+	s.mu.Lock()
+	out := make([]JobInfo, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		out = append(out, j.info)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b JobInfo) int { return a.ID - b.ID })
+	for i := range out {
+		out[i].Args = slices.Clone(out[i].Args)
+	}
+	return out
+}
+
+func (s *Session) job(id int) (*job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j := s.jobs[id]; j != nil {
+		return j, nil
+	}
+	return nil, fmt.Errorf("%w: %d", ErrNoJob, id)
+}
+
+// Output returns the last 1 MiB of job id's stdout and stderr, and
+// whether earlier output was dropped. It works after the job and the
+// session have ended too.
+func (s *Session) Output(id int) (data []byte, truncated bool, err error) {
+	j, err := s.job(id)
+	if err != nil {
+		return nil, false, err
+	}
+	data, truncated = j.out.snapshot()
+	return data, truncated, nil
+}
+
+// Kill kills job id and its process group, and returns once its exit is
+// known. Killing a job that has already ended does nothing.
+func (s *Session) Kill(id int) error {
+	j, err := s.job(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-j.exited:
+		return nil
+	default:
+	}
+	if err := s.kill(j.proc.id); err != nil {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if !closing {
+			return fmt.Errorf("sandboxkit: kill job %d: %w", id, err)
+		}
+		// It dies with the session.
+	}
+	<-j.exited
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu    sync.Mutex
+	max   int
+	buf   []byte
+	total int64
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total += int64(len(p))
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return len(p), nil
+	}
+	t.buf = append(t.buf, p...)
+	// Trimming only past twice the size keeps appends amortized O(1).
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) snapshot() ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+	}
+	return bytes.Clone(b), t.total > int64(t.max)
+}

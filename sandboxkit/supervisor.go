@@ -1,0 +1,370 @@
+package sandboxkit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The supervisor is pid 1 of a Session's sandbox: the host binary,
+// re-executed by bwrap (see Main). It starts the commands the host asks
+// for, reaps every process of the sandbox, and exits when the control
+// socket closes; the kernel then kills everything left in the pid
+// namespace.
+//
+// Control protocol: one SOCK_SEQPACKET record per message, JSON. A start
+// request carries the command's stdin, stdout and stderr as SCM_RIGHTS,
+// so output flows from the command straight into the host's pipes.
+
+// supervisorFlag is os.Args[1] of the re-executed binary.
+const supervisorFlag = "--sandboxkit-supervisor"
+
+const (
+	// maxInlineRequest is the largest request sent as the record itself.
+	// Larger ones (long scripts, big environments) travel in a sealed
+	// memfd: a record cannot exceed the socket buffer (about 200 KiB).
+	maxInlineRequest = 32 << 10
+	// maxRequest bounds argv and environment together; execve itself
+	// refuses much more than this.
+	maxRequest = 8 << 20
+)
+
+type ctlRequest struct {
+	Op   string   `json:"op"` // "start" or "kill"
+	ID   uint64   `json:"id"`
+	Args []string `json:"args,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	// Blob says the request is in the memfd passed after the stdio fds.
+	Blob bool `json:"blob,omitempty"`
+}
+
+type ctlReply struct {
+	Op       string `json:"op"` // "ready", "started", "failed" or "exited"
+	ID       uint64 `json:"id,omitempty"`
+	Pid      int    `json:"pid,omitempty"`
+	Code     int    `json:"code,omitempty"`
+	Err      string `json:"err,omitempty"`
+	NotFound bool   `json:"notFound,omitempty"`
+}
+
+type supervisor struct {
+	ctl *os.File
+
+	// mu orders starts against reaping: a command is in procs before
+	// the reaper can see it exit.
+	mu    sync.Mutex
+	procs map[int]uint64 // pid (= process group) → request id
+	byID  map[uint64]int
+}
+
+// supervise runs the supervisor; args are the control and executable fds.
+func supervise(args []string) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "sandboxkit supervisor: "+format+"\n", a...)
+		return 2
+	}
+	if os.Getpid() != 1 {
+		return fail("runs only as pid 1 of a Session sandbox")
+	}
+	if len(args) != 2 {
+		return fail("want the control and executable descriptors, got %q", args)
+	}
+	ctl, err1 := strconv.Atoi(args[0])
+	exe, err2 := strconv.Atoi(args[1])
+	if err1 != nil || err2 != nil || ctl < 3 || exe < 3 {
+		return fail("bad descriptors %q", args)
+	}
+	// The executable was opened by the host for bwrap to exec; nothing
+	// here needs it.
+	unix.Close(exe)
+	// Whatever bwrap left open (its status pipe, anything inherited) must
+	// not reach the commands: the fork below keeps every descriptor that
+	// is not close-on-exec. The control socket is close-on-exec too.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail("close_range: %v", err)
+	}
+	// Commands run as the same uid: without this they could ptrace the
+	// supervisor or open /proc/1/fd and take the control socket.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("PR_SET_DUMPABLE: %v", err)
+	}
+	name := []byte("sandboxkit\x00")
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
+
+	// Pid 1 gets only the signals it handles. Catch them all so that a
+	// command's kill(1, ...) neither stops nor crashes the supervisor; a
+	// caught (not ignored) signal is reset to default in the commands.
+	ignored := make(chan os.Signal, 16)
+	signal.Notify(ignored)
+	go func() {
+		for range ignored {
+		}
+	}()
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+
+	if err := unix.SetNonblock(ctl, true); err != nil {
+		return fail("control socket: %v", err)
+	}
+	sv := &supervisor{ctl: os.NewFile(uintptr(ctl), "sandboxkit-control"), procs: map[int]uint64{}, byID: map[uint64]int{}}
+	go sv.reap(chld)
+	if err := sv.send(ctlReply{Op: "ready"}); err != nil {
+		return fail("control socket: %v", err)
+	}
+	sv.serve()
+	// The host closed the socket (Close, or it died): returning exits pid
+	// 1, and the kernel kills the rest of the sandbox.
+	return 0
+}
+
+func (sv *supervisor) send(r ctlReply) error {
+	// A reply must fit the host's read buffer, whatever the request held.
+	if len(r.Err) > 1024 {
+		r.Err = r.Err[:1024] + "..."
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = sv.ctl.Write(b)
+	return err
+}
+
+// serve handles requests until the control socket closes.
+func (sv *supervisor) serve() {
+	rc, err := sv.ctl.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	for {
+		var n, oobn, flags int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			return rerr != unix.EAGAIN
+		})
+		if err != nil || (rerr != nil && rerr != unix.EINTR) || (rerr == nil && n == 0 && oobn == 0) {
+			return
+		}
+		if rerr == unix.EINTR {
+			continue
+		}
+		fds := parseRights(oob[:oobn])
+		var req ctlRequest
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			err = errors.New("request truncated")
+		} else {
+			err = json.Unmarshal(buf[:n], &req)
+		}
+		if err == nil && req.Blob {
+			err = readBlob(&req, &fds)
+		}
+		switch {
+		case err != nil:
+			closeFds(fds)
+			sv.send(ctlReply{Op: "failed", ID: req.ID, Err: "bad request: " + err.Error()})
+		case req.Op == "start":
+			sv.start(&req, fds)
+		case req.Op == "kill":
+			closeFds(fds)
+			sv.kill(req.ID)
+		default:
+			closeFds(fds)
+			sv.send(ctlReply{Op: "failed", ID: req.ID, Err: "unknown request " + strconv.Quote(req.Op)})
+		}
+	}
+}
+
+func parseRights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+// readBlob replaces req with the request in the memfd that is the last of
+// fds, and drops that fd from fds.
+func readBlob(req *ctlRequest, fds *[]int) error {
+	if len(*fds) == 0 {
+		return errors.New("request blob missing")
+	}
+	last := len(*fds) - 1
+	f := os.NewFile(uintptr((*fds)[last]), "request")
+	*fds = (*fds)[:last]
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(io.NewSectionReader(f, 0, maxRequest+1), maxRequest+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxRequest {
+		return errors.New("request too large")
+	}
+	id := req.ID
+	*req = ctlRequest{}
+	if err := json.Unmarshal(b, req); err != nil {
+		return err
+	}
+	req.ID = id
+	return nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// start forks and execs one command with the three stdio fds it was sent.
+func (sv *supervisor) start(req *ctlRequest, fds []int) {
+	defer closeFds(fds)
+	failed := func(err string, notFound bool) {
+		sv.send(ctlReply{Op: "failed", ID: req.ID, Err: err, NotFound: notFound})
+	}
+	if len(fds) != 3 || len(req.Args) == 0 {
+		failed(fmt.Sprintf("bad start request: %d descriptors, %d args", len(fds), len(req.Args)), false)
+		return
+	}
+	if req.Dir != "" {
+		// Checked here because a failed chdir in the child is reported
+		// like a missing executable.
+		if fi, err := os.Stat(req.Dir); err != nil || !fi.IsDir() {
+			failed(fmt.Sprintf("working directory %s: not a directory in the sandbox", req.Dir), false)
+			return
+		}
+	}
+	path, err := lookPath(req.Args[0], req.Env, req.Dir)
+	if err != nil {
+		failed(err.Error(), true)
+		return
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   req.Dir,
+		Env:   req.Env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		// Its own session and process group, so that a kill reaches the
+		// command and everything it started.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	pid, err := syscall.ForkExec(path, req.Args, attr)
+	if err != nil {
+		failed(fmt.Sprintf("exec %s: %v", req.Args[0], err), errors.Is(err, syscall.ENOENT))
+		return
+	}
+	sv.procs[pid] = req.ID
+	sv.byID[req.ID] = pid
+	sv.send(ctlReply{Op: "started", ID: req.ID, Pid: pid})
+}
+
+// kill kills a command's process group.
+func (sv *supervisor) kill(id uint64) {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if pid, ok := sv.byID[id]; ok {
+		unix.Kill(-pid, unix.SIGKILL)
+	}
+}
+
+// reap waits for every child: as pid 1 the supervisor inherits all
+// orphans of the sandbox, and unreaped they would fill the pid table.
+// When a command exits, what it left in its process group is killed
+// first, while its zombie still reserves the group's id.
+func (sv *supervisor) reap(chld <-chan os.Signal) {
+	for range chld {
+		sv.mu.Lock()
+		for {
+			var info unix.Siginfo
+			err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			pid := siginfoPid(&info)
+			if err != nil || pid <= 0 {
+				break
+			}
+			id, known := sv.procs[pid]
+			if known {
+				unix.Kill(-pid, unix.SIGKILL)
+			}
+			var ws unix.WaitStatus
+			for {
+				if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+					break
+				}
+			}
+			if known {
+				delete(sv.procs, pid)
+				delete(sv.byID, id)
+				sv.send(ctlReply{Op: "exited", ID: id, Code: exitCode(ws)})
+			}
+		}
+		sv.mu.Unlock()
+	}
+}
+
+// siginfoPid reads si_pid, which x/sys/unix does not name: the union
+// after signo, errno and code is pointer-aligned, and si_pid is first.
+func siginfoPid(info *unix.Siginfo) int {
+	off := (3*4 + unsafe.Sizeof(uintptr(0)) - 1) &^ (unsafe.Sizeof(uintptr(0)) - 1)
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), off)))
+}
+
+func exitCode(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// lookPath finds argv0 as execvp would, on the PATH of the command's
+// environment; relative entries are relative to dir.
+func lookPath(argv0 string, env []string, dir string) (string, error) {
+	if strings.Contains(argv0, "/") {
+		return argv0, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, argv0)
+		check := p
+		if !filepath.IsAbs(p) && dir != "" {
+			check = filepath.Join(dir, p)
+		}
+		if fi, err := os.Stat(check); err == nil && fi.Mode().IsRegular() && unix.Access(check, unix.X_OK) == nil {
+			if !filepath.IsAbs(p) {
+				p = "./" + p
+			}
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found on PATH %s", argv0, path)
+}
