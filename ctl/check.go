@@ -1,0 +1,125 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/urfave/cli/v3"
+)
+
+// checkOptions are the inputs of every check source.
+type checkOptions struct {
+	bwrap         string
+	workspaceBase string
+}
+
+// checkSources produce the checks of `codumentorctl check`, in order.
+// Each check is required: one failure fails the command. Later sources
+// (seccomp, instance) are appended here.
+var checkSources = []func(context.Context, checkOptions, *checkReport){
+	sandboxChecks,
+}
+
+// checkReport is the output of `check --json`: the sandbox Doctor's Report
+// (its Checks extended by later sources) plus the overall verdict.
+type checkReport struct {
+	*sandboxkit.Report
+	OK bool `json:"ok"`
+}
+
+func sandboxChecks(ctx context.Context, o checkOptions, r *checkReport) {
+	// A copy: the Doctor caches its Report, and later sources append.
+	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase})
+	rep.Checks = slices.Clone(rep.Checks)
+	r.Report = &rep
+}
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "check",
+		Usage: "check that this machine can run Codumentor's sandbox",
+		Description: "Runs the sandbox pre-flight checks (the same the server runs before starting any\n" +
+			"sandbox): bwrap present, version >= " + sandboxkit.MinBwrapVersion + ", not setuid, user namespaces,\n" +
+			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace.\n" +
+			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
+			"Every check is required: exit status 1 when any fails.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
+			&cli.StringFlag{Name: "workspace-base", Usage: "directory that will hold workspace upper dirs; the overlay check mounts one there (default: the temp dir)", TakesFile: true},
+		},
+		Action: runCheck,
+	}
+}
+
+func runCheck(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Present() {
+		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	}
+	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base")}
+	r := &checkReport{}
+	for _, source := range checkSources {
+		source(ctx, o, r)
+	}
+	var failed []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			failed = append(failed, c.Name)
+		}
+	}
+	r.OK = len(failed) == 0 && len(r.Checks) > 0
+	out := cmd.Root().Writer
+	if cmd.Bool("json") {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printChecks(out, r)
+	}
+	if !r.OK {
+		return exitWith(exitFailure, fmt.Errorf("check failed: %s", strings.Join(failed, ", ")))
+	}
+	return nil
+}
+
+// printChecks prints one row per check and, under a failed one, its remedy.
+func printChecks(out io.Writer, r *checkReport) {
+	if r.Bwrap != "" {
+		fmt.Fprintf(out, "bwrap %s (version %s)\n\n", r.Bwrap, orDash(r.Version))
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
+	for _, c := range r.Checks {
+		status := "ok"
+		if !c.OK {
+			status = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, oneLine(c.Detail))
+		if !c.OK && c.Remedy != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Remedy)
+		}
+	}
+	tw.Flush()
+	if r.OK {
+		fmt.Fprintln(out, "\nall checks passed")
+	} else {
+		fmt.Fprintln(out, "\nsandbox unavailable: fix the failed check above (checks after a failed one do not run)")
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

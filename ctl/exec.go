@@ -1,0 +1,281 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/urfave/cli/v3"
+)
+
+func sandboxCommand() *cli.Command {
+	return &cli.Command{
+		Name:     "sandbox",
+		Usage:    "run a command in the sandbox, show the sandbox profiles",
+		Commands: []*cli.Command{execCommand(), profileCommand()},
+		Action:   groupAction,
+	}
+}
+
+// seccompModes are the values of --seccomp, as in the server's config.
+var seccompModes = []string{"log", "enforce", "off"}
+
+// execStopAt stops flag parsing at the command's name, so that
+// `sandbox exec ls -la` needs no "--" and the command's flags stay its own.
+var execStopAt = 1
+
+func execCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run one command in the sandbox, as the agent's shell tool does",
+		ArgsUsage: "[--] CMD [ARG...]",
+		Description: `Runs CMD in a fresh sandbox and waits for it. stdin, stdout and stderr are passed
+through; nothing of codumentorctl's environment reaches the command.
+
+With --workspace, the sandbox is the agent shell's (profile "workspace"): the tree
+is shown read-only at /workspace, copy-on-write; every write lands in the --upper
+dir, the tree itself is never modified. No network: with --share-net the setup
+profile is used instead, the one profile that has the workspace and the network.
+Without --workspace, the sandbox has no workspace at all: the MCP server profile
+(/usr and a curated /etc read-only, empty /tmp and HOME), network only with
+--share-net.
+
+The overlay's scratch (work) dir is created fresh in the upper dir's parent, which
+is on the same filesystem as the upper dir and where the overlay check probes, and
+removed after the run. Without --upper, a new temp dir holds upper and work; the
+upper dir's path is printed on stderr and kept.
+
+Before starting, the sandbox pre-flight checks run ("codumentorctl check"); when one
+fails nothing runs: exit 125 with the failed check and its remedy.
+
+Exit status: the command's own status (128+N when killed by signal N); 2 usage
+error; 124 --timeout expired; 125 the sandbox is unavailable, could not be set up,
+or its upper dir is in use by another sandbox; 126 CMD not executable; 127 CMD not
+found in the sandbox; 130 interrupted.`,
+		StopOnNthArg: &execStopAt,
+		// "help" is a command to run in the sandbox, not cli's help command.
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "workspace", Usage: "host tree shown read-only at /workspace (copy-on-write)", TakesFile: true},
+			&cli.StringFlag{Name: "upper", Usage: "dir that receives the workspace's writes; created if missing (default: a new temp dir)", TakesFile: true},
+			&cli.BoolFlag{Name: "share-net", Usage: "share the host's network (with --workspace: the setup profile)"},
+			&cli.StringFlag{
+				Name:  "seccomp",
+				Value: "log",
+				Usage: "seccomp mode: log, enforce or off; checked now, but no filter is loaded yet (sandboxkit has none until the seccomp issue lands)",
+				Validator: func(v string) error {
+					for _, m := range seccompModes {
+						if v == m {
+							return nil
+						}
+					}
+					return fmt.Errorf("want one of %s", strings.Join(seccompModes, ", "))
+				},
+			},
+			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
+			&cli.DurationFlag{Name: "timeout", Usage: "kill the sandbox after this long, exit 124 (0: no limit)"},
+		},
+		Action: runExec,
+	}
+}
+
+// execRun is one `sandbox exec`: the dirs it made, so that a run that
+// never started leaves nothing behind.
+type execRun struct {
+	tmpParent string // the temp dir holding upper and work, when --upper was not given
+	upper     string
+	made      bool // upper was created by this run
+	work      string
+}
+
+func runExec(ctx context.Context, cmd *cli.Command) error {
+	argv := cmd.Args().Slice()
+	if len(argv) == 0 {
+		return usageError(cmd, "missing command: %s [flags] -- CMD [ARG...]", cmd.FullName())
+	}
+	if cmd.Duration("timeout") < 0 {
+		return usageError(cmd, "invalid --timeout %s: must not be negative", cmd.Duration("timeout"))
+	}
+	if cmd.IsSet("seccomp") && cmd.String("seccomp") != "off" {
+		fmt.Fprintf(cmd.Root().ErrWriter, "%s: --seccomp=%s: no seccomp filter exists yet; the command runs without one\n", progName, cmd.String("seccomp"))
+	}
+	lower := cmd.String("workspace")
+	if lower == "" && cmd.String("upper") != "" {
+		return usageError(cmd, "--upper needs --workspace")
+	}
+	// A signal kills the sandbox through the context, so that the dirs
+	// this run made are still cleaned up.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	opts := sandboxkit.ProfileOptions{Bwrap: cmd.String("bwrap"), ShareNet: cmd.Bool("share-net")}
+	// Without a workspace: the MCP profile is the strict zero Policy plus
+	// an optional network, and takes no workspace or input.
+	profile := sandboxkit.ProfileMCP
+	run := &execRun{}
+	if lower != "" {
+		var err error
+		if lower, err = checkDir(lower); err != nil {
+			return usageError(cmd, "--workspace: %v", err)
+		}
+		if err := run.prepare(lower, cmd.String("upper")); err != nil {
+			var ue *exitError
+			if errors.As(err, &ue) {
+				return usageError(cmd, "%v", ue.err)
+			}
+			return exitWith(exitSandbox, err)
+		}
+		opts.Workspace = &sandboxkit.Workspace{Lower: lower, Upper: run.upper, Work: run.work}
+		// The agent's shell has no network, so ProfileWorkspace refuses
+		// ShareNet; setup is the profile with workspace and network.
+		profile = sandboxkit.ProfileWorkspace
+		if opts.ShareNet {
+			profile = sandboxkit.ProfileSetup
+		}
+	}
+	p, err := sandboxkit.Profile(profile, opts)
+	if err != nil {
+		run.cleanup(false)
+		return exitWith(exitSandbox, err)
+	}
+
+	c := sandboxkit.Command(ctx, p, argv...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.Root().Writer, cmd.Root().ErrWriter
+	c.Timeout = cmd.Duration("timeout")
+	if err := c.Start(); err != nil {
+		run.cleanup(false)
+		return execError(ctx, c, err)
+	}
+	if run.tmpParent != "" {
+		fmt.Fprintf(cmd.Root().ErrWriter, "%s: writes land in %s\n", progName, run.upper)
+	}
+	err = c.Wait()
+	// A SetupError means the command never ran: its upper dir is empty.
+	var setup *sandboxkit.SetupError
+	run.cleanup(!errors.As(err, &setup))
+	return execError(ctx, c, err)
+}
+
+// execError maps sandboxkit's errors to exit codes (see the package comment).
+func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
+	var exit *sandboxkit.ExitError
+	var setup *sandboxkit.SetupError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit):
+		return exitWith(exit.Code, nil)
+	case ctx.Err() != nil:
+		// Only a signal cancels ctx (--timeout uses the Cmd's own).
+		return exitWith(exitInterrupted, errors.New("interrupted; nothing is left running"))
+	case errors.Is(err, sandboxkit.ErrUnavailable):
+		return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
+	case errors.Is(err, sandboxkit.ErrNotFound):
+		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxkit.DefaultPath))
+	case errors.As(err, &setup) && strings.HasPrefix(setup.Message, "bwrap: execvp ") && strings.HasSuffix(setup.Message, "Permission denied"):
+		return exitWith(exitCannotRun, fmt.Errorf("%s: cannot execute in the sandbox: permission denied", c.Args[0]))
+	case errors.As(err, &setup):
+		return exitWith(exitSandbox, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitWith(exitTimeout, fmt.Errorf("timed out after %s; the sandbox was killed", c.Timeout))
+	default:
+		return exitWith(exitSandbox, err)
+	}
+}
+
+// checkDir returns dir as an absolute path, if it is an existing directory.
+func checkDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s: no such directory", dir)
+		}
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", dir)
+	}
+	return abs, nil
+}
+
+// prepare makes the upper dir (unless it exists) and a fresh work dir next
+// to it. Errors about the flags come back as *exitError (usage).
+func (r *execRun) prepare(lower, upper string) error {
+	if upper == "" {
+		parent, err := os.MkdirTemp("", progName+"-")
+		if err != nil {
+			return err
+		}
+		r.tmpParent, r.upper, r.work = parent, filepath.Join(parent, "upper"), filepath.Join(parent, "work")
+		for _, d := range []string{r.upper, r.work} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				r.cleanup(false)
+				return err
+			}
+		}
+		return nil
+	}
+	upper, err := filepath.Abs(upper)
+	if err != nil {
+		return err
+	}
+	// Overlayfs refuses overlapping layers; say so before the kernel does.
+	if within(upper, lower) || within(lower, upper) {
+		return &exitError{code: exitUsage, err: fmt.Errorf("--upper %s and --workspace %s overlap; put the upper dir outside the workspace", upper, lower)}
+	}
+	switch fi, err := os.Stat(upper); {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(upper, 0o700); err != nil {
+			return err
+		}
+		r.made = true
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return &exitError{code: exitUsage, err: fmt.Errorf("--upper %s is not a directory", upper)}
+	}
+	r.upper = upper
+	// A fresh work dir per run: overlayfs wants it empty, and it must be on
+	// the upper dir's filesystem; the parent is where the Doctor probes.
+	work, err := os.MkdirTemp(filepath.Dir(upper), "."+filepath.Base(upper)+".work-")
+	if err != nil {
+		r.cleanup(false)
+		return err
+	}
+	r.work = work
+	return nil
+}
+
+// cleanup removes the work dir, and, when the command never ran, the
+// upper dir this run created.
+func (r *execRun) cleanup(ran bool) {
+	if r.work != "" {
+		overlay.RemoveAll(r.work)
+	}
+	if ran {
+		return
+	}
+	if r.tmpParent != "" {
+		overlay.RemoveAll(r.tmpParent)
+	} else if r.made {
+		os.Remove(r.upper)
+	}
+}
+
+// within reports whether path is dir or inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}

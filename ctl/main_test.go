@@ -1,0 +1,228 @@
+package ctl_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ctlBin is the real codumentorctl, built once for all tests.
+var ctlBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "codumentorctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctlBin = filepath.Join(dir, "codumentorctl")
+	build := exec.Command("go", "build", "-o", ctlBin, "github.com/codumentor/codumentor/ctl/codumentorctl")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building codumentorctl: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is what one codumentorctl run showed.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// run describes one codumentorctl invocation.
+type run struct {
+	args  []string
+	env   []string // added to (and overriding) the test's environment
+	stdin string
+	// wrap, when set, is the argv run instead of codumentorctl args...: a
+	// program that runs codumentorctl itself (env gives it the path).
+	wrap []string
+}
+
+func ctl(t *testing.T, args ...string) result {
+	t.Helper()
+	return run{args: args}.do(t)
+}
+
+func (r run) do(t *testing.T) result {
+	t.Helper()
+	argv := append([]string{ctlBin}, r.args...)
+	if r.wrap != nil {
+		argv = r.wrap
+	}
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = append(os.Environ(), r.env...)
+	c.Stdin = strings.NewReader(r.stdin)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := c.Start(); err != nil {
+		t.Fatalf("start %v: %v", argv, err)
+	}
+	go func() { done <- c.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		c.Process.Kill()
+		<-done
+		t.Fatalf("%v did not finish in 2 minutes\nstdout: %s\nstderr: %s", argv, stdout.String(), stderr.String())
+	}
+	res := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.code = ee.ExitCode()
+	default:
+		t.Fatalf("run %v: %v", argv, err)
+	}
+	return res
+}
+
+var sandboxOnce struct {
+	sync.Once
+	why string
+}
+
+// requireSandbox skips a test that starts real bwrap sandboxes unless it
+// runs as an unprivileged user on a machine that passes the checks (root
+// hides permission bugs). Under CI=true the skip is a failure: CI installs
+// bwrap and runs the tests as an unprivileged user.
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	sandboxOnce.Do(func() {
+		if os.Getuid() == 0 {
+			sandboxOnce.why = "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs"
+			return
+		}
+		if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
+			sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
+		}
+	})
+	if sandboxOnce.why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("sandbox test cannot run under CI=true: %s", sandboxOnce.why)
+		}
+		t.Skip(sandboxOnce.why)
+	}
+}
+
+// snapshot records every path under dir with its mode and content, to
+// prove a tree unchanged byte for byte.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		m[rel] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func assertSameTree(t *testing.T, dir string, before map[string]string) {
+	t.Helper()
+	after := snapshot(t, dir)
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("%s changed:\nbefore %v\nafter  %v", dir, before, after)
+	}
+}
+
+// listDir returns the sorted names in dir; nil when dir does not exist.
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names
+}
+
+// assertNothingLeft fails when a process still runs, or a mount exists,
+// whose command line or mount entry mentions needle (a test's unique dir).
+// It polls briefly: bwrap is killed when codumentorctl exits, and its
+// /proc entry lingers until it is reaped.
+func assertNothingLeft(t *testing.T, needle string) {
+	t.Helper()
+	var found []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		found = nil
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err == nil && bytes.Contains(b, []byte(needle)) {
+				found = append(found, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+		if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(needle)) {
+			found = append(found, "a mount under "+needle)
+		}
+		if len(found) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(found) > 0 {
+		t.Errorf("left running or mounted:\n%s", strings.Join(found, "\n"))
+	}
+}
+
+// workspace makes a lower tree with base.txt and an empty parent for the
+// upper dir; it returns the lower dir and the upper path (not created).
+func workspace(t *testing.T) (lower, upper string) {
+	t.Helper()
+	lower = filepath.Join(t.TempDir(), "lower")
+	if err := os.MkdirAll(filepath.Join(lower, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lower, "base.txt"), []byte("base content\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lower, "sub", "keep.txt"), []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return lower, filepath.Join(t.TempDir(), "upper")
+}

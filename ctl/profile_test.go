@@ -1,0 +1,77 @@
+package ctl_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+func TestProfileListsEveryProfile(t *testing.T) {
+	r := ctl(t, "sandbox", "profile")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("want exit 0, got %v", r)
+	}
+	if !strings.Contains(r.stdout, "placeholders") {
+		t.Errorf("output does not say the paths are placeholders:\n%s", r.stdout)
+	}
+	sections := map[string]string{}
+	for _, s := range strings.Split(r.stdout, "\n# profile ")[1:] {
+		name, body, _ := strings.Cut(s, "\n")
+		sections[name] = body
+	}
+	for _, name := range sandboxkit.ProfileNames {
+		if !strings.HasPrefix(sections[name], "bwrap\n") {
+			t.Errorf("profile %s missing or not a bwrap argv:\n%s", name, sections[name])
+		}
+	}
+	// One option per line, with its arguments.
+	lines := strings.Split(sections[sandboxkit.ProfileWorkspace], "\n")
+	for _, want := range []string{
+		"--unshare-all", "--disable-userns", "--cap-drop ALL", "--clearenv",
+		"--overlay-src /srv/codumentor/lower",
+		"--overlay /srv/codumentor/upper /srv/codumentor/work /workspace",
+		"--ro-bind /usr /usr", "--tmpfs /tmp", "-- CMD ARG...",
+	} {
+		if !slices.Contains(lines, "  "+want) {
+			t.Errorf("workspace profile lacks the line %q:\n%s", want, sections[sandboxkit.ProfileWorkspace])
+		}
+	}
+	if strings.Contains(sections[sandboxkit.ProfileWorkspace], "--share-net") {
+		t.Errorf("workspace profile shares the network")
+	}
+	if !strings.Contains(sections[sandboxkit.ProfileOffice], "--ro-bind /srv/codumentor/input/document.docx /input/document.docx") {
+		t.Errorf("office profile lacks its read-only input:\n%s", sections[sandboxkit.ProfileOffice])
+	}
+}
+
+func TestProfileJSON(t *testing.T) {
+	r := ctl(t, "sandbox", "profile", "--json", sandboxkit.ProfileWorkspace, sandboxkit.ProfileMCP)
+	if r.code != 0 {
+		t.Fatalf("want exit 0, got %v", r)
+	}
+	var m map[string][]string
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, r.stdout)
+	}
+	if len(m) != 2 {
+		t.Errorf("want the two profiles asked for, got %d", len(m))
+	}
+	ws := strings.Join(m[sandboxkit.ProfileWorkspace], " ")
+	if !strings.Contains(ws, "--overlay-src /srv/codumentor/lower --overlay /srv/codumentor/upper /srv/codumentor/work /workspace") {
+		t.Errorf("workspace argv lacks the overlay: %s", ws)
+	}
+	mcp := m[sandboxkit.ProfileMCP]
+	if len(mcp) == 0 || mcp[0] != "bwrap" || slices.Contains(mcp, "--overlay") || !slices.Contains(mcp, "--unshare-all") {
+		t.Errorf("mcp argv: %q", mcp)
+	}
+}
+
+func TestProfileUnknown(t *testing.T) {
+	r := ctl(t, "sandbox", "profile", "nope")
+	if r.code != 2 || !strings.Contains(r.stderr, `unknown profile "nope"`) || !strings.Contains(r.stderr, sandboxkit.ProfileWorkspace) {
+		t.Errorf("want exit 2 naming the known profiles, got %v", r)
+	}
+}
