@@ -39,8 +39,23 @@ func startProcess(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	// bwrap dies with the server, and with it every sandbox.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	a := cmd.SysProcAttr
+	// bwrap dies with the server.
+	a.Pdeathsig = syscall.SIGKILL
+	// And the sandbox dies with bwrap, at any moment. bwrap arms its
+	// child's --die-with-parent only after setting up the sandbox, just
+	// before exec: if bwrap dies during set-up (the server was killed, or
+	// a context cancelled the run), the child would finish and run the
+	// command with nothing tied to the server. Started as pid 1 of a pid
+	// namespace of its own, bwrap takes the kernel's guarantee with it:
+	// when a namespace's pid 1 dies, everything in it and in the
+	// namespaces below is killed. A pid namespace needs a user namespace;
+	// it maps only the caller's ids, and bwrap starts in it without
+	// capabilities, as it would outside.
+	a.Cloneflags |= syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+	a.GidMappingsEnableSetgroups = false
 	done := make(chan error, 1)
 	launcher.reqs <- launchReq{cmd, done}
 	return <-done

@@ -282,7 +282,6 @@ type statusReader struct {
 	done     chan struct{}
 	ran      bool
 	exitCode int
-	childPid int
 }
 
 func readStatus(r io.ReadCloser) *statusReader {
@@ -293,15 +292,11 @@ func readStatus(r io.ReadCloser) *statusReader {
 		dec := json.NewDecoder(r)
 		for {
 			var m struct {
-				ChildPid *int `json:"child-pid"`
 				ExitCode *int `json:"exit-code"`
 			}
 			if err := dec.Decode(&m); err != nil {
 				io.Copy(io.Discard, r)
 				return
-			}
-			if m.ChildPid != nil {
-				s.childPid = *m.ChildPid
 			}
 			if m.ExitCode != nil {
 				s.ran, s.exitCode = true, *m.ExitCode

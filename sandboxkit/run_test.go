@@ -453,3 +453,25 @@ func TestDoctorReport(t *testing.T) {
 		t.Error("the report is not cached")
 	}
 }
+
+// A sandbox cancelled while bwrap is still setting it up must not leave
+// bwrap's child behind: killed before it sets its own PDEATHSIG, bwrap's
+// parent would leave the child waiting for it for ever.
+func TestRunCancelDuringSetup(t *testing.T) {
+	requireSandbox(t)
+	marker := fmt.Sprintf("marker-cancel-%d", time.Now().UnixNano())
+	for i := range 40 {
+		ctx, cancel := context.WithCancel(t.Context())
+		c := Command(ctx, &Policy{}, "sh", "-c", "sleep 100; : "+marker)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Vary the moment of the cancel across bwrap's set-up.
+		time.Sleep(time.Duration(i%8) * 250 * time.Microsecond)
+		cancel()
+		if err := c.Wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("run %d: %v, want Canceled", i, err)
+		}
+	}
+	waitGone(t, marker)
+}
