@@ -3,12 +3,11 @@ package sandboxkit
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 )
 
 // testChildEnv makes the test binary a child process of a test instead:
-// "run:MARKER" or "session". Those tests kill the child to show that its
+// "run:MARKER", "many:MARKER" or "session". Those tests kill the child to show that its
 // sandboxes die with it.
 const testChildEnv = "SANDBOXKIT_TEST_CHILD"
 
@@ -17,10 +16,10 @@ func TestMain(m *testing.M) {
 	Main()
 	if mode, ok := os.LookupEnv(testChildEnv); ok {
 		var err error
-		if marker, ok := strings.CutPrefix(mode, "run:"); ok {
-			err = runChild(marker)
-		} else {
+		if mode == "session" {
 			err = sessionChild()
+		} else {
+			err = runChild(mode)
 		}
 		fmt.Println("child:", err)
 		os.Exit(1)

@@ -318,10 +318,25 @@ func TestRunTimeoutKillsTree(t *testing.T) {
 	}
 }
 
-// runChild is the child of TestRunDiesWithParent (see TestMain): it runs
-// a long command tagged with marker, says "ready", and waits to be killed.
-func runChild(marker string) error {
-	c := Command(context.Background(), &Policy{UID: os.Getuid(), GID: os.Getgid()}, "sh", "-c", "echo ready; sleep 1000; : "+marker)
+// runChild is the child of TestRunDiesWithParent (see TestMain). With
+// mode "run:MARKER" it runs a long command tagged with MARKER, says
+// "ready", and waits to be killed; with "many:MARKER" it keeps starting
+// such sandboxes, so that its death finds some of them half set up.
+func runChild(mode string) error {
+	kind, marker, _ := strings.Cut(mode, ":")
+	p := &Policy{UID: os.Getuid(), GID: os.Getgid()}
+	if kind == "many" {
+		for i := 0; ; i++ {
+			c := Command(context.Background(), p, "sh", "-c", "sleep 1000; : "+marker)
+			if err := c.Start(); err != nil {
+				return err
+			}
+			if i == 0 {
+				fmt.Println("ready")
+			}
+		}
+	}
+	c := Command(context.Background(), p, "sh", "-c", "echo ready; sleep 1000; : "+marker)
 	c.Stdout = os.Stdout
 	if err := c.Start(); err != nil {
 		return err
@@ -331,27 +346,40 @@ func runChild(marker string) error {
 
 func TestRunDiesWithParent(t *testing.T) {
 	requireSandbox(t)
-	marker := fmt.Sprintf("marker-parent-%d", time.Now().UnixNano())
-	child := exec.Command(os.Args[0])
-	child.Env = append(os.Environ(), testChildEnv+"=run:"+marker)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name, kind string
+		killAfter  time.Duration
+	}{
+		{"running", "run", 0},
+		// Killed while starting sandbox after sandbox: some are half set
+		// up, which is where bwrap alone would leave orphans.
+		{"during setup", "many", 150 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			marker := fmt.Sprintf("marker-parent-%d", time.Now().UnixNano())
+			child := exec.Command(os.Args[0])
+			child.Env = append(os.Environ(), testChildEnv+"="+tt.kind+":"+marker)
+			out, err := child.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			n, _ := out.Read(buf)
+			if !strings.Contains(string(buf[:n]), "ready") {
+				t.Fatalf("child: %q", buf[:n])
+			}
+			time.Sleep(tt.killAfter)
+			if len(sandboxProcesses(marker)) == 0 {
+				t.Fatal("no sandbox is running (the test would show nothing)")
+			}
+			child.Process.Kill()
+			child.Wait()
+			waitGone(t, marker)
+		})
 	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64)
-	n, _ := out.Read(buf)
-	if !strings.Contains(string(buf[:n]), "ready") {
-		t.Fatalf("child: %q", buf[:n])
-	}
-	if len(sandboxProcesses(marker)) == 0 {
-		t.Fatal("the sandboxed command is not running (test cannot show anything)")
-	}
-	child.Process.Kill()
-	child.Wait()
-	waitGone(t, marker)
 }
 
 func TestRunBadInput(t *testing.T) {
