@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // checkJSON is the output of `check --json`.
@@ -79,8 +80,7 @@ func TestCheckFailsWithoutBwrap(t *testing.T) {
 }
 
 func TestCheckOldBwrap(t *testing.T) {
-	requireOldBwrap(t)
-	r := ctl(t, "check", "--bwrap", oldBwrap)
+	r := ctl(t, "check", "--bwrap", sandboxtest.OldBwrap(t))
 	if r.code != 1 || !strings.Contains(r.stdout, "bwrap-version") || !strings.Contains(r.stdout, "older than 0.12.0") {
 		t.Errorf("want exit 1 and a failed version check, got %v", r)
 	}

@@ -13,12 +13,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 func TestExecWorkspaceWritesLandInUpper(t *testing.T) {
 	requireSandbox(t)
 	lower, upper := workspace(t)
-	before := snapshot(t, lower)
+	before := sandboxtest.Take(t, lower)
 
 	r := ctl(t, "sandbox", "exec", "--workspace", lower, "--upper", upper, "--",
 		"sh", "-c", "echo new > f; rm sub/keep.txt; cat base.txt")
@@ -28,7 +30,7 @@ func TestExecWorkspaceWritesLandInUpper(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(upper, "f")); err != nil || string(b) != "new\n" {
 		t.Errorf("upper/f = %q, %v; want %q", b, err, "new\n")
 	}
-	assertSameTree(t, lower, before)
+	before.Unchanged(t, lower)
 	// The per-run work dir is gone; only the upper dir remains.
 	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper"}) {
 		t.Errorf("upper's parent holds %v, want only upper", got)
@@ -45,7 +47,7 @@ func TestExecWorkspaceWritesLandInUpper(t *testing.T) {
 func TestExecTempUpper(t *testing.T) {
 	requireSandbox(t)
 	lower, _ := workspace(t)
-	before := snapshot(t, lower)
+	before := sandboxtest.Take(t, lower)
 	r := ctl(t, "sandbox", "exec", "--workspace", lower, "--", "sh", "-c", "echo hi > made-here")
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
@@ -62,7 +64,7 @@ func TestExecTempUpper(t *testing.T) {
 	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper"}) {
 		t.Errorf("temp dir holds %v, want only upper (work removed)", got)
 	}
-	assertSameTree(t, lower, before)
+	before.Unchanged(t, lower)
 }
 
 func TestExecPropagatesExitCode(t *testing.T) {
@@ -165,7 +167,7 @@ func TestExecFailsClosed(t *testing.T) {
 			check: "bwrap: ", remedy: "install bubblewrap 0.12.0 or newer"},
 		{name: "bwrap not on PATH", env: []string{"PATH=/usr/bin:/bin"},
 			check: "bwrap: ", remedy: "install bubblewrap 0.12.0 or newer"},
-		{name: "bwrap too old", args: []string{"--bwrap", oldBwrap},
+		{name: "bwrap too old", args: []string{"--bwrap", "(set below)"},
 			check: "bwrap-version: ", remedy: "install bubblewrap 0.12.0 or newer"},
 	}
 	for _, tc := range cases {
@@ -174,27 +176,14 @@ func TestExecFailsClosed(t *testing.T) {
 			case "bwrap not on PATH":
 				for _, d := range []string{"/usr/bin", "/bin"} {
 					if _, err := os.Stat(filepath.Join(d, "bwrap")); err == nil {
-						t.Skipf("%s/bwrap exists", d)
+						sandboxtest.SkipOrFail(t, "%s/bwrap exists", d)
 					}
 				}
 			case "bwrap too old":
-				requireOldBwrap(t)
+				tc.args = []string{"--bwrap", sandboxtest.OldBwrap(t)}
 			}
 			assertFailsClosed(t, tc)
 		})
-	}
-}
-
-// oldBwrap is Debian 12's bubblewrap 0.8.0, unpacked by scripts/install-prereqs.
-const oldBwrap = "/var/cache/codumentor-prereqs/bwrap-0.8.0/usr/bin/bwrap"
-
-func requireOldBwrap(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(oldBwrap); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: run scripts/install-prereqs", oldBwrap)
-		}
-		t.Skipf("%s is missing: run scripts/install-prereqs", oldBwrap)
 	}
 }
 
@@ -212,12 +201,12 @@ func assertFailsClosed(t *testing.T, tc failClosed) {
 	}
 
 	lower, upper := workspace(t)
-	before := snapshot(t, lower)
+	before := sandboxtest.Take(t, lower)
 	args = append(append([]string{"sandbox", "exec", "--workspace", lower, "--upper", upper}, tc.args...),
 		"--", "sh", "-c", "touch /workspace/marker; touch "+marker)
 	r = run{args: args, env: tc.env}.do(t)
 	assertRefused(t, r, tc)
-	assertSameTree(t, lower, before)
+	before.Unchanged(t, lower)
 	if got := listDir(t, filepath.Dir(upper)); len(got) != 0 {
 		t.Errorf("left behind next to the upper dir: %v", got)
 	}
@@ -251,7 +240,7 @@ func TestExecFailsClosedOverlayRefused(t *testing.T) {
 		t.Skip("unshare (util-linux) is missing")
 	}
 	lower, _ := workspace(t)
-	before := snapshot(t, lower)
+	before := sandboxtest.Take(t, lower)
 	d := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "marker-overlay")
 	// In a private mount namespace: a tmpfs on d, an overlay on d/m, and the
@@ -278,7 +267,7 @@ exit $status`
 	if strings.TrimSpace(r.stdout) != "left:" {
 		t.Errorf("want nothing left in the upper's parent, got %q", r.stdout)
 	}
-	assertSameTree(t, lower, before)
+	before.Unchanged(t, lower)
 	if _, err := os.Stat(marker); err == nil {
 		t.Errorf("%s was created on the host", marker)
 	}
@@ -304,7 +293,7 @@ func TestExecBadInput(t *testing.T) {
 		{"unknown flag", []string{"--no-such-flag", "--", "true"}, 2, "flag provided but not defined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := snapshot(t, lower)
+			before := sandboxtest.Take(t, lower)
 			r := ctl(t, append([]string{"sandbox", "exec"}, tc.args...)...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
 				t.Errorf("want exit %d and %q on stderr, got %v", tc.code, tc.want, r)
@@ -312,7 +301,7 @@ func TestExecBadInput(t *testing.T) {
 			if !strings.HasPrefix(r.stderr, "codumentorctl: ") {
 				t.Errorf("stderr is not one clean message: %q", r.stderr)
 			}
-			assertSameTree(t, lower, before)
+			before.Unchanged(t, lower)
 			if got := listDir(t, filepath.Dir(upper)); len(got) != 0 {
 				t.Errorf("left behind next to the upper dir: %v", got)
 			}
@@ -323,12 +312,12 @@ func TestExecBadInput(t *testing.T) {
 func TestExecCommandNotFound(t *testing.T) {
 	requireSandbox(t)
 	lower, upper := workspace(t)
-	before := snapshot(t, lower)
+	before := sandboxtest.Take(t, lower)
 	r := ctl(t, "sandbox", "exec", "--workspace", lower, "--upper", upper, "--", "no-such-command-xyz", "arg")
 	if r.code != 127 || !strings.Contains(r.stderr, "no-such-command-xyz: command not found in the sandbox") {
 		t.Errorf("want exit 127 and a not-found message, got %v", r)
 	}
-	assertSameTree(t, lower, before)
+	before.Unchanged(t, lower)
 	if got := listDir(t, upper); len(got) != 0 {
 		t.Errorf("upper dir holds %v, want nothing", got)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // ctlBin is the real codumentorctl, built once for all tests.
@@ -108,59 +110,14 @@ var sandboxOnce struct {
 // bwrap and runs the tests as an unprivileged user.
 func requireSandbox(t *testing.T) {
 	t.Helper()
+	sandboxtest.RequireUnprivileged(t)
 	sandboxOnce.Do(func() {
-		if os.Getuid() == 0 {
-			sandboxOnce.why = "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs"
-			return
-		}
 		if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
 			sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
 		}
 	})
 	if sandboxOnce.why != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox test cannot run under CI=true: %s", sandboxOnce.why)
-		}
-		t.Skip(sandboxOnce.why)
-	}
-}
-
-// snapshot records every path under dir with its mode and content, to
-// prove a tree unchanged byte for byte.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		v := fi.Mode().String()
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += " " + string(b)
-		}
-		rel, _ := filepath.Rel(dir, p)
-		m[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func assertSameTree(t *testing.T, dir string, before map[string]string) {
-	t.Helper()
-	after := snapshot(t, dir)
-	if fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("%s changed:\nbefore %v\nafter  %v", dir, before, after)
+		sandboxtest.SkipOrFail(t, "%s", sandboxOnce.why)
 	}
 }
 

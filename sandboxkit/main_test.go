@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // testChildEnv makes the test binary a child process of a test instead:
@@ -28,23 +30,11 @@ func TestMain(m *testing.M) {
 }
 
 // requireSandbox skips a test that needs real bwrap sandboxes unless it
-// can run them as an unprivileged user (root hides permission bugs). In
-// CI (CI=true) such a skip is a failure: the scripts install bwrap and
-// run the tests as an unprivileged user, so a skip there means a broken
-// setup.
+// can run them as an unprivileged user (see sandboxtest.SkipOrFail).
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	skip := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("sandbox test cannot run under CI=true: %s", why)
-		}
-		t.Skip(why)
-	}
-	if os.Getuid() == 0 {
-		skip("sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs")
-	}
+	sandboxtest.RequireUnprivileged(t)
 	if err := Doctor(t.Context(), DoctorOptions{}).Err(); err != nil {
-		skip(err.Error())
+		sandboxtest.SkipOrFail(t, "%v", err)
 	}
 }

@@ -3,7 +3,6 @@ package sandboxkit
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,11 +17,8 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
-
-// oldBwrap is Debian 12's bubblewrap 0.8.0, unpacked by
-// scripts/install-prereqs.
-const oldBwrap = "/var/cache/codumentor-prereqs/bwrap-0.8.0/usr/bin/bwrap"
 
 // testWorkspace makes lower (with a file and a symlink to /root), upper
 // and work dirs.
@@ -62,38 +58,6 @@ func sh(t *testing.T, p *Policy, script string) (string, error) {
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
 	return out.String(), err
-}
-
-// treeHash hashes names, modes, link targets and contents under dir.
-func treeHash(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s %v\n", p, fi.Mode())
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			fmt.Fprintln(h, target)
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			h.Write(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
 func TestRunIsolation(t *testing.T) {
@@ -195,7 +159,7 @@ func TestRunOnlyStdioDescriptors(t *testing.T) {
 func TestRunWorkspaceCopyOnWrite(t *testing.T) {
 	requireSandbox(t)
 	w := testWorkspace(t)
-	before := treeHash(t, w.Lower)
+	before := sandboxtest.Take(t, w.Lower)
 	out, err := sh(t, workspacePolicy(t, w), "cat base.txt && echo changed >> base.txt && echo new > new.txt && rm rootlink && mkdir -p d/e && echo x > d/e/f")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -203,9 +167,7 @@ func TestRunWorkspaceCopyOnWrite(t *testing.T) {
 	if out != "base\n" {
 		t.Errorf("read %q from the lower layer, want base", out)
 	}
-	if after := treeHash(t, w.Lower); after != before {
-		t.Error("the lower tree changed")
-	}
+	before.Unchanged(t, w.Lower)
 	for name, want := range map[string]string{"base.txt": "base\nchanged\n", "new.txt": "new\n", "d/e/f": "x\n"} {
 		got, err := os.ReadFile(filepath.Join(w.Upper, name))
 		if err != nil || string(got) != want {
@@ -417,12 +379,7 @@ func TestRunBadInput(t *testing.T) {
 
 func TestRunFailsClosed(t *testing.T) {
 	requireSandbox(t)
-	if _, err := os.Stat(oldBwrap); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing: scripts/install-prereqs unpacks it", oldBwrap)
-		}
-		t.Skipf("%s missing: run scripts/install-prereqs", oldBwrap)
-	}
+	oldBwrap := sandboxtest.OldBwrap(t)
 	fakePath := t.TempDir() // no bwrap here
 	tests := []struct {
 		name, bwrap, check, remedy string

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // sessionPolicy returns a workspace policy over a fresh lower tree.
@@ -259,7 +260,7 @@ func TestSessionIsolation(t *testing.T) {
 func TestSessionWorkspace(t *testing.T) {
 	requireSandbox(t)
 	p := sessionPolicy(t)
-	before := treeHash(t, p.Workspace.Lower)
+	before := sandboxtest.Take(t, p.Workspace.Lower)
 	s := startSession(t, p, SessionOptions{})
 	if out, _, err := inSession(t, s, "echo new > new.txt && echo more >> edit.txt && rm gone.txt && cat keep.txt edit.txt"); err != nil || out != "keep\nedit\nmore\n" {
 		t.Fatalf("got %q, %v", out, err)
@@ -274,9 +275,7 @@ func TestSessionWorkspace(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(p.Workspace.Upper, "edit.txt")); err != nil || string(b) != "edit\nmore\n" {
 		t.Errorf("upper edit.txt: %q %v", b, err)
 	}
-	if after := treeHash(t, p.Workspace.Lower); after != before {
-		t.Errorf("lower changed:\n%s\n%s", before, after)
-	}
+	before.Unchanged(t, p.Workspace.Lower)
 }
 
 // waitOutput polls job id's output until it contains want.

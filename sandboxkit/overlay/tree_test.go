@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // node is one entry of a tree built for a test. Parents are made as needed.
@@ -204,19 +206,11 @@ func quoteShort(s string) string {
 
 // skipOrFail skips the test, or fails it in CI (CI=true), where a missing
 // prerequisite must not pass unnoticed.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true, so not skipping: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		skipOrFail(t, "%s not found in PATH; install it (scripts/install-prereqs) to run this test", name)
+		sandboxtest.SkipOrFail(t, "%s not found in PATH; install it (scripts/install-prereqs) to run this test", name)
 	}
 	return p
 }
@@ -226,8 +220,6 @@ func requireTool(t *testing.T, name string) string {
 // which is how the server runs it. Otherwise it skips, or fails in CI.
 func requireBwrap(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		skipOrFail(t, "real overlay tests run as unprivileged user; as root, run them with: su codumentor-test -s /bin/bash -c 'go test ./overlay/'")
-	}
+	sandboxtest.RequireUnprivileged(t)
 	return requireTool(t, "bwrap")
 }

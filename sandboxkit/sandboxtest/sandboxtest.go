@@ -1,0 +1,118 @@
+// Package sandboxtest holds helpers for testing programs that use
+// sandboxkit: the rule for when a sandbox test may be skipped, the old
+// bwrap fixture for fail-closed tests, and tree snapshots that prove a
+// workspace's lower layer unchanged.
+package sandboxtest
+
+import (
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// SkipOrFail skips t, or fails it when the environment says CI=true: a
+// CI run installs every component the tests need, so a missing one there
+// is a broken setup, never an optional test.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("cannot skip under CI=true: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireUnprivileged skips (or fails, see SkipOrFail) a test run as
+// root: sandboxes are deployed under an unprivileged user, and root
+// hides permission bugs and changes how user namespaces behave.
+func RequireUnprivileged(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		SkipOrFail(t, "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs")
+	}
+}
+
+// OldBwrap returns the path of a real bubblewrap older than sandboxkit
+// accepts (Debian 12's 0.8.0, unpacked by scripts/install-prereqs; the
+// environment variable SANDBOXTEST_OLD_BWRAP names another), for tests
+// that show the sandbox refusing it.
+func OldBwrap(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("SANDBOXTEST_OLD_BWRAP")
+	if p == "" {
+		p = "/var/cache/codumentor-prereqs/bwrap-0.8.0/usr/bin/bwrap"
+	}
+	if _, err := os.Stat(p); err != nil {
+		SkipOrFail(t, "old bwrap %s missing (scripts/install-prereqs unpacks it): %v", p, err)
+	}
+	return p
+}
+
+// Snapshot is every entry under a directory, by slash-separated relative
+// path: its mode, plus a regular file's content or a symlink's target.
+type Snapshot map[string]string
+
+// Take records the tree at dir.
+func Take(t testing.TB, dir string) Snapshot {
+	t.Helper()
+	s := Snapshot{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := fi.Mode().String()
+		switch {
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			v += " -> " + target
+		}
+		rel, _ := filepath.Rel(dir, p)
+		s[filepath.ToSlash(rel)] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("snapshot of %s: %v", dir, err)
+	}
+	return s
+}
+
+// Unchanged fails t, naming the differing entries, unless the tree at dir
+// is still exactly as in s.
+func (s Snapshot) Unchanged(t testing.TB, dir string) {
+	t.Helper()
+	now := Take(t, dir)
+	if maps.Equal(s, now) {
+		return
+	}
+	var diff []string
+	for _, k := range slices.Sorted(maps.Keys(s)) {
+		if v, ok := now[k]; !ok {
+			diff = append(diff, fmt.Sprintf("- %s: %.60q", k, s[k]))
+		} else if v != s[k] {
+			diff = append(diff, fmt.Sprintf("~ %s: %.60q → %.60q", k, s[k], v))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(now)) {
+		if _, ok := s[k]; !ok {
+			diff = append(diff, fmt.Sprintf("+ %s: %.60q", k, now[k]))
+		}
+	}
+	t.Errorf("%s changed:\n%s", dir, strings.Join(diff, "\n"))
+}

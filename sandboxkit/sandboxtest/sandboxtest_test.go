@@ -1,0 +1,59 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// recorder keeps what Unchanged reports instead of failing the test.
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func TestSnapshotUnchanged(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(dir string) error
+		want   string // in the report; "" means no report
+	}{
+		{"nothing", func(string) error { return nil }, ""},
+		{"content", func(d string) error { return os.WriteFile(filepath.Join(d, "a"), []byte("A2"), 0o644) }, "~ a:"},
+		{"mode", func(d string) error { return os.Chmod(filepath.Join(d, "a"), 0o600) }, "~ a:"},
+		{"added", func(d string) error { return os.WriteFile(filepath.Join(d, "sub/new"), nil, 0o644) }, "+ sub/new"},
+		{"deleted", func(d string) error { return os.Remove(filepath.Join(d, "sub/b")) }, "- sub/b"},
+		{"retargeted", func(d string) error {
+			os.Remove(filepath.Join(d, "l"))
+			return os.Symlink("sub/b", filepath.Join(d, "l"))
+		}, "~ l:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+			os.WriteFile(filepath.Join(dir, "a"), []byte("A"), 0o644)
+			os.WriteFile(filepath.Join(dir, "sub/b"), []byte("B"), 0o644)
+			os.Symlink("a", filepath.Join(dir, "l"))
+			before := Take(t, dir)
+			if err := tt.change(dir); err != nil {
+				t.Fatal(err)
+			}
+			r := &recorder{TB: t}
+			before.Unchanged(r, dir)
+			switch {
+			case tt.want == "" && len(r.errs) > 0:
+				t.Errorf("reported a change: %v", r.errs)
+			case tt.want != "" && (len(r.errs) != 1 || !strings.Contains(r.errs[0], tt.want)):
+				t.Errorf("report %q, want one with %q", r.errs, tt.want)
+			}
+		})
+	}
+}
