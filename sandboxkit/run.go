@@ -53,7 +53,7 @@ type Cmd struct {
 	cancel  context.CancelFunc
 	cmd     *exec.Cmd
 	status  *statusReader
-	errHead *headWriter
+	stderr  *bwrapStderr
 	cap     *outputCap
 	unlock  func() error
 	started time.Time
@@ -168,9 +168,8 @@ func (c *Cmd) start(l *Launch) error {
 		stdout, stderr = w, w
 	}
 	cmd.Stdout = c.cap.wrap(stdout)
-	// bwrap reports setup failures on stderr; keep its head to say why.
-	c.errHead = &headWriter{max: 4096}
-	cmd.Stderr = io.MultiWriter(c.errHead, c.cap.wrap(stderr))
+	c.stderr = &bwrapStderr{w: c.cap.wrap(stderr)}
+	cmd.Stderr = c.stderr
 
 	sr, sw, err := os.Pipe()
 	if err != nil {
@@ -212,6 +211,7 @@ func (c *Cmd) Wait() error {
 	killed := c.ctx.Err()
 	c.cancel()
 	st := c.status.result()
+	bwrapSaid := c.stderr.finish(!st.ran)
 	if err := c.unlock(); err != nil && waitErr == nil {
 		waitErr = err
 	}
@@ -220,7 +220,7 @@ func (c *Cmd) Wait() error {
 		return fmt.Errorf("sandboxkit: sandbox killed: %w", killed)
 	}
 	if !st.ran {
-		return setupError(c.errHead.String(), waitErr)
+		return setupError(bwrapSaid, waitErr)
 	}
 	c.State.ExitCode = st.exitCode
 	if st.exitCode != 0 {
@@ -365,6 +365,50 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 	}
 	// Report everything written so the child never blocks on a full pipe.
 	return len(p), nil
+}
+
+// bwrapStderr passes a one-shot sandbox's stderr on, except while all of
+// it so far starts with "bwrap: ": bwrap's own message when it fails
+// before the command runs. That is held back until Wait knows whether the
+// command ran: if not, the message becomes the SetupError instead of
+// being shown twice; if so, the command printed it and it is passed on.
+type bwrapStderr struct {
+	mu      sync.Mutex
+	w       io.Writer
+	held    []byte
+	passing bool
+}
+
+const bwrapPrefix = "bwrap: "
+
+func (b *bwrapStderr) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.passing {
+		b.held = append(b.held, p...)
+		n := min(len(b.held), len(bwrapPrefix))
+		if len(b.held) <= 4096 && string(b.held[:n]) == bwrapPrefix[:n] {
+			return len(p), nil
+		}
+		b.passing = true
+		p, b.held = b.held, nil
+	}
+	if _, err := b.w.Write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// finish returns what was held back, and passes it on unless drop.
+func (b *bwrapStderr) finish(drop bool) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := string(b.held)
+	if !drop && len(b.held) > 0 {
+		b.w.Write(b.held)
+	}
+	b.held, b.passing = nil, true
+	return held
 }
 
 // headWriter keeps the first max bytes written to it.

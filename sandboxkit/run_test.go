@@ -347,10 +347,23 @@ func TestRunDiesWithParent(t *testing.T) {
 func TestRunBadInput(t *testing.T) {
 	requireSandbox(t)
 	p := &Policy{}
-	if err := Command(t.Context(), p, "no-such-command-xyz").Run(); !errors.Is(err, ErrNotFound) {
+	var stderr bytes.Buffer
+	notFound := Command(t.Context(), p, "no-such-command-xyz")
+	notFound.Stderr = &stderr
+	if err := notFound.Run(); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing command: %v, want ErrNotFound", err)
 	} else if !strings.Contains(err.Error(), "no-such-command-xyz") {
 		t.Errorf("missing command error does not name it: %v", err)
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("bwrap's message reached stderr as well as the error: %q", stderr.String())
+	}
+	// The command's own output that looks like bwrap's is passed on.
+	stderr.Reset()
+	echo := Command(t.Context(), p, "sh", "-c", "echo 'bwrap: not really' >&2")
+	echo.Stderr = &stderr
+	if err := echo.Run(); err != nil || stderr.String() != "bwrap: not really\n" {
+		t.Errorf("command printing bwrap-like text: %v, stderr %q", err, stderr.String())
 	}
 
 	w := testWorkspace(t)
