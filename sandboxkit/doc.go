@@ -11,7 +11,8 @@
 // no capabilities, no_new_privs, no way to create nested user namespaces,
 // a new session (no terminal injection), none of the host process's
 // environment and none of its open files beyond stdin, stdout and stderr.
-// The sandbox dies with the process that started it.
+// The sandbox dies with the process that started it, at any moment, even
+// while bwrap is still setting it up.
 //
 // What is not. The command runs as the same user id as its caller: the
 // kernel is the boundary, and a kernel bug reachable from inside the
@@ -27,8 +28,11 @@
 // fallback without a namespace, without /proc, or without a requested
 // filter.
 //
-// Programs that use Session must call Main first in main: the Session's
-// pid 1 inside the sandbox is this same binary, re-executed.
+// Programs that start sandboxes (Run, Session, Doctor) must call Main
+// first in main, and in TestMain: every bwrap is started by a spawner
+// that is this same binary, re-executed once per process, and a
+// Session's pid 1 inside the sandbox is this binary too. Without Main,
+// they return an error that says so.
 //
 // The call most users need:
 //

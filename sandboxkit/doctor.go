@@ -24,7 +24,9 @@ const MinBwrapVersion = "0.12.0"
 // Check is one pre-flight check of the Doctor.
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
-	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback".
+	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback"; and
+	// "main" when the program did not call Main, without which no
+	// sandbox can start.
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says what was found.
@@ -75,14 +77,15 @@ func Doctor(ctx context.Context, o DoctorOptions) *Report {
 	if name == "" {
 		name = "bwrap"
 	}
-	path, err := exec.LookPath(name)
-	if err == nil {
-		path, err = filepath.Abs(path)
-	}
+	path, err := resolveBwrap(name)
 	if err != nil {
 		// Not cached: finding bwrap is cheap, and it may be installed
 		// (or PATH changed) while the process runs.
 		return &Report{Checks: []Check{{Name: "bwrap", Detail: fmt.Sprintf("%s not found: %v", name, err), Remedy: installRemedy + ", or configure its path"}}}
+	}
+	if !mainCalled.Load() {
+		// Not cached either: it says nothing about the machine.
+		return &Report{Bwrap: path, Checks: []Check{{Name: "bwrap", OK: true, Detail: path}, {Name: "main", Detail: "the probes cannot start sandboxes: " + errNoMain.Error(), Remedy: "call sandboxkit.Main() first in main (and in TestMain)"}}}
 	}
 	key := doctorKey(path, o.ProbeDir)
 	doctorCache.Lock()
@@ -122,6 +125,19 @@ func doctorKey(bwrap, dir string) string {
 		dir = "dev:" + strconv.FormatUint(st.Dev, 10)
 	}
 	return bwrap + "\x00" + dir
+}
+
+// resolveBwrap returns the absolute path of bwrap (name empty: "bwrap"
+// on PATH).
+func resolveBwrap(name string) (string, error) {
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(path)
 }
 
 const installRemedy = "install bubblewrap " + MinBwrapVersion + " or newer (scripts/install-prereqs builds it from Debian's source)"

@@ -11,15 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The launcher is the one piece of process-wide state: an OS thread that
-// starts every bwrap and never exits.
+// The launcher is an OS thread that starts the spawner (spawner.go) and
+// never exits; the spawner and the launcher are the process-wide state.
 //
-// bwrap's --die-with-parent, and the Pdeathsig we set on bwrap itself,
-// fire when the *thread* that forked the process exits, not the process
-// (golang/go#27505). Go exits threads at will (a goroutine that ends
-// while locked to its thread takes the thread with it), which would kill
-// sandboxes at random. Forking from a thread that lives as long as the
-// process makes "the parent died" mean exactly "the server died".
+// The Pdeathsig we set on the spawner fires when the *thread* that forked
+// it exits, not the process (golang/go#27505). Go exits threads at will
+// (a goroutine that ends while locked to its thread takes the thread with
+// it), which would kill every sandbox at random. Forking from a thread
+// that lives as long as the process makes "the parent died" mean exactly
+// "the server died".
 var launcher struct {
 	once sync.Once
 	reqs chan launchReq
@@ -30,7 +30,8 @@ type launchReq struct {
 	done chan error
 }
 
-// startProcess starts cmd from the launcher thread.
+// startProcess starts cmd from the launcher thread, to die with this
+// process.
 func startProcess(cmd *exec.Cmd) error {
 	launcher.once.Do(func() {
 		launcher.reqs = make(chan launchReq)
@@ -39,23 +40,7 @@ func startProcess(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	a := cmd.SysProcAttr
-	// bwrap dies with the server.
-	a.Pdeathsig = syscall.SIGKILL
-	// And the sandbox dies with bwrap, at any moment. bwrap arms its
-	// child's --die-with-parent only after setting up the sandbox, just
-	// before exec: if bwrap dies during set-up (the server was killed, or
-	// a context cancelled the run), the child would finish and run the
-	// command with nothing tied to the server. Started as pid 1 of a pid
-	// namespace of its own, bwrap takes the kernel's guarantee with it:
-	// when a namespace's pid 1 dies, everything in it and in the
-	// namespaces below is killed. A pid namespace needs a user namespace;
-	// it maps only the caller's ids, and bwrap starts in it without
-	// capabilities, as it would outside.
-	a.Cloneflags |= syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
-	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
-	a.GidMappingsEnableSetgroups = false
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	done := make(chan error, 1)
 	launcher.reqs <- launchReq{cmd, done}
 	return <-done
@@ -73,9 +58,9 @@ func launchLoop(reqs chan launchReq) {
 // closeInherited marks every descriptor above stderr close-on-exec, then
 // starts cmd. Go opens its own files close-on-exec, but a process can
 // inherit open descriptors from whoever started it (a shell, a service
-// manager), and those would reach bwrap and the sandboxed command. The
-// descriptors in cmd.ExtraFiles are dup'ed into the child after the fork,
-// which clears the flag on the copies.
+// manager), and those would reach the spawner, bwrap and the sandboxed
+// command. The descriptors in cmd.ExtraFiles are dup'ed into the child
+// after the fork, which clears the flag on the copies.
 func closeInherited(cmd *exec.Cmd) error {
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("sandboxkit: cannot mark inherited descriptors close-on-exec (close_range needs Linux 5.11): %w", err)

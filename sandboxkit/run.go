@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +50,7 @@ type Cmd struct {
 
 	ctx     context.Context
 	cancel  context.CancelFunc
-	cmd     *exec.Cmd
+	rc      *remoteCmd // bwrap, started through the spawner
 	status  *statusReader
 	stderr  *bwrapStderr
 	cap     *outputCap
@@ -93,7 +92,7 @@ func (c *Cmd) Run() error {
 // Start checks that isolation is available, then starts the sandbox.
 // It never runs anything on the host when a check fails.
 func (c *Cmd) Start() error {
-	if c.cmd != nil {
+	if c.rc != nil {
 		return errors.New("sandboxkit: Cmd already started")
 	}
 	if c.Policy == nil && c.sess == nil {
@@ -112,6 +111,9 @@ func (c *Cmd) Start() error {
 	if c.sess != nil {
 		return c.sess.start(ctx, c)
 	}
+	if !mainCalled.Load() {
+		return errNoMain
+	}
 	if err := Available(ctx, c.Policy); err != nil {
 		return err
 	}
@@ -121,11 +123,16 @@ func (c *Cmd) Start() error {
 // launch starts the sandbox without consulting the Doctor (whose own
 // probes use it).
 func (c *Cmd) launch(ctx context.Context) error {
+	sp, bwrap, err := spawnerFor(c.Policy)
+	if err != nil {
+		return err
+	}
 	unlock, err := prepareWorkspace(c.Policy)
 	if err != nil {
 		return err
 	}
 	p := *c.Policy
+	p.Bwrap = bwrap
 	p.Env = append(append([]string(nil), p.Env...), c.Env...)
 	if c.Dir != "" {
 		p.Dir = c.Dir
@@ -141,7 +148,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		c.ctx, c.cancel = context.WithCancel(ctx)
 	}
 	c.unlock = unlock
-	if err := c.start(l); err != nil {
+	if err := c.start(sp, l); err != nil {
 		c.cancel()
 		unlock()
 		return err
@@ -149,48 +156,45 @@ func (c *Cmd) launch(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cmd) start(l *Launch) error {
-	cmd := exec.CommandContext(c.ctx, l.Path, l.Args[1:]...)
-	cmd.Env = l.Env
-	// Pipes close when bwrap and everything in its pid namespace are gone;
-	// WaitDelay only guards against a bug there.
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Stdin = c.Stdin
-
+func (c *Cmd) start(sp *spawner, l *Launch) error {
 	if c.OutputLimit > 0 {
 		c.cap = &outputCap{left: c.OutputLimit}
 	}
 	stdout, stderr := orDiscard(c.Stdout), orDiscard(c.Stderr)
 	if sameWriter(c.Stdout, c.Stderr) {
-		// os/exec would share one pipe; the stderr tee below defeats
-		// that, so serialize the two copying goroutines instead.
+		// One pipe each (the stderr tee below needs its own), so
+		// serialize the two copying goroutines instead.
 		w := &lockedWriter{w: stdout}
 		stdout, stderr = w, w
 	}
-	cmd.Stdout = c.cap.wrap(stdout)
 	c.stderr = &bwrapStderr{w: c.cap.wrap(stderr)}
-	cmd.Stderr = c.stderr
 
 	sr, sw, err := os.Pipe()
 	if err != nil {
 		return err
 	}
 	defer sw.Close()
-	c.status = readStatus(sr)
 	mem, err := memFiles(l)
 	if err != nil {
 		sr.Close()
 		return err
 	}
-	files := append([]*os.File{sw}, mem...)
-	defer closeAll(files[1:])
-	cmd.ExtraFiles = files
-	c.cmd = cmd
+	defer closeAll(mem)
+	// fd 3 is the status pipe (buildOptions.status), the Files follow.
+	extra := append([]*os.File{sw}, mem...)
 	c.started = time.Now()
-	if err := startProcess(cmd); err != nil {
+	var out io.Writer
+	if c.Stdout != nil {
+		out = c.cap.wrap(stdout)
+	}
+	rc := &remoteCmd{}
+	if err := rc.start(c.ctx, sp.cl, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
 		sr.Close()
 		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
 	}
+	sw.Close()
+	c.status = readStatus(sr)
+	c.rc = rc
 	return nil
 }
 
@@ -199,40 +203,43 @@ func (c *Cmd) Wait() error {
 	if c.sess != nil {
 		return c.sess.wait(c)
 	}
-	if c.cmd == nil {
+	if c.rc == nil {
 		return errors.New("sandboxkit: Cmd not started")
 	}
 	if c.State != nil {
 		return errors.New("sandboxkit: Wait already called")
 	}
-	waitErr := c.cmd.Wait()
+	// Pipes close when bwrap and everything in its pid namespace are
+	// gone; the delay only guards against a bug there.
+	c.rc.wait(5 * time.Second)
+	p := c.rc.proc
 	// Whether the context killed the sandbox, asked before our own
 	// cancel (which only releases the context's resources).
 	killed := c.ctx.Err()
 	c.cancel()
 	st := c.status.result()
 	bwrapSaid := c.stderr.finish(!st.ran)
-	if err := c.unlock(); err != nil && waitErr == nil {
+	var waitErr error
+	if err := c.unlock(); err != nil {
 		waitErr = err
 	}
 	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
-	if killed != nil {
+	switch {
+	case killed != nil:
 		return fmt.Errorf("sandboxkit: sandbox killed: %w", killed)
-	}
-	if !st.ran {
-		return setupError(bwrapSaid, waitErr)
+	case p.err != nil:
+		return p.err
+	case !st.ran:
+		return setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.code))
 	}
 	c.State.ExitCode = st.exitCode
 	if st.exitCode != 0 {
 		return &ExitError{Code: st.exitCode}
 	}
 	if waitErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(waitErr, &ee) {
-			return waitErr
-		}
+		return waitErr
 	}
-	return nil
+	return c.rc.outputErr()
 }
 
 // prepareWorkspace checks the workspace before anything is mounted and

@@ -3,21 +3,16 @@ package sandboxkit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrSessionClosed is wrapped by the errors of a Session that has ended:
@@ -61,8 +56,8 @@ type SessionOptions struct {
 // ends.
 //
 // Every process of the session dies when it ends: Close, IdleTimeout, or
-// the server's death (bwrap dies with it, and the pid namespace with pid
-// 1). A workspace upper dir is mounted by one sandbox at a time; a second
+// the server's death or the spawner's (see Main; the kernel kills every
+// pid namespace below the spawner's). A workspace upper dir is mounted by one sandbox at a time; a second
 // StartSession or Run on it fails with overlay.ErrInUse. Commands receive
 // only stdin, stdout and stderr: no other descriptor of the server or
 // the supervisor.
@@ -72,24 +67,18 @@ type Session struct {
 	policy *Policy
 	idle   time.Duration
 
-	bwrap     *exec.Cmd
-	bwrapDone chan struct{}
-	bwrapErr  error
-	errHead   *headWriter
-	ctl       *os.File
-	unlock    func() error
+	cl      *ctlClient // to the supervisor
+	sp      *spawner
+	bwrap   *remoteCmd // started through the spawner
+	errHead *headWriter
+	unlock  func() error
 
-	ready     chan struct{}
-	readyOnce sync.Once
-	done      chan struct{}
-	err       error // why the session ended; set before done closes
-	closeErr  error // from releasing the workspace
+	done     chan struct{}
+	err      error // why the session ended; set before done closes
+	closeErr error // from releasing the workspace
 
 	mu        sync.Mutex
 	closing   bool
-	ending    error // the reason given to shutdown
-	nextID    uint64
-	procs     map[uint64]*proc // started through the supervisor, not yet exited
 	nextJob   int
 	jobs      map[int]*job
 	active    int // foreground commands running
@@ -125,14 +114,11 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return nil, err
 	}
 	s := &Session{
-		policy:    &pc,
-		idle:      o.IdleTimeout,
-		bwrapDone: make(chan struct{}),
-		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
-		procs:     map[uint64]*proc{},
-		jobs:      map[int]*job{},
-		unlock:    unlock, // released by finish once launched
+		policy: &pc,
+		idle:   o.IdleTimeout,
+		done:   make(chan struct{}),
+		jobs:   map[int]*job{},
+		unlock: unlock, // released at the end once launched
 	}
 	if err := s.launch(); err != nil {
 		unlock()
@@ -142,9 +128,12 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	timer := time.NewTimer(sessionStartTimeout)
 	defer timer.Stop()
 	select {
-	case <-s.ready:
+	case <-s.cl.ready:
 	case <-s.done:
-		return nil, setupError(s.errHead.String(), s.bwrapErr)
+		if errors.Is(s.err, errSpawnerDied) {
+			return nil, s.err
+		}
+		return nil, setupError(s.errHead.String(), s.bwrapExit())
 	case <-ctx.Done():
 		s.Close()
 		return nil, ctx.Err()
@@ -161,8 +150,12 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	return s, nil
 }
 
-// launch starts bwrap with the supervisor as pid 1.
+// launch starts bwrap, through the spawner, with the supervisor as pid 1.
 func (s *Session) launch() error {
+	sp, bwrap, err := spawnerFor(s.policy)
+	if err != nil {
+		return err
+	}
 	// bwrap executes the very binary that runs now, through an inherited
 	// descriptor: nothing of the host is bound into the sandbox for it,
 	// and an upgrade that replaced the file on disk cannot start a
@@ -172,25 +165,20 @@ func (s *Session) launch() error {
 		return fmt.Errorf("sandboxkit: open this program's executable for the session supervisor: %w", err)
 	}
 	defer exe.Close()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	ctl, child, err := controlPair()
 	if err != nil {
-		return fmt.Errorf("sandboxkit: session control socket: %w", err)
+		return err
 	}
-	child := os.NewFile(uintptr(pair[1]), "sandboxkit-control")
 	defer child.Close()
-	if err := unix.SetNonblock(pair[0], true); err != nil {
-		unix.Close(pair[0])
-		return fmt.Errorf("sandboxkit: session control socket: %w", err)
-	}
-	// Non-blocking before NewFile: reads and writes then use the poller.
-	ctl := os.NewFile(uintptr(pair[0]), "sandboxkit-control")
 
 	// The two reserved descriptors: the control socket (3), then the
 	// executable (4); the Policy's files follow.
 	o := buildOptions{asPid1: true, reserved: 2}
 	first := o.firstFile() - o.reserved
 	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
-	l, err := s.policy.build([]string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}, o)
+	p := *s.policy
+	p.Bwrap = bwrap
+	l, err := p.build([]string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}, o)
 	if err != nil {
 		ctl.Close()
 		return err
@@ -201,29 +189,30 @@ func (s *Session) launch() error {
 		return err
 	}
 	defer closeAll(mem)
-	files := append([]*os.File{child, exe}, mem...)
 
-	cmd := exec.Command(l.Path, l.Args[1:]...)
-	cmd.Env = l.Env
 	// Only bwrap and the supervisor write here (commands get their own
 	// descriptors): keep the head to say why a session failed.
 	s.errHead = &headWriter{max: 4096}
-	cmd.Stdout, cmd.Stderr = s.errHead, s.errHead
-	cmd.WaitDelay = 5 * time.Second
-	cmd.ExtraFiles = files
-	if err := startProcess(cmd); err != nil {
+	s.bwrap = &remoteCmd{}
+	// Not bound by a context: it lives until the session ends.
+	err = s.bwrap.start(context.Background(), sp.cl, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
+	if err != nil {
 		ctl.Close()
 		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
 	}
 	// Our copy of the supervisor's end must go now: its EOF is how the
 	// host learns that the supervisor died.
 	child.Close()
-	s.bwrap, s.ctl = cmd, ctl
+	s.sp = sp
+	s.cl = newCtlClient(ctl, ErrSessionClosed)
 	go func() {
-		s.bwrapErr = cmd.Wait()
-		close(s.bwrapDone)
+		s.cl.run(s.ended)
+		if s.unlock != nil {
+			s.closeErr = s.unlock()
+		}
+		s.err = s.cl.err
+		close(s.done)
 	}()
-	go s.readLoop()
 	return nil
 }
 
@@ -256,222 +245,45 @@ func (s *Session) Err() error {
 // the supervisor exit, and the kernel kills the rest of the sandbox.
 func (s *Session) shutdown(reason error) {
 	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return
-	}
-	s.closing, s.ending = true, reason
+	s.closing = true
 	if s.idleTimer != nil {
 		s.idleTimer.Stop()
 	}
 	s.mu.Unlock()
-	s.ctl.Close()
+	s.cl.shutdown(reason)
 }
 
-func (s *Session) closedErr() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-	}
+// ended runs once the control socket is closed or dead: it waits for the
+// sandbox to be gone and says why it ended, if no one said.
+func (s *Session) ended() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ending != nil {
-		return s.ending
-	}
-	return ErrSessionClosed
-}
-
-// readLoop dispatches the supervisor's messages until the socket closes,
-// then ends the session.
-func (s *Session) readLoop() {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := s.ctl.Read(buf)
-		if err != nil || n == 0 {
-			break
-		}
-		var m ctlReply
-		if json.Unmarshal(buf[:n], &m) == nil {
-			s.dispatch(&m)
-		}
-	}
-	s.finish()
-}
-
-func (s *Session) dispatch(m *ctlReply) {
-	if m.Op == "ready" {
-		s.readyOnce.Do(func() { close(s.ready) })
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.procs[m.ID]
-	if p == nil {
-		return
-	}
-	switch m.Op {
-	case "started":
-		if !p.isStarted {
-			p.pid, p.isStarted = m.Pid, true
-			close(p.started)
-		}
-	case "failed":
-		if !p.isStarted {
-			e := &SetupError{Message: m.Err}
-			if m.NotFound {
-				e.err = ErrNotFound
-			}
-			p.startErr, p.isStarted = e, true
-			close(p.started)
-			delete(s.procs, m.ID)
-			close(p.done)
-		}
-	case "exited":
-		delete(s.procs, m.ID)
-		p.code = m.Code
-		close(p.done)
-	}
-}
-
-// finish runs once the control socket is closed or dead: it waits for
-// the sandbox to be gone, then fails what is still pending, releases the
-// workspace and closes done.
-func (s *Session) finish() {
-	s.shutdown(nil)
+	s.closing = true
+	s.mu.Unlock()
 	select {
-	case <-s.bwrapDone:
+	case <-s.bwrap.proc.done:
 	case <-time.After(5 * time.Second):
-		// The supervisor did not exit: killing bwrap kills it
-		// (--die-with-parent), and the pid namespace with it.
-		s.bwrap.Process.Kill()
-		<-s.bwrapDone
+		// The supervisor did not exit: killing bwrap kills it and the
+		// pid namespace with it.
+		s.sp.cl.kill(s.bwrap.proc.id)
 	}
-	s.mu.Lock()
-	reason := s.ending
-	if reason == nil {
-		why := strings.TrimSpace(s.errHead.String())
-		if why == "" {
-			why = fmt.Sprint(s.bwrapErr)
-		}
-		reason = fmt.Errorf("%w: the sandbox exited unexpectedly: %s", ErrSessionClosed, why)
+	s.bwrap.wait(5 * time.Second)
+	if err := s.bwrap.proc.err; err != nil {
+		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
-	s.ending = reason
-	procs := s.procs
-	s.procs = nil
-	s.mu.Unlock()
-	for _, p := range procs {
-		if !p.isStarted {
-			p.startErr, p.isStarted = reason, true
-			close(p.started)
-		}
-		p.err = reason
-		close(p.done)
+	why := strings.TrimSpace(s.errHead.String())
+	if why == "" {
+		why = fmt.Sprint(s.bwrapExit())
 	}
-	if s.unlock != nil {
-		s.closeErr = s.unlock()
-	}
-	s.err = reason
-	close(s.done)
+	return fmt.Errorf("%w: the sandbox exited unexpectedly: %s", ErrSessionClosed, why)
 }
 
-// proc is one command started through the supervisor. Its fields are
-// written under Session.mu before the channel that publishes them closes.
-type proc struct {
-	id        uint64
-	started   chan struct{}
-	isStarted bool
-	pid       int
-	startErr  error
-	done      chan struct{}
-	code      int
-	err       error // the session's end, when it came before the exit
-}
-
-// startProc asks the supervisor to start argv with the given stdin,
-// stdout and stderr, and waits until it has.
-func (s *Session) startProc(ctx context.Context, argv, env []string, dir string, stdio []*os.File) (*proc, error) {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return nil, s.closedErr()
+// bwrapExit describes how bwrap ended.
+func (s *Session) bwrapExit() error {
+	p := s.bwrap.proc
+	if p.err != nil {
+		return p.err
 	}
-	s.nextID++
-	p := &proc{id: s.nextID, started: make(chan struct{}), done: make(chan struct{})}
-	s.procs[p.id] = p
-	s.mu.Unlock()
-	if err := s.send(ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}, stdio); err != nil {
-		s.mu.Lock()
-		closing := s.closing
-		delete(s.procs, p.id)
-		s.mu.Unlock()
-		if closing {
-			return nil, s.closedErr()
-		}
-		return nil, fmt.Errorf("sandboxkit: send command to the session: %w", err)
-	}
-	select {
-	case <-p.started:
-	case <-ctx.Done():
-		go func() {
-			<-p.started
-			if p.startErr == nil {
-				s.kill(p.id)
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	if p.startErr != nil {
-		return nil, p.startErr
-	}
-	return p, nil
-}
-
-// kill kills a command's process group.
-func (s *Session) kill(id uint64) error {
-	return s.send(ctlRequest{Op: "kill", ID: id}, nil)
-}
-
-// send writes one request, with files as SCM_RIGHTS.
-func (s *Session) send(req ctlRequest, files []*os.File) error {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if len(b) > maxInlineRequest {
-		if len(b) > maxRequest {
-			return fmt.Errorf("sandboxkit: command line and environment take %d bytes, more than the %d a command can have", len(b), maxRequest)
-		}
-		blob, err := memFile("request", b)
-		if err != nil {
-			return err
-		}
-		defer blob.Close()
-		files = append(slices.Clip(files), blob)
-		b, _ = json.Marshal(ctlRequest{Op: req.Op, ID: req.ID, Blob: true})
-	}
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(fds...)
-	}
-	rc, err := s.ctl.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_NOSIGNAL)
-		return serr != unix.EAGAIN
-	})
-	runtime.KeepAlive(files)
-	if err != nil {
-		return err
-	}
-	return serr
+	return fmt.Errorf("bwrap exited with status %d", p.code)
 }
 
 // commandEnv returns a command's whole environment: the Policy's, then
@@ -490,11 +302,10 @@ func (s *Session) commandEnv(env []string, dir string) ([]string, error) {
 // begin records activity for IdleTimeout; foreground commands hold the
 // session open until end.
 func (s *Session) begin(foreground bool) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return s.closedErr()
+	if err := s.cl.closed(); err != nil {
+		return err
 	}
+	s.mu.Lock()
 	if foreground {
 		s.active++
 	}
@@ -552,20 +363,13 @@ func (s *Session) Command(ctx context.Context, argv ...string) *Cmd {
 
 // sessionCmd is the part of a Cmd that runs in a Session.
 type sessionCmd struct {
-	s         *Session
-	begun     bool
-	proc      *proc
-	watchDone chan struct{}
-	killErr   error // why the command was killed; written before watchDone closes
-	copies    sync.WaitGroup
-	copyMu    sync.Mutex
-	copyErr   error
-	readers   []*os.File // host ends of the output pipes
-	stdinW    *os.File
+	s     *Session
+	begun bool
+	rc    *remoteCmd
 }
 
 // start runs after Cmd.Start's checks of Args and ctx.
-func (sc *sessionCmd) start(ctx context.Context, c *Cmd) (err error) {
+func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 	if sc.begun {
 		return errors.New("sandboxkit: Cmd already started")
 	}
@@ -578,177 +382,60 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) (err error) {
 		return err
 	}
 	sc.begun = true
-	// child are the ends sent to the supervisor; ours go once sent.
-	var child []*os.File
-	defer func() {
-		closeAll(child)
-		if err != nil {
-			closeAll(sc.readers)
-			if sc.stdinW != nil {
-				sc.stdinW.Close()
-			}
-			s.end()
-		}
-	}()
-	var devnull *os.File
-	null := func() (*os.File, error) {
-		if devnull == nil {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				return nil, err
-			}
-			devnull = f
-			child = append(child, f)
-		}
-		return devnull, nil
-	}
-	pipe := func(w io.Writer) (*os.File, error) {
-		r, pw, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		child = append(child, pw)
-		sc.readers = append(sc.readers, r)
-		sc.copies.Add(1)
-		go sc.copy(w, r)
-		return pw, nil
-	}
-
-	var stdin, stdout, stderr *os.File
-	switch r := c.Stdin.(type) {
-	case nil:
-		stdin, err = null()
-	case *os.File:
-		stdin = r
-	default:
-		var pr *os.File
-		pr, sc.stdinW, err = os.Pipe()
-		if err == nil {
-			child = append(child, pr)
-			stdin = pr
-		}
-	}
-	if err != nil {
-		return err
-	}
 	if c.OutputLimit > 0 {
 		c.cap = &outputCap{left: c.OutputLimit}
 	}
-	if c.Stdout == nil {
-		stdout, err = null()
-	} else {
-		stdout, err = pipe(c.cap.wrap(c.Stdout))
-	}
-	if err != nil {
-		return err
+	var stdout, stderr io.Writer
+	if c.Stdout != nil {
+		stdout = c.cap.wrap(c.Stdout)
 	}
 	switch {
-	case c.Stderr == nil:
-		stderr, err = null()
 	case sameWriter(c.Stdout, c.Stderr):
 		// One pipe keeps the order of interleaved output.
 		stderr = stdout
-	default:
-		stderr, err = pipe(c.cap.wrap(c.Stderr))
+	case c.Stderr != nil:
+		stderr = c.cap.wrap(c.Stderr)
 	}
-	if err != nil {
-		return err
-	}
-
 	if c.Timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
 	} else {
 		c.ctx, c.cancel = context.WithCancel(ctx)
 	}
 	c.started = time.Now()
-	p, err := s.startProc(c.ctx, c.Args, env, c.Dir, []*os.File{stdin, stdout, stderr})
-	if err != nil {
+	rc := &remoteCmd{}
+	if err := rc.start(c.ctx, s.cl, c.Args, env, c.Dir, c.Stdin, stdout, stderr, nil); err != nil {
 		c.cancel()
+		s.end()
 		return err
 	}
-	sc.proc = p
-	if sc.stdinW != nil {
-		go func() {
-			io.Copy(sc.stdinW, c.Stdin)
-			sc.stdinW.Close()
-		}()
-	}
-	sc.watchDone = make(chan struct{})
-	go sc.watch(c.ctx)
+	sc.rc = rc
 	return nil
 }
 
-// watch kills the command when its context ends first.
-func (sc *sessionCmd) watch(ctx context.Context) {
-	defer close(sc.watchDone)
-	p := sc.proc
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		sc.killErr = ctx.Err()
-		sc.s.kill(p.id)
-		<-p.done
-	}
-}
-
-func (sc *sessionCmd) copy(w io.Writer, r *os.File) {
-	defer sc.copies.Done()
-	if _, err := io.Copy(w, r); err != nil && !errors.Is(err, os.ErrClosed) {
-		sc.copyMu.Lock()
-		if sc.copyErr == nil {
-			sc.copyErr = err
-		}
-		sc.copyMu.Unlock()
-		// Keep reading so that the command never blocks on a full pipe.
-		io.Copy(io.Discard, r)
-	}
-}
-
 func (sc *sessionCmd) wait(c *Cmd) error {
-	if sc.proc == nil {
+	if sc.rc == nil {
 		return errors.New("sandboxkit: Cmd not started")
 	}
 	if c.State != nil {
 		return errors.New("sandboxkit: Wait already called")
 	}
-	p := sc.proc
-	<-sc.watchDone
+	rc := sc.rc
+	rc.wait(sessionWaitDelay)
 	c.cancel()
-	copied := make(chan struct{})
-	go func() {
-		sc.copies.Wait()
-		close(copied)
-	}()
-	select {
-	case <-copied:
-	case <-time.After(sessionWaitDelay):
-		closeAll(sc.readers)
-		<-copied
-	}
-	closeAll(sc.readers)
-	if sc.stdinW != nil {
-		sc.stdinW.Close()
-	}
 	sc.s.end()
 	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
+	p := rc.proc
 	switch {
 	case p.err != nil:
 		return p.err
-	case sc.killErr != nil:
-		return fmt.Errorf("sandboxkit: command killed: %w", sc.killErr)
+	case rc.killErr != nil:
+		return fmt.Errorf("sandboxkit: command killed: %w", rc.killErr)
 	}
 	c.State.ExitCode = p.code
 	if p.code != 0 {
 		return &ExitError{Code: p.code}
 	}
-	sc.copyMu.Lock()
-	defer sc.copyMu.Unlock()
-	return sc.copyErr
+	return rc.outputErr()
 }
 
 // JobInfo describes a background job.
@@ -804,7 +491,7 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 	if err != nil {
 		return JobInfo{}, err
 	}
-	p, err := s.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w})
+	p, err := s.cl.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w})
 	w.Close()
 	if err != nil {
 		r.Close()
@@ -902,11 +589,8 @@ func (s *Session) Kill(id int) error {
 		return nil
 	default:
 	}
-	if err := s.kill(j.proc.id); err != nil {
-		s.mu.Lock()
-		closing := s.closing
-		s.mu.Unlock()
-		if !closing {
+	if err := s.cl.kill(j.proc.id); err != nil {
+		if s.cl.closed() == nil {
 			return fmt.Errorf("sandboxkit: kill job %d: %w", id, err)
 		}
 		// It dies with the session.

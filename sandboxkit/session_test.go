@@ -475,7 +475,10 @@ func TestSessionClose(t *testing.T) {
 	if err := running.Start(); err != nil {
 		t.Fatal(err)
 	}
-	bwrapPid := s.bwrap.Process.Pid
+	bwrapPid, err := bwrapHostPid(s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -677,7 +680,10 @@ func sessionNS(t testing.TB, s *Session) (int, string) {
 }
 
 func findSessionNS(s *Session) (int, string, error) {
-	bwrapPid := s.bwrap.Process.Pid
+	bwrapPid, err := bwrapHostPid(s)
+	if err != nil {
+		return 0, "", err
+	}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -696,6 +702,38 @@ func findSessionNS(s *Session) (int, string, error) {
 		}
 	}
 	return 0, "", fmt.Errorf("no child of bwrap (pid %d)", bwrapPid)
+}
+
+// bwrapHostPid returns the host pid of s's bwrap. The spawner knows it by
+// its pid in the spawner's namespace: the second NSpid field of a child
+// of the spawner.
+func bwrapHostPid(s *Session) (int, error) {
+	return spawnedHostPid(s.sp.pid, s.bwrap.proc.pid)
+}
+
+func spawnedHostPid(spawner, pid int) (int, error) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		host, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		var ppid int
+		var nspid []string
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+				ppid, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				nspid = strings.Fields(v)
+			}
+		}
+		if ppid == spawner && len(nspid) > 1 && nspid[1] == strconv.Itoa(pid) {
+			return host, nil
+		}
+	}
+	return 0, fmt.Errorf("no child of the spawner (pid %d) is pid %d in its namespace", spawner, pid)
 }
 
 // procsInNS maps the host pid of every live process in pid namespace ns

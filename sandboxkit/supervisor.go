@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,9 @@ const (
 	// maxRequest bounds argv and environment together; execve itself
 	// refuses much more than this.
 	maxRequest = 8 << 20
+	// maxRequestFds bounds the descriptors of one request: stdio, bwrap's
+	// own (status, control, executable, files) and the request blob.
+	maxRequestFds = 32
 )
 
 type ctlRequest struct {
@@ -61,6 +65,9 @@ type ctlReply struct {
 
 type supervisor struct {
 	ctl *os.File
+	// spawner: children are bwraps, each pid 1 of a new pid namespace,
+	// and may get descriptors beyond stdio.
+	spawner bool
 
 	// mu orders starts against reaping: a command is in procs before
 	// the reaper can see it exit.
@@ -71,24 +78,44 @@ type supervisor struct {
 
 // supervise runs the supervisor; args are the control and executable fds.
 func supervise(args []string) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "sandboxkit supervisor: "+format+"\n", a...)
-		return 2
-	}
-	if os.Getpid() != 1 {
-		return fail("runs only as pid 1 of a Session sandbox")
-	}
 	if len(args) != 2 {
-		return fail("want the control and executable descriptors, got %q", args)
+		return supervisorFail("want the control and executable descriptors, got %q", args)
 	}
 	ctl, err1 := strconv.Atoi(args[0])
 	exe, err2 := strconv.Atoi(args[1])
 	if err1 != nil || err2 != nil || ctl < 3 || exe < 3 {
-		return fail("bad descriptors %q", args)
+		return supervisorFail("bad descriptors %q", args)
 	}
 	// The executable was opened by the host for bwrap to exec; nothing
 	// here needs it.
 	unix.Close(exe)
+	return serveControl(ctl, false)
+}
+
+// spawn runs the spawner (spawner.go); args is the control fd.
+func spawn(args []string) int {
+	if len(args) != 1 {
+		return supervisorFail("want the control descriptor, got %q", args)
+	}
+	ctl, err := strconv.Atoi(args[0])
+	if err != nil || ctl < 3 {
+		return supervisorFail("bad descriptor %q", args)
+	}
+	return serveControl(ctl, true)
+}
+
+func supervisorFail(format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "sandboxkit supervisor: "+format+"\n", a...)
+	return 2
+}
+
+// serveControl is the supervisor's life as pid 1, in a Session's sandbox
+// or as the spawner.
+func serveControl(ctl int, spawner bool) int {
+	fail := supervisorFail
+	if os.Getpid() != 1 {
+		return fail("runs only as pid 1 of a Session sandbox or of the spawner's namespace")
+	}
 	// Whatever bwrap left open (its status pipe, anything inherited) must
 	// not reach the commands: the fork below keeps every descriptor that
 	// is not close-on-exec. The control socket is close-on-exec too.
@@ -101,6 +128,9 @@ func supervise(args []string) int {
 		return fail("PR_SET_DUMPABLE: %v", err)
 	}
 	name := []byte("sandboxkit\x00")
+	if spawner {
+		name = []byte("sandboxkit-spwn\x00")
+	}
 	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
 
 	// Pid 1 gets only the signals it handles. Catch them all so that a
@@ -115,18 +145,48 @@ func supervise(args []string) int {
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 
+	if spawner {
+		// Children's Pdeathsig follows the thread that forked them:
+		// serve forks from this thread, which lives as long as the
+		// process. Never unlocked.
+		runtime.LockOSThread()
+		if err := dropInheritedCaps(); err != nil {
+			return fail("capabilities: %v", err)
+		}
+	}
 	if err := unix.SetNonblock(ctl, true); err != nil {
 		return fail("control socket: %v", err)
 	}
-	sv := &supervisor{ctl: os.NewFile(uintptr(ctl), "sandboxkit-control"), procs: map[int]uint64{}, byID: map[uint64]int{}}
+	sv := &supervisor{ctl: os.NewFile(uintptr(ctl), "sandboxkit-control"), spawner: spawner, procs: map[int]uint64{}, byID: map[uint64]int{}}
 	go sv.reap(chld)
 	if err := sv.send(ctlReply{Op: "ready"}); err != nil {
 		return fail("control socket: %v", err)
 	}
 	sv.serve()
 	// The host closed the socket (Close, or it died): returning exits pid
-	// 1, and the kernel kills the rest of the sandbox.
+	// 1, and the kernel kills the rest of the namespace.
 	return 0
+}
+
+// dropInheritedCaps keeps CAP_SYS_ADMIN in this thread's effective and
+// permitted sets (to create pid namespaces) but clears the ambient and
+// inheritable sets, so that bwrap, executed from this thread, starts
+// with no capability: bwrap refuses to run with capabilities when it is
+// not setuid.
+func dropInheritedCaps() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
 
 func (sv *supervisor) send(r ctlReply) error {
@@ -149,7 +209,7 @@ func (sv *supervisor) serve() {
 		return
 	}
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(8*4))
+	oob := make([]byte, unix.CmsgSpace(maxRequestFds*4))
 	for {
 		var n, oobn, flags int
 		var rerr error
@@ -235,13 +295,14 @@ func closeFds(fds []int) {
 	}
 }
 
-// start forks and execs one command with the three stdio fds it was sent.
+// start forks and execs one command with the fds it was sent as 0, 1,
+// 2, ...: a Session's commands get exactly stdio.
 func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	defer closeFds(fds)
 	failed := func(err string, notFound bool) {
 		sv.send(ctlReply{Op: "failed", ID: req.ID, Err: err, NotFound: notFound})
 	}
-	if len(fds) != 3 || len(req.Args) == 0 {
+	if len(fds) < 3 || (!sv.spawner && len(fds) != 3) || len(req.Args) == 0 {
 		failed(fmt.Sprintf("bad start request: %d descriptors, %d args", len(fds), len(req.Args)), false)
 		return
 	}
@@ -258,13 +319,24 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 		failed(err.Error(), true)
 		return
 	}
+	files := make([]uintptr, len(fds))
+	for i, fd := range fds {
+		files[i] = uintptr(fd)
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
 		Env:   req.Env,
-		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Files: files,
 		// Its own session and process group, so that a kill reaches the
 		// command and everything it started.
 		Sys: &syscall.SysProcAttr{Setsid: true},
+	}
+	if sv.spawner {
+		// bwrap is pid 1 of its own pid namespace: killing it, at any
+		// moment of its set-up, kills its sandbox. Without CLONE_NEWUSER
+		// Go still forks with vfork, which keeps a launch cheap.
+		attr.Sys.Cloneflags = syscall.CLONE_NEWPID
+		attr.Sys.Pdeathsig = syscall.SIGKILL
 	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
@@ -278,19 +350,33 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	sv.send(ctlReply{Op: "started", ID: req.ID, Pid: pid})
 }
 
-// kill kills a command's process group.
+// kill kills a command's process group; the spawner kills bwrap alone
+// (see killTarget).
 func (sv *supervisor) kill(id uint64) {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if pid, ok := sv.byID[id]; ok {
-		unix.Kill(-pid, unix.SIGKILL)
+		unix.Kill(sv.killTarget(pid), unix.SIGKILL)
 	}
+}
+
+// killTarget is what to kill to end child pid and what it started: its
+// process group, or for the spawner only bwrap, pid 1 of its pid
+// namespace, whose death makes the kernel kill the sandbox. A group kill
+// would also catch bwrap's child during set-up (before its setsid) and so
+// hide a sandbox that outlives bwrap.
+func (sv *supervisor) killTarget(pid int) int {
+	if sv.spawner {
+		return pid
+	}
+	return -pid
 }
 
 // reap waits for every child: as pid 1 the supervisor inherits all
 // orphans of the sandbox, and unreaped they would fill the pid table.
 // When a command exits, what it left in its process group is killed
-// first, while its zombie still reserves the group's id.
+// first, while its zombie still reserves the group's id; a bwrap's exit
+// has already ended its pid namespace.
 func (sv *supervisor) reap(chld <-chan os.Signal) {
 	for range chld {
 		sv.mu.Lock()
@@ -305,7 +391,7 @@ func (sv *supervisor) reap(chld <-chan os.Signal) {
 				break
 			}
 			id, known := sv.procs[pid]
-			if known {
+			if known && !sv.spawner {
 				unix.Kill(-pid, unix.SIGKILL)
 			}
 			var ws unix.WaitStatus

@@ -1,0 +1,438 @@
+package sandboxkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ctlClient is the host's end of a supervisor's control socket (see
+// supervisor.go): a Session's supervisor inside its sandbox, or the
+// spawner that starts every bwrap. It starts processes there and learns
+// when they exit.
+type ctlClient struct {
+	ctl *os.File
+	// closedErr is the error of a request made after the end when no
+	// reason was given.
+	closedErr error
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	done      chan struct{} // closed once the socket is dead and every proc has ended
+	err       error         // why it ended; set before done closes
+
+	mu      sync.Mutex
+	closing bool
+	ending  error // the reason given to shutdown
+	nextID  uint64
+	procs   map[uint64]*proc // started, not yet exited
+}
+
+func newCtlClient(ctl *os.File, closedErr error) *ctlClient {
+	return &ctlClient{
+		ctl:       ctl,
+		closedErr: closedErr,
+		ready:     make(chan struct{}),
+		done:      make(chan struct{}),
+		procs:     map[uint64]*proc{},
+	}
+}
+
+// controlPair returns a SOCK_SEQPACKET pair: the host's end, non-blocking
+// for the poller, and the end for the supervisor.
+func controlPair() (host, child *os.File, err error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandboxkit: control socket: %w", err)
+	}
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, nil, fmt.Errorf("sandboxkit: control socket: %w", err)
+	}
+	// Non-blocking before NewFile: reads and writes then use the poller.
+	return os.NewFile(uintptr(pair[0]), "sandboxkit-control"), os.NewFile(uintptr(pair[1]), "sandboxkit-control"), nil
+}
+
+// shutdown closes the socket: the supervisor exits, and the kernel kills
+// what was left in its pid namespace. reason, if not nil, becomes the
+// error of everything still pending.
+func (c *ctlClient) shutdown(reason error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing, c.ending = true, reason
+	c.mu.Unlock()
+	c.ctl.Close()
+}
+
+// closed returns nil while requests can be made, else why not.
+func (c *ctlClient) closed() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.closing:
+		return nil
+	case c.ending != nil:
+		return c.ending
+	}
+	return c.closedErr
+}
+
+// run dispatches the supervisor's messages until the socket closes. Then
+// end (which may wait for the supervisor's process) says why, unless
+// shutdown was given a reason, and every proc still running fails with it.
+func (c *ctlClient) run(end func() error) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.ctl.Read(buf)
+		if err != nil || n == 0 {
+			break
+		}
+		var m ctlReply
+		if json.Unmarshal(buf[:n], &m) == nil {
+			c.dispatch(&m)
+		}
+	}
+	c.shutdown(nil)
+	why := end()
+	c.mu.Lock()
+	if c.ending == nil {
+		c.ending = why
+	}
+	reason := c.ending
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	for _, p := range procs {
+		if !p.isStarted {
+			p.startErr, p.isStarted = reason, true
+			close(p.started)
+		}
+		p.err = reason
+		close(p.done)
+	}
+	c.err = reason
+	close(c.done)
+}
+
+func (c *ctlClient) dispatch(m *ctlReply) {
+	if m.Op == "ready" {
+		c.readyOnce.Do(func() { close(c.ready) })
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[m.ID]
+	if p == nil {
+		return
+	}
+	switch m.Op {
+	case "started":
+		if !p.isStarted {
+			p.pid, p.isStarted = m.Pid, true
+			close(p.started)
+		}
+	case "failed":
+		if !p.isStarted {
+			e := &SetupError{Message: m.Err}
+			if m.NotFound {
+				e.err = ErrNotFound
+			}
+			p.startErr, p.isStarted = e, true
+			close(p.started)
+			delete(c.procs, m.ID)
+			close(p.done)
+		}
+	case "exited":
+		delete(c.procs, m.ID)
+		p.code = m.Code
+		close(p.done)
+	}
+}
+
+// proc is one process started through a supervisor. Its fields are
+// written under ctlClient.mu before the channel that publishes them
+// closes.
+type proc struct {
+	id        uint64
+	started   chan struct{}
+	isStarted bool
+	pid       int // in the supervisor's pid namespace
+	startErr  error
+	done      chan struct{}
+	code      int
+	err       error // the supervisor's end, when it came before the exit
+}
+
+// startProc asks the supervisor to start argv with files as descriptors
+// 0, 1, 2, ..., and waits until it has.
+func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir string, files []*os.File) (*proc, error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil, c.closed()
+	}
+	c.nextID++
+	p := &proc{id: c.nextID, started: make(chan struct{}), done: make(chan struct{})}
+	c.procs[p.id] = p
+	c.mu.Unlock()
+	if err := c.send(ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}, files); err != nil {
+		c.mu.Lock()
+		closing := c.closing
+		delete(c.procs, p.id)
+		c.mu.Unlock()
+		if closing {
+			return nil, c.closed()
+		}
+		return nil, fmt.Errorf("sandboxkit: send command to the supervisor: %w", err)
+	}
+	select {
+	case <-p.started:
+	case <-ctx.Done():
+		go func() {
+			<-p.started
+			if p.startErr == nil {
+				c.kill(p.id)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if p.startErr != nil {
+		return nil, p.startErr
+	}
+	return p, nil
+}
+
+// kill kills a process's process group.
+func (c *ctlClient) kill(id uint64) error {
+	return c.send(ctlRequest{Op: "kill", ID: id}, nil)
+}
+
+// send writes one request, with files as SCM_RIGHTS.
+func (c *ctlClient) send(req ctlRequest, files []*os.File) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxInlineRequest {
+		if len(b) > maxRequest {
+			return fmt.Errorf("sandboxkit: command line and environment take %d bytes, more than the %d a command can have", len(b), maxRequest)
+		}
+		blob, err := memFile("request", b)
+		if err != nil {
+			return err
+		}
+		defer blob.Close()
+		files = append(slices.Clip(files), blob)
+		b, _ = json.Marshal(ctlRequest{Op: req.Op, ID: req.ID, Blob: true})
+	}
+	if len(files) > maxRequestFds {
+		return fmt.Errorf("sandboxkit: %d descriptors for one command, more than %d", len(files), maxRequestFds)
+	}
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	rc, err := c.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_NOSIGNAL)
+		return serr != unix.EAGAIN
+	})
+	runtime.KeepAlive(files)
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// remoteCmd is the host side of one process started through a
+// supervisor with the host's stdio: the pipes and their copying, the
+// context that kills it, and waiting for its end.
+type remoteCmd struct {
+	proc      *proc
+	watchDone chan struct{}
+	killErr   error // why it was killed; written before watchDone closes
+	copies    sync.WaitGroup
+	copyMu    sync.Mutex
+	copyErr   error
+	readers   []*os.File // host ends of the output pipes
+	stdinW    *os.File
+}
+
+// start starts argv through c. A nil stdin, stdout or stderr is
+// /dev/null; an *os.File stdin is passed as is; stdout and stderr that
+// are the same writer share one pipe, which keeps their order. extra
+// follow as descriptors 3, 4, ... Cancelling ctx kills the process group.
+func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string, dir string, stdin io.Reader, stdout, stderr io.Writer, extra []*os.File) (err error) {
+	// child are the ends sent to the supervisor; ours go once sent.
+	var child []*os.File
+	defer func() {
+		closeAll(child)
+		if err != nil {
+			rc.closeReaders()
+		}
+	}()
+	var devnull *os.File
+	null := func() (*os.File, error) {
+		if devnull == nil {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				return nil, err
+			}
+			devnull = f
+			child = append(child, f)
+		}
+		return devnull, nil
+	}
+	pipe := func(w io.Writer) (*os.File, error) {
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		child = append(child, pw)
+		rc.readers = append(rc.readers, r)
+		rc.copies.Add(1)
+		go rc.copy(w, r)
+		return pw, nil
+	}
+
+	var in, out, errf *os.File
+	switch r := stdin.(type) {
+	case nil:
+		in, err = null()
+	case *os.File:
+		in = r
+	default:
+		var pr *os.File
+		pr, rc.stdinW, err = os.Pipe()
+		if err == nil {
+			child = append(child, pr)
+			in = pr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if stdout == nil {
+		out, err = null()
+	} else {
+		out, err = pipe(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case stderr == nil:
+		errf, err = null()
+	case sameWriter(stdout, stderr):
+		errf = out
+	default:
+		errf, err = pipe(stderr)
+	}
+	if err != nil {
+		return err
+	}
+
+	p, err := c.startProc(ctx, argv, env, dir, append([]*os.File{in, out, errf}, extra...))
+	if err != nil {
+		return err
+	}
+	rc.proc = p
+	if rc.stdinW != nil {
+		go func() {
+			io.Copy(rc.stdinW, stdin)
+			rc.stdinW.Close()
+		}()
+	}
+	rc.watchDone = make(chan struct{})
+	go rc.watch(ctx, c)
+	return nil
+}
+
+// watch kills the process group when ctx ends first.
+func (rc *remoteCmd) watch(ctx context.Context, c *ctlClient) {
+	defer close(rc.watchDone)
+	p := rc.proc
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		rc.killErr = ctx.Err()
+		c.kill(p.id)
+		<-p.done
+	}
+}
+
+func (rc *remoteCmd) copy(w io.Writer, r *os.File) {
+	defer rc.copies.Done()
+	if _, err := io.Copy(w, r); err != nil && !errors.Is(err, os.ErrClosed) {
+		rc.copyMu.Lock()
+		if rc.copyErr == nil {
+			rc.copyErr = err
+		}
+		rc.copyMu.Unlock()
+		// Keep reading so that the process never blocks on a full pipe.
+		io.Copy(io.Discard, r)
+	}
+}
+
+// wait waits for the process to exit, then up to delay for its output:
+// a process that left its group may hold the pipes open for ever.
+func (rc *remoteCmd) wait(delay time.Duration) {
+	<-rc.watchDone
+	copied := make(chan struct{})
+	go func() {
+		rc.copies.Wait()
+		close(copied)
+	}()
+	select {
+	case <-copied:
+	case <-time.After(delay):
+		closeAll(rc.readers)
+		<-copied
+	}
+	rc.closeReaders()
+}
+
+func (rc *remoteCmd) closeReaders() {
+	closeAll(rc.readers)
+	if rc.stdinW != nil {
+		rc.stdinW.Close()
+	}
+}
+
+// outputErr is the first error of writing the output.
+func (rc *remoteCmd) outputErr() error {
+	rc.copyMu.Lock()
+	defer rc.copyMu.Unlock()
+	return rc.copyErr
+}

@@ -1,0 +1,127 @@
+package sandboxkit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The spawner starts every bwrap. It is this same binary, re-executed
+// (see Main) as pid 1 of a pid namespace of its own, and runs the
+// supervisor's loop; each bwrap it starts is in turn pid 1 of its own pid
+// namespace, nested in the spawner's.
+//
+// Why: bwrap arms its child's --die-with-parent only just before exec,
+// after setting up the sandbox. If bwrap dies during set-up (the server
+// was killed, a context cancelled the run), its child would finish and
+// run the command tied to nothing. When a namespace's pid 1 dies, the
+// kernel kills everything in it and in the namespaces below, at any
+// moment: killing bwrap kills its sandbox, and the death of the spawner
+// (its control socket closed because the server died, or its Pdeathsig)
+// kills every sandbox. A pid namespace needs CAP_SYS_ADMIN, so the
+// spawner is in a user namespace that maps only the server's ids; paying
+// for that namespace once per server, not once per sandbox, is what keeps
+// a launch as cheap as starting bwrap directly.
+
+// spawnerFlag is os.Args[1] of the re-executed binary.
+const spawnerFlag = "--sandboxkit-spawner"
+
+// errSpawnerDied is wrapped by the errors of sandboxes whose spawner
+// died; the next launch starts a new spawner.
+var errSpawnerDied = errors.New("sandboxkit: the sandbox spawner died")
+
+var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner: call sandboxkit.Main() first in main (and in TestMain)")
+
+// spawners holds the process-wide spawner, started on first use.
+var spawners struct {
+	mu  sync.Mutex
+	cur *spawner
+}
+
+type spawner struct {
+	cl  *ctlClient
+	pid int // host pid
+}
+
+// theSpawner returns the running spawner, or starts one.
+func theSpawner() (*spawner, error) {
+	if !mainCalled.Load() {
+		return nil, errNoMain
+	}
+	spawners.mu.Lock()
+	defer spawners.mu.Unlock()
+	if sp := spawners.cur; sp != nil && sp.cl.closed() == nil {
+		return sp, nil
+	}
+	sp, err := startSpawner()
+	if err != nil {
+		return nil, err
+	}
+	spawners.cur = sp
+	return sp, nil
+}
+
+// spawnerFor returns the spawner and the absolute path of p's bwrap,
+// resolved on the host: the spawner executes exactly that.
+func spawnerFor(p *Policy) (*spawner, string, error) {
+	sp, err := theSpawner()
+	if err != nil {
+		return nil, "", err
+	}
+	bwrap, err := resolveBwrap(p.Bwrap)
+	return sp, bwrap, err
+}
+
+func startSpawner() (*spawner, error) {
+	host, child, err := controlPair()
+	if err != nil {
+		return nil, err
+	}
+	defer child.Close()
+	cmd := exec.Command("/proc/self/exe", spawnerFlag, "3")
+	cmd.Env = []string{}
+	// Keep the head: it says why a spawner failed.
+	out := &headWriter{max: 4096}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{child}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		// To create the pid namespaces of the bwraps; the spawner drops
+		// it from what it passes on, so bwrap starts with none.
+		AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if err := startProcess(cmd); err != nil {
+		host.Close()
+		return nil, fmt.Errorf("sandboxkit: start the sandbox spawner: %w", err)
+	}
+	sp := &spawner{cl: newCtlClient(host, errSpawnerDied), pid: cmd.Process.Pid}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	go sp.cl.run(func() error {
+		var werr error
+		select {
+		case werr = <-exited:
+		case <-time.After(5 * time.Second):
+			// It closed the socket but lives on: it must not.
+			cmd.Process.Kill()
+			werr = <-exited
+		}
+		why := strings.TrimSpace(out.String())
+		if why == "" {
+			why = fmt.Sprint(werr)
+		}
+		return fmt.Errorf("%w (pid %d): %s", errSpawnerDied, sp.pid, why)
+	})
+	return sp, nil
+}

@@ -1,0 +1,104 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// spawnerPids returns the pids of the spawners this process started.
+func spawnerPids() []int {
+	var pids []int
+	for _, pid := range sandboxProcesses("\x00" + spawnerFlag + "\x00") {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "PPid:"); ok && strings.TrimSpace(v) == strconv.Itoa(os.Getpid()) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestSpawnerDies kills the spawner from outside: the sandboxes of a
+// running Run and of a Session die with it, both say why, and the next
+// Run starts a new spawner.
+func TestSpawnerDies(t *testing.T) {
+	requireSandbox(t)
+	marker := fmt.Sprintf("marker-spawner-%d", time.Now().UnixNano())
+	s := startSession(t, sessionPolicy(t), SessionOptions{})
+	running := s.Command(t.Context(), "sh", "-c", "sleep 100; : "+marker)
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, ns := sessionNS(t, s)
+	out := &headWriter{max: 1024}
+	run := Command(t.Context(), &Policy{}, "sh", "-c", "echo ready; sleep 100; : "+marker)
+	run.Stdout = out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "ready") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(sandboxProcesses(marker)); n < 2 {
+		t.Fatalf("%d sandboxed processes are running, want the Run's and the Session's", n)
+	}
+	spawners := spawnerPids()
+	if len(spawners) != 1 {
+		t.Fatalf("spawners of this process: %v, want one", spawners)
+	}
+	syscall.Kill(spawners[0], syscall.SIGKILL)
+
+	err := run.Wait()
+	t.Logf("Run: %v", err)
+	if !errors.Is(err, errSpawnerDied) {
+		t.Errorf("Run: %v, want the spawner's death", err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end with the spawner")
+	}
+	t.Logf("Session.Err(): %v", s.Err())
+	if err := s.Err(); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, errSpawnerDied) {
+		t.Errorf("Session.Err() = %v, want ErrSessionClosed for the spawner's death", err)
+	}
+	if err := running.Wait(); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("the session's command: %v", err)
+	}
+	waitGone(t, marker)
+	if left := procsInNS(ns); len(left) > 0 {
+		t.Errorf("processes left in the session's pid namespace: %v", left)
+	}
+
+	var again bytes.Buffer
+	next := Command(t.Context(), &Policy{}, "echo", "again")
+	next.Stdout = &again
+	if err := next.Run(); err != nil || again.String() != "again\n" {
+		t.Fatalf("Run after the spawner died: %q %v", again.String(), err)
+	}
+	if now := spawnerPids(); len(now) != 1 || now[0] == spawners[0] {
+		t.Errorf("spawners after the next Run: %v (the dead one was %d)", now, spawners[0])
+	}
+}
+
+func TestRunNeedsMain(t *testing.T) {
+	mainCalled.Store(false)
+	defer mainCalled.Store(true)
+	err := Command(t.Context(), &Policy{}, "true").Run()
+	if err == nil || !strings.Contains(err.Error(), "sandboxkit.Main()") {
+		t.Errorf("Run: %v; want a hint to call Main", err)
+	}
+	r := Doctor(t.Context(), DoctorOptions{})
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "sandboxkit.Main()") {
+		t.Errorf("Doctor: %v; want a hint to call Main", err)
+	}
+}
