@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -230,23 +229,6 @@ func TestRunOutputLimit(t *testing.T) {
 	if !strings.HasPrefix(got, strings.Repeat("a", 1000)+"\n[sandboxkit: output truncated") || strings.Contains(got, "done") {
 		t.Errorf("output %d bytes: %.80q…%q", len(got), got, got[max(0, len(got)-80):])
 	}
-}
-
-// sandboxProcesses returns the host pids whose command line has marker.
-func sandboxProcesses(marker string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if bytes.Contains(b, []byte(marker)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 func waitGone(t *testing.T, marker string) {

@@ -684,21 +684,9 @@ func findSessionNS(s *Session) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(bwrapPid) {
-			ns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid")
-			return pid, ns, err
+	for _, p := range hostProcs() {
+		if p.ppid == bwrapPid {
+			return p.pid, p.pidns, nil
 		}
 	}
 	return 0, "", fmt.Errorf("no child of bwrap (pid %d)", bwrapPid)
@@ -712,25 +700,9 @@ func bwrapHostPid(s *Session) (int, error) {
 }
 
 func spawnedHostPid(spawner, pid int) (int, error) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		host, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/status")
-		var ppid int
-		var nspid []string
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "PPid:"); ok {
-				ppid, _ = strconv.Atoi(strings.TrimSpace(v))
-			}
-			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				nspid = strings.Fields(v)
-			}
-		}
-		if ppid == spawner && len(nspid) > 1 && nspid[1] == strconv.Itoa(pid) {
-			return host, nil
+	for _, p := range hostProcs() {
+		if p.ppid == spawner && len(p.nspid) > 1 && p.nspid[1] == pid {
+			return p.pid, nil
 		}
 	}
 	return 0, fmt.Errorf("no child of the spawner (pid %d) is pid %d in its namespace", spawner, pid)
@@ -740,32 +712,10 @@ func spawnedHostPid(spawner, pid int) (int, error) {
 // to its pid inside.
 func procsInNS(ns string) map[int]int {
 	out := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if link, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || link != ns || !alive(pid) {
-			continue
-		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/status")
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(v)
-				out[pid], _ = strconv.Atoi(f[len(f)-1])
-			}
+	for _, p := range hostProcs() {
+		if p.pidns == ns && p.live && len(p.nspid) > 0 {
+			out[p.pid] = p.nspid[len(p.nspid)-1]
 		}
 	}
 	return out
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

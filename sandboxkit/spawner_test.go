@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,12 +14,9 @@ import (
 // spawnerPids returns the pids of the spawners this process started.
 func spawnerPids() []int {
 	var pids []int
-	for _, pid := range sandboxProcesses("\x00" + spawnerFlag + "\x00") {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "PPid:"); ok && strings.TrimSpace(v) == strconv.Itoa(os.Getpid()) {
-				pids = append(pids, pid)
-			}
+	for _, p := range hostProcs() {
+		if p.ppid == os.Getpid() && bytes.Contains(p.cmdline, []byte("\x00"+spawnerFlag+"\x00")) {
+			pids = append(pids, p.pid)
 		}
 	}
 	return pids
