@@ -91,6 +91,10 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 		return enc.Encode(m)
 	}
 	fmt.Fprintf(out, "# Paths under /srv/codumentor and %q are placeholders.\n", strings.Join(exampleArgv, " "))
+	// What the argv does not show: how bwrap itself is started.
+	fmt.Fprint(out, "# Each bwrap is started with an empty environment and only the descriptors listed,\n"+
+		"# by sandboxkit's spawner, as pid 1 of a pid namespace of its own: when bwrap dies,\n"+
+		"# at any moment, the kernel kills everything in its sandbox.\n")
 	for i, n := range names {
 		fmt.Fprintf(out, "\n# profile %s\n", n)
 		printArgv(out, launches[i])

@@ -17,6 +17,9 @@ func TestProfileListsEveryProfile(t *testing.T) {
 	if !strings.Contains(r.stdout, "placeholders") {
 		t.Errorf("output does not say the paths are placeholders:\n%s", r.stdout)
 	}
+	if !strings.Contains(r.stdout, "pid 1 of a pid namespace of its own") {
+		t.Errorf("output does not say how bwrap is started:\n%s", r.stdout)
+	}
 	sections := map[string]string{}
 	for _, s := range strings.Split(r.stdout, "\n# profile ")[1:] {
 		name, body, _ := strings.Cut(s, "\n")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,7 +195,7 @@ func diagnose(ctx context.Context, path, probeDir string) *Report {
 	}
 
 	if out, err := probe(&Policy{}, "true"); err != nil {
-		add(Check{Name: "userns", Detail: fmt.Sprintf("bwrap cannot create a user namespace: %v %s", err, out), Remedy: usernsRemedy()})
+		add(Check{Name: "userns", Detail: fmt.Sprintf("bwrap cannot create a user namespace: %v %s", err, out), Remedy: usernsRemedy(os.DirFS("/proc/sys"))})
 		return r
 	}
 	add(Check{Name: "userns", OK: true, Detail: "unprivileged user namespaces work"})
@@ -258,14 +259,19 @@ func overlayCheck(dir string, probe func(*Policy, ...string) (string, error)) Ch
 	return Check{Name: name, OK: true, Detail: "copy-on-write overlay works on " + dir}
 }
 
-func usernsRemedy() string {
-	if b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && strings.TrimSpace(string(b)) == "1" {
+// usernsRemedy names what keeps user namespaces from working, read from
+// the sysctls in procSys (/proc/sys).
+func usernsRemedy(procSys fs.FS) string {
+	is := func(name, value string) bool {
+		b, err := fs.ReadFile(procSys, name)
+		return err == nil && strings.TrimSpace(string(b)) == value
+	}
+	switch {
+	case is("kernel/apparmor_restrict_unprivileged_userns", "1"):
 		return "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1): install an AppArmor profile that allows bwrap to create them (Ubuntu's bwrap-userns-restrict profile, /etc/apparmor.d/bwrap-userns-restrict, then apparmor_parser -r it), or set the sysctl to 0"
-	}
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+	case is("user/max_user_namespaces", "0"):
 		return "user namespaces are disabled (user.max_user_namespaces=0): sysctl -w user.max_user_namespaces=15000"
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(b)) == "0" {
+	case is("kernel/unprivileged_userns_clone", "0"):
 		return "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0): sysctl -w kernel.unprivileged_userns_clone=1"
 	}
 	return "enable unprivileged user namespaces for the server's user (inside a container, start it with a seccomp profile that allows unshare/clone of user namespaces)"

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 )
 
 // base is the argv prefix every non-HostView policy starts with.
@@ -273,5 +274,33 @@ func TestVersionAtLeast(t *testing.T) {
 		if got := versionAtLeast(tt.v, "0.12.0"); got != tt.want {
 			t.Errorf("versionAtLeast(%q) = %v", tt.v, got)
 		}
+	}
+}
+
+func TestUsernsRemedy(t *testing.T) {
+	tests := []struct {
+		name   string
+		sysctl fstest.MapFS
+		want   string
+	}{
+		{"apparmor", fstest.MapFS{
+			"kernel/apparmor_restrict_unprivileged_userns": {Data: []byte("1\n")},
+			"user/max_user_namespaces":                     {Data: []byte("15000\n")},
+		}, "bwrap-userns-restrict"},
+		{"apparmor allows", fstest.MapFS{
+			"kernel/apparmor_restrict_unprivileged_userns": {Data: []byte("0\n")},
+			"user/max_user_namespaces":                     {Data: []byte("0\n")},
+		}, "user.max_user_namespaces=0"},
+		{"debian clone sysctl", fstest.MapFS{
+			"kernel/unprivileged_userns_clone": {Data: []byte("0\n")},
+		}, "kernel.unprivileged_userns_clone=1"},
+		{"nothing known", fstest.MapFS{}, "seccomp profile that allows"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := usernsRemedy(tt.sysctl); !strings.Contains(got, tt.want) {
+				t.Errorf("remedy %q lacks %q", got, tt.want)
+			}
+		})
 	}
 }
