@@ -142,11 +142,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
-	if c.Timeout > 0 {
-		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
-	} else {
-		c.ctx, c.cancel = context.WithCancel(ctx)
-	}
+	c.begin(ctx)
 	c.unlock = unlock
 	if err := c.start(sp, l); err != nil {
 		c.cancel()
@@ -156,13 +152,25 @@ func (c *Cmd) launch(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cmd) start(sp *spawner, l *Launch) error {
+// begin sets up what a one-shot sandbox and a Session's command share:
+// the output cap, the context that cancellation and Timeout kill it
+// with, and the start time.
+func (c *Cmd) begin(ctx context.Context) {
 	if c.OutputLimit > 0 {
-		c.cap = &outputCap{left: c.OutputLimit}
+		c.cap = &outputCap{limit: c.OutputLimit, left: c.OutputLimit}
 	}
+	if c.Timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
+	} else {
+		c.ctx, c.cancel = context.WithCancel(ctx)
+	}
+	c.started = time.Now()
+}
+
+func (c *Cmd) start(sp *spawner, l *Launch) error {
 	stdout, stderr := orDiscard(c.Stdout), orDiscard(c.Stderr)
 	if sameWriter(c.Stdout, c.Stderr) {
-		// One pipe each (the stderr tee below needs its own), so
+		// Two pipes (bwrapStderr holds back stderr on its own), so
 		// serialize the two copying goroutines instead.
 		w := &lockedWriter{w: stdout}
 		stdout, stderr = w, w
@@ -182,7 +190,6 @@ func (c *Cmd) start(sp *spawner, l *Launch) error {
 	defer closeAll(mem)
 	// fd 3 is the status pipe (buildOptions.status), the Files follow.
 	extra := append([]*os.File{sw}, mem...)
-	c.started = time.Now()
 	var out io.Writer
 	if c.Stdout != nil {
 		out = c.cap.wrap(stdout)
@@ -320,10 +327,10 @@ func (s *statusReader) result() *statusReader {
 
 // outputCap counts output across stdout and stderr.
 type outputCap struct {
+	limit int64
 	mu    sync.Mutex
 	left  int64
 	hit   bool
-	total int64
 }
 
 func (o *outputCap) wrap(w io.Writer) io.Writer {
@@ -354,7 +361,6 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 	o := c.cap
 	o.mu.Lock()
 	n := int64(len(p))
-	o.total += n
 	keep := min(n, o.left)
 	o.left -= keep
 	mark := keep < n && !o.hit
@@ -368,7 +374,7 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 		}
 	}
 	if mark {
-		fmt.Fprintf(c.w, "\n[sandboxkit: output truncated: more than %d bytes]\n", o.total-1)
+		fmt.Fprintf(c.w, "\n[sandboxkit: output truncated after %d bytes]\n", o.limit)
 	}
 	// Report everything written so the child never blocks on a full pipe.
 	return len(p), nil

@@ -226,7 +226,7 @@ func TestRunOutputLimit(t *testing.T) {
 		t.Error("State.Truncated not set")
 	}
 	got := out.String()
-	if !strings.HasPrefix(got, strings.Repeat("a", 1000)+"\n[sandboxkit: output truncated") || strings.Contains(got, "done") {
+	if !strings.HasPrefix(got, strings.Repeat("a", 1000)+"\n[sandboxkit: output truncated after 1000 bytes]\n") || strings.Contains(got, "done") {
 		t.Errorf("output %d bytes: %.80q…%q", len(got), got, got[max(0, len(got)-80):])
 	}
 }

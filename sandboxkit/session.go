@@ -382,9 +382,7 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 		return err
 	}
 	sc.begun = true
-	if c.OutputLimit > 0 {
-		c.cap = &outputCap{left: c.OutputLimit}
-	}
+	c.begin(ctx)
 	var stdout, stderr io.Writer
 	if c.Stdout != nil {
 		stdout = c.cap.wrap(c.Stdout)
@@ -396,12 +394,6 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 	case c.Stderr != nil:
 		stderr = c.cap.wrap(c.Stderr)
 	}
-	if c.Timeout > 0 {
-		c.ctx, c.cancel = context.WithTimeout(ctx, c.Timeout)
-	} else {
-		c.ctx, c.cancel = context.WithCancel(ctx)
-	}
-	c.started = time.Now()
 	rc := &remoteCmd{}
 	if err := rc.start(c.ctx, s.cl, c.Args, env, c.Dir, c.Stdin, stdout, stderr, nil); err != nil {
 		c.cancel()
