@@ -180,7 +180,7 @@ func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 		return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
 	case errors.Is(err, sandboxkit.ErrNotFound):
 		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxkit.DefaultPath))
-	case errors.As(err, &setup) && strings.HasPrefix(setup.Message, "bwrap: execvp ") && strings.HasSuffix(setup.Message, "Permission denied"):
+	case errors.Is(err, sandboxkit.ErrNotExecutable):
 		return exitWith(exitCannotRun, fmt.Errorf("%s: cannot execute in the sandbox: permission denied", c.Args[0]))
 	case errors.As(err, &setup):
 		return exitWith(exitSandbox, err)

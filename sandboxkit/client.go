@@ -151,10 +151,7 @@ func (c *ctlClient) dispatch(m *ctlReply) {
 		}
 	case "failed":
 		if !p.isStarted {
-			e := &SetupError{Message: m.Err}
-			if m.NotFound {
-				e.err = ErrNotFound
-			}
+			e := &SetupError{Message: m.Err, err: causeErr(m.Cause)}
 			p.startErr, p.isStarted = e, true
 			close(p.started)
 			delete(c.procs, m.ID)

@@ -14,6 +14,28 @@ var ErrUnavailable = errors.New("sandbox unavailable")
 // ErrNotFound means the command does not exist inside the sandbox.
 var ErrNotFound = errors.New("command not found in the sandbox")
 
+// ErrNotExecutable means the command exists inside the sandbox but cannot
+// be executed (no execute permission).
+var ErrNotExecutable = errors.New("command not executable in the sandbox")
+
+// Causes of a command that did not start, as the supervisor reports
+// them; see causeErr.
+const (
+	causeNotFound      = "not-found"
+	causeNotExecutable = "not-executable"
+)
+
+// causeErr is the sentinel for a supervisor's cause, or nil.
+func causeErr(cause string) error {
+	switch cause {
+	case causeNotFound:
+		return ErrNotFound
+	case causeNotExecutable:
+		return ErrNotExecutable
+	}
+	return nil
+}
+
 // UnavailableError reports the Doctor check that failed.
 type UnavailableError struct {
 	Check Check
@@ -40,7 +62,8 @@ type SetupError struct {
 
 func (e *SetupError) Error() string { return "sandbox setup failed: " + e.Message }
 
-// Unwrap returns ErrNotFound when the command was not found.
+// Unwrap returns ErrNotFound when the command was not found, and
+// ErrNotExecutable when it could not be executed.
 func (e *SetupError) Unwrap() error { return e.err }
 
 // ExitError reports a command that ran and exited with a non-zero status.

@@ -283,8 +283,13 @@ func setupError(stderr string, waitErr error) error {
 		msg = fmt.Sprintf("bwrap exited before starting the command (%v)", waitErr)
 	}
 	e := &SetupError{Message: msg}
-	if strings.HasPrefix(msg, "bwrap: execvp ") && strings.HasSuffix(msg, "No such file or directory") {
-		e.err = ErrNotFound
+	if strings.HasPrefix(msg, "bwrap: execvp ") {
+		switch {
+		case strings.HasSuffix(msg, "No such file or directory"):
+			e.err = ErrNotFound
+		case strings.HasSuffix(msg, "Permission denied"):
+			e.err = ErrNotExecutable
+		}
 	}
 	return e
 }

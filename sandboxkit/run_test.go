@@ -340,6 +340,9 @@ func TestRunBadInput(t *testing.T) {
 	if stderr.Len() > 0 {
 		t.Errorf("bwrap's message reached stderr as well as the error: %q", stderr.String())
 	}
+	if err := Command(t.Context(), workspacePolicy(t, testWorkspace(t)), "./base.txt").Run(); !errors.Is(err, ErrNotExecutable) || errors.Is(err, ErrNotFound) {
+		t.Errorf("non-executable command: %v, want ErrNotExecutable", err)
+	}
 	// The command's own output that looks like bwrap's is passed on.
 	stderr.Reset()
 	echo := Command(t.Context(), p, "sh", "-c", "echo 'bwrap: not really' >&2")

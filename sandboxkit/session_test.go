@@ -127,6 +127,13 @@ func TestSessionForeground(t *testing.T) {
 			t.Errorf("err %v; want ErrNotFound", err)
 		}
 	})
+	t.Run("not executable", func(t *testing.T) {
+		err := s.Command(t.Context(), "./keep.txt").Run() // mode 0600
+		var se *SetupError
+		if !errors.Is(err, ErrNotExecutable) || !errors.As(err, &se) || errors.Is(err, ErrNotFound) {
+			t.Errorf("err %v; want a *SetupError wrapping ErrNotExecutable", err)
+		}
+	})
 	t.Run("bad dir", func(t *testing.T) {
 		c := s.Command(t.Context(), "true")
 		c.Dir = "/no/such/dir"

@@ -55,12 +55,13 @@ type ctlRequest struct {
 }
 
 type ctlReply struct {
-	Op       string `json:"op"` // "ready", "started", "failed" or "exited"
-	ID       uint64 `json:"id,omitempty"`
-	Pid      int    `json:"pid,omitempty"`
-	Code     int    `json:"code,omitempty"`
-	Err      string `json:"err,omitempty"`
-	NotFound bool   `json:"notFound,omitempty"`
+	Op   string `json:"op"` // "ready", "started", "failed" or "exited"
+	ID   uint64 `json:"id,omitempty"`
+	Pid  int    `json:"pid,omitempty"`
+	Code int    `json:"code,omitempty"`
+	Err  string `json:"err,omitempty"`
+	// Cause says why a command did not start, when known (causeErr).
+	Cause string `json:"cause,omitempty"`
 }
 
 type supervisor struct {
@@ -299,24 +300,24 @@ func closeFds(fds []int) {
 // 2, ...: a Session's commands get exactly stdio.
 func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	defer closeFds(fds)
-	failed := func(err string, notFound bool) {
-		sv.send(ctlReply{Op: "failed", ID: req.ID, Err: err, NotFound: notFound})
+	failed := func(err, cause string) {
+		sv.send(ctlReply{Op: "failed", ID: req.ID, Err: err, Cause: cause})
 	}
 	if len(fds) < 3 || (!sv.spawner && len(fds) != 3) || len(req.Args) == 0 {
-		failed(fmt.Sprintf("bad start request: %d descriptors, %d args", len(fds), len(req.Args)), false)
+		failed(fmt.Sprintf("bad start request: %d descriptors, %d args", len(fds), len(req.Args)), "")
 		return
 	}
 	if req.Dir != "" {
 		// Checked here because a failed chdir in the child is reported
 		// like a missing executable.
 		if fi, err := os.Stat(req.Dir); err != nil || !fi.IsDir() {
-			failed(fmt.Sprintf("working directory %s: not a directory in the sandbox", req.Dir), false)
+			failed(fmt.Sprintf("working directory %s: not a directory in the sandbox", req.Dir), "")
 			return
 		}
 	}
 	path, err := lookPath(req.Args[0], req.Env, req.Dir)
 	if err != nil {
-		failed(err.Error(), true)
+		failed(err.Error(), causeNotFound)
 		return
 	}
 	files := make([]uintptr, len(fds))
@@ -342,7 +343,14 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	defer sv.mu.Unlock()
 	pid, err := syscall.ForkExec(path, req.Args, attr)
 	if err != nil {
-		failed(fmt.Sprintf("exec %s: %v", req.Args[0], err), errors.Is(err, syscall.ENOENT))
+		cause := ""
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			cause = causeNotFound
+		case errors.Is(err, syscall.EACCES):
+			cause = causeNotExecutable
+		}
+		failed(fmt.Sprintf("exec %s: %v", req.Args[0], err), cause)
 		return
 	}
 	sv.procs[pid] = req.ID
