@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,7 +92,7 @@ type Session struct {
 // called Main.
 func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, error) {
 	if !mainCalled.Load() {
-		return nil, errors.New("sandboxkit: StartSession needs the session supervisor: call sandboxkit.Main() first in main (and in TestMain)")
+		return nil, errNoMain
 	}
 	if p == nil {
 		return nil, errors.New("sandboxkit: StartSession: nil Policy")
@@ -289,11 +288,8 @@ func (s *Session) bwrapExit() error {
 // commandEnv returns a command's whole environment: the Policy's, then
 // env; and checks dir.
 func (s *Session) commandEnv(env []string, dir string) ([]string, error) {
-	if err := (&Policy{Env: env}).validate(); err != nil {
+	if err := (&Policy{Env: env, Dir: dir}).validate(); err != nil {
 		return nil, err
-	}
-	if dir != "" && (!path.IsAbs(dir) || strings.Contains(dir, "\x00")) {
-		return nil, fmt.Errorf("sandboxkit: working directory %q must be an absolute path", dir)
 	}
 	p := Policy{Env: append(slices.Clip(s.policy.Env), env...)}
 	return p.env(), nil

@@ -37,7 +37,9 @@ const spawnerFlag = "--sandboxkit-spawner"
 // died; the next launch starts a new spawner.
 var errSpawnerDied = errors.New("sandboxkit: the sandbox spawner died")
 
-var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner: call sandboxkit.Main() first in main (and in TestMain)")
+// errNoMain is the error of every way to start a sandbox (Run, Session,
+// the Doctor's probes) when the program did not call Main.
+var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner (and a Session its supervisor): call sandboxkit.Main() first in main (and in TestMain)")
 
 // spawners holds the process-wide spawner, started on first use.
 var spawners struct {
