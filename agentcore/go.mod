@@ -1,3 +1,6 @@
 module github.com/codumentor/codumentor/agentcore
 
-go 1.26
+go 1.26.0
+
+// The SDK lives in this repository; see the root go.mod.
+replace github.com/codumentor/codumentor/sandboxkit => ../sandboxkit

@@ -1,0 +1,72 @@
+package agentcore
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Role is who wrote a Message.
+type Role string
+
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one entry of the conversation sent to the model.
+type Message struct {
+	Role    Role   `json:"role"`
+	Content string `json:"content,omitempty"`
+	// ToolCalls are the calls an assistant message asked for.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID names the call a tool message answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is one complete tool call of a model reply.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"` // JSON object, as the model wrote it
+}
+
+// ToolSpec describes a tool to the model.
+type ToolSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"` // JSON Schema of the arguments object
+}
+
+// Request is one chat completion request.
+type Request struct {
+	Messages []Message
+	Tools    []ToolSpec
+}
+
+// Chunk is one piece of a streamed reply: text, a complete tool call, or
+// the reason the reply ended. Exactly one field is set.
+type Chunk struct {
+	Text         string
+	ToolCall     *ToolCall
+	FinishReason string
+}
+
+// Stream is a reply being received.
+type Stream interface {
+	// Next returns the next chunk of the reply, or io.EOF after the last.
+	// A tool call is returned only once all its streamed pieces arrived.
+	Next() (Chunk, error)
+	// Close releases the stream; it is safe after io.EOF and more than once.
+	Close() error
+}
+
+// LLM is a chat model that streams replies and may call tools.
+//
+// Stream must honour ctx: cancelling it ends the stream with ctx's error.
+// Errors must say what failed (endpoint, status) without echoing the
+// request, which can hold user content.
+type LLM interface {
+	Stream(ctx context.Context, req Request) (Stream, error)
+}
