@@ -1,0 +1,169 @@
+package seccomp
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// actions are the filter's verdicts for one mode.
+type actions struct {
+	eperm, enosys uint32 // a refused call, by the errno its rule asks for
+	x32           uint32 // any call through the x32 ABI
+	foreign       uint32 // any call through an audit arch the blob does not know
+}
+
+func actionsFor(m Mode) (actions, error) {
+	switch m {
+	case Enforce:
+		return actions{
+			eperm:   retErrno | uint32(eperm),
+			enosys:  retErrno | uint32(enosys),
+			x32:     retErrno | uint32(enosys),
+			foreign: retKillProcess,
+		}, nil
+	case Log:
+		return actions{eperm: retLog, enosys: retLog, x32: retLog, foreign: retLog}, nil
+	case notify:
+		// The probe's own filter: hand every call the blocklist matches
+		// to the probe's listener, which lets it run.
+		return actions{eperm: retUserNotif, enosys: retUserNotif, x32: retUserNotif, foreign: retAllow}, nil
+	}
+	return actions{}, fmt.Errorf("seccomp: no filter for mode %q", m)
+}
+
+// Generate returns the filter for GOARCH goarch in mode m: the exact
+// bytes of the embedded blob, which a test keeps equal. Off has no
+// filter.
+func Generate(goarch string, m Mode) ([]byte, error) {
+	a, ok := archs[goarch]
+	if !ok {
+		return nil, fmt.Errorf("seccomp: no filter for architecture %s", goarch)
+	}
+	act, err := actionsFor(m)
+	if err != nil {
+		return nil, err
+	}
+	var as assembler
+	as.load(offArch)
+	as.jump(bpfJeqK, a.native.audit, a.native.name, "")
+	as.jump(bpfJeqK, a.compat.audit, a.compat.name, "")
+	as.ret(act.foreign)
+	for _, t := range []abi{a.native, a.compat} {
+		if err := section(&as, t, a.x32 && t.audit == a.native.audit, act); err != nil {
+			return nil, fmt.Errorf("seccomp: %s: %w", t.name, err)
+		}
+	}
+	return as.assemble()
+}
+
+// section emits the rules of one system call table: a chain of number
+// comparisons, each jumping to its rule's argument test or straight to
+// a refusal, then the argument tests and the shared returns. Classic BPF
+// jumps only forward, hence the order.
+func section(as *assembler, t abi, x32 bool, act actions) error {
+	l := func(s string) string { return t.name + "." + s }
+	as.label(t.name)
+	as.load(offNr)
+	if x32 {
+		as.jump(bpfJgeK, x32Bit, l("x32"), "")
+	}
+	// Rules in number order: a reader of the disassembly finds them.
+	type entry struct {
+		nr uint32
+		r  rule
+	}
+	var es []entry
+	for _, r := range rules {
+		if nr, ok := t.nr[r.name]; ok {
+			es = append(es, entry{nr, r})
+		}
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].nr < es[j].nr })
+	for i := 1; i < len(es); i++ {
+		if es[i].nr == es[i-1].nr {
+			return fmt.Errorf("%s and %s share number %d", es[i-1].r.name, es[i].r.name, es[i].nr)
+		}
+	}
+	deny := func(e errno) string {
+		if e == enosys {
+			return l("enosys")
+		}
+		return l("eperm")
+	}
+	for _, e := range es {
+		target := deny(e.r.errno)
+		if e.r.test != nil {
+			target = l(e.r.name)
+		}
+		as.jump(bpfJeqK, e.nr, target, "")
+	}
+	// No rule matched.
+	as.ret(retAllow)
+	for _, e := range es {
+		t := e.r.test
+		if t == nil {
+			continue
+		}
+		as.label(l(e.r.name))
+		as.load(offArgs + 8*uint32(t.arg))
+		switch {
+		case t.anyBit != 0:
+			as.jump(bpfJsetK, t.anyBit, deny(e.r.errno), l("allow"))
+		case len(t.oneOf) > 0:
+			for _, v := range t.oneOf {
+				as.jump(bpfJeqK, v, deny(e.r.errno), "")
+			}
+			as.ret(retAllow)
+		case len(t.noneOf) > 0:
+			for _, v := range t.noneOf {
+				as.jump(bpfJeqK, v, l("allow"), "")
+			}
+			as.goTo(deny(e.r.errno))
+		default:
+			return fmt.Errorf("rule %s has an empty argument test", e.r.name)
+		}
+	}
+	as.label(l("allow"))
+	as.ret(retAllow)
+	as.label(l("eperm"))
+	as.ret(act.eperm)
+	as.label(l("enosys"))
+	as.ret(act.enosys)
+	if x32 {
+		as.label(l("x32"))
+		as.ret(act.x32)
+	}
+	return nil
+}
+
+// Archs lists the GOARCH values filters exist for.
+func Archs() []string {
+	var s []string
+	for goarch := range archs {
+		s = append(s, goarch)
+	}
+	sort.Strings(s)
+	return s
+}
+
+// Blobs returns the files go generate writes into blobs/: one program
+// per architecture and mode (BlobName), and their SHA-256 manifest.
+func Blobs() (map[string][]byte, error) {
+	files := map[string][]byte{}
+	var sums strings.Builder
+	for _, goarch := range Archs() {
+		for _, m := range []Mode{Enforce, Log} {
+			prog, err := Generate(goarch, m)
+			if err != nil {
+				return nil, err
+			}
+			name := BlobName(goarch, m)
+			files[name] = prog
+			fmt.Fprintf(&sums, "%x  %s\n", sha256.Sum256(prog), name)
+		}
+	}
+	files[manifestName] = []byte(sums.String())
+	return files, nil
+}
