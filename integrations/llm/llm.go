@@ -1,0 +1,422 @@
+// Package llm is agentcore's model client for any OpenAI-compatible
+// endpoint (OpenAI, vLLM, llama.cpp's server, …), built on go-openai:
+// streaming chat completions with tool calls, and embeddings.
+//
+// A reply is retried only before any of it reached the caller: a stream
+// that breaks after the first chunk ends with an error, never with a
+// replay, so the engine never sees the same text or tool call twice.
+// Errors name the endpoint, the HTTP status and the server's message;
+// they never quote the request, which holds the user's conversation.
+//
+//	c, err := llm.New(llm.Config{BaseURL: "http://127.0.0.1:8000/v1", Model: "qwen3-coder"})
+//	s, err := c.Stream(ctx, agentcore.Request{Messages: msgs, Tools: tools})
+//	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/codumentor/codumentor/agentcore"
+)
+
+// Config says which endpoint and model to use. The names in comments are
+// the keys of the server's configuration file, which errors from New name.
+type Config struct {
+	// BaseURL is the endpoint's base URL including its API version path,
+	// e.g. "http://127.0.0.1:8000/v1" (llm.base_url). Required.
+	BaseURL string
+	// Model is the chat model's name (llm.model). Required.
+	Model string
+	// APIKey is sent as "Authorization: Bearer <APIKey>" (llm.api_key);
+	// empty sends none, as local servers expect.
+	APIKey string
+	// EmbeddingModel is the model Embed uses (llm.embedding_model); empty
+	// makes Embed fail with ErrConfig.
+	EmbeddingModel string
+	// Timeout bounds the wait for the endpoint: for a response to begin,
+	// and then between two chunks of a streamed reply, so a long but
+	// progressing reply is not cut off while a stalled one is; an Embed
+	// request must finish within it (llm.timeout). Default 2 minutes.
+	Timeout time.Duration
+	// MaxRetries is how often a failed request is retried (429, 5xx, a
+	// failed connection or a timeout, all before any reply reached the
+	// caller) (llm.max_retries). 0 means the default, 3; -1 means none.
+	MaxRetries int
+	// MinBackoff and MaxBackoff bound the wait before a retry: about
+	// MinBackoff at first, doubling, with jitter, at most MaxBackoff.
+	// A server's Retry-After replaces the computed wait, also capped at
+	// MaxBackoff. Defaults 500ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// HTTPClient, when set, sends the requests (custom TLS or proxy); its
+	// own Timeout must be zero or it cuts streams off, see Timeout.
+	HTTPClient *http.Client
+}
+
+// Defaults of Config's zero fields.
+const (
+	DefaultTimeout    = 2 * time.Minute
+	DefaultMaxRetries = 3
+	DefaultMinBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff = 10 * time.Second
+)
+
+var (
+	// ErrConfig is wrapped by every configuration error; the message
+	// names the configuration key.
+	ErrConfig = errors.New("llm: bad configuration")
+	// ErrTimeout is wrapped by an Error when the endpoint did not answer,
+	// or stopped sending a reply, for Config.Timeout.
+	ErrTimeout = errors.New("endpoint timed out")
+)
+
+// Error is a request to the endpoint that failed.
+type Error struct {
+	// Endpoint is the request's URL, without credentials.
+	Endpoint string
+	// StatusCode is the HTTP status; 0 when none arrived (a connection
+	// error, a timeout, or a reply that broke off).
+	StatusCode int
+	// Message is the server's error message, or what went wrong.
+	Message string
+	// Attempts is how many times the request was sent.
+	Attempts int
+	// Err is the underlying error, if any (ErrTimeout, a net error, …).
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "llm: POST %s: ", e.Endpoint)
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, "%d %s: ", e.StatusCode, http.StatusText(e.StatusCode))
+	}
+	b.WriteString(e.Message)
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Client talks to one endpoint; it is safe for concurrent use.
+type Client struct {
+	oa             *openai.Client
+	base           string // BaseURL without a trailing slash, credentials redacted
+	model          string
+	embeddingModel string
+	timeout        time.Duration
+	maxRetries     int
+	minBackoff     time.Duration
+	maxBackoff     time.Duration
+}
+
+var _ agentcore.LLM = (*Client)(nil)
+
+// New checks cfg and returns a Client for it. It does not contact the
+// endpoint.
+func New(cfg Config) (*Client, error) {
+	base, err := checkBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(cfg.Model) == "" {
+		return nil, fmt.Errorf("%w: llm.model is not set", ErrConfig)
+	}
+	if err := checkAPIKey(cfg.APIKey); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: llm.timeout is negative (%v)", ErrConfig, cfg.Timeout)
+	}
+	if cfg.MaxRetries < -1 {
+		return nil, fmt.Errorf("%w: llm.max_retries must be -1 (none), 0 (default %d) or more, got %d", ErrConfig, DefaultMaxRetries, cfg.MaxRetries)
+	}
+	c := &Client{
+		base:           base.Redacted(),
+		model:          cfg.Model,
+		embeddingModel: cfg.EmbeddingModel,
+		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
+		maxRetries:     cfg.MaxRetries,
+		minBackoff:     orDefault(cfg.MinBackoff, DefaultMinBackoff),
+		maxBackoff:     orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
+	}
+	switch c.maxRetries {
+	case 0:
+		c.maxRetries = DefaultMaxRetries
+	case -1:
+		c.maxRetries = 0
+	}
+	if c.minBackoff < 0 || c.maxBackoff < c.minBackoff {
+		return nil, fmt.Errorf("%w: backoff bounds must satisfy 0 <= min (%v) <= max (%v)", ErrConfig, c.minBackoff, c.maxBackoff)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	oc := openai.DefaultConfig(cfg.APIKey)
+	oc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	oc.HTTPClient = recorder{hc}
+	c.oa = openai.NewClientWithConfig(oc)
+	return c, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func checkBaseURL(s string) (*url.URL, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("%w: llm.base_url is not set (e.g. http://127.0.0.1:8000/v1)", ErrConfig)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		// Not quoted: the value may hold credentials, and the parse error
+		// would repeat it.
+		return nil, fmt.Errorf("%w: llm.base_url is not a URL", ErrConfig)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: llm.base_url must be an http:// or https:// URL with a host, like http://127.0.0.1:8000/v1; got %q", ErrConfig, u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%w: llm.base_url must not have a query or fragment; got %q", ErrConfig, u.Redacted())
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+func checkAPIKey(k string) error {
+	if strings.HasPrefix(strings.ToLower(k), "bearer ") {
+		return fmt.Errorf(`%w: llm.api_key must be the key alone, without "Bearer "`, ErrConfig)
+	}
+	for _, r := range k {
+		// A pasted key with a newline would corrupt the header.
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("%w: llm.api_key contains whitespace or control characters", ErrConfig)
+		}
+	}
+	return nil
+}
+
+// retryInfo carries what a response said about retrying from the HTTP
+// layer, which go-openai's errors do not expose, to the retry loop.
+type retryInfo struct{ after string }
+
+type retryInfoKey struct{}
+
+// recorder notes each response's Retry-After in the request's retryInfo.
+type recorder struct{ hc *http.Client }
+
+func (r recorder) Do(req *http.Request) (*http.Response, error) {
+	resp, err := r.hc.Do(req)
+	if ri, ok := req.Context().Value(retryInfoKey{}).(*retryInfo); ok && resp != nil {
+		ri.after = resp.Header.Get("Retry-After")
+	}
+	return resp, err
+}
+
+// withRetryInfo gives one attempt of a request its retryInfo.
+func withRetryInfo(ctx context.Context) (context.Context, *retryInfo) {
+	ri := &retryInfo{}
+	return context.WithValue(ctx, retryInfoKey{}, ri), ri
+}
+
+// retry runs try until it succeeds, fails for good, or the retries are
+// spent. attempts counts the requests sent, across calls, so a stream that
+// reopens shares one budget. try reports the error and whether a retry may
+// help. When ctx ends while waiting, retry returns ctx's error.
+func (c *Client) retry(ctx context.Context, attempts *int, try func(actx context.Context) (retryable bool, err error)) error {
+	for {
+		*attempts++
+		actx, ri := withRetryInfo(ctx)
+		retryable, err := try(actx)
+		if err == nil {
+			return nil
+		}
+		if !retryable || *attempts > c.maxRetries || ctx.Err() != nil {
+			return err
+		}
+		if err := sleep(ctx, c.backoff(*attempts, ri.after)); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits d or until ctx ends, and then returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoff is the wait before retry number attempt (1 for the first):
+// the server's Retry-After when it gave one, else exponential with full
+// jitter over the upper half; both capped at maxBackoff.
+func (c *Client) backoff(attempt int, retryAfter string) time.Duration {
+	if d, ok := parseRetryAfter(retryAfter, time.Now()); ok {
+		return min(d, c.maxBackoff)
+	}
+	d := c.minBackoff
+	for i := 1; i < attempt && d < c.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.maxBackoff)
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// parseRetryAfter reads Retry-After as seconds or an HTTP date.
+func parseRetryAfter(s string, now time.Time) (time.Duration, bool) {
+	if s == "" {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(s); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+// classify turns an error from go-openai into an *Error and says whether
+// a retry may help. ctx is the caller's: its end is returned as is.
+func (c *Client) classify(ctx context.Context, endpoint string, attempt int, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	e := &Error{Endpoint: endpoint, Attempts: attempt}
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	switch {
+	case errors.Is(err, ErrTimeout):
+		e.Message, e.Err = "no answer within "+c.timeout.String(), ErrTimeout
+		return true, e
+	case errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0:
+		e.StatusCode, e.Message = apiErr.HTTPStatusCode, apiErr.Message
+	case errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0:
+		// Not OpenAI's error JSON: the body is the server's message.
+		e.StatusCode, e.Message = reqErr.HTTPStatusCode, bodyMessage(reqErr.Body)
+	case errors.As(err, &apiErr):
+		// An error object inside a stream that began well.
+		e.Message = "error in the reply stream: " + apiErr.Message
+		return false, e
+	default:
+		// No HTTP status: the connection failed or broke off.
+		e.Message, e.Err = connMessage(err), err
+		return true, e
+	}
+	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500, e
+}
+
+// connMessage says what failed without the request details url.Error
+// repeats (method and URL are in Error already).
+func connMessage(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
+}
+
+func bodyMessage(body []byte) string {
+	s := strings.TrimSpace(string(body))
+	if s == "" {
+		return "(empty response body)"
+	}
+	const limit = 512
+	if len(s) > limit {
+		s = s[:limit] + "…"
+	}
+	return s
+}
+
+// chatRequest is req in go-openai's terms.
+func (c *Client) chatRequest(req agentcore.Request) openai.ChatCompletionRequest {
+	cr := openai.ChatCompletionRequest{Model: c.model, Stream: true}
+	for _, m := range req.Messages {
+		om := openai.ChatCompletionMessage{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID}
+		if m.Role == agentcore.RoleTool && m.Content == "" {
+			// go-openai omits an empty content, and endpoints reject a
+			// tool message without one.
+			om.Content = "(no output)"
+		}
+		for _, tc := range m.ToolCalls {
+			om.ToolCalls = append(om.ToolCalls, openai.ToolCall{ID: tc.ID, Type: openai.ToolTypeFunction,
+				Function: openai.FunctionCall{Name: tc.Name, Arguments: tc.Arguments}})
+		}
+		cr.Messages = append(cr.Messages, om)
+	}
+	for _, t := range req.Tools {
+		var params any = t.Parameters
+		if len(t.Parameters) == 0 {
+			params = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		cr.Tools = append(cr.Tools, openai.Tool{Type: openai.ToolTypeFunction,
+			Function: &openai.FunctionDefinition{Name: t.Name, Description: t.Description, Parameters: params}})
+	}
+	return cr
+}
+
+// Embed returns one vector per text, in order, from Config.EmbeddingModel.
+func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if c.embeddingModel == "" {
+		return nil, fmt.Errorf("%w: llm.embedding_model is not set", ErrConfig)
+	}
+	if len(texts) == 0 {
+		return nil, nil
+	}
+	endpoint := c.base + "/embeddings"
+	var out [][]float32
+	attempt := 0
+	err := c.retry(ctx, &attempt, func(actx context.Context) (bool, error) {
+		tctx, cancel := context.WithTimeoutCause(actx, c.timeout, ErrTimeout)
+		defer cancel()
+		resp, err := c.oa.CreateEmbeddings(tctx, openai.EmbeddingRequestStrings{Input: texts, Model: openai.EmbeddingModel(c.embeddingModel)})
+		if err != nil {
+			if context.Cause(tctx) == ErrTimeout && ctx.Err() == nil {
+				err = ErrTimeout
+			}
+			return c.classify(ctx, endpoint, attempt, err)
+		}
+		data := resp.Data
+		if len(data) != len(texts) {
+			return false, &Error{Endpoint: endpoint, Attempts: attempt, Message: fmt.Sprintf("%d embeddings for %d inputs", len(data), len(texts))}
+		}
+		sort.Slice(data, func(i, j int) bool { return data[i].Index < data[j].Index })
+		out = make([][]float32, len(data))
+		for i, d := range data {
+			if d.Index != i {
+				return false, &Error{Endpoint: endpoint, Attempts: attempt, Message: fmt.Sprintf("embedding indexes are not 0..%d", len(texts)-1)}
+			}
+			out[i] = d.Embedding
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,222 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/codumentor/codumentor/agentcore"
+)
+
+var (
+	errClosed    = errors.New("llm: stream closed")
+	errTruncated = errors.New("the reply ended before its finish_reason")
+)
+
+// Stream sends req to the chat model and returns its reply as it
+// arrives: Text chunks as the model writes, then, when the reply is
+// complete, each tool call in index order (an empty ID becomes
+// "call_<index>", empty arguments "{}"), then the FinishReason, then
+// io.EOF. Failures before the reply begins are retried, see Config.
+func (c *Client) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
+	s := &stream{c: c, parent: ctx, req: c.chatRequest(req), endpoint: c.base + "/chat/completions"}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// stream is one reply; as agentcore.Stream allows, one goroutine uses it.
+type stream struct {
+	c        *Client
+	parent   context.Context
+	req      openai.ChatCompletionRequest
+	endpoint string
+	attempts int // requests sent
+
+	// The current attempt.
+	ctx    context.Context // parent, plus the idle timer's cancel
+	cancel context.CancelCauseFunc
+	idle   *time.Timer // cancels ctx with ErrTimeout while waiting too long
+	oas    *openai.ChatCompletionStream
+
+	delivered bool                        // a chunk reached the caller: no more retries
+	calls     map[int]*agentcore.ToolCall // by the stream's index
+	pending   []agentcore.Chunk
+	finish    string
+	done      bool  // every chunk is in pending
+	err       error // sticky: returned by every later Next
+}
+
+// open sends the request, with retries, until a reply begins.
+func (s *stream) open() error {
+	return s.c.retry(s.parent, &s.attempts, func(actx context.Context) (bool, error) {
+		ctx, cancel := context.WithCancelCause(actx)
+		idle := time.AfterFunc(s.c.timeout, func() { cancel(ErrTimeout) })
+		oas, err := s.c.oa.CreateChatCompletionStream(ctx, s.req)
+		idle.Stop()
+		if err != nil {
+			cancel(nil)
+			return s.c.classify(s.parent, s.endpoint, s.attempts, timedOut(ctx, err))
+		}
+		s.ctx, s.cancel, s.idle, s.oas = ctx, cancel, idle, oas
+		s.calls, s.finish = map[int]*agentcore.ToolCall{}, ""
+		return false, nil
+	})
+}
+
+// timedOut is err, or ErrTimeout when the idle timer caused it.
+func timedOut(ctx context.Context, err error) error {
+	if context.Cause(ctx) == ErrTimeout {
+		return ErrTimeout
+	}
+	return err
+}
+
+// release ends the current attempt's request.
+func (s *stream) release() {
+	if s.oas != nil {
+		s.idle.Stop()
+		s.oas.Close()
+		s.cancel(nil)
+		s.oas = nil
+	}
+}
+
+func (s *stream) Next() (agentcore.Chunk, error) {
+	for {
+		if len(s.pending) > 0 {
+			ch := s.pending[0]
+			s.pending = s.pending[1:]
+			s.delivered = true
+			return ch, nil
+		}
+		if s.err != nil {
+			return agentcore.Chunk{}, s.err
+		}
+		if s.done {
+			return agentcore.Chunk{}, io.EOF
+		}
+		s.idle.Reset(s.c.timeout) // only the endpoint's silence counts, not the caller's pace
+		resp, err := s.oas.Recv()
+		s.idle.Stop()
+		if err == io.EOF && s.finish != "" {
+			s.release()
+			s.complete()
+			continue
+		}
+		if err == io.EOF {
+			err = errTruncated
+		}
+		if err != nil {
+			s.fail(err)
+			continue
+		}
+		s.absorb(resp)
+	}
+}
+
+// fail ends the current attempt with err; it retries when nothing of the
+// reply reached the caller yet, else makes err the stream's end.
+func (s *stream) fail(err error) {
+	retryable, err := s.c.classify(s.parent, s.endpoint, s.attempts, timedOut(s.ctx, err))
+	s.release()
+	if !retryable || s.delivered || s.attempts > s.c.maxRetries {
+		s.err = err
+		return
+	}
+	if err := sleep(s.parent, s.c.backoff(s.attempts, "")); err != nil {
+		s.err = err
+		return
+	}
+	s.pending = nil
+	if err := s.open(); err != nil {
+		s.err = err
+	}
+}
+
+// absorb takes one chunk of the reply: text becomes pending chunks, tool
+// call deltas are assembled by index until the reply is complete.
+func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) {
+	for _, ch := range resp.Choices {
+		if ch.Index != 0 { // only one choice is asked for
+			continue
+		}
+		if ch.Delta.Content != "" {
+			s.pending = append(s.pending, agentcore.Chunk{Text: ch.Delta.Content})
+		}
+		for _, d := range ch.Delta.ToolCalls {
+			s.addDelta(d)
+		}
+		if ch.FinishReason != "" {
+			s.finish = string(ch.FinishReason)
+		}
+	}
+}
+
+func (s *stream) addDelta(d openai.ToolCall) {
+	var idx int
+	switch {
+	case d.Index != nil:
+		idx = *d.Index
+	case d.ID != "" || len(s.calls) == 0:
+		// A server that sends no index starts a call with its id.
+		idx = len(s.calls)
+	default:
+		idx = len(s.calls) - 1
+	}
+	tc := s.calls[idx]
+	if tc == nil {
+		tc = &agentcore.ToolCall{}
+		s.calls[idx] = tc
+	}
+	if d.ID != "" {
+		tc.ID = d.ID
+	}
+	if d.Function.Name != "" && d.Function.Name != tc.Name {
+		tc.Name += d.Function.Name // some servers split a name, none should repeat part of one
+	}
+	tc.Arguments += d.Function.Arguments
+}
+
+// complete queues the assembled tool calls, in index order, and the
+// finish reason.
+func (s *stream) complete() {
+	idxs := make([]int, 0, len(s.calls))
+	for i := range s.calls {
+		idxs = append(idxs, i)
+	}
+	sort.Ints(idxs)
+	for _, i := range idxs {
+		if s.calls[i].Name == "" {
+			s.err = &Error{Endpoint: s.endpoint, Attempts: s.attempts, Message: fmt.Sprintf("tool call %d of the reply has no name", i)}
+			return
+		}
+	}
+	for _, i := range idxs {
+		tc := *s.calls[i]
+		if tc.ID == "" {
+			tc.ID = fmt.Sprintf("call_%d", i)
+		}
+		if tc.Arguments == "" {
+			tc.Arguments = "{}"
+		}
+		s.pending = append(s.pending, agentcore.Chunk{ToolCall: &tc})
+	}
+	s.pending = append(s.pending, agentcore.Chunk{FinishReason: s.finish})
+	s.done = true
+}
+
+func (s *stream) Close() error {
+	s.release()
+	if !s.done && s.err == nil {
+		s.err = errClosed
+	}
+	s.pending = nil
+	return nil
+}
