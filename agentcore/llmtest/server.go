@@ -117,8 +117,9 @@ func (srv *Server) Close() {
 	srv.active.Wait()
 }
 
-// Requests returns every chat completion request received so far, in
-// order, including those answered with an error (injected, auth, script).
+// Requests returns the chat completion requests received so far, in
+// order: every one that carried the API key and decoded, including those
+// answered with an injected failure or a script error.
 func (srv *Server) Requests() []agentcore.Request {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
