@@ -1,0 +1,170 @@
+package agentcore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is wrapped by errors about something that does not exist or
+// that the caller may not see: a Store's missing record, an unknown
+// approval or one of another user's conversation (the two answer the same,
+// so an ID reveals nothing).
+var ErrNotFound = errors.New("not found")
+
+// Store persists conversations: their messages, events and approvals. The
+// daemon implements it over SQLite; every method must be safe for
+// concurrent use.
+//
+// The engine writes only redacted content: messages and event data never
+// hold a secret value, so the Store needs no special care for secrets.
+type Store interface {
+	// AppendMessages adds msgs to the end of the conversation's history,
+	// all or none.
+	AppendMessages(ctx context.Context, conversation string, msgs ...Message) error
+	// Messages returns the conversation's history, oldest first; none for
+	// a conversation never written to.
+	Messages(ctx context.Context, conversation string) ([]Message, error)
+
+	// AppendEvent stores e with the next sequence number of
+	// e.Conversation (1 for the first event, then one more than the last)
+	// and returns it with Seq set. It must be atomic per conversation:
+	// concurrent appends never share or skip a number.
+	AppendEvent(ctx context.Context, e Event) (Event, error)
+	// Events returns at most limit events of the conversation with Seq
+	// greater than after, in Seq order.
+	Events(ctx context.Context, conversation string, after int64, limit int) ([]Event, error)
+
+	// SaveApproval creates the approval with a.ID or replaces it.
+	SaveApproval(ctx context.Context, a Approval) error
+	// Approval returns the approval with id, or an error wrapping
+	// ErrNotFound.
+	Approval(ctx context.Context, id string) (Approval, error)
+	// Approvals lists the conversation's approvals, oldest first.
+	Approvals(ctx context.Context, conversation string) ([]Approval, error)
+}
+
+// Event types. They are a contract with the UI: add, never rename.
+const (
+	EventTurnStarted        = "turn_started"        // {"user","content"}
+	EventTextDelta          = "text_delta"          // {"text"}
+	EventToolCallRequested  = "tool_call_requested" // {"id","name","arguments"}
+	EventApprovalPending    = "approval_pending"    // an Approval
+	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
+	EventToolOutput         = "tool_output"         // {"id","name","output"}
+	EventToolFinished       = "tool_finished"       // {"id","name","error"?}
+	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
+	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
+	EventTurnFailed         = "turn_failed"         // {"error"}
+	EventTurnCancelled      = "turn_cancelled"      // {}
+)
+
+// Event is one step of a conversation, as persisted and streamed.
+type Event struct {
+	// Seq numbers the conversation's events 1, 2, 3, … without gaps; the
+	// Store assigns it.
+	Seq          int64           `json:"seq"`
+	Type         string          `json:"type"`
+	Conversation string          `json:"conversation"`
+	Turn         string          `json:"turn,omitempty"`
+	Time         time.Time       `json:"time"`
+	Data         json.RawMessage `json:"data"` // redacted; a JSON object
+}
+
+// Decision is how a person (or an Approver) decided an approval.
+type Decision string
+
+const (
+	// DecisionApprove runs the approved command once.
+	DecisionApprove Decision = "approve"
+	// DecisionDeny returns a refusal to the model; nothing runs.
+	DecisionDeny Decision = "deny"
+	// DecisionAlwaysAllow approves this command and every later shell
+	// call of the same conversation without asking again.
+	DecisionAlwaysAllow Decision = "always_allow"
+)
+
+func (d Decision) valid() bool {
+	return d == DecisionApprove || d == DecisionDeny || d == DecisionAlwaysAllow
+}
+
+// ApprovalStatus is where an approval is in its life.
+type ApprovalStatus string
+
+const (
+	ApprovalPending ApprovalStatus = "pending"
+	ApprovalDecided ApprovalStatus = "decided" // see Approval.Decision
+	ApprovalExpired ApprovalStatus = "expired"
+	// ApprovalCancelled: the turn ended (cancelled) before a decision.
+	ApprovalCancelled ApprovalStatus = "cancelled"
+)
+
+// Approval is a request to run one command, shown to the conversation's
+// owner. It names exactly what will run: Command is executed as written
+// (after substituting {{secret:NAME}} server-side) and nothing else.
+type Approval struct {
+	ID           string `json:"id"`
+	User         string `json:"user"`
+	Conversation string `json:"conversation"`
+	Turn         string `json:"turn"`
+	ToolCallID   string `json:"tool_call_id"`
+	Tool         string `json:"tool"`
+	// Command is the command line as the model wrote it, with secret
+	// placeholders, never their values.
+	Command string `json:"command"`
+	// Cwd is the working directory inside the sandbox.
+	Cwd        string         `json:"cwd"`
+	Background bool           `json:"background,omitempty"`
+	Created    time.Time      `json:"created"`
+	Expires    time.Time      `json:"expires"`
+	Status     ApprovalStatus `json:"status"`
+	Decision   Decision       `json:"decision,omitempty"`
+	// DecidedBy is the user who decided, or "approver" for Config.Approver.
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Decided   time.Time `json:"decided,omitzero"`
+}
+
+// Approver decides approvals by policy before a person is asked, e.g. an
+// operator's allow-list of commands. Review returns "" to leave the
+// decision to the conversation's owner (Engine.Decide), or a Decision that
+// applies at once. It must not block for long: the turn waits on it.
+type Approver interface {
+	Review(ctx context.Context, a Approval) (Decision, error)
+}
+
+// SecretResolver gives the secrets a user stored. Values stay on the
+// server: the engine puts them only into a sandboxed command's
+// environment and redacts them from everything that flows back.
+type SecretResolver interface {
+	// Names lists the names of user's secrets.
+	Names(ctx context.Context, user string) ([]string, error)
+	// Value returns the value of user's secret name, or an error wrapping
+	// ErrNotFound.
+	Value(ctx context.Context, user, name string) (string, error)
+}
+
+// Retriever searches the code ingested for a user (the search_code tool
+// that integrations register uses it).
+type Retriever interface {
+	// Search returns at most limit hits for query among the repositories
+	// user may read, best first.
+	Search(ctx context.Context, user, query string, limit int) ([]Hit, error)
+}
+
+// Hit is one search result of a Retriever.
+type Hit struct {
+	Repository string  `json:"repository"`
+	Path       string  `json:"path"`
+	StartLine  int     `json:"start_line"`
+	EndLine    int     `json:"end_line"`
+	Snippet    string  `json:"snippet"`
+	Score      float64 `json:"score"`
+}
+
+// Workspaces says which host tree a conversation's workspace shows.
+type Workspaces interface {
+	// Lower returns the host directory shown (read-only, copy-on-write)
+	// at /workspace for the conversation. The engine never writes it.
+	Lower(ctx context.Context, user, conversation string) (string, error)
+}
