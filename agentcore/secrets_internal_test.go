@@ -1,0 +1,128 @@
+package agentcore
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRedactor(t *testing.T) {
+	const v = "s3cr3t/value+with=odd&chars\"x"
+	r := newRedactor(map[string]string{"TOKEN": v, "SHORT": "abc"})
+	tests := []struct {
+		name, in string
+	}{
+		{"raw", "token=" + v + " end"},
+		{"base64 std", base64.StdEncoding.EncodeToString([]byte(v))},
+		{"base64 url", base64.URLEncoding.EncodeToString([]byte(v))},
+		{"base64 raw", base64.RawStdEncoding.EncodeToString([]byte(v))},
+		{"base64 with newline", base64.StdEncoding.EncodeToString([]byte(v + "\n"))},
+		{"base64 offset 1", base64.StdEncoding.EncodeToString([]byte("x" + v + "\n"))},
+		{"base64 offset 2", base64.StdEncoding.EncodeToString([]byte("xy" + v + "\n"))},
+		{"query", "https://h/?t=" + url.QueryEscape(v)},
+		{"path", "https://h/" + url.PathEscape(v)},
+		{"hex", hex.EncodeToString([]byte(v))},
+		{"HEX", strings.ToUpper(hex.EncodeToString([]byte(v)))},
+		{"json", string(must(json.Marshal(map[string]string{"a": v})))},
+		{"json without HTML escapes", `{"a":"` + strings.ReplaceAll(v, `"`, `\"`) + `"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := r.String(tt.in)
+			if !strings.Contains(out, "[secret:TOKEN]") {
+				t.Errorf("%q → %q: not redacted", tt.in, out)
+			}
+			if strings.Contains(out, v) {
+				t.Errorf("%q still holds the value", out)
+			}
+		})
+	}
+	// Values too short to redact leave text alone.
+	if got := r.String("abcdef"); got != "abcdef" {
+		t.Errorf("short secret redacted: %q", got)
+	}
+	// Redacted JSON stays JSON.
+	if got := r.JSON([]byte(`{"out":"` + v[:8] + `"}`)); !strings.Contains(string(got), "out") {
+		t.Errorf("JSON %s", got)
+	}
+}
+
+func TestRedactLogs(t *testing.T) {
+	var buf bytes.Buffer
+	r := newRedactor(map[string]string{"K": "hunter22hunter"})
+	log := slog.New(redactHandler{slog.NewTextHandler(&buf, nil), r}).With("pre", "hunter22hunter")
+	log.Info("msg hunter22hunter", "s", "x hunter22hunter", "err", errors.New("e hunter22hunter"), slog.Group("g", "v", "hunter22hunter"))
+	if strings.Contains(buf.String(), "hunter22") || strings.Count(buf.String(), "[secret:K]") != 5 {
+		t.Errorf("log %q", buf.String())
+	}
+}
+
+func TestSubstituteSecrets(t *testing.T) {
+	secrets := map[string]string{"A": "va", "B_2": "vb"}
+	tests := []struct {
+		cmd, want string
+		env       []string
+		err       string
+	}{
+		{"echo hi", "echo hi", nil, ""},
+		{"curl -H {{secret:A}} x{{secret:B_2}}y {{secret:A}}", `curl -H "$CODUMENTOR_SECRET_A" x"$CODUMENTOR_SECRET_B_2"y "$CODUMENTOR_SECRET_A"`,
+			[]string{"CODUMENTOR_SECRET_A=va", "CODUMENTOR_SECRET_B_2=vb"}, ""},
+		{"echo {{secret:C}}", "", nil, `unknown secret "C"`},
+		{"echo {{secret:a b}}", "echo {{secret:a b}}", nil, ""}, // not a placeholder
+	}
+	for _, tt := range tests {
+		got, env, err := substituteSecrets(tt.cmd, secrets)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "A, B_2") {
+				t.Errorf("%q: err %v, want %q", tt.cmd, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want || strings.Join(env, ",") != strings.Join(tt.env, ",") {
+			t.Errorf("%q → %q %v %v, want %q %v", tt.cmd, got, env, err, tt.want, tt.env)
+		}
+	}
+}
+
+func TestCleanRel(t *testing.T) {
+	tests := []struct {
+		in, want string
+		outside  bool
+	}{
+		{"", "", false},
+		{".", "", false},
+		{"a/b", "a/b", false},
+		{"a/../b", "b", false},
+		{"./a//b/", "a/b", false},
+		{"..", "", true},
+		{"../x", "", true},
+		{"a/../../x", "", true},
+		{"/etc/passwd", "", true},
+		{"/workspace/a", "", true},
+	}
+	for _, tt := range tests {
+		got, err := cleanRel(tt.in)
+		if tt.outside {
+			if !errors.Is(err, ErrOutsideWorkspace) {
+				t.Errorf("cleanRel(%q) = %q, %v; want ErrOutsideWorkspace", tt.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("cleanRel(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
