@@ -1,0 +1,352 @@
+package agentcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// Errors of the Engine.
+var (
+	// ErrTurnInProgress refuses a turn while another turn of the same
+	// conversation runs: turns are refused, not queued, so the person
+	// sees at once that the agent is busy and can wait or cancel it.
+	ErrTurnInProgress = errors.New("agentcore: a turn of this conversation is in progress")
+	// ErrApprovalDecided refuses a second decision on an approval: an
+	// approval is single-use, and one that expired or whose turn ended
+	// cannot be decided either.
+	ErrApprovalDecided = errors.New("agentcore: approval already decided")
+	// ErrBudget ends a turn that used up its step or time budget.
+	ErrBudget = errors.New("agentcore: turn budget used up")
+	// ErrClosed is returned once Close was called.
+	ErrClosed = errors.New("agentcore: engine closed")
+)
+
+// Config configures an Engine. LLM, Store, Workspaces and Layers are
+// required; zero values of the rest mean the documented default.
+type Config struct {
+	LLM   LLM
+	Store Store
+	// Workspaces gives each conversation's lower tree; Layers keeps its
+	// copy-on-write upper layer (one layer per conversation ID, which must
+	// therefore be a valid layer ID: A-Z a-z 0-9 . _ -).
+	Workspaces Workspaces
+	Layers     *overlay.Store
+	// Secrets may be nil: no secrets.
+	Secrets SecretResolver
+	// Approver may be nil: every approval waits for Decide.
+	Approver Approver
+	// Logger may be nil: no logs. Everything logged is redacted.
+	Logger *slog.Logger
+
+	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
+	Bwrap string
+	// ShellAlwaysAllow runs shell commands without asking. Off by default:
+	// every command waits for its owner's decision.
+	ShellAlwaysAllow bool
+	// ApprovalTimeout is how long an approval waits (default 10 min).
+	ApprovalTimeout time.Duration
+	// MaxSteps bounds the model calls of a turn (default 50).
+	MaxSteps int
+	// TurnTimeout bounds a turn's wall-clock time (default 30 min).
+	TurnTimeout time.Duration
+	// CommandTimeout bounds a foreground shell command (default 10 min).
+	CommandTimeout time.Duration
+	// SessionIdle closes a conversation's sandbox after this long without
+	// a command (default 15 min); the next command starts a new one.
+	SessionIdle time.Duration
+	// MaxOutput caps the bytes of one tool result sent to the model
+	// (default 32 KiB).
+	MaxOutput int
+	// MaxFileSize caps file tools' reads and writes (default 1 MiB).
+	MaxFileSize int64
+	// SystemPrompt, if set, is sent first in every request.
+	SystemPrompt string
+}
+
+// Engine runs the turns of every user's conversations. User and
+// conversation are parameters of each turn; the caller (the daemon) checks
+// that the user owns the conversation before calling StartTurn, Subscribe
+// or Turn. Decide checks ownership itself, from the approval.
+//
+// Turns of different conversations run concurrently, each in its own
+// goroutine; a conversation has at most one turn at a time
+// (ErrTurnInProgress). Each conversation has one sandbox Session, started
+// when a tool first needs it and closed when idle.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	tools registry
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	convs    map[string]*conv
+	awaiting map[string]*pending // approvals waiting, by ID
+}
+
+// conv is the engine's state of one conversation.
+type conv struct {
+	id string
+
+	mu          sync.Mutex
+	turn        *Turn
+	allowLoaded bool
+	alwaysAllow bool
+	subs        map[chan struct{}]struct{}
+
+	emitMu sync.Mutex // orders appends, so Seq order is publication order
+
+	wsMu sync.Mutex
+	ws   *workspace
+}
+
+// New returns an Engine with the built-in tools registered: shell,
+// shell_output, shell_kill, read_file, write_file, edit_file, list_files,
+// search_files.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.LLM == nil:
+		return nil, errors.New("agentcore: Config.LLM is required")
+	case cfg.Store == nil:
+		return nil, errors.New("agentcore: Config.Store is required")
+	case cfg.Workspaces == nil:
+		return nil, errors.New("agentcore: Config.Workspaces is required")
+	case cfg.Layers == nil:
+		return nil, errors.New("agentcore: Config.Layers is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.ApprovalTimeout, 10*time.Minute)
+	def(&cfg.TurnTimeout, 30*time.Minute)
+	def(&cfg.CommandTimeout, 10*time.Minute)
+	def(&cfg.SessionIdle, 15*time.Minute)
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = 50
+	}
+	if cfg.MaxOutput <= 0 {
+		cfg.MaxOutput = 32 << 10
+	}
+	if cfg.MaxFileSize <= 0 {
+		cfg.MaxFileSize = 1 << 20
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	for _, t := range append(e.shellTools(), e.fileTools()...) {
+		if err := e.tools.add(t); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Register adds a tool, e.g. search_code or an MCP server's tools. It
+// fails with ErrToolExists for a taken name. Tools registered while turns
+// run are offered from their next model call on.
+func (e *Engine) Register(t Tool) error { return e.tools.add(t) }
+
+// Close cancels every turn, waits for them to end and closes every
+// sandbox. The Engine cannot be used afterwards.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	convs := make([]*conv, 0, len(e.convs))
+	for _, c := range e.convs {
+		convs = append(convs, c)
+	}
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	for _, c := range convs {
+		c.wsMu.Lock()
+		if c.ws != nil {
+			c.ws.sess.Close()
+		}
+		c.wsMu.Unlock()
+	}
+	return nil
+}
+
+func (e *Engine) conv(id string) *conv {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.convs[id]
+	if c == nil {
+		c = &conv{id: id, subs: map[chan struct{}]struct{}{}}
+		e.convs[id] = c
+	}
+	return c
+}
+
+// newID returns a random identifier with a prefix saying what it names.
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// emit persists one event (data redacted by red) and wakes the
+// conversation's subscribers. A Store failure is logged: the turn goes on,
+// and the event is missing from the log.
+func (e *Engine) emit(c *conv, turn string, red *redactor, log *slog.Logger, typ string, data any) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	ev := Event{Type: typ, Conversation: c.id, Turn: turn, Time: time.Now().UTC(), Data: red.JSON(b)}
+	// Not the turn's context: a cancelled turn still records how it ended.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.emitMu.Lock()
+	_, err = e.cfg.Store.AppendEvent(ctx, ev)
+	c.emitMu.Unlock()
+	if err != nil {
+		log.Error("storing event failed", "type", typ, "err", err)
+		return
+	}
+	c.mu.Lock()
+	for wake := range c.subs {
+		select {
+		case wake <- struct{}{}:
+		default: // already woken; it reads everything new
+		}
+	}
+	c.mu.Unlock()
+}
+
+// subscribeBatch is how many events a subscriber reads from the Store at
+// once.
+const subscribeBatch = 256
+
+// Subscribe returns the conversation's events with Seq greater than
+// after: first those already stored, then new ones as they happen, in
+// order, without gaps or duplicates. The channel is closed when ctx ends
+// (or the Store fails, which is logged; subscribe again from the last Seq
+// received). Each subscriber reads from the Store at its own pace, so a
+// slow one never holds up a turn.
+func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64) <-chan Event {
+	c := e.conv(conversation)
+	wake := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.subs[wake] = struct{}{}
+	c.mu.Unlock()
+	out := make(chan Event)
+	go func() {
+		defer close(out)
+		defer func() {
+			c.mu.Lock()
+			delete(c.subs, wake)
+			c.mu.Unlock()
+		}()
+		for {
+			evs, err := e.cfg.Store.Events(ctx, conversation, after, subscribeBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					e.log.Error("reading events for a subscriber failed", "conversation", conversation, "err", err)
+				}
+				return
+			}
+			for _, ev := range evs {
+				select {
+				case out <- ev:
+					after = ev.Seq
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(evs) == subscribeBatch {
+				continue
+			}
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// workspace is a conversation's sandbox and the view file tools read.
+type workspace struct {
+	view view
+	sess *sandboxkit.Session
+}
+
+// workspace returns the conversation's workspace, starting its sandbox if
+// none runs. When the sandbox is unavailable it returns the sandbox's
+// error (errors.Is sandboxkit.ErrUnavailable) and nothing is started.
+func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) {
+	c := e.conv(call.Conversation)
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if c.ws != nil && c.ws.sess.Err() == nil {
+		return c.ws, nil
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	lower, err := e.cfg.Workspaces.Lower(ctx, call.User, call.Conversation)
+	if err != nil {
+		return nil, fmt.Errorf("workspace of this conversation: %w", err)
+	}
+	layer, err := e.cfg.Layers.Get(call.Conversation)
+	if errors.Is(err, fs.ErrNotExist) {
+		layer, err = e.cfg.Layers.Create(call.Conversation)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
+		Bwrap:     e.cfg.Bwrap,
+		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
+	})
+	if err != nil {
+		return nil, err
+	}
+	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle})
+	if err != nil {
+		if errors.Is(err, sandboxkit.ErrUnavailable) {
+			return nil, fmt.Errorf("%w; nothing was run", err)
+		}
+		return nil, fmt.Errorf("starting the sandbox: %w", err)
+	}
+	layer.Touch(time.Now())
+	c.ws = &workspace{view: view{lower: lower, upper: layer.Upper}, sess: sess}
+	return c.ws, nil
+}
+
+// currentSession returns the conversation's last sandbox, even an ended
+// one (its background jobs' output stays readable), or nil.
+func (e *Engine) currentSession(conversation string) *sandboxkit.Session {
+	c := e.conv(conversation)
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if c.ws == nil {
+		return nil
+	}
+	return c.ws.sess
+}

@@ -1,0 +1,172 @@
+package agentcore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// shellTool runs a command with sh -c in the conversation's sandbox.
+type shellTool struct{ e *Engine }
+
+func (s *shellTool) Spec() ToolSpec {
+	return ToolSpec{
+		Name: "shell",
+		Description: "Run a command with sh -c in the conversation's sandbox, in /workspace (a copy-on-write view of the project; no network). " +
+			"Each command needs the user's approval unless they allowed all. background: true starts it as a job and returns its id at once (see shell_output, shell_kill).",
+		Parameters: schema([]string{"command"}, map[string]any{
+			"command":    prop("string", "the command line, run by sh -c"),
+			"background": prop("boolean", "run as a background job"),
+			"cwd":        prop("string", "working directory relative to /workspace; default /workspace"),
+		}),
+	}
+}
+
+type shellArgs struct {
+	Command    string
+	Background bool
+	Cwd        string
+}
+
+// Prepare checks the arguments and the secret names, so that an approval
+// is only asked for a command that can run.
+func (s *shellTool) Prepare(ctx context.Context, c *Call) (Action, error) {
+	var a shellArgs
+	if err := c.Args(&a); err != nil {
+		return Action{}, err
+	}
+	if strings.TrimSpace(a.Command) == "" {
+		return Action{}, errors.New("command is empty")
+	}
+	rel, err := cleanRel(a.Cwd)
+	if err != nil {
+		return Action{}, fmt.Errorf("cwd: %w", err)
+	}
+	cwd := sandboxkit.WorkspaceDir
+	if rel != "" {
+		cwd += "/" + rel
+	}
+	if _, _, err := substituteSecrets(a.Command, c.secrets()); err != nil {
+		return Action{}, err
+	}
+	return Action{Command: a.Command, Cwd: cwd, Background: a.Background}, nil
+}
+
+// Run executes exactly c.Action: the approved command.
+func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
+	e := s.e
+	if c.Action == nil {
+		return "", errors.New("shell: not approved")
+	}
+	text, env, err := substituteSecrets(c.Action.Command, c.secrets())
+	if err != nil {
+		return "", err
+	}
+	ws, err := e.workspace(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	argv := []string{"sh", "-c", text}
+	if c.Action.Background {
+		j, err := ws.sess.StartBackground(ctx, argv, env, c.Action.Cwd)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("started background job %d (pid %d in the sandbox); read its output with shell_output, stop it with shell_kill", j.ID, j.Pid), nil
+	}
+	var out bytes.Buffer
+	cmd := ws.sess.Command(ctx, argv...)
+	cmd.Env, cmd.Dir = env, c.Action.Cwd
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// The engine keeps head and tail of MaxOutput; more is never sent.
+	cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
+	cmd.Timeout = e.cfg.CommandTimeout
+	err = cmd.Run()
+	var ee *sandboxkit.ExitError
+	switch {
+	case err == nil:
+		return out.String() + "[exit status 0]", nil
+	case errors.As(err, &ee):
+		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code), nil
+	case ctx.Err() != nil:
+		return out.String(), context.Cause(ctx)
+	}
+	return out.String(), err
+}
+
+// jobTool is shell_output or shell_kill.
+type jobTool struct {
+	e    *Engine
+	spec ToolSpec
+	run  func(s *sandboxkit.Session, id int) (string, error)
+}
+
+func (j *jobTool) Spec() ToolSpec { return j.spec }
+
+func (j *jobTool) Run(ctx context.Context, c *Call) (string, error) {
+	var a struct{ Job int }
+	if err := c.Args(&a); err != nil {
+		return "", err
+	}
+	s := j.e.currentSession(c.Conversation)
+	if s == nil {
+		return "", fmt.Errorf("%w: %d (no background job was started in this conversation's sandbox)", sandboxkit.ErrNoJob, a.Job)
+	}
+	return j.run(s, a.Job)
+}
+
+func jobState(s *sandboxkit.Session, id int) string {
+	for _, j := range s.Jobs() {
+		if j.ID == id {
+			if j.Running {
+				return "running"
+			}
+			return fmt.Sprintf("exited with status %d", j.ExitCode)
+		}
+	}
+	return "unknown"
+}
+
+func (e *Engine) shellTools() []Tool {
+	jobArgs := schema([]string{"job"}, map[string]any{"job": prop("integer", "the job id that shell returned")})
+	return []Tool{
+		&shellTool{e: e},
+		&jobTool{e: e, spec: ToolSpec{
+			Name:        "shell_output",
+			Description: "Show the output (the last part, stdout and stderr together) and state of a background job.",
+			Parameters:  jobArgs,
+		}, run: func(s *sandboxkit.Session, id int) (string, error) {
+			out, truncated, err := s.Output(id)
+			if err != nil {
+				return "", err
+			}
+			head := fmt.Sprintf("[job %d %s]\n", id, jobState(s, id))
+			if truncated {
+				head += "[earlier output dropped]\n"
+			}
+			return head + string(out), nil
+		}},
+		&jobTool{e: e, spec: ToolSpec{
+			Name:        "shell_kill",
+			Description: "Kill a background job and everything it started.",
+			Parameters:  jobArgs,
+		}, run: func(s *sandboxkit.Session, id int) (string, error) {
+			if err := s.Kill(id); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("job %d %s", id, jobState(s, id)), nil
+		}},
+	}
+}
+
+// secrets are the user's secrets, loaded when the turn started.
+func (c *Call) secrets() map[string]string {
+	if c.turn == nil {
+		return nil
+	}
+	return c.turn.secrets
+}

@@ -1,0 +1,129 @@
+package agentcore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+)
+
+// ErrToolExists is returned by Register for a name already taken.
+var ErrToolExists = errors.New("agentcore: a tool with this name is registered")
+
+// Tool is something the model can call. Spec().Name is the name the model
+// and the UI see; it must be unique in an Engine.
+//
+// Run's result text goes back to the model (after redaction and the
+// output cap). An error is shown to the model too, as "error: …": write
+// errors the model can act on. Run must honour ctx, which is cancelled
+// when the turn is.
+type Tool interface {
+	Spec() ToolSpec
+	Run(ctx context.Context, c *Call) (string, error)
+}
+
+// ExecTool is a Tool that executes something the model wrote: the
+// approval gate stands in front of it. The runtime calls Prepare, asks
+// for approval of the returned Action (unless the conversation or the
+// server always allows), and only then calls Run with Call.Action set to
+// exactly the approved Action. Run must execute Call.Action, not
+// re-read the arguments.
+type ExecTool interface {
+	Tool
+	// Prepare checks the arguments and says what would be executed,
+	// without executing anything.
+	Prepare(ctx context.Context, c *Call) (Action, error)
+}
+
+// Action is what an ExecTool executes, as an approval shows it.
+type Action struct {
+	// Command is the command line, secret placeholders unexpanded.
+	Command string
+	// Cwd is the working directory inside the sandbox.
+	Cwd        string
+	Background bool
+}
+
+// Call is one tool call of a turn.
+type Call struct {
+	ID           string
+	Name         string
+	Arguments    json.RawMessage
+	User         string
+	Conversation string
+	Turn         string
+	// Action is set for an ExecTool once its Action was approved.
+	Action *Action
+
+	turn *Turn
+}
+
+// Args decodes the call's arguments into v, with an error the model can
+// read.
+func (c *Call) Args(v any) error {
+	args := c.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return fmt.Errorf("invalid arguments for %s: %v", c.Name, err)
+	}
+	return nil
+}
+
+// registry holds an Engine's tools.
+type registry struct {
+	mu    sync.RWMutex
+	tools map[string]Tool
+}
+
+func (r *registry) add(t Tool) error {
+	name := t.Spec().Name
+	if name == "" {
+		return errors.New("agentcore: a tool needs a name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.tools == nil {
+		r.tools = map[string]Tool{}
+	}
+	if _, ok := r.tools[name]; ok {
+		return fmt.Errorf("%w: %s", ErrToolExists, name)
+	}
+	r.tools[name] = t
+	return nil
+}
+
+func (r *registry) get(name string) Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.tools[name]
+}
+
+// sorted returns the tools by name, so requests are deterministic.
+func (r *registry) sorted() []Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Tool
+	for _, n := range slices.Sorted(maps.Keys(r.tools)) {
+		out = append(out, r.tools[n])
+	}
+	return out
+}
+
+// schema is a small helper for tool parameter schemas.
+func schema(required []string, props map[string]any) json.RawMessage {
+	if required == nil {
+		required = []string{}
+	}
+	b, err := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func prop(typ, desc string) map[string]any { return map[string]any{"type": typ, "description": desc} }

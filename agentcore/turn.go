@@ -1,0 +1,346 @@
+package agentcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// TurnRequest starts a turn: the user's message in a conversation.
+type TurnRequest struct {
+	User         string
+	Conversation string
+	Content      string
+}
+
+// Turn is a running turn: the model answering one user message, calling
+// tools until it stops or the turn's budget ends.
+type Turn struct {
+	ID           string
+	User         string
+	Conversation string
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	err    error
+
+	c       *conv
+	secrets map[string]string // the user's secrets, name → value
+	red     *redactor
+	log     *slog.Logger
+}
+
+// errCancelled is the cause of a turn cancelled by Cancel.
+var errCancelled = errors.New("turn cancelled")
+
+// Done is closed when the turn has ended and its last event is stored.
+func (t *Turn) Done() <-chan struct{} { return t.done }
+
+// Err is nil while the turn runs and when the model finished; otherwise
+// why it ended: context.Canceled (Cancel), ErrClosed, an error wrapping
+// ErrBudget (steps or time), or the model's or Store's error.
+func (t *Turn) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Wait waits for the turn to end and returns Err, or ctx's error.
+func (t *Turn) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Cancel ends the turn: the model stream and running shell commands are
+// killed, a pending approval is withdrawn, and turn_cancelled is emitted.
+func (t *Turn) Cancel() { t.cancel(errCancelled) }
+
+// Turn returns the conversation's running turn, or nil.
+func (e *Engine) Turn(conversation string) *Turn {
+	c := e.conv(conversation)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.turn
+}
+
+// StartTurn stores the user's message and starts the turn in its own
+// goroutine. It returns ErrTurnInProgress while the conversation has a
+// running turn. ctx bounds only the start; the turn runs until it ends,
+// is cancelled, or Close.
+func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
+	if r.User == "" || r.Conversation == "" {
+		return nil, errors.New("agentcore: a turn needs a user and a conversation")
+	}
+	c := e.conv(r.Conversation)
+	e.mu.Lock()
+	closed := e.closed
+	if !closed {
+		e.wg.Add(1)
+	}
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	if c.turn != nil {
+		c.mu.Unlock()
+		e.wg.Done()
+		return nil, ErrTurnInProgress
+	}
+	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{})}
+	c.turn = t
+	c.mu.Unlock()
+
+	started := false
+	defer func() {
+		if !started {
+			c.mu.Lock()
+			c.turn = nil
+			c.mu.Unlock()
+			close(t.done)
+			e.wg.Done()
+		}
+	}()
+	secrets, err := e.loadSecrets(ctx, r.User)
+	if err != nil {
+		return nil, err
+	}
+	t.secrets, t.red = secrets, newRedactor(secrets)
+	t.log = slog.New(redactHandler{e.log.Handler(), t.red}).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
+	content := t.red.String(r.Content)
+	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content}); err != nil {
+		return nil, fmt.Errorf("agentcore: storing the message: %w", err)
+	}
+	tctx, cancelTimeout := context.WithTimeoutCause(e.ctx, e.cfg.TurnTimeout, fmt.Errorf("%w: the turn ran longer than %v", ErrBudget, e.cfg.TurnTimeout))
+	t.ctx, t.cancel = context.WithCancelCause(tctx)
+	started = true
+	e.emit(c, t.ID, t.red, t.log, EventTurnStarted, map[string]string{"user": r.User, "content": content})
+	go func() {
+		defer e.wg.Done()
+		defer cancelTimeout()
+		e.run(t)
+	}()
+	return t, nil
+}
+
+// loadSecrets returns all of user's secrets: they are all redacted from
+// the turn's output, whichever a command uses.
+func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]string, error) {
+	secrets := map[string]string{}
+	if e.cfg.Secrets == nil {
+		return secrets, nil
+	}
+	names, err := e.cfg.Secrets.Names(ctx, user)
+	if err != nil {
+		return nil, fmt.Errorf("agentcore: listing secrets: %w", err)
+	}
+	for _, n := range names {
+		v, err := e.cfg.Secrets.Value(ctx, user, n)
+		if err != nil {
+			return nil, fmt.Errorf("agentcore: secret %q: %w", n, err)
+		}
+		secrets[n] = v
+	}
+	return secrets, nil
+}
+
+// run is the turn loop.
+func (e *Engine) run(t *Turn) {
+	err := e.loop(t)
+	cause := context.Cause(t.ctx)
+	t.cancel(nil)
+	switch {
+	case err == nil:
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "stop"})
+	case errors.Is(err, ErrBudget) && cause == nil:
+		// Step budget.
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "max_steps"})
+	case errors.Is(cause, errCancelled):
+		err = context.Canceled
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, map[string]string{})
+	case cause != nil && errors.Is(e.ctx.Err(), context.Canceled):
+		err = ErrClosed
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, map[string]string{"reason": "server shutting down"})
+	default:
+		if cause != nil {
+			err = cause // the time budget
+		}
+		t.log.Warn("turn failed", "err", err)
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": t.red.String(err.Error())})
+	}
+	t.err = err
+	t.c.mu.Lock()
+	t.c.turn = nil
+	t.c.mu.Unlock()
+	close(t.done)
+}
+
+// loop calls the model and runs its tool calls until it stops.
+func (e *Engine) loop(t *Turn) error {
+	ctx := t.ctx
+	for step := 0; ; step++ {
+		if step == e.cfg.MaxSteps {
+			return fmt.Errorf("%w: %d model calls", ErrBudget, e.cfg.MaxSteps)
+		}
+		msgs, err := e.cfg.Store.Messages(ctx, t.Conversation)
+		if err != nil {
+			return fmt.Errorf("reading the conversation: %w", err)
+		}
+		if e.cfg.SystemPrompt != "" {
+			msgs = append([]Message{{Role: RoleSystem, Content: e.cfg.SystemPrompt}}, msgs...)
+		}
+		reply, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
+		if err != nil {
+			return err
+		}
+		if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, reply); err != nil {
+			return fmt.Errorf("storing the reply: %w", err)
+		}
+		if len(reply.ToolCalls) == 0 {
+			return nil
+		}
+		for i, call := range reply.ToolCalls {
+			result := e.runTool(t, call)
+			if ctx.Err() != nil {
+				// The model's history must answer every call it made.
+				var answers []Message
+				for _, rest := range reply.ToolCalls[i:] {
+					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: "error: the turn was cancelled before this call finished"})
+				}
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := e.cfg.Store.AppendMessages(sctx, t.Conversation, answers...)
+				cancel()
+				if err != nil {
+					t.log.Error("storing the answers of cancelled tool calls failed", "err", err)
+				}
+				return ctx.Err()
+			}
+			if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, Message{Role: RoleTool, ToolCallID: call.ID, Content: result}); err != nil {
+				return fmt.Errorf("storing a tool result: %w", err)
+			}
+		}
+	}
+}
+
+// stream receives one model reply, emitting its text as it arrives.
+func (e *Engine) stream(t *Turn, req Request) (Message, error) {
+	s, err := e.cfg.LLM.Stream(t.ctx, req)
+	if err != nil {
+		return Message{}, fmt.Errorf("model: %w", err)
+	}
+	defer s.Close()
+	reply := Message{Role: RoleAssistant}
+	var text strings.Builder
+	for {
+		ch, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return Message{}, fmt.Errorf("model: %w", err)
+		}
+		switch {
+		case ch.Text != "":
+			text.WriteString(ch.Text)
+			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": ch.Text})
+		case ch.ToolCall != nil:
+			tc := *ch.ToolCall
+			if tc.ID == "" {
+				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
+			}
+			tc.Arguments = t.red.String(tc.Arguments)
+			reply.ToolCalls = append(reply.ToolCalls, tc)
+			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
+		}
+	}
+	reply.Content = t.red.String(text.String())
+	return reply, nil
+}
+
+// specs lists the tools for the model; shell's description names the
+// user's secrets (names only).
+func (e *Engine) specs(t *Turn) []ToolSpec {
+	var specs []ToolSpec
+	for _, tool := range e.tools.sorted() {
+		s := tool.Spec()
+		if s.Name == "shell" {
+			names := slices.Sorted(maps.Keys(t.secrets))
+			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, outside single quotes; the value is passed in the environment and never shown): " + nameList(names) + "."
+		}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// runTool runs one call through the approval gate and returns what the
+// model sees: redacted and capped.
+func (e *Engine) runTool(t *Turn, tc ToolCall) string {
+	ctx := t.ctx
+	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
+	out, err := e.execute(ctx, t, call)
+	if err != nil && errors.Is(err, sandboxkit.ErrUnavailable) {
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": err.Error()})
+	}
+	if err != nil {
+		t.log.Info("tool failed", "tool", tc.Name, "err", err)
+		if out != "" && !strings.HasSuffix(out, "\n") {
+			out += "\n"
+		}
+		out += "error: " + err.Error()
+	}
+	out = capOutput(t.red.String(out), e.cfg.MaxOutput)
+	e.emit(t.c, t.ID, t.red, t.log, EventToolOutput, map[string]string{"id": tc.ID, "name": tc.Name, "output": out})
+	fin := map[string]string{"id": tc.ID, "name": tc.Name}
+	if err != nil {
+		fin["error"] = err.Error()
+	}
+	e.emit(t.c, t.ID, t.red, t.log, EventToolFinished, fin)
+	return out
+}
+
+func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, error) {
+	tool := e.tools.get(call.Name)
+	if tool == nil {
+		var names []string
+		for _, t := range e.tools.sorted() {
+			names = append(names, t.Spec().Name)
+		}
+		return "", fmt.Errorf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", "))
+	}
+	if x, ok := tool.(ExecTool); ok {
+		a, err := x.Prepare(ctx, call)
+		if err != nil {
+			return "", err
+		}
+		if err := e.gate(t, call, a); err != nil {
+			return "", err
+		}
+		call.Action = &a
+	}
+	return tool.Run(ctx, call)
+}
+
+// capOutput keeps the head and tail of long output.
+func capOutput(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	half := max / 2
+	return fmt.Sprintf("%s\n[… %d bytes omitted …]\n%s", s[:half], len(s)-2*half, s[len(s)-half:])
+}
