@@ -1,0 +1,105 @@
+package agentcore_test
+
+import (
+	"context"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// instantLLM replies at once: a shell call of `true` to a user message,
+// then "ok" once the result is in. (llmtest's Script picks a step by
+// the number of assistant messages, which grows without end over the
+// turns of one conversation.)
+type instantLLM struct{}
+
+func (instantLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
+	if req.Messages[len(req.Messages)-1].Role == agentcore.RoleUser {
+		return &chunks{c: []agentcore.Chunk{{ToolCall: &agentcore.ToolCall{ID: "c", Name: "shell", Arguments: `{"command":"true"}`}}, {FinishReason: "tool_calls"}}}, nil
+	}
+	return &chunks{c: []agentcore.Chunk{{Text: "ok"}, {FinishReason: "stop"}}}, nil
+}
+
+type chunks struct{ c []agentcore.Chunk }
+
+func (s *chunks) Next() (agentcore.Chunk, error) {
+	if len(s.c) == 0 {
+		return agentcore.Chunk{}, io.EOF
+	}
+	ch := s.c[0]
+	s.c = s.c[1:]
+	return ch, nil
+}
+
+func (s *chunks) Close() error { return nil }
+
+// BenchmarkToolRoundTrip measures a turn with one tool round trip
+// (model → shell `true` → model → text, always-allow) against the bare
+// exec of `true` in a warm Session of the same conversation, and reports
+// the medians and their difference: the engine's overhead.
+func BenchmarkToolRoundTrip(b *testing.B) {
+	h := newHarness(b, &llmtest.Script{}, func(c *agentcore.Config) {
+		c.LLM, c.ShellAlwaysAllow = instantLLM{}, true
+	})
+	// The bare exec runs in a Session of its own over the same kind of
+	// layer, as the engine's is.
+	layer, err := h.layers.Create("bare")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
+		Workspace: &sandboxkit.Workspace{Lower: h.lower, Upper: layer.Upper, Work: layer.Work},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sess, err := sandboxkit.StartSession(b.Context(), p, sandboxkit.SessionOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Close()
+
+	var execP50 time.Duration
+	b.Run("session-exec", func(b *testing.B) {
+		var d []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := sess.Command(b.Context(), "sh", "-c", "true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			d = append(d, time.Since(t0))
+		}
+		execP50 = p50(d)
+		b.ReportMetric(float64(execP50.Microseconds()), "p50-µs")
+	})
+	// Warm: the first turn starts the conversation's sandbox.
+	if err := h.wait(h.start("bench", "go")); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("turn-roundtrip", func(b *testing.B) {
+		var d []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := h.wait(h.start("bench", "go")); err != nil {
+				b.Fatal(err)
+			}
+			d = append(d, time.Since(t0))
+		}
+		turnP50 := p50(d)
+		b.ReportMetric(float64(turnP50.Microseconds()), "p50-µs")
+		if execP50 > 0 {
+			b.ReportMetric(float64((turnP50 - execP50).Microseconds()), "overhead-p50-µs")
+			b.Logf("turn p50 %v − session exec p50 %v = overhead %v (target ≤ 5ms)", turnP50, execP50, turnP50-execP50)
+		}
+	})
+}
+
+func p50(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
