@@ -30,7 +30,9 @@ var checkSources = []func(context.Context, checkOptions, *checkReport){
 // (its Checks extended by later sources) plus the overall verdict.
 type checkReport struct {
 	*sandboxkit.Report
-	OK bool `json:"ok"`
+	// Probe is the seccomp probe matrix, with --probe.
+	Probe *probeReport `json:"probe,omitempty"`
+	OK    bool         `json:"ok"`
 }
 
 func sandboxChecks(ctx context.Context, o checkOptions, r *checkReport) {
@@ -46,11 +48,16 @@ func checkCommand() *cli.Command {
 		Usage: "check that this machine can run Codumentor's sandbox",
 		Description: "Runs the sandbox pre-flight checks (the same the server runs before starting any\n" +
 			"sandbox): bwrap present, version >= " + sandboxkit.MinBwrapVersion + ", not setuid, user namespaces,\n" +
-			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace.\n" +
+			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace,\n" +
+			"and this architecture's seccomp filters (digests verified, the enforce filter loaded).\n" +
 			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
+			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
+			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
+			"working, and real toolchains (sh, git, cc, go) under enforce; about 10-30 s.\n" +
 			"Every check is required: exit status 1 when any fails.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.BoolFlag{Name: "probe", Usage: "also run the seccomp probe suite and print its matrix"},
 			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
 			&cli.StringFlag{Name: "workspace-base", Usage: "directory that will hold workspace upper dirs; the overlay check mounts one there (default: the temp dir)", TakesFile: true},
 		},
@@ -74,6 +81,17 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 		}
 	}
 	r.OK = len(failed) == 0 && len(r.Checks) > 0
+	if r.OK && cmd.Bool("probe") {
+		p, err := probeSeccomp(ctx, o)
+		if err != nil {
+			return exitWith(exitFailure, fmt.Errorf("seccomp probe: %w", err))
+		}
+		r.Probe = p
+		if len(p.Failures) > 0 {
+			r.OK = false
+			failed = append(failed, "seccomp-probe")
+		}
+	}
 	out := cmd.Root().Writer
 	if cmd.Bool("json") {
 		enc := json.NewEncoder(out)
@@ -83,6 +101,9 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 		}
 	} else {
 		printChecks(out, r)
+		if r.Probe != nil {
+			printProbe(out, r.Probe)
+		}
 	}
 	if !r.OK {
 		return exitWith(exitFailure, fmt.Errorf("check failed: %s", strings.Join(failed, ", ")))
@@ -108,7 +129,7 @@ func printChecks(out io.Writer, r *checkReport) {
 		}
 	}
 	tw.Flush()
-	if r.OK {
+	if !slices.ContainsFunc(r.Checks, func(c sandboxkit.Check) bool { return !c.OK }) {
 		fmt.Fprintln(out, "\nall checks passed")
 	} else {
 		fmt.Fprintln(out, "\nsandbox unavailable: fix the failed check above (checks after a failed one do not run)")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/urfave/cli/v3"
 )
@@ -25,8 +26,6 @@ func sandboxCommand() *cli.Command {
 	}
 }
 
-// seccompModes are the values of --seccomp, as in the server's config.
-var seccompModes = []string{"log", "enforce", "off"}
 
 // execStopAt stops flag parsing at the command's name, so that
 // `sandbox exec ls -la` needs no "--" and the command's flags stay its own.
@@ -70,15 +69,8 @@ found in the sandbox; 130 interrupted.`,
 			&cli.StringFlag{
 				Name:  "seccomp",
 				Value: "log",
-				Usage: "seccomp mode: log, enforce or off; checked now, but no filter is loaded yet (sandboxkit has none until the seccomp issue lands)",
-				Validator: func(v string) error {
-					for _, m := range seccompModes {
-						if v == m {
-							return nil
-						}
-					}
-					return fmt.Errorf("want one of %s", strings.Join(seccompModes, ", "))
-				},
+				Usage: "seccomp filter: log (blocklisted calls run and the kernel logs them), enforce (they are refused), off (no filter)",
+				Validator: validSeccompMode,
 			},
 			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the sandbox after this long, exit 124 (0: no limit)"},
@@ -104,9 +96,6 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Duration("timeout") < 0 {
 		return usageError(cmd, "invalid --timeout %s: must not be negative", cmd.Duration("timeout"))
 	}
-	if cmd.IsSet("seccomp") && cmd.String("seccomp") != "off" {
-		fmt.Fprintf(cmd.Root().ErrWriter, "%s: --seccomp=%s: no seccomp filter exists yet; the command runs without one\n", progName, cmd.String("seccomp"))
-	}
 	lower := cmd.String("workspace")
 	if lower == "" && cmd.String("upper") != "" {
 		return usageError(cmd, "--upper needs --workspace")
@@ -116,7 +105,7 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	opts := sandboxkit.ProfileOptions{Bwrap: cmd.String("bwrap"), ShareNet: cmd.Bool("share-net")}
+	opts := sandboxkit.ProfileOptions{Bwrap: cmd.String("bwrap"), ShareNet: cmd.Bool("share-net"), Seccomp: seccomp.Mode(cmd.String("seccomp"))}
 	// Without a workspace: the MCP profile is the strict zero Policy plus
 	// an optional network, and takes no workspace or input.
 	profile := sandboxkit.ProfileMCP
@@ -144,6 +133,10 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	p, err := sandboxkit.Profile(profile, opts)
 	if err != nil {
 		run.cleanup(false)
+		if errors.Is(err, sandboxkit.ErrUnavailable) {
+			// A filter that cannot be loaded: nothing starts without it.
+			return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
+		}
 		return exitWith(exitSandbox, err)
 	}
 
@@ -278,4 +271,16 @@ func (r *execRun) cleanup(ran bool) {
 func within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// validSeccompMode accepts the modes the server's config takes.
+func validSeccompMode(v string) error {
+	var names []string
+	for _, m := range seccomp.Modes {
+		if v == string(m) {
+			return nil
+		}
+		names = append(names, string(m))
+	}
+	return fmt.Errorf("want one of %s", strings.Join(names, ", "))
 }

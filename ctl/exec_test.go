@@ -159,6 +159,7 @@ type failClosed struct {
 	env    []string
 	check  string // the failed check's name in the message
 	remedy string // part of its remedy
+	bin    string // codumentorctl binary; empty means ctlBin
 }
 
 func TestExecFailsClosed(t *testing.T) {
@@ -194,7 +195,7 @@ func assertFailsClosed(t *testing.T, tc failClosed) {
 	t.Helper()
 	marker := filepath.Join(t.TempDir(), "marker-"+strings.ReplaceAll(tc.name, " ", "-"))
 	args := append(append([]string{"sandbox", "exec"}, tc.args...), "--", "touch", marker)
-	r := run{args: args, env: tc.env}.do(t)
+	r := run{bin: tc.bin, args: args, env: tc.env}.do(t)
 	assertRefused(t, r, tc)
 	if _, err := os.Stat(marker); err == nil {
 		t.Errorf("%s was created on the host", marker)
@@ -204,7 +205,7 @@ func assertFailsClosed(t *testing.T, tc failClosed) {
 	before := sandboxtest.Take(t, lower)
 	args = append(append([]string{"sandbox", "exec", "--workspace", lower, "--upper", upper}, tc.args...),
 		"--", "sh", "-c", "touch /workspace/marker; touch "+marker)
-	r = run{args: args, env: tc.env}.do(t)
+	r = run{bin: tc.bin, args: args, env: tc.env}.do(t)
 	assertRefused(t, r, tc)
 	before.Unchanged(t, lower)
 	if got := listDir(t, filepath.Dir(upper)); len(got) != 0 {

@@ -50,6 +50,7 @@ func (r result) String() string {
 
 // run describes one codumentorctl invocation.
 type run struct {
+	bin   string // codumentorctl binary; empty means ctlBin
 	args  []string
 	env   []string // added to (and overriding) the test's environment
 	stdin string
@@ -65,7 +66,11 @@ func ctl(t *testing.T, args ...string) result {
 
 func (r run) do(t *testing.T) result {
 	t.Helper()
-	argv := append([]string{ctlBin}, r.args...)
+	bin := ctlBin
+	if r.bin != "" {
+		bin = r.bin
+	}
+	argv := append([]string{bin}, r.args...)
 	if r.wrap != nil {
 		argv = r.wrap
 	}

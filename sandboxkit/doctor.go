@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // MinBwrapVersion is the oldest bubblewrap sandboxkit runs. Earlier
@@ -25,9 +27,9 @@ const MinBwrapVersion = "0.12.0"
 // Check is one pre-flight check of the Doctor.
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
-	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback"; and
-	// "main" when the program did not call Main, without which no
-	// sandbox can start.
+	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
+	// "seccomp"; and "main" when the program did not call Main, without
+	// which no sandbox can start.
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says what was found.
@@ -45,9 +47,13 @@ type Report struct {
 
 // Err returns nil when every check passed, else an *UnavailableError
 // (errors.Is ErrUnavailable) for the first failed check.
-func (r *Report) Err() error {
+func (r *Report) Err() error { return r.errFor(true) }
+
+// errFor is Err, leaving out the seccomp check for a sandbox that loads
+// no filter.
+func (r *Report) errFor(filtered bool) error {
 	for _, c := range r.Checks {
-		if !c.OK {
+		if !c.OK && (filtered || c.Name != "seccomp") {
 			return &UnavailableError{Check: c}
 		}
 	}
@@ -108,12 +114,13 @@ func Doctor(ctx context.Context, o DoctorOptions) *Report {
 
 // Available returns nil when p can be sandboxed here, else an
 // *UnavailableError. It is what Run and Session call before starting.
+// The seccomp check counts only for a Policy with a filter.
 func Available(ctx context.Context, p *Policy) error {
 	o := DoctorOptions{Bwrap: p.Bwrap}
 	if p.Workspace != nil {
 		o.ProbeDir = filepath.Dir(p.Workspace.Upper)
 	}
-	return Doctor(ctx, o).Err()
+	return Doctor(ctx, o).errFor(p.Seccomp != nil)
 }
 
 func doctorKey(bwrap, dir string) string {
@@ -222,7 +229,30 @@ func diagnose(ctx context.Context, path, probeDir string) *Report {
 	default:
 		add(Check{Name: "loopback", Detail: "loopback did not come up in a new network namespace: " + lo, Remedy: "bwrap needs to configure lo in the new network namespace; check that the kernel has network namespaces (CONFIG_NET_NS)"})
 	}
+	add(seccompCheck(probe))
 	return r
+}
+
+// seccompCheck verifies this architecture's filters against their
+// manifest and has the kernel load the enforce one in a real sandbox.
+func seccompCheck(probe func(*Policy, ...string) (string, error)) Check {
+	var digests []string
+	var enforce []byte
+	for _, m := range []seccomp.Mode{seccomp.Enforce, seccomp.Log} {
+		f, err := seccomp.Load(m)
+		if err != nil {
+			return Check{Name: "seccomp", Detail: err.Error(), Remedy: seccompRemedy}
+		}
+		if m == seccomp.Enforce {
+			enforce = f.Program
+		}
+		digests = append(digests, fmt.Sprintf("%s sha256:%s", m, f.Digest[:16]))
+	}
+	if out, err := probe(&Policy{Seccomp: enforce}, "true"); err != nil {
+		return Check{Name: "seccomp", Detail: fmt.Sprintf("the %s enforce filter did not load: %v %s", runtime.GOARCH, err, out),
+			Remedy: "the kernel needs CONFIG_SECCOMP_FILTER; " + seccompRemedy}
+	}
+	return Check{Name: "seccomp", OK: true, Detail: fmt.Sprintf("%s filters verified and loaded (%s)", runtime.GOARCH, strings.Join(digests, ", "))}
 }
 
 func overlayCheck(dir string, probe func(*Policy, ...string) (string, error)) Check {

@@ -39,6 +39,7 @@ func causeErr(cause string) error {
 // UnavailableError reports the Doctor check that failed.
 type UnavailableError struct {
 	Check Check
+	err   error // the underlying cause, e.g. seccomp.ErrNoFilter
 }
 
 func (e *UnavailableError) Error() string {
@@ -51,6 +52,18 @@ func (e *UnavailableError) Error() string {
 
 // Is reports ErrUnavailable, so callers test errors.Is(err, ErrUnavailable).
 func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the underlying cause, if any (seccomp.ErrNoFilter for a
+// missing or damaged filter).
+func (e *UnavailableError) Unwrap() error { return e.err }
+
+// seccompUnavailable is the fail-closed error for a filter that was
+// asked for and cannot be loaded.
+func seccompUnavailable(err error) error {
+	return &UnavailableError{Check: Check{Name: "seccomp", Detail: err.Error(), Remedy: seccompRemedy}, err: err}
+}
+
+const seccompRemedy = "rebuild the program from an unmodified source tree (go generate ./... in sandboxkit restores the filter blobs), or set the seccomp mode to off to run without a filter"
 
 // SetupError means bwrap failed before the command started (a mount
 // failed, the command was not found, ...). Nothing of the command ran.

@@ -25,6 +25,8 @@ func Main() {
 			os.Exit(supervise(os.Args[2:]))
 		case spawnerFlag:
 			os.Exit(spawn(os.Args[2:]))
+		case probeFlag:
+			os.Exit(runProbes())
 		}
 	}
 	mainCalled.Store(true)

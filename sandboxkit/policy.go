@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Paths inside every sandbox.
@@ -65,7 +67,10 @@ type Policy struct {
 	HostView bool
 
 	// Seccomp is a BPF program (struct sock_filter array) loaded by bwrap
-	// with --seccomp before the command starts. Nil means no filter.
+	// with --seccomp before the command starts; seccomp.Load gives the
+	// blocklist (profiles set it from ProfileOptions.Seccomp). Nil means
+	// no filter: the sandbox can then call every system call the
+	// namespaces leave it, including nested user namespaces' entry points.
 	Seccomp []byte
 
 	// UID and GID are the ids the synthetic /etc/passwd and /etc/group
@@ -350,8 +355,12 @@ func (p *Policy) validate() error {
 			return err
 		}
 	}
-	if p.Seccomp != nil && (len(p.Seccomp) == 0 || len(p.Seccomp)%8 != 0) {
-		return fmt.Errorf("%w: seccomp program is %d bytes, not a whole number of 8-byte instructions", ErrUnavailable, len(p.Seccomp))
+	if p.Seccomp != nil {
+		// A filter that bwrap would refuse, or one that was damaged,
+		// must not turn into a sandbox without one.
+		if err := seccomp.Validate(p.Seccomp); err != nil {
+			return seccompUnavailable(err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // base is the argv prefix every non-HostView policy starts with.
@@ -92,7 +94,7 @@ func TestBuildExactArgv(t *testing.T) {
 				ReadWrite: []Bind{{Src: "/srv/cache", Dst: "/cache"}},
 				Tmpfs:     []string{"/opt/tool/secrets"},
 				Dir:       "/cache",
-				Seccomp:   make([]byte, 16),
+				Seccomp:   testFilter(t),
 				UID:       1000, GID: 1000,
 			},
 			argv: []string{"make"},
@@ -153,7 +155,7 @@ func TestBuildSyntheticPasswd(t *testing.T) {
 }
 
 func TestBuildInternalDescriptors(t *testing.T) {
-	p := Policy{Seccomp: make([]byte, 8)}
+	p := Policy{Seccomp: testFilter(t)}
 	l, err := p.build([]string{"x"}, buildOptions{status: true, reserved: 1, asPid1: true})
 	if err != nil {
 		t.Fatal(err)
@@ -303,4 +305,14 @@ func TestUsernsRemedy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testFilter is a real, valid filter program.
+func testFilter(t testing.TB) []byte {
+	t.Helper()
+	f, err := seccomp.Load(seccomp.Enforce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Program
 }

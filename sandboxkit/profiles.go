@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Profiles name the sandboxes Codumentor starts. Each is a Policy; the
@@ -53,6 +55,10 @@ type ProfileOptions struct {
 	// Mask lists extra host directories hidden behind empty tmpfs in the
 	// host-readonly view (e.g. the instance dir).
 	Mask []string
+	// Seccomp is the filter mode (all profiles); empty means seccomp.Log.
+	// A filter that cannot be loaded makes Profile fail with
+	// ErrUnavailable, never a Policy without it.
+	Seccomp seccomp.Mode
 }
 
 // hostMasks are hidden in the host-readonly view: other users' files,
@@ -72,6 +78,17 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		return nil
 	}
 	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid()}
+	mode, err := seccomp.ParseMode(string(o.Seccomp))
+	if err != nil {
+		return nil, fmt.Errorf("sandboxkit: %w", err)
+	}
+	f, err := seccomp.Load(mode)
+	if err != nil {
+		return nil, seccompUnavailable(err)
+	}
+	if f != nil {
+		p.Seccomp = f.Program
+	}
 	var errs []error
 	switch name {
 	case ProfileWorkspace, ProfileSetup, ProfileExternalAgent:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +59,9 @@ type Cmd struct {
 	started time.Time
 	// sess is set for a command of a Session (Session.Command).
 	sess *sessionCmd
+	// self runs this program's own binary (Args follow argv[0]),
+	// passed in as a descriptor like the Session supervisor.
+	self bool
 }
 
 // State is what Wait learned about a finished command.
@@ -137,14 +141,26 @@ func (c *Cmd) launch(ctx context.Context) error {
 	if c.Dir != "" {
 		p.Dir = c.Dir
 	}
-	l, err := p.build(c.Args, buildOptions{status: true})
+	o, argv, reserved := buildOptions{status: true}, c.Args, []*os.File(nil)
+	if c.self {
+		exe, err := os.Open("/proc/self/exe")
+		if err != nil {
+			unlock()
+			return fmt.Errorf("sandboxkit: open this program's executable: %w", err)
+		}
+		defer exe.Close()
+		o.reserved = 1
+		argv = append([]string{"/proc/self/fd/" + strconv.Itoa(o.firstFile()-1)}, c.Args...)
+		reserved = []*os.File{exe}
+	}
+	l, err := p.build(argv, o)
 	if err != nil {
 		unlock()
 		return err
 	}
 	c.begin(ctx)
 	c.unlock = unlock
-	if err := c.start(sp, l); err != nil {
+	if err := c.start(sp, l, reserved); err != nil {
 		c.cancel()
 		unlock()
 		return err
@@ -167,7 +183,7 @@ func (c *Cmd) begin(ctx context.Context) {
 	c.started = time.Now()
 }
 
-func (c *Cmd) start(sp *spawner, l *Launch) error {
+func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 	stdout, stderr := orDiscard(c.Stdout), orDiscard(c.Stderr)
 	if sameWriter(c.Stdout, c.Stderr) {
 		// Two pipes (bwrapStderr holds back stderr on its own), so
@@ -188,8 +204,9 @@ func (c *Cmd) start(sp *spawner, l *Launch) error {
 		return err
 	}
 	defer closeAll(mem)
-	// fd 3 is the status pipe (buildOptions.status), the Files follow.
-	extra := append([]*os.File{sw}, mem...)
+	// fd 3 is the status pipe (buildOptions.status), then the reserved
+	// descriptors, then the Files.
+	extra := append(append([]*os.File{sw}, reserved...), mem...)
 	var out io.Writer
 	if c.Stdout != nil {
 		out = c.cap.wrap(stdout)

@@ -107,7 +107,7 @@ func load(fsys fs.FS, dir, goarch string, m Mode) (*Filter, error) {
 	}
 	name := BlobName(goarch, m)
 	fail := func(format string, a ...any) (*Filter, error) {
-		return nil, fmt.Errorf("%w: %s: %s; rebuild the binary from an unmodified tree (go generate ./... in sandboxkit restores the blobs)", ErrNoFilter, name, fmt.Sprintf(format, a...))
+		return nil, fmt.Errorf("%w: %s: %s", ErrNoFilter, name, fmt.Sprintf(format, a...))
 	}
 	prog, err := fs.ReadFile(fsys, dir+"/"+name)
 	if err != nil {

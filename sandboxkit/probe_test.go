@@ -1,0 +1,126 @@
+package sandboxkit
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// The probe matrix in a real sandbox, as the unprivileged user: every
+// blocklisted call (native, high-bit arguments, int $0x80, x32) is
+// refused under enforce with its errno and let through under log and
+// off; what must keep working does, in every mode.
+func TestSeccompProbeMatrix(t *testing.T) {
+	requireSandbox(t)
+	for _, m := range seccomp.Modes {
+		t.Run(string(m), func(t *testing.T) {
+			p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (p.Seccomp == nil) != (m == seccomp.Off) {
+				t.Fatalf("mode %s: Policy.Seccomp set = %v", m, p.Seccomp != nil)
+			}
+			rep, err := Probe(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			abis := map[string]int{}
+			for _, c := range rep.Calls {
+				abis[c.ABI]++
+				if err := c.Verdict(m); err != nil {
+					t.Errorf("%s %s: %v", c.ABI, c.Rule, err)
+				}
+				// The oracle tells the modes apart: a result that would
+				// pass under the other verdict proves nothing.
+				other := seccomp.Enforce
+				if m == seccomp.Enforce {
+					other = seccomp.Log
+				}
+				if c.Verdict(other) == nil {
+					t.Errorf("%s %s: %s also passes as %s", c.ABI, c.Call, c.Outcome(), other)
+				}
+			}
+			for _, w := range rep.Works {
+				if !w.OK {
+					t.Errorf("%s broke under %s: %s", w.Name, m, w.Detail)
+				}
+			}
+			if runtime.GOARCH == "amd64" && (abis["x86_64"] < 50 || abis["x32"] != 1 || rep.CompatProbed != (abis["i386"] >= 45)) {
+				t.Errorf("probed %v calls per ABI (compat: %s); want the whole list on x86_64, x32 and, where reachable, i386", abis, rep.Compat)
+			}
+			if !rep.CompatProbed {
+				// Reported, not faked: TestFilterMatrix covers the
+				// compat tables through an interpreter.
+				t.Logf("compat table: %s", rep.Compat)
+			}
+			if len(rep.Works) < 8 {
+				t.Errorf("only %d works checks", len(rep.Works))
+			}
+			if m == seccomp.Off {
+				// This kernel has no x32 ABI: the call reaches it and
+				// it answers ENOSYS on its own. Reported, not faked.
+				for _, c := range rep.Calls {
+					if c.ABI == "x32" {
+						t.Logf("x32 under off: %s", c.Outcome())
+					}
+				}
+			}
+		})
+	}
+}
+
+// Real toolchains keep working under enforce, in the workspace.
+func TestSeccompToolchains(t *testing.T) {
+	requireSandbox(t)
+	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: seccomp.Enforce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ProbeToolchains(t.Context(), p) {
+		switch {
+		case c.Skipped && os.Getenv("CI") == "true":
+			t.Errorf("%s: skipped under CI: %s", c.Name, c.Detail)
+		case c.Skipped:
+			t.Logf("%s: skipped: %s", c.Name, c.Detail)
+		case !c.OK:
+			t.Errorf("%s failed under enforce: %s", c.Name, c.Detail)
+		}
+	}
+}
+
+// A damaged filter makes the sandbox unavailable: nothing runs, and
+// nothing runs unfiltered.
+func TestSeccompDamagedFilterFailsClosed(t *testing.T) {
+	requireSandbox(t)
+	f, err := seccomp.Load(seccomp.Enforce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "marker")
+	for _, c := range []struct {
+		name string
+		prog []byte
+	}{
+		{"truncated", f.Program[:len(f.Program)-4]},
+		{"no architecture check", f.Program[8:]},
+		{"empty", []byte{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &Policy{Seccomp: c.prog, ReadWrite: []Bind{{Src: filepath.Dir(marker)}}}
+			err := Command(t.Context(), p, "touch", marker).Run()
+			var ue *UnavailableError
+			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != "seccomp" || !strings.Contains(err.Error(), "seccomp program") {
+				t.Fatalf("Run = %v; want the seccomp check's ErrUnavailable", err)
+			}
+			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the command ran: %v", err)
+			}
+		})
+	}
+}
