@@ -12,8 +12,8 @@ import (
 	"syscall"
 
 	"github.com/codumentor/codumentor/sandboxkit"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"github.com/urfave/cli/v3"
 )
 
@@ -25,7 +25,6 @@ func sandboxCommand() *cli.Command {
 		Action:   groupAction,
 	}
 }
-
 
 // execStopAt stops flag parsing at the command's name, so that
 // `sandbox exec ls -la` needs no "--" and the command's flags stay its own.
@@ -67,9 +66,9 @@ found in the sandbox; 130 interrupted.`,
 			&cli.StringFlag{Name: "upper", Usage: "dir that receives the workspace's writes; created if missing (default: a new temp dir)", TakesFile: true},
 			&cli.BoolFlag{Name: "share-net", Usage: "share the host's network (with --workspace: the setup profile)"},
 			&cli.StringFlag{
-				Name:  "seccomp",
-				Value: "log",
-				Usage: "seccomp filter: log (blocklisted calls run and the kernel logs them), enforce (they are refused), off (no filter)",
+				Name:      "seccomp",
+				Value:     "log",
+				Usage:     "seccomp filter: log (blocklisted calls run and the kernel logs them), enforce (they are refused), off (no filter)",
 				Validator: validSeccompMode,
 			},
 			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
