@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -111,6 +112,11 @@ func printProbe(out io.Writer, r *probeReport) {
 		fmt.Fprintf(tw, "\t%s\n", verdict)
 	}
 	tw.Flush()
+	for _, c := range first.Calls {
+		if c.ABI == "x32" && c.Reached && c.Errno == int(syscall.ENOSYS) {
+			fmt.Fprintln(out, "\nx32: absent from this kernel (with the filter off the call reached the kernel, which answered ENOSYS); enforce refuses every x32 call regardless")
+		}
+	}
 
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

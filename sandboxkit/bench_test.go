@@ -3,7 +3,9 @@ package sandboxkit
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
+	"time"
 )
 
 // BenchmarkTrue measures the cost of running /bin/true: directly, as the
@@ -55,4 +57,44 @@ func BenchmarkTrue(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSeccompLaunch measures what the enforce filter adds to a
+// one-shot Run of /bin/true. Each iteration runs the pair, off then
+// enforce, so load on the machine weighs on both alike; it reports the
+// medians of each and of the paired differences.
+func BenchmarkSeccompLaunch(b *testing.B) {
+	requireSandbox(b)
+	off := &Policy{UID: os.Getuid(), GID: os.Getgid()}
+	enforce := *off
+	enforce.Seccomp = testFilter(b)
+	var offT, onT, diff []float64
+	for b.Loop() {
+		var d [2]time.Duration
+		for i, p := range []*Policy{off, &enforce} {
+			start := time.Now()
+			if err := Command(b.Context(), p, "true").Run(); err != nil {
+				b.Fatal(err)
+			}
+			d[i] = time.Since(start)
+		}
+		offT = append(offT, float64(d[0].Microseconds()))
+		onT = append(onT, float64(d[1].Microseconds()))
+		diff = append(diff, float64((d[1] - d[0]).Microseconds()))
+	}
+	b.ReportMetric(median(offT), "off-µs")
+	b.ReportMetric(median(onT), "enforce-µs")
+	b.ReportMetric(median(diff), "delta-µs")
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -16,17 +16,26 @@
 //
 // What is not. The command runs as the same user id as its caller: the
 // kernel is the boundary, and a kernel bug reachable from inside the
-// namespaces is an escape. A seccomp filter (Policy.Seccomp) narrows that
-// surface. Binds in the Policy (ReadOnly, ReadWrite, ShareNet, HostView)
-// are holes made on purpose; each field says what it exposes.
+// namespaces is an escape. The seccomp blocklist (package seccomp, loaded
+// by every profile; Policy.Seccomp) narrows that surface: nested user
+// namespaces, the mount API, io_uring, bpf, keyrings, ptrace, TIOCSTI and
+// the rest of its list. In the default mode, log, those calls still run
+// and the kernel logs them; enforce refuses them. Binds in the Policy
+// (ReadOnly, ReadWrite, ShareNet, HostView) are holes made on purpose;
+// each field says what it exposes.
 //
 // Fail closed. Before anything starts, the Doctor checks this machine
 // (bwrap present, at least MinBwrapVersion, not setuid, user namespaces,
-// /proc, overlayfs, loopback). When a check fails, Run and StartSession
+// /proc, overlayfs, loopback, the seccomp filters verified and loadable).
+// When a check fails, Run and StartSession
 // return an *UnavailableError (errors.Is ErrUnavailable) that names the
 // check and its remedy, and nothing is executed on the host. There is no
 // fallback without a namespace, without /proc, or without a requested
-// filter.
+// filter: a filter that is missing or damaged makes Profile and Run
+// return ErrUnavailable rather than start the sandbox without it.
+//
+// Probe and ProbeToolchains run the seccomp probe suite in a real
+// sandbox: every blocklisted call, and the work that must keep running.
 //
 // Programs that start sandboxes (Run, Session, Doctor) must call Main
 // first in main, and in TestMain: every bwrap is started by a spawner
