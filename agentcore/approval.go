@@ -45,18 +45,20 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 	if err := e.cfg.Store.SaveApproval(t.ctx, p.a); err != nil {
 		return fmt.Errorf("recording the approval request failed, so the command was not run: %w", err)
 	}
+	// Once p is in awaiting, Decide may change p.a: use this copy.
+	asked := p.a
 	e.mu.Lock()
 	e.awaiting[p.a.ID] = p
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
-		delete(e.awaiting, p.a.ID)
+		delete(e.awaiting, asked.ID)
 		e.mu.Unlock()
 	}()
-	e.emit(t.c, t.ID, t.red, t.log, EventApprovalPending, p.a)
+	e.emit(t.c, t.ID, t.red, t.log, EventApprovalPending, asked)
 
 	if e.cfg.Approver != nil {
-		d, err := e.cfg.Approver.Review(t.ctx, p.a)
+		d, err := e.cfg.Approver.Review(t.ctx, asked)
 		switch {
 		case err != nil:
 			t.log.Warn("approver failed; asking the user", "err", err)
@@ -65,7 +67,7 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 		}
 	}
 
-	timer := time.NewTimer(time.Until(p.a.Expires))
+	timer := time.NewTimer(time.Until(asked.Expires))
 	defer timer.Stop()
 	select {
 	case <-p.done:
@@ -169,7 +171,10 @@ func (e *Engine) Decide(ctx context.Context, user, conversation, id string, d De
 	p := e.awaiting[id]
 	e.mu.Unlock()
 	if p != nil {
-		if p.a.User != user || p.a.Conversation != conversation {
+		p.mu.Lock()
+		mine := p.a.User == user && p.a.Conversation == conversation
+		p.mu.Unlock()
+		if !mine {
 			return notFound
 		}
 		return e.settle(p, ApprovalDecided, d, user)

@@ -339,6 +339,31 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	return c.ws, nil
 }
 
+// startIn calls start with the conversation's workspace. A session that
+// ended between the check and the start (idle timeout) makes start fail
+// with ErrSessionClosed before anything ran; then it is replaced and start
+// is tried once more. start must only start, so nothing runs twice.
+func (e *Engine) startIn(ctx context.Context, call *Call, start func(*workspace) error) error {
+	for attempt := 0; ; attempt++ {
+		ws, err := e.workspace(ctx, call)
+		if err != nil {
+			return err
+		}
+		err = start(ws)
+		if attempt > 0 || !errors.Is(err, sandboxkit.ErrSessionClosed) {
+			return err
+		}
+		c := e.conv(call.Conversation)
+		c.wsMu.Lock()
+		if c.ws == ws {
+			c.ws = nil
+		}
+		c.wsMu.Unlock()
+		// Close waits until the sandbox is gone and the layer unlocked.
+		ws.sess.Close()
+	}
+}
+
 // currentSession returns the conversation's last sandbox, even an ended
 // one (its background jobs' output stays readable), or nil.
 func (e *Engine) currentSession(conversation string) *sandboxkit.Session {

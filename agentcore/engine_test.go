@@ -456,6 +456,9 @@ func TestSecrets(t *testing.T) {
 			}
 		}
 	}
+	if !strings.Contains(h.logs.String(), "unknown secret") {
+		t.Errorf("the logs miss the failed call, so they prove nothing: %s", h.logs.String())
+	}
 	if !strings.Contains(string(reqs), "TOKEN") {
 		t.Error("the shell tool's description does not name the secret")
 	}

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // ErrOutsideWorkspace is wrapped by a file tool's error for a path that
@@ -390,7 +392,7 @@ func (e *Engine) fileTools() []Tool {
 			if err := c.Args(&a); err != nil {
 				return "", err
 			}
-			if err := ws.writeFile(ctx, a.Path, []byte(a.Content), max); err != nil {
+			if err := e.writeFile(ctx, c, ws, a.Path, []byte(a.Content)); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("wrote %d bytes to %s", len(a.Content), a.Path), nil
@@ -436,7 +438,7 @@ func (e *Engine) fileTools() []Tool {
 				n = 1
 			}
 			nb := bytes.Replace(b, []byte(a.OldString), []byte(a.NewString), n)
-			if err := ws.writeFile(ctx, rel, nb, max); err != nil {
+			if err := e.writeFile(ctx, c, ws, rel, nb); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("replaced %d occurrence(s) in %s", n, a.Path), nil
@@ -599,7 +601,8 @@ const writeScript = `[ -L "$1" ] && { echo "$1 is a symlink" >&2; exit 3; }; mkd
 // behind a mounted overlay's back become visible inside it, and writing
 // as the sandbox does gives the write no more power than the shell has.
 // A symlink as the last component is refused: never write through one.
-func (ws *workspace) writeFile(ctx context.Context, p string, data []byte, max int64) error {
+func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string, data []byte) error {
+	max := e.cfg.MaxFileSize
 	if int64(len(data)) > max {
 		return fmt.Errorf("content is %d bytes, more than the write limit of %d bytes", len(data), max)
 	}
@@ -610,20 +613,27 @@ func (ws *workspace) writeFile(ctx context.Context, p string, data []byte, max i
 	if rel == "" {
 		return errors.New("cannot write the workspace root; name a file")
 	}
-	e, err := ws.view.lookup(rel)
+	ent, err := ws.view.lookup(rel)
 	switch {
-	case err == nil && e.isLink():
+	case err == nil && ent.isLink():
 		return fmt.Errorf("%s is a symlink; write to the file it points to instead", p)
-	case err == nil && !e.fi.Mode().IsRegular():
+	case err == nil && !ent.fi.Mode().IsRegular():
 		return fmt.Errorf("%s exists and is not a regular file", p)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fileErr(p, err)
 	}
 	var out bytes.Buffer
-	cmd := ws.sess.Command(ctx, "sh", "-c", writeScript, "sh", "/workspace/"+rel)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(data), &out, &out
-	cmd.OutputLimit = 4096
-	if err := cmd.Run(); err != nil {
+	var cmd *sandboxkit.Cmd
+	err = e.startIn(ctx, c, func(ws *workspace) error {
+		cmd = ws.sess.Command(ctx, "sh", "-c", writeScript, "sh", "/workspace/"+rel)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(data), &out, &out
+		cmd.OutputLimit = 4096
+		return cmd.Start()
+	})
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		if msg := strings.TrimSpace(out.String()); msg != "" {
 			return fmt.Errorf("writing %s failed: %s", p, msg)
 		}

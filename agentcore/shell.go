@@ -66,26 +66,33 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ws, err := e.workspace(ctx, c)
-	if err != nil {
-		return "", err
-	}
 	argv := []string{"sh", "-c", text}
 	if c.Action.Background {
-		j, err := ws.sess.StartBackground(ctx, argv, env, c.Action.Cwd)
+		var j sandboxkit.JobInfo
+		err := e.startIn(ctx, c, func(ws *workspace) (err error) {
+			j, err = ws.sess.StartBackground(ctx, argv, env, c.Action.Cwd)
+			return err
+		})
 		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("started background job %d (pid %d in the sandbox); read its output with shell_output, stop it with shell_kill", j.ID, j.Pid), nil
 	}
 	var out bytes.Buffer
-	cmd := ws.sess.Command(ctx, argv...)
-	cmd.Env, cmd.Dir = env, c.Action.Cwd
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// The engine keeps head and tail of MaxOutput; more is never sent.
-	cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
-	cmd.Timeout = e.cfg.CommandTimeout
-	err = cmd.Run()
+	var cmd *sandboxkit.Cmd
+	err = e.startIn(ctx, c, func(ws *workspace) error {
+		out.Reset()
+		cmd = ws.sess.Command(ctx, argv...)
+		cmd.Env, cmd.Dir = env, c.Action.Cwd
+		cmd.Stdout, cmd.Stderr = &out, &out
+		// The engine keeps head and tail of MaxOutput; more is never sent.
+		cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
+		cmd.Timeout = e.cfg.CommandTimeout
+		return cmd.Start()
+	})
+	if err == nil {
+		err = cmd.Wait()
+	}
 	var ee *sandboxkit.ExitError
 	switch {
 	case err == nil:

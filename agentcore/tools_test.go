@@ -1,0 +1,172 @@
+package agentcore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+)
+
+func TestBackgroundJobs(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{
+			call("bg", "shell", map[string]any{"command": "echo bg-out; exec sleep 30", "background": true}),
+			shellCall("wait", "sleep 0.5"),
+			call("out", "shell_output", map[string]any{"job": 1}),
+			call("kill", "shell_kill", map[string]any{"job": 1}),
+			call("gone", "shell_output", map[string]any{"job": 99}),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	tests := []struct{ id, want string }{
+		{"bg", "started background job 1"},
+		{"out", "[job 1 running]\nbg-out"},
+		{"kill", "job 1 exited with status 137"},
+		{"gone", "no such background job"},
+	}
+	for _, tt := range tests {
+		if !strings.Contains(res[tt.id], tt.want) {
+			t.Errorf("%s: %q lacks %q", tt.id, res[tt.id], tt.want)
+		}
+	}
+}
+
+func TestSessionRestartsWhenIdle(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo one > one.txt")}},
+		{Text: "first"},
+		{ToolCalls: []agentcore.ToolCall{shellCall("b", "cat one.txt")}},
+		{Text: "second"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.SessionIdle = true, 200*time.Millisecond })
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // the sandbox closes
+	if err := h.wait(h.start("c", "again")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.toolResults("c")["b"]; !strings.Contains(got, "one\n") {
+		t.Errorf("a new sandbox over the same layer sees %q", got)
+	}
+}
+
+// deployTool is an integration's executing tool.
+type deployTool struct{ runs atomic.Int32 }
+
+func (d *deployTool) Spec() agentcore.ToolSpec {
+	return agentcore.ToolSpec{Name: "deploy", Description: "deploy", Parameters: []byte(`{"type":"object"}`)}
+}
+
+func (d *deployTool) Prepare(ctx context.Context, c *agentcore.Call) (agentcore.Action, error) {
+	var a struct{ Target string }
+	if err := c.Args(&a); err != nil {
+		return agentcore.Action{}, err
+	}
+	return agentcore.Action{Command: "deploy " + a.Target}, nil
+}
+
+func (d *deployTool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
+	d.runs.Add(1)
+	return "deployed: " + c.Action.Command, nil
+}
+
+// echoTool executes nothing: no approval.
+type echoTool struct{}
+
+func (echoTool) Spec() agentcore.ToolSpec {
+	return agentcore.ToolSpec{Name: "echo", Parameters: []byte(`{"type":"object"}`)}
+}
+
+func (echoTool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
+	return "echo " + string(c.Arguments) + " for " + c.User, nil
+}
+
+func TestRegister(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{
+			call("e", "echo", map[string]string{"x": "y"}),
+			call("d1", "deploy", map[string]string{"target": "staging"}),
+			call("d2", "deploy", map[string]string{"target": "prod"}),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, nil)
+	d := &deployTool{}
+	for _, tool := range []agentcore.Tool{d, echoTool{}} {
+		if err := h.e.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.e.Register(echoTool{}); !errors.Is(err, agentcore.ErrToolExists) {
+		t.Errorf("second Register = %v, want ErrToolExists", err)
+	}
+	turn := h.start("c", "go")
+	a, seq := h.pendingApproval("c", 0)
+	if a.Tool != "deploy" || a.Command != "deploy staging" {
+		t.Errorf("approval %+v", a)
+	}
+	h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionApprove)
+	a, _ = h.pendingApproval("c", seq)
+	if a.Command != "deploy prod" {
+		t.Errorf("approval %+v", a)
+	}
+	h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionDeny)
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if res["e"] != `echo {"x":"y"} for alice` || res["d1"] != "deployed: deploy staging" || !strings.Contains(res["d2"], "denied") {
+		t.Errorf("results %q", res)
+	}
+	if n := d.runs.Load(); n != 1 {
+		t.Errorf("deploy ran %d times, want 1", n)
+	}
+}
+
+// echoApprover approves echo commands and leaves the rest to the user.
+type echoApprover struct{}
+
+func (echoApprover) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
+	if strings.HasPrefix(a.Command, "echo ") {
+		return agentcore.DecisionApprove, nil
+	}
+	return "", nil
+}
+
+func TestApprover(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo auto"), shellCall("b", "touch asked")}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.Approver = echoApprover{} })
+	turn := h.start("c", "go")
+	var a agentcore.Approval
+	for seq := int64(0); ; {
+		a, seq = h.pendingApproval("c", seq)
+		if a.Command == "touch asked" {
+			break
+		}
+	}
+	h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionApprove)
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	aps, _ := h.store.Approvals(t.Context(), "c")
+	if len(aps) != 2 || aps[0].DecidedBy != "approver" || aps[1].DecidedBy != "alice" {
+		t.Errorf("approvals %+v", aps)
+	}
+	if got := h.toolResults("c")["a"]; !strings.Contains(got, "auto") {
+		t.Errorf("a: %q", got)
+	}
+}
