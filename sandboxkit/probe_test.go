@@ -124,3 +124,31 @@ func TestSeccompDamagedFilterFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// A Session's supervisor (pid 1, this binary) works under enforce: it
+// starts foreground and background commands, and they are filtered.
+func TestSeccompEnforceSession(t *testing.T) {
+	requireSandbox(t)
+	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: seccomp.Enforce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSession(t, p, SessionOptions{})
+	out, _, err := inSession(t, s, "echo hi > f.txt && cat f.txt && grep -E '^Seccomp:' /proc/self/status")
+	if err != nil || !strings.Contains(out, "hi\n") || !strings.Contains(out, "Seccomp:\t2") {
+		t.Fatalf("foreground command under enforce: %q, %v", out, err)
+	}
+	// unshare(1) is refused by the filter, not by bwrap's userns limit:
+	// the message is EPERM ("Operation not permitted").
+	out, _, err = inSession(t, s, "unshare -U true")
+	if err == nil || !strings.Contains(out, "Operation not permitted") {
+		t.Fatalf("unshare under enforce: %q, %v", out, err)
+	}
+	job, err := s.StartBackground(t.Context(), []string{"sh", "-c", "echo bg; sleep 30"}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(job.ID); err != nil {
+		t.Fatalf("kill background job: %v", err)
+	}
+}
