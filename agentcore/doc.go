@@ -1,0 +1,59 @@
+// Package agentcore is Codumentor's agent engine: it runs conversation
+// turns, where model output is data and only the tool runtime can turn it
+// into action — through the approval gate and the sandbox.
+//
+// What it guarantees.
+//
+//   - Nothing the model writes runs on the host. The shell tool runs
+//     sh -c COMMAND inside the conversation's sandboxkit.Session (one per
+//     conversation, started when first needed, closed when idle); when the
+//     sandbox is unavailable, shell and the file tools return the
+//     sandbox's error (errors.Is sandboxkit.ErrUnavailable) and a
+//     sandbox_unavailable event says why. There is no fallback.
+//   - Nothing executes without approval. With Config.ShellAlwaysAllow
+//     false (the default) every shell call, and every call of a registered
+//     ExecTool, creates a pending Approval naming the exact command, its
+//     working directory, user and conversation; nothing is started until
+//     its owner decides (Engine.Decide). Approve runs exactly that command,
+//     once; deny and expiry (Config.ApprovalTimeout) return a refusal to
+//     the model; a second decision fails with ErrApprovalDecided;
+//     DecisionAlwaysAllow approves this and every later call of the
+//     conversation. This is enforced here, not by the UI.
+//   - File tools stay in the workspace. read_file, write_file, edit_file,
+//     list_files and search_files take paths relative to /workspace. An
+//     absolute path or one that climbs out with ".." is refused before any
+//     I/O; symlinks are resolved one component at a time inside the
+//     overlay's layers, and one that points outside (absolute, or above
+//     the root) is refused before its target is looked at
+//     (ErrOutsideWorkspace). Reads happen host-side from the layers (the
+//     merged view: upper over lower, whiteouts delete, opaque directories
+//     hide); writes go through the sandbox, so they land in the upper layer
+//     exactly as a command's would, and never through a symlink. Reads and
+//     writes are capped (Config.MaxFileSize).
+//   - Secrets are used by name. The model sees names only (listed in the
+//     shell tool's description); {{secret:NAME}} in a command becomes
+//     "$CODUMENTOR_SECRET_NAME" in the text given to sh, and the value is
+//     put in that command's environment. Every value of the user's secrets,
+//     and its base64, hex, URL and JSON-escaped forms, is replaced by
+//     [secret:NAME] in tool output, messages, events and logs before they
+//     leave the engine. Approvals show the placeholder, never the value.
+//
+// Turns. Engine.StartTurn stores the user's message and runs the turn in a
+// goroutine: stream the model's reply (text_delta events), run its tool
+// calls one after another, send the results back, until the model stops
+// or the turn's budget (Config.MaxSteps model calls, Config.TurnTimeout)
+// ends. Turns of different conversations run concurrently; a second turn
+// of a conversation is refused with ErrTurnInProgress, not queued. A turn
+// can be cancelled (Turn.Cancel): the model stream and running commands
+// are killed, and turn_cancelled is emitted.
+//
+// Events. Every step is an Event with a per-conversation sequence number
+// that the Store assigns (1, 2, 3, … without gaps); Engine.Subscribe
+// replays stored events after a given Seq and then follows new ones. Each
+// subscriber reads from the Store at its own pace, so a slow one never
+// holds up a turn.
+//
+// The engine depends on interfaces others implement: LLM, Store,
+// Workspaces, SecretResolver, Approver, Retriever. Programs using it must
+// call sandboxkit.Main first, as for any Session.
+package agentcore
