@@ -26,10 +26,10 @@ var (
 // gate asks for approval of a before anything is executed and returns nil
 // once it is approved, or the reason it is not.
 func (e *Engine) gate(t *Turn, call *Call, a Action) error {
-	if e.cfg.ShellAlwaysAllow {
+	if e.cfg.ShellAlwaysAllow && call.Name == "shell" {
 		return nil
 	}
-	allow, err := e.alwaysAllowed(t.ctx, t.c)
+	allow, err := e.alwaysAllowed(t.ctx, t.c, call.Name)
 	if err != nil {
 		return err
 	}
@@ -88,17 +88,18 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 		return errDenied
 	case res.Decision == DecisionAlwaysAllow:
 		t.c.mu.Lock()
-		t.c.alwaysAllow, t.c.allowLoaded = true, true
+		t.c.alwaysAllow[call.Name] = true
 		t.c.mu.Unlock()
 	}
 	return nil
 }
 
 // alwaysAllowed reports whether the conversation's owner chose "always
-// allow", reading the stored decisions once.
-func (e *Engine) alwaysAllowed(ctx context.Context, c *conv) (bool, error) {
+// allow" for the tool, reading the stored decisions once.
+func (e *Engine) alwaysAllowed(ctx context.Context, c *conv, tool string) (bool, error) {
 	c.mu.Lock()
-	loaded, allow := c.allowLoaded, c.alwaysAllow
+	loaded := c.alwaysAllow != nil
+	allow := c.alwaysAllow[tool]
 	c.mu.Unlock()
 	if loaded {
 		return allow, nil
@@ -107,17 +108,17 @@ func (e *Engine) alwaysAllowed(ctx context.Context, c *conv) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("reading the conversation's approvals failed, so the command was not run: %w", err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.alwaysAllow == nil {
+		c.alwaysAllow = map[string]bool{}
+	}
 	for _, a := range as {
 		if a.Status == ApprovalDecided && a.Decision == DecisionAlwaysAllow {
-			allow = true
+			c.alwaysAllow[a.Tool] = true
 		}
 	}
-	c.mu.Lock()
-	c.allowLoaded = true
-	c.alwaysAllow = c.alwaysAllow || allow
-	allow = c.alwaysAllow
-	c.mu.Unlock()
-	return allow, nil
+	return c.alwaysAllow[tool], nil
 }
 
 // settle moves p out of pending, once: it stores and emits the outcome

@@ -17,8 +17,8 @@
 //     its owner decides (Engine.Decide). Approve runs exactly that command,
 //     once; deny and expiry (Config.ApprovalTimeout) return a refusal to
 //     the model; a second decision fails with ErrApprovalDecided;
-//     DecisionAlwaysAllow approves this and every later call of the
-//     conversation. This is enforced here, not by the UI.
+//     DecisionAlwaysAllow approves this and every later call of the same
+//     tool in the conversation. This is enforced here, not by the UI.
 //   - File tools stay in the workspace. read_file, write_file, edit_file,
 //     list_files and search_files take paths relative to /workspace. An
 //     absolute path or one that climbs out with ".." is refused before any

@@ -52,7 +52,8 @@ type Config struct {
 	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
 	Bwrap string
 	// ShellAlwaysAllow runs shell commands without asking. Off by default:
-	// every command waits for its owner's decision.
+	// every command waits for its owner's decision. Other executing tools
+	// (ExecTool) are always gated.
 	ShellAlwaysAllow bool
 	// ApprovalTimeout is how long an approval waits (default 10 min).
 	ApprovalTimeout time.Duration
@@ -102,10 +103,11 @@ type Engine struct {
 type conv struct {
 	id string
 
-	mu          sync.Mutex
-	turn        *Turn
-	allowLoaded bool
-	alwaysAllow bool
+	mu   sync.Mutex
+	turn *Turn
+	// alwaysAllow: the tools the owner always allows here; nil until
+	// loaded from the Store.
+	alwaysAllow map[string]bool
 	subs        map[chan struct{}]struct{}
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order

@@ -133,12 +133,24 @@ func TestAlwaysAllowForConversation(t *testing.T) {
 	s := &llmtest.Script{Steps: []llmtest.Step{
 		{ToolCalls: []agentcore.ToolCall{shellCall("c1", "echo one > one.txt")}},
 		{ToolCalls: []agentcore.ToolCall{shellCall("c2", "echo two > two.txt")}},
+		{ToolCalls: []agentcore.ToolCall{call("d", "deploy", map[string]string{"target": "prod"})}},
 		{Text: "done"},
 	}}
 	h := newHarness(t, s, nil)
+	if err := h.e.Register(&deployTool{}); err != nil {
+		t.Fatal(err)
+	}
 	turn := h.start("c", "go")
-	a, _ := h.pendingApproval("c", 0)
+	a, seq := h.pendingApproval("c", 0)
 	if err := h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionAlwaysAllow); err != nil {
+		t.Fatal(err)
+	}
+	// The next shell call runs unasked; another tool is still asked for.
+	a, _ = h.pendingApproval("c", seq)
+	if a.Tool != "deploy" {
+		t.Fatalf("asked for %+v, want deploy", a)
+	}
+	if err := h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionDeny); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.wait(turn); err != nil {
@@ -149,14 +161,9 @@ func TestAlwaysAllowForConversation(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	n := 0
-	for _, typ := range h.types("c") {
-		if typ == agentcore.EventApprovalPending {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d approvals asked, want 1", n)
+	aps, _ := h.store.Approvals(t.Context(), "c")
+	if len(aps) != 2 {
+		t.Errorf("%d approvals asked, want 2 (shell once, deploy)", len(aps))
 	}
 }
 

@@ -80,8 +80,9 @@ const (
 	DecisionApprove Decision = "approve"
 	// DecisionDeny returns a refusal to the model; nothing runs.
 	DecisionDeny Decision = "deny"
-	// DecisionAlwaysAllow approves this command and every later shell
-	// call of the same conversation without asking again.
+	// DecisionAlwaysAllow approves this command and every later call of
+	// the same tool (e.g. shell) in the same conversation without asking
+	// again.
 	DecisionAlwaysAllow Decision = "always_allow"
 )
 
