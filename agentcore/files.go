@@ -370,13 +370,9 @@ func (e *Engine) fileTools() []Tool {
 			if err := c.Args(&a); err != nil {
 				return "", err
 			}
-			rel, err := ws.resolve(a.Path, true)
+			_, b, err := ws.readFile(a.Path, max)
 			if err != nil {
 				return "", err
-			}
-			b, err := ws.view.readFile(rel, max)
-			if err != nil {
-				return "", fileErr(a.Path, err)
 			}
 			return string(b), nil
 		}},
@@ -419,13 +415,9 @@ func (e *Engine) fileTools() []Tool {
 			if a.OldString == "" {
 				return "", errors.New("old_string is empty")
 			}
-			rel, err := ws.resolve(a.Path, true)
+			rel, b, err := ws.readFile(a.Path, max)
 			if err != nil {
 				return "", err
-			}
-			b, err := ws.view.readFile(rel, max)
-			if err != nil {
-				return "", fileErr(a.Path, err)
 			}
 			n := bytes.Count(b, []byte(a.OldString))
 			switch {
@@ -587,6 +579,20 @@ func (ws *workspace) resolve(p string, followLast bool) (string, error) {
 		return "", err
 	}
 	return ws.view.resolve(rel, followLast)
+}
+
+// readFile resolves the workspace path p and reads the file it names,
+// at most max bytes. It returns the resolved path too.
+func (ws *workspace) readFile(p string, max int64) (string, []byte, error) {
+	rel, err := ws.resolve(p, true)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := ws.view.readFile(rel, max)
+	if err != nil {
+		return "", nil, fileErr(p, err)
+	}
+	return rel, b, nil
 }
 
 // writeScript writes stdin to $1, creating its parent directories, and
