@@ -58,6 +58,9 @@ type view struct {
 type entry struct {
 	fi    fs.FileInfo
 	layer string // the layer directory it lives in
+	// lowerDir says that lower has a real directory here that shows
+	// through (for a directory entry: its listing merges lower's).
+	lowerDir bool
 }
 
 func (e entry) isLink() bool { return e.fi.Mode()&fs.ModeSymlink != 0 }
@@ -73,62 +76,66 @@ func isOpaque(dir string) bool {
 	return err == nil && string(buf[:n]) == "y"
 }
 
-// lookup finds rel (clean, relative, "" the root) without following a
-// symlink at any step; a symlink before the last component is an error
-// (resolve handles those). It never reads outside the layer directories.
-func (v *view) lookup(rel string) (entry, error) {
-	if rel == "" {
-		fi, err := os.Lstat(v.upper)
-		if err != nil {
-			return entry{}, err
-		}
-		return entry{fi, v.upper}, nil
+// lstat is os.Lstat with "missing" (also below a non-directory) as nil.
+func lstat(p string) (fs.FileInfo, error) {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil
 	}
-	comps := strings.Split(rel, "/")
-	lowerVisible := !isOpaque(v.upper)
-	for i := range comps {
-		prefix := strings.Join(comps[:i+1], "/")
-		last := i == len(comps)-1
-		fi, err := os.Lstat(filepath.Join(v.upper, prefix))
-		var e entry
-		switch {
-		case err == nil && isWhiteout(fi):
-			return entry{}, fs.ErrNotExist
-		case err == nil:
-			e = entry{fi, v.upper}
-			if fi.IsDir() && isOpaque(filepath.Join(v.upper, prefix)) {
-				lowerVisible = false
-			}
-			if !fi.IsDir() {
-				// A file in upper hides lower's directory of that name.
-				lowerVisible = false
-			}
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-			if !lowerVisible {
-				return entry{}, fs.ErrNotExist
-			}
-			fi, err = os.Lstat(filepath.Join(v.lower, prefix))
-			if err != nil {
-				if errors.Is(err, syscall.ENOTDIR) {
-					return entry{}, fs.ErrNotExist
-				}
-				return entry{}, err
-			}
-			e = entry{fi, v.lower}
-		default:
-			return entry{}, err
-		}
-		if last {
-			return e, nil
-		}
+	return fi, err
+}
+
+// lookup finds rel (clean, relative, "" the root) in the view, walking
+// both layers one component at a time: a layer is looked into below a
+// component only where that layer has a real directory (never a symlink),
+// so no host path is resolved through a link. A symlink before the last
+// component is an error (resolve replaces those first).
+func (v *view) lookup(rel string) (entry, error) {
+	root, err := os.Lstat(v.upper)
+	if err != nil {
+		return entry{}, err
+	}
+	e := entry{fi: root, layer: v.upper, lowerDir: !isOpaque(v.upper)}
+	if rel == "" {
+		return e, nil
+	}
+	cur := ""
+	for comp := range strings.SplitSeq(rel, "/") {
 		if !e.fi.IsDir() {
 			if e.isLink() {
-				return entry{}, fmt.Errorf("internal: unresolved symlink %q", prefix)
+				return entry{}, fmt.Errorf("internal: unresolved symlink %q in %q", cur, rel)
 			}
-			return entry{}, fmt.Errorf("%q is not a directory", prefix)
+			return entry{}, fmt.Errorf("%q is not a directory", cur)
+		}
+		cur = path.Join(cur, comp)
+		var up, low fs.FileInfo
+		if e.layer == v.upper {
+			// Only a directory in upper can have upper entries below it.
+			if up, err = lstat(filepath.Join(v.upper, cur)); err != nil {
+				return entry{}, err
+			}
+			if up != nil && isWhiteout(up) {
+				return entry{}, fs.ErrNotExist
+			}
+		}
+		if e.lowerDir && (up == nil || up.IsDir()) {
+			if low, err = lstat(filepath.Join(v.lower, cur)); err != nil {
+				return entry{}, err
+			}
+		}
+		switch {
+		case up != nil:
+			// Lower shows through an upper directory only where it has a
+			// directory too and upper's is not opaque; a lower symlink or
+			// file there is hidden, as overlayfs hides it.
+			e = entry{fi: up, layer: v.upper, lowerDir: up.IsDir() && low != nil && low.IsDir() && !isOpaque(filepath.Join(v.upper, cur))}
+		case low != nil:
+			e = entry{fi: low, layer: v.lower, lowerDir: low.IsDir()}
+		default:
+			return entry{}, fs.ErrNotExist
 		}
 	}
-	panic("unreachable")
+	return e, nil
 }
 
 // resolve follows the symlinks of rel inside the view, one component at a
@@ -237,10 +244,8 @@ func (v *view) readDir(rel string) ([]dirEntry, error) {
 	}
 	out := map[string]dirEntry{}
 	hidden := map[string]bool{}
-	udir := filepath.Join(v.upper, rel)
-	lowerVisible := e.layer == v.lower
 	if e.layer == v.upper {
-		ents, err := os.ReadDir(udir)
+		ents, err := os.ReadDir(filepath.Join(v.upper, rel))
 		if err != nil {
 			return nil, err
 		}
@@ -255,27 +260,21 @@ func (v *view) readDir(rel string) ([]dirEntry, error) {
 			}
 			out[de.Name()] = dirEntry{de.Name(), fi}
 		}
-		// Lower shows through only where no ancestor or this directory
-		// is opaque or a non-directory in upper: ask lookup for lower's
-		// directory by probing whether it is visible.
-		lowerVisible = v.lowerVisible(rel)
 	}
-	if lowerVisible {
+	if e.lowerDir || e.layer == v.lower {
 		ents, err := os.ReadDir(filepath.Join(v.lower, rel))
-		if err == nil {
-			for _, de := range ents {
-				if hidden[de.Name()] {
-					continue
-				}
-				if _, ok := out[de.Name()]; ok {
-					continue
-				}
-				fi, err := de.Info()
-				if err != nil {
-					continue
-				}
-				out[de.Name()] = dirEntry{de.Name(), fi}
+		if err != nil {
+			return nil, err
+		}
+		for _, de := range ents {
+			if _, ok := out[de.Name()]; ok || hidden[de.Name()] {
+				continue
 			}
+			fi, err := de.Info()
+			if err != nil {
+				continue
+			}
+			out[de.Name()] = dirEntry{de.Name(), fi}
 		}
 	}
 	list := make([]dirEntry, 0, len(out))
@@ -284,30 +283,6 @@ func (v *view) readDir(rel string) ([]dirEntry, error) {
 	}
 	slices.SortFunc(list, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
 	return list, nil
-}
-
-// lowerVisible reports whether lower's directory at rel shows through
-// upper's directory of the same path.
-func (v *view) lowerVisible(rel string) bool {
-	if isOpaque(v.upper) {
-		return false
-	}
-	if rel == "" {
-		return true
-	}
-	comps := strings.Split(rel, "/")
-	for i := range comps {
-		p := filepath.Join(v.upper, strings.Join(comps[:i+1], "/"))
-		fi, err := os.Lstat(p)
-		if err != nil {
-			continue // only lower has it: still visible
-		}
-		if !fi.IsDir() || isOpaque(p) {
-			return false
-		}
-	}
-	fi, err := os.Lstat(filepath.Join(v.lower, rel))
-	return err == nil && fi.IsDir()
 }
 
 // walk visits the merged tree below rel (resolved) depth-first in name
