@@ -45,7 +45,8 @@ as_test_user() {
 		"$@"
 }
 
-# go_packages lists the package patterns of every workspace module.
+# go_packages lists the package patterns of every workspace module, and
+# the programs under testdata/ (which ./... leaves out).
 go_packages() {
-	echo ./... ./sandboxkit/... ./agentcore/...
+	echo ./... ./sandboxkit/... ./agentcore/... ./testdata/llmserver
 }
