@@ -470,7 +470,7 @@ func (e *Engine) fileTools() []Tool {
 		}},
 		&fileTool{e: e, spec: ToolSpec{
 			Name:        "search_files",
-			Description: "Search the workspace's text files for a Go regular expression (RE2 syntax); prints path:line: text, at most 100 matches.",
+			Description: fmt.Sprintf("Search the workspace's text files (up to %d bytes each) for a Go regular expression (RE2 syntax); prints path:line: text, at most 100 matches.", max),
 			Parameters: schema([]string{"pattern"}, map[string]any{
 				"pattern": prop("string", "Go regular expression"),
 				"path":    prop("string", "directory (or file) to search, relative to the workspace root; default the root"),
@@ -488,14 +488,20 @@ func (e *Engine) fileTools() []Tool {
 			if err != nil {
 				return "", err
 			}
-			const maxMatches, maxLine = 100, 200
+			// maxFiles bounds the work of one search in a huge tree.
+			const maxMatches, maxLine, maxFiles = 100, 200, 20000
 			var out []string
+			files := 0
 			search := func(p string, fi fs.FileInfo) bool {
 				if ctx.Err() != nil {
 					return false
 				}
 				if !fi.Mode().IsRegular() || fi.Size() > max {
 					return true
+				}
+				if files++; files > maxFiles {
+					out = append(out, fmt.Sprintf("[search stopped after %d files; give a narrower path]", maxFiles))
+					return false
 				}
 				b, err := ws.view.readFile(p, max)
 				if err != nil || bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 {
