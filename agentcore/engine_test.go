@@ -470,3 +470,22 @@ func TestSecrets(t *testing.T) {
 		t.Error("the shell tool's description does not name the secret")
 	}
 }
+
+func TestClose(t *testing.T) {
+	h := newHarness(t, echoScript("true", "x"), nil)
+	turn := h.start("c", "go")
+	a, _ := h.pendingApproval("c", 0)
+	if err := h.e.Decide(t.Context(), "alice", "c", a.ID, "maybe"); err == nil || errors.Is(err, agentcore.ErrApprovalDecided) {
+		t.Errorf("Decide(maybe) = %v, want an unknown-decision error", err)
+	}
+	h.e.Close()
+	if err := h.wait(turn); !errors.Is(err, agentcore.ErrClosed) {
+		t.Errorf("turn err %v, want ErrClosed", err)
+	}
+	if types := h.types("c"); types[len(types)-1] != agentcore.EventTurnCancelled {
+		t.Errorf("events %v", types)
+	}
+	if _, err := h.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: "c"}); !errors.Is(err, agentcore.ErrClosed) {
+		t.Errorf("StartTurn after Close = %v", err)
+	}
+}
