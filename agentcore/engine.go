@@ -337,8 +337,19 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		return nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	layer.Touch(time.Now())
-	c.ws = &workspace{view: view{lower: lower, upper: layer.Upper}, sess: sess}
-	return c.ws, nil
+	ws := &workspace{view: view{lower: lower, upper: layer.Upper}, sess: sess}
+	c.ws = ws
+	go func() {
+		// An ended sandbox is kept only for its jobs' output.
+		<-sess.Done()
+		layer.Touch(time.Now())
+		c.wsMu.Lock()
+		if c.ws == ws && len(sess.Jobs()) == 0 {
+			c.ws = nil
+		}
+		c.wsMu.Unlock()
+	}()
+	return ws, nil
 }
 
 // startIn calls start with the conversation's workspace. A session that
