@@ -73,7 +73,7 @@ func TestTurnApproved(t *testing.T) {
 		t.Errorf("stored approval %+v, %v", stored, err)
 	}
 	// Seq: 1, 2, 3, … without gaps.
-	for i, ev := range h.store.allEvents("conv1") {
+	for i, ev := range h.store.AllEvents("conv1") {
 		if ev.Seq != int64(i+1) || ev.Turn != turn.ID || ev.Conversation != "conv1" {
 			t.Fatalf("event %d: seq %d turn %q", i, ev.Seq, ev.Turn)
 		}
@@ -270,7 +270,7 @@ func TestBudgets(t *testing.T) {
 	if n := len(h.llm.requests()); n != 2 {
 		t.Errorf("%d model calls, want 2", n)
 	}
-	last := h.store.allEvents("c")[len(h.store.allEvents("c"))-1]
+	last := h.store.AllEvents("c")[len(h.store.AllEvents("c"))-1]
 	if last.Type != agentcore.EventTurnFinished || !strings.Contains(string(last.Data), "max_steps") {
 		t.Errorf("last event %s %s", last.Type, last.Data)
 	}
@@ -358,7 +358,7 @@ func TestSubscribe(t *testing.T) {
 	if err := h.wait(turn); err != nil {
 		t.Fatal(err)
 	}
-	all := h.store.allEvents("c")
+	all := h.store.AllEvents("c")
 	for i := range all {
 		select {
 		case ev := <-live:
@@ -448,7 +448,7 @@ func TestSecrets(t *testing.T) {
 		leaks = append(leaks, full[start:end])
 	}
 	reqs, _ := json.Marshal(h.llm.requests())
-	evs, _ := json.Marshal(h.store.allEvents("c"))
+	evs, _ := json.Marshal(h.store.AllEvents("c"))
 	msgs, _ := h.store.Messages(t.Context(), "c")
 	msgJSON, _ := json.Marshal(msgs)
 	aps, _ := h.store.Approvals(t.Context(), "c")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/agentcoretest"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
@@ -116,7 +117,7 @@ func (l *lockedBuffer) String() string {
 type harness struct {
 	t      testing.TB
 	e      *agentcore.Engine
-	store  *memStore
+	store  *agentcoretest.MemStore
 	llm    *recLLM
 	dir    string // holds lower, layers and whatever lies "outside"
 	lower  string
@@ -159,7 +160,7 @@ func newHarness(t testing.TB, s *llmtest.Script, configure func(*agentcore.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: newMemStore(), llm: &recLLM{llm: s.LLM()}, dir: dir, lower: lower, layers: layers, logs: &lockedBuffer{}}
+	h := &harness{t: t, store: agentcoretest.NewMemStore(), llm: &recLLM{llm: s.LLM()}, dir: dir, lower: lower, layers: layers, logs: &lockedBuffer{}}
 	cfg := agentcore.Config{
 		LLM:        h.llm,
 		Store:      h.store,
@@ -236,7 +237,7 @@ func (h *harness) pendingApproval(conv string, after int64) (agentcore.Approval,
 // types lists the types of conv's events, in order.
 func (h *harness) types(conv string) []string {
 	var out []string
-	for _, ev := range h.store.allEvents(conv) {
+	for _, ev := range h.store.AllEvents(conv) {
 		out = append(out, ev.Type)
 	}
 	return out

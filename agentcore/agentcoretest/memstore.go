@@ -1,4 +1,6 @@
-package agentcore_test
+// Package agentcoretest holds what tests of programs built on agentcore
+// share: an in-memory Store. The daemon's real Store is SQLite.
+package agentcoretest
 
 import (
 	"context"
@@ -9,8 +11,9 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 )
 
-// memStore is the in-memory Store of the tests.
-type memStore struct {
+// MemStore is an agentcore.Store in memory, safe for concurrent use.
+// Sequence numbers start at 1 per conversation.
+type MemStore struct {
 	mu        sync.Mutex
 	messages  map[string][]agentcore.Message
 	events    map[string][]agentcore.Event
@@ -18,24 +21,25 @@ type memStore struct {
 	order     []string // approval ids, oldest first
 }
 
-func newMemStore() *memStore {
-	return &memStore{messages: map[string][]agentcore.Message{}, events: map[string][]agentcore.Event{}, approvals: map[string]agentcore.Approval{}}
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{messages: map[string][]agentcore.Message{}, events: map[string][]agentcore.Event{}, approvals: map[string]agentcore.Approval{}}
 }
 
-func (s *memStore) AppendMessages(ctx context.Context, conv string, msgs ...agentcore.Message) error {
+func (s *MemStore) AppendMessages(ctx context.Context, conv string, msgs ...agentcore.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.messages[conv] = append(s.messages[conv], msgs...)
 	return nil
 }
 
-func (s *memStore) Messages(ctx context.Context, conv string) ([]agentcore.Message, error) {
+func (s *MemStore) Messages(ctx context.Context, conv string) ([]agentcore.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.messages[conv]), nil
 }
 
-func (s *memStore) AppendEvent(ctx context.Context, e agentcore.Event) (agentcore.Event, error) {
+func (s *MemStore) AppendEvent(ctx context.Context, e agentcore.Event) (agentcore.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.Seq = int64(len(s.events[e.Conversation])) + 1
@@ -43,7 +47,7 @@ func (s *memStore) AppendEvent(ctx context.Context, e agentcore.Event) (agentcor
 	return e, nil
 }
 
-func (s *memStore) Events(ctx context.Context, conv string, after int64, limit int) ([]agentcore.Event, error) {
+func (s *MemStore) Events(ctx context.Context, conv string, after int64, limit int) ([]agentcore.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -57,7 +61,7 @@ func (s *memStore) Events(ctx context.Context, conv string, after int64, limit i
 	return slices.Clone(evs[:min(limit, len(evs))]), nil
 }
 
-func (s *memStore) SaveApproval(ctx context.Context, a agentcore.Approval) error {
+func (s *MemStore) SaveApproval(ctx context.Context, a agentcore.Approval) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.approvals[a.ID]; !ok {
@@ -67,7 +71,7 @@ func (s *memStore) SaveApproval(ctx context.Context, a agentcore.Approval) error
 	return nil
 }
 
-func (s *memStore) Approval(ctx context.Context, id string) (agentcore.Approval, error) {
+func (s *MemStore) Approval(ctx context.Context, id string) (agentcore.Approval, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.approvals[id]
@@ -77,7 +81,7 @@ func (s *memStore) Approval(ctx context.Context, id string) (agentcore.Approval,
 	return a, nil
 }
 
-func (s *memStore) Approvals(ctx context.Context, conv string) ([]agentcore.Approval, error) {
+func (s *MemStore) Approvals(ctx context.Context, conv string) ([]agentcore.Approval, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []agentcore.Approval
@@ -89,8 +93,8 @@ func (s *memStore) Approvals(ctx context.Context, conv string) ([]agentcore.Appr
 	return out, nil
 }
 
-// allEvents returns every event of conv.
-func (s *memStore) allEvents(conv string) []agentcore.Event {
+// AllEvents returns every event of conv, oldest first.
+func (s *MemStore) AllEvents(conv string) []agentcore.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.events[conv])
