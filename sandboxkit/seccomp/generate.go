@@ -58,10 +58,13 @@ func Generate(goarch string, m Mode) ([]byte, error) {
 	return as.assemble()
 }
 
-// section emits the rules of one system call table: a chain of number
-// comparisons, each jumping to its rule's argument test or straight to
-// a refusal, then the argument tests and the shared returns. Classic BPF
-// jumps only forward, hence the order.
+// leafSize is the most numbers the search compares one by one.
+const leafSize = 4
+
+// section emits the rules of one system call table: a search over the
+// numbers whose comparisons jump to a rule's argument test or straight
+// to a refusal, then the argument tests and the shared returns. Classic
+// BPF jumps only forward, hence the order.
 func section(as *assembler, t abi, x32 bool, act actions) error {
 	l := func(s string) string { return t.name + "." + s }
 	as.label(t.name)
@@ -92,15 +95,34 @@ func section(as *assembler, t abi, x32 bool, act actions) error {
 		}
 		return l("eperm")
 	}
-	for _, e := range es {
-		target := deny(e.r.errno)
-		if e.r.test != nil {
-			target = l(e.r.name)
+	// A binary search over the numbers, down to short runs of
+	// comparisons: a call meets a handful of instructions instead of the
+	// whole list, and so does the kernel when it precomputes which
+	// numbers are always allowed (its action cache) at every load.
+	var search func(lo, hi int, name string)
+	search = func(lo, hi int, name string) {
+		if name != "" {
+			as.label(name)
 		}
-		as.jump(bpfJeqK, e.nr, target, "")
+		if hi-lo <= leafSize {
+			for _, e := range es[lo:hi] {
+				target := deny(e.r.errno)
+				if e.r.test != nil {
+					target = l(e.r.name)
+				}
+				as.jump(bpfJeqK, e.nr, target, "")
+			}
+			// No rule matched.
+			as.ret(retAllow)
+			return
+		}
+		mid := (lo + hi) / 2
+		right := l(fmt.Sprintf("ge%d", es[mid].nr))
+		as.jump(bpfJgeK, es[mid].nr, right, "")
+		search(lo, mid, "")
+		search(mid, hi, right)
 	}
-	// No rule matched.
-	as.ret(retAllow)
+	search(0, len(es), "")
 	for _, e := range es {
 		t := e.r.test
 		if t == nil {
