@@ -14,6 +14,7 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Errors of the Engine.
@@ -51,6 +52,10 @@ type Config struct {
 
 	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
 	Bwrap string
+	// Seccomp is the filter mode of the conversations' sandboxes (the
+	// server's sandbox.seccomp); empty means seccomp.Log. A filter that
+	// cannot be loaded makes shell and the file tools fail closed.
+	Seccomp seccomp.Mode
 	// ShellAlwaysAllow runs shell commands without asking. Off by default:
 	// every command waits for its owner's decision. Other executing tools
 	// (ExecTool) are always gated.
@@ -325,6 +330,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
 		Bwrap:     e.cfg.Bwrap,
 		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
+		Seccomp:   e.cfg.Seccomp,
 	})
 	if err != nil {
 		return nil, err

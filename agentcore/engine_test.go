@@ -16,6 +16,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // echoScript asks for one shell command, then needs its output.
@@ -309,6 +310,31 @@ func TestConcurrentConversations(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(h.upper(turn.Conversation), "where.txt")); err != nil || string(b) != "/workspace\n" {
 			t.Errorf("conversation %d: where.txt %q %v", i, b, err)
 		}
+	}
+}
+
+// The conversation's sandbox carries the configured seccomp mode: under
+// enforce a nested user namespace is refused by the filter (EPERM), where
+// log lets the call reach the kernel (bwrap's userns limit: ENOSPC).
+func TestSeccompMode(t *testing.T) {
+	for _, c := range []struct {
+		mode seccomp.Mode
+		want string
+	}{
+		{seccomp.Enforce, "Operation not permitted"},
+		{seccomp.Log, "No space left on device"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			h := newHarness(t, echoScript("grep Seccomp: /proc/self/status; unshare -U true", c.want), func(cfg *agentcore.Config) {
+				cfg.ShellAlwaysAllow, cfg.Seccomp = true, c.mode
+			})
+			if err := h.wait(h.start("c", "go")); err != nil {
+				t.Fatal(err)
+			}
+			if res := h.toolResults("c")["c1"]; !hasAll(res, "Seccomp:\t2", c.want) {
+				t.Errorf("shell result %q, want a filter and %q", res, c.want)
+			}
+		})
 	}
 }
 
