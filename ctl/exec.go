@@ -132,11 +132,9 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	p, err := sandboxkit.Profile(profile, opts)
 	if err != nil {
 		run.cleanup(false)
-		if errors.Is(err, sandboxkit.ErrUnavailable) {
-			// A filter that cannot be loaded: nothing starts without it.
-			return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
-		}
-		return exitWith(exitSandbox, err)
+		// A filter that cannot be loaded is ErrUnavailable: nothing
+		// starts without it.
+		return execError(ctx, nil, err)
 	}
 
 	c := sandboxkit.Command(ctx, p, argv...)
@@ -156,7 +154,9 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	return execError(ctx, c, err)
 }
 
-// execError maps sandboxkit's errors to exit codes (see the package comment).
+// execError maps sandboxkit's errors to exit codes (see the package
+// comment). c is nil when the error came before a Cmd existed (from
+// Profile), which never reports a command that was not found.
 func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 	var exit *sandboxkit.ExitError
 	var setup *sandboxkit.SetupError

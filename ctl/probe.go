@@ -61,16 +61,7 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 			return nil, err
 		}
 		r.Modes[m], r.Arch, r.Compat = rep, rep.Arch, rep.Compat
-		for _, c := range rep.Calls {
-			if err := c.Verdict(m); err != nil {
-				r.Failures = append(r.Failures, fmt.Sprintf("%s %s: %v", m, c.ABI, err))
-			}
-		}
-		for _, w := range rep.Works {
-			if !w.OK {
-				r.Failures = append(r.Failures, fmt.Sprintf("%s: %s broke: %s", m, w.Name, w.Detail))
-			}
-		}
+		r.Failures = append(r.Failures, rep.Failures(m)...)
 		if m == seccomp.Enforce {
 			r.Toolchains = sandboxkit.ProbeToolchains(ctx, p)
 			for _, t := range r.Toolchains {

@@ -31,11 +31,11 @@ func TestSeccompProbeMatrix(t *testing.T) {
 				t.Fatal(err)
 			}
 			abis := map[string]int{}
+			for _, f := range rep.Failures(m) {
+				t.Error(f)
+			}
 			for _, c := range rep.Calls {
 				abis[c.ABI]++
-				if err := c.Verdict(m); err != nil {
-					t.Errorf("%s %s: %v", c.ABI, c.Rule, err)
-				}
 				// The oracle tells the modes apart: a result that would
 				// pass under the other verdict proves nothing.
 				other := seccomp.Enforce
@@ -44,11 +44,6 @@ func TestSeccompProbeMatrix(t *testing.T) {
 				}
 				if c.Verdict(other) == nil {
 					t.Errorf("%s %s: %s also passes as %s", c.ABI, c.Call, c.Outcome(), other)
-				}
-			}
-			for _, w := range rep.Works {
-				if !w.OK {
-					t.Errorf("%s broke under %s: %s", w.Name, m, w.Detail)
 				}
 			}
 			if runtime.GOARCH == "amd64" && (abis["x86_64"] < 50 || abis["x32"] != 1 || rep.CompatProbed != (abis["i386"] >= 45)) {

@@ -89,6 +89,24 @@ func (c ProbeCall) Verdict(m Mode) error {
 	return nil
 }
 
+// Failures lists every result of r that breaks the promise of mode m:
+// a call judged by Verdict, or something that must keep working and did
+// not. Empty means the report is all-pass.
+func (r *ProbeReport) Failures(m Mode) []string {
+	var out []string
+	for _, c := range r.Calls {
+		if err := c.Verdict(m); err != nil {
+			out = append(out, fmt.Sprintf("%s %s: %v", m, c.ABI, err))
+		}
+	}
+	for _, w := range r.Works {
+		if !w.OK {
+			out = append(out, fmt.Sprintf("%s: %s broke: %s", m, w.Name, w.Detail))
+		}
+	}
+	return out
+}
+
 // Outcome is the short form for a matrix cell: "refused EPERM", or
 // "passed EINVAL" with what the kernel itself said.
 func (c ProbeCall) Outcome() string {
