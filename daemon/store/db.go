@@ -1,0 +1,75 @@
+// Package store keeps the server's state in one SQLite file (gorm over
+// the pure-Go glebarez driver): conversations, their messages, events and
+// approvals (agentcore.Store), in WAL mode so readers never wait for the
+// writer.
+//
+// Other daemon packages (auth, secrets, jobs) own their tables in the same
+// database: each migrates its own models on the *gorm.DB that Open
+// returns.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// FileName is the database's name inside the instance's data directory.
+const FileName = "codumentor.db"
+
+// Open opens (creating it if needed) the SQLite database at path with
+// write-ahead logging, a 5 s busy timeout and foreign keys on. The file is
+// created 0600: it holds password hashes and encrypted secrets.
+func Open(ctx context.Context, path string) (*gorm.DB, error) {
+	if path == "" {
+		return nil, errors.New("store: no database path")
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("store: creating %s: %w", path, err)
+		}
+		if f != nil {
+			f.Close()
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: "_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"}).String()
+	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		TranslateError:         true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: opening %s: %w", path, err)
+	}
+	var mode string
+	if err := db.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil {
+		Close(db)
+		return nil, fmt.Errorf("store: reading the journal mode of %s: %w", path, err)
+	}
+	if mode != "wal" {
+		Close(db)
+		return nil, fmt.Errorf("store: %s is in journal mode %q, not WAL (is it on a filesystem without shared memory?)", path, mode)
+	}
+	return db, nil
+}
+
+// Close closes the database's connections.
+func Close(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
