@@ -1,0 +1,365 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/codumentor/codumentor/agentcore"
+)
+
+// ErrNotFound wraps agentcore.ErrNotFound: a missing conversation, or one
+// of another user (the two are the same answer).
+var ErrNotFound = fmt.Errorf("store: %w", agentcore.ErrNotFound)
+
+// Conversation is one user's chat with the agent.
+type Conversation struct {
+	ID      string    `gorm:"primaryKey" json:"id"`
+	UserID  string    `gorm:"index;not null" json:"user_id"`
+	Title   string    `json:"title"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// ActiveTurn is the turn started and not yet ended; a server that
+	// stops mid-turn leaves it set, and Recover ends it.
+	ActiveTurn string `json:"active_turn,omitempty"`
+	// LastSeq is the sequence number of the conversation's last event.
+	LastSeq int64 `json:"last_seq"`
+}
+
+type messageRow struct {
+	ConversationID string       `gorm:"primaryKey"`
+	Seq            int64        `gorm:"primaryKey;autoIncrement:false"`
+	Data           []byte       `gorm:"not null"`
+	Conversation   Conversation `gorm:"constraint:OnDelete:CASCADE"`
+}
+
+func (messageRow) TableName() string { return "messages" }
+
+type eventRow struct {
+	ConversationID string `gorm:"primaryKey"`
+	Seq            int64  `gorm:"primaryKey;autoIncrement:false"`
+	Type           string `gorm:"not null"`
+	Turn           string
+	Time           time.Time
+	Data           []byte
+	Conversation   Conversation `gorm:"constraint:OnDelete:CASCADE"`
+}
+
+func (eventRow) TableName() string { return "events" }
+
+type approvalRow struct {
+	ID             string `gorm:"primaryKey"`
+	ConversationID string `gorm:"index;not null"`
+	Status         string
+	Data           []byte       `gorm:"not null"`
+	Conversation   Conversation `gorm:"constraint:OnDelete:CASCADE"`
+}
+
+func (approvalRow) TableName() string { return "approvals" }
+
+// Conversations stores conversations and implements agentcore.Store.
+//
+// It keeps the newest events of each active conversation in memory (the
+// one cache: see eventCache), so that many subscribers following one
+// conversation read new events without a query each. Only this process
+// appends events to the database while it serves it.
+type Conversations struct {
+	db    *gorm.DB
+	cache *eventCache
+}
+
+var _ agentcore.Store = (*Conversations)(nil)
+
+// NewConversations migrates the conversation tables of db.
+func NewConversations(db *gorm.DB) (*Conversations, error) {
+	if err := db.AutoMigrate(&Conversation{}, &messageRow{}, &eventRow{}, &approvalRow{}); err != nil {
+		return nil, fmt.Errorf("store: migrating conversations: %w", err)
+	}
+	return &Conversations{db: db, cache: newEventCache()}, nil
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// maxTitle bounds a conversation's title, in bytes.
+const maxTitle = 200
+
+// Create starts a conversation of user.
+func (s *Conversations) Create(ctx context.Context, user, title string) (Conversation, error) {
+	title = strings.TrimSpace(title)
+	if len(title) > maxTitle {
+		return Conversation{}, fmt.Errorf("title is %d bytes; the limit is %d", len(title), maxTitle)
+	}
+	now := time.Now().UTC()
+	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now}
+	if err := s.db.WithContext(ctx).Create(&c).Error; err != nil {
+		return Conversation{}, fmt.Errorf("store: creating a conversation: %w", err)
+	}
+	return c, nil
+}
+
+// Get returns user's conversation id. Another user's conversation and an
+// unknown ID are the same ErrNotFound, found by the same query.
+func (s *Conversations) Get(ctx context.Context, user, id string) (Conversation, error) {
+	var c Conversation
+	err := s.db.WithContext(ctx).Where("id = ? AND user_id = ?", id, user).Take(&c).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Conversation{}, ErrNotFound
+	}
+	if err != nil {
+		return Conversation{}, fmt.Errorf("store: reading a conversation: %w", err)
+	}
+	return c, nil
+}
+
+// List returns user's conversations, the most recently updated first.
+func (s *Conversations) List(ctx context.Context, user string, limit int) ([]Conversation, error) {
+	var cs []Conversation
+	if err := s.db.WithContext(ctx).Where("user_id = ?", user).Order("updated DESC, id").Limit(limit).Find(&cs).Error; err != nil {
+		return nil, fmt.Errorf("store: listing conversations: %w", err)
+	}
+	return cs, nil
+}
+
+// Delete removes user's conversation with its messages, events and
+// approvals.
+func (s *Conversations) Delete(ctx context.Context, user, id string) error {
+	res := s.db.WithContext(ctx).Where("id = ? AND user_id = ?", id, user).Delete(&Conversation{})
+	if res.Error != nil {
+		return fmt.Errorf("store: deleting a conversation: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return ErrNotFound
+	}
+	s.cache.drop(id)
+	return nil
+}
+
+// AppendMessages implements agentcore.Store.
+func (s *Conversations) AppendMessages(ctx context.Context, conversation string, msgs ...agentcore.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var last int64
+		if err := tx.Model(&messageRow{}).Where("conversation_id = ?", conversation).Select("COALESCE(MAX(seq), 0)").Scan(&last).Error; err != nil {
+			return err
+		}
+		rows := make([]messageRow, len(msgs))
+		for i, m := range msgs {
+			b, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			rows[i] = messageRow{ConversationID: conversation, Seq: last + int64(i) + 1, Data: b}
+		}
+		if err := tx.Omit(clause.Associations).Create(&rows).Error; err != nil {
+			return fmt.Errorf("store: appending messages: %w", err)
+		}
+		return tx.Model(&Conversation{}).Where("id = ?", conversation).Update("updated", time.Now().UTC()).Error
+	})
+}
+
+// Messages implements agentcore.Store.
+func (s *Conversations) Messages(ctx context.Context, conversation string) ([]agentcore.Message, error) {
+	var rows []messageRow
+	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Order("seq").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("store: reading messages: %w", err)
+	}
+	msgs := make([]agentcore.Message, len(rows))
+	for i, r := range rows {
+		if err := json.Unmarshal(r.Data, &msgs[i]); err != nil {
+			return nil, fmt.Errorf("store: message %d of %s: %w", r.Seq, conversation, err)
+		}
+	}
+	return msgs, nil
+}
+
+// turnEnds are the event types that end a turn.
+var turnEnds = map[string]bool{
+	agentcore.EventTurnFinished:  true,
+	agentcore.EventTurnFailed:    true,
+	agentcore.EventTurnCancelled: true,
+}
+
+// AppendEvent implements agentcore.Store. The conversation's LastSeq is
+// the counter: incrementing it and inserting the event are one
+// transaction, so concurrent appends never share or skip a number.
+func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (agentcore.Event, error) {
+	if len(e.Data) == 0 {
+		e.Data = json.RawMessage(`{}`)
+	}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var c Conversation
+		if err := tx.Select("last_seq").Where("id = ?", e.Conversation).Take(&c).Error; err != nil {
+			if errors.Is(err, gorm.ErrRecordNotFound) {
+				return fmt.Errorf("store: event for conversation %q: %w", e.Conversation, ErrNotFound)
+			}
+			return err
+		}
+		e.Seq = c.LastSeq + 1
+		upd := map[string]any{"last_seq": e.Seq, "updated": time.Now().UTC()}
+		switch {
+		case e.Type == agentcore.EventTurnStarted:
+			upd["active_turn"] = e.Turn
+		case turnEnds[e.Type]:
+			upd["active_turn"] = ""
+		}
+		if err := tx.Model(&Conversation{}).Where("id = ?", e.Conversation).Updates(upd).Error; err != nil {
+			return err
+		}
+		return tx.Omit(clause.Associations).Create(&eventRow{ConversationID: e.Conversation, Seq: e.Seq, Type: e.Type, Turn: e.Turn, Time: e.Time, Data: e.Data}).Error
+	})
+	if err != nil {
+		return agentcore.Event{}, fmt.Errorf("store: appending an event: %w", err)
+	}
+	s.cache.add(e)
+	return e, nil
+}
+
+// Events implements agentcore.Store.
+func (s *Conversations) Events(ctx context.Context, conversation string, after int64, limit int) ([]agentcore.Event, error) {
+	if evs, ok := s.cache.after(conversation, after, limit); ok {
+		return evs, nil
+	}
+	var rows []eventRow
+	if err := s.db.WithContext(ctx).Where("conversation_id = ? AND seq > ?", conversation, after).Order("seq").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("store: reading events: %w", err)
+	}
+	evs := make([]agentcore.Event, len(rows))
+	for i, r := range rows {
+		evs[i] = agentcore.Event{Seq: r.Seq, Type: r.Type, Conversation: r.ConversationID, Turn: r.Turn, Time: r.Time, Data: r.Data}
+	}
+	return evs, nil
+}
+
+// SaveApproval implements agentcore.Store.
+func (s *Conversations) SaveApproval(ctx context.Context, a agentcore.Approval) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	row := approvalRow{ID: a.ID, ConversationID: a.Conversation, Status: string(a.Status), Data: b}
+	err = s.db.WithContext(ctx).Omit(clause.Associations).Clauses(clause.OnConflict{
+		Columns:   []clause.Column{{Name: "id"}},
+		DoUpdates: clause.AssignmentColumns([]string{"status", "data"}),
+	}).Create(&row).Error
+	if err != nil {
+		return fmt.Errorf("store: saving approval %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// Approval implements agentcore.Store.
+func (s *Conversations) Approval(ctx context.Context, id string) (agentcore.Approval, error) {
+	var row approvalRow
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return agentcore.Approval{}, fmt.Errorf("store: approval %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return agentcore.Approval{}, fmt.Errorf("store: reading approval %q: %w", id, err)
+	}
+	var a agentcore.Approval
+	return a, json.Unmarshal(row.Data, &a)
+}
+
+// Approvals implements agentcore.Store.
+func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]agentcore.Approval, error) {
+	var rows []approvalRow
+	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Order("rowid").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("store: reading approvals: %w", err)
+	}
+	as := make([]agentcore.Approval, len(rows))
+	for i, r := range rows {
+		if err := json.Unmarshal(r.Data, &as[i]); err != nil {
+			return nil, err
+		}
+	}
+	return as, nil
+}
+
+// Recover ends what a server that stopped abruptly left running: each
+// turn still active fails with reason, its tool calls without an answer
+// get one (the model's history must answer every call), and its pending
+// approvals are withdrawn. It returns the IDs of the conversations it
+// touched. Call it before the engine starts.
+func (s *Conversations) Recover(ctx context.Context, reason string) ([]string, error) {
+	var cs []Conversation
+	if err := s.db.WithContext(ctx).Where("active_turn <> ''").Find(&cs).Error; err != nil {
+		return nil, fmt.Errorf("store: finding interrupted turns: %w", err)
+	}
+	var ids []string
+	for _, c := range cs {
+		if err := s.answerDangling(ctx, c.ID, reason); err != nil {
+			return ids, err
+		}
+		as, err := s.Approvals(ctx, c.ID)
+		if err != nil {
+			return ids, err
+		}
+		now := time.Now().UTC()
+		for _, a := range as {
+			if a.Status != agentcore.ApprovalPending {
+				continue
+			}
+			a.Status, a.DecidedBy, a.Decided = agentcore.ApprovalCancelled, "server", now
+			if err := s.SaveApproval(ctx, a); err != nil {
+				return ids, err
+			}
+			data, _ := json.Marshal(a)
+			if _, err := s.AppendEvent(ctx, agentcore.Event{Type: agentcore.EventApprovalDecided, Conversation: c.ID, Turn: a.Turn, Time: now, Data: data}); err != nil {
+				return ids, err
+			}
+		}
+		data, _ := json.Marshal(map[string]string{"error": reason})
+		if _, err := s.AppendEvent(ctx, agentcore.Event{Type: agentcore.EventTurnFailed, Conversation: c.ID, Turn: c.ActiveTurn, Time: now, Data: data}); err != nil {
+			return ids, err
+		}
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// answerDangling answers the tool calls of the conversation's last
+// assistant message that have no tool result.
+func (s *Conversations) answerDangling(ctx context.Context, conversation, reason string) error {
+	msgs, err := s.Messages(ctx, conversation)
+	if err != nil {
+		return err
+	}
+	last := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == agentcore.RoleAssistant {
+			last = i
+			break
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	answered := map[string]bool{}
+	for _, m := range msgs[last+1:] {
+		if m.Role == agentcore.RoleTool {
+			answered[m.ToolCallID] = true
+		}
+	}
+	var answers []agentcore.Message
+	for _, tc := range msgs[last].ToolCalls {
+		if !answered[tc.ID] {
+			answers = append(answers, agentcore.Message{Role: agentcore.RoleTool, ToolCallID: tc.ID, Content: "error: " + reason})
+		}
+	}
+	return s.AppendMessages(ctx, conversation, answers...)
+}
