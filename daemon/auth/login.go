@@ -1,0 +1,156 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/codumentor/codumentor/integrations/ldap"
+)
+
+// Authenticator checks logins against the users table and, if configured,
+// an LDAP directory. It holds no state of its own besides its Limiter: to
+// change the LDAP configuration, build a new one with the same Limiter.
+type Authenticator struct {
+	users   *Users
+	ldap    *ldap.Config
+	limiter *Limiter
+}
+
+// NewAuthenticator returns an Authenticator over users. ldapConfig nil
+// turns LDAP off; otherwise it is validated here. limiter nil means a
+// Limiter with the default limits.
+func NewAuthenticator(users *Users, ldapConfig *ldap.Config, limiter *Limiter) (*Authenticator, error) {
+	if users == nil {
+		return nil, errors.New("auth: NewAuthenticator needs the users table")
+	}
+	if ldapConfig != nil {
+		if err := ldapConfig.Validate(); err != nil {
+			return nil, err
+		}
+		c := *ldapConfig
+		ldapConfig = &c
+	}
+	if limiter == nil {
+		limiter = NewLimiter(LimitOptions{})
+	}
+	return &Authenticator{users: users, ldap: ldapConfig, limiter: limiter}, nil
+}
+
+// LoginRequest is one login attempt.
+type LoginRequest struct {
+	Username string // lower-cased before use
+	Password string
+	IP       string // the client's address, for the per-address limit; may be empty
+}
+
+// Login checks a user name and password and returns the user, with
+// LastLogin set to now.
+//
+// In order: the rate limits for the name and the address (a
+// *RateLimitedError, before any password is looked at); then a local
+// user's password hash; or, for a name that is not a local user, the
+// LDAP directory, whose users are created here on their first login and
+// have their name and address refreshed on every later one. A local user
+// is never checked against LDAP, so a directory entry with the same name
+// cannot take the account over, and an LDAP user's login never looks at a
+// local hash.
+//
+// Every refusal wraps ErrInvalidCredentials and counts against the
+// limits; see the package comment. An error that wraps neither
+// ErrInvalidCredentials nor ErrRateLimited (the directory unreachable,
+// the database failing) is the server's problem, not the caller's, and
+// does not count.
+func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error) {
+	name := strings.ToLower(r.Username)
+	if err := a.limiter.Check(name, r.IP); err != nil {
+		return User{}, err
+	}
+	u, err := a.login(ctx, name, r.Password)
+	if err != nil {
+		if errors.Is(err, ErrInvalidCredentials) {
+			a.limiter.Failed(name, r.IP)
+		}
+		return User{}, err
+	}
+	a.limiter.Succeeded(name)
+	now := time.Now().UTC()
+	if err := a.users.db.WithContext(ctx).Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
+		return User{}, fmt.Errorf("auth: recording the login of %s: %w", u.Name, err)
+	}
+	u.LastLogin = &now
+	return u, nil
+}
+
+func (a *Authenticator) login(ctx context.Context, name, pw string) (User, error) {
+	if err := ValidateName(name); err != nil {
+		// Not a name any user can have: refuse without asking anyone, but
+		// take as long as if we had.
+		spendHashTime(pw)
+		return User{}, fmt.Errorf("%w: %w", ErrInvalidCredentials, err)
+	}
+	u, err := a.users.ByName(ctx, name)
+	switch {
+	case err == nil && u.Source == SourceLocal:
+		if u.PasswordHash == "" {
+			spendHashTime(pw)
+			return User{}, fmt.Errorf("%w: local user %s has no password", ErrInvalidCredentials, name)
+		}
+		if err := CheckPassword(u.PasswordHash, pw); err != nil {
+			return User{}, err
+		}
+		if u.Disabled {
+			return User{}, fmt.Errorf("%w: %w: %s", ErrInvalidCredentials, ErrUserDisabled, name)
+		}
+		return u, nil
+	case err == nil && u.Source != SourceLDAP:
+		spendHashTime(pw)
+		return User{}, fmt.Errorf("%w: user %s has unknown source %q", ErrInvalidCredentials, name, u.Source)
+	case err != nil && !errors.Is(err, ErrUserNotFound):
+		return User{}, err
+	}
+	// An LDAP user, or nobody yet.
+	if a.ldap == nil {
+		spendHashTime(pw)
+		if err == nil {
+			return User{}, fmt.Errorf("%w: %s is an LDAP user and LDAP is not configured", ErrInvalidCredentials, name)
+		}
+		return User{}, fmt.Errorf("%w: no user %s", ErrInvalidCredentials, name)
+	}
+	e, lerr := ldap.Authenticate(ctx, *a.ldap, name, pw)
+	if errors.Is(lerr, ldap.ErrInvalidCredentials) {
+		return User{}, fmt.Errorf("%w: %w", ErrInvalidCredentials, lerr)
+	}
+	if lerr != nil {
+		return User{}, fmt.Errorf("auth: LDAP login of %s: %w", name, lerr)
+	}
+	if err == nil { // known LDAP user
+		if u.Disabled {
+			return User{}, fmt.Errorf("%w: %w: %s", ErrInvalidCredentials, ErrUserDisabled, name)
+		}
+		return a.refreshLDAPUser(ctx, u, e)
+	}
+	u, err = a.users.create(ctx, User{Name: name, Role: RoleUser, Source: SourceLDAP, DisplayName: e.Name, Email: e.Email})
+	if errors.Is(err, ErrUserExists) {
+		// A concurrent first login created it; the winner's row decides,
+		// local or LDAP.
+		return a.login(ctx, name, pw)
+	}
+	return u, err
+}
+
+// refreshLDAPUser copies the directory's name and address into u's row.
+func (a *Authenticator) refreshLDAPUser(ctx context.Context, u User, e ldap.Entry) (User, error) {
+	if u.DisplayName == e.Name && u.Email == e.Email {
+		return u, nil
+	}
+	u.DisplayName, u.Email, u.Updated = e.Name, e.Email, time.Now().UTC()
+	err := a.users.db.WithContext(ctx).Model(&User{}).Where("id = ?", u.ID).
+		Updates(map[string]any{"display_name": u.DisplayName, "email": u.Email, "updated": u.Updated}).Error
+	if err != nil {
+		return User{}, fmt.Errorf("auth: updating LDAP user %s: %w", u.Name, err)
+	}
+	return u, nil
+}

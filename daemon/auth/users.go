@@ -1,0 +1,196 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Role is what a user may do: RoleAdmin also manages users.
+type Role string
+
+const (
+	RoleUser  Role = "user"
+	RoleAdmin Role = "admin"
+)
+
+// A user's Source says who checks their password.
+const (
+	SourceLocal = "local" // the hash in the users table
+	SourceLDAP  = "ldap"  // the directory, by a bind; no hash is stored
+)
+
+// User is a row of the users table. PasswordHash never leaves the server:
+// it is not marshalled to JSON.
+type User struct {
+	ID           string     `gorm:"primaryKey" json:"id"`
+	Name         string     `gorm:"uniqueIndex;not null" json:"name"`
+	Role         Role       `gorm:"not null" json:"role"`
+	Source       string     `gorm:"not null" json:"source"`
+	Disabled     bool       `gorm:"not null" json:"disabled"`
+	PasswordHash string     `json:"-"`
+	DisplayName  string     `json:"display_name"`
+	Email        string     `json:"email"`
+	Created      time.Time  `gorm:"not null" json:"created"`
+	Updated      time.Time  `gorm:"not null" json:"updated"`
+	LastLogin    *time.Time `json:"last_login"`
+}
+
+// MaxNameLength is the longest user name.
+const MaxNameLength = 64
+
+// ValidateName checks the naming rule: 1 to 64 characters of a-z, 0-9,
+// '.', '_' and '-', starting with a letter or digit. Names are lower-case
+// so that "Alice" and "alice" cannot be two users (LDAP compares names
+// without case, and so do people). The error wraps ErrInvalidName.
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLength {
+		return fmt.Errorf("%w: %q must be 1 to %d characters", ErrInvalidName, name, MaxNameLength)
+	}
+	for i, c := range []byte(name) {
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		case i == 0 && (c == '.' || c == '_' || c == '-'):
+			return fmt.Errorf("%w: %q must start with a letter or a digit", ErrInvalidName, name)
+		default:
+			return fmt.Errorf("%w: %q may contain only lower-case letters, digits, '.', '_' and '-'", ErrInvalidName, name)
+		}
+	}
+	return nil
+}
+
+// Users is the users table. Its methods are safe for concurrent use.
+type Users struct {
+	db *gorm.DB
+}
+
+// NewUsers migrates the users table in db and returns it.
+func NewUsers(db *gorm.DB) (*Users, error) {
+	if err := db.AutoMigrate(&User{}); err != nil {
+		return nil, fmt.Errorf("auth: migrating the users table: %w", err)
+	}
+	return &Users{db: db}, nil
+}
+
+// AddUser is a new local user.
+type AddUser struct {
+	Name     string
+	Password string // at least MinPasswordLength characters
+	Admin    bool
+}
+
+// Add creates a local user with a hashed password.
+func (us *Users) Add(ctx context.Context, a AddUser) (User, error) {
+	if err := ValidateName(a.Name); err != nil {
+		return User{}, err
+	}
+	hash, err := HashPassword(a.Password)
+	if err != nil {
+		return User{}, err
+	}
+	role := RoleUser
+	if a.Admin {
+		role = RoleAdmin
+	}
+	return us.create(ctx, User{Name: a.Name, Role: role, Source: SourceLocal, PasswordHash: hash})
+}
+
+func (us *Users) create(ctx context.Context, u User) (User, error) {
+	now := time.Now().UTC()
+	u.ID, u.Created, u.Updated = newUserID(), now, now
+	if err := us.db.WithContext(ctx).Create(&u).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return User{}, fmt.Errorf("%w: %s", ErrUserExists, u.Name)
+		}
+		return User{}, fmt.Errorf("auth: adding user %s: %w", u.Name, err)
+	}
+	return u, nil
+}
+
+// ByName returns the user called name, or ErrUserNotFound.
+func (us *Users) ByName(ctx context.Context, name string) (User, error) {
+	return us.first(ctx, "name = ?", name)
+}
+
+// ByID returns the user with the given ID, or ErrUserNotFound.
+func (us *Users) ByID(ctx context.Context, id string) (User, error) {
+	return us.first(ctx, "id = ?", id)
+}
+
+func (us *Users) first(ctx context.Context, query string, arg string) (User, error) {
+	var u User
+	err := us.db.WithContext(ctx).Where(query, arg).Take(&u).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return User{}, fmt.Errorf("%w: %s", ErrUserNotFound, arg)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("auth: looking up user %s: %w", arg, err)
+	}
+	return u, nil
+}
+
+// List returns all users ordered by name.
+func (us *Users) List(ctx context.Context) ([]User, error) {
+	var list []User
+	if err := us.db.WithContext(ctx).Order("name").Find(&list).Error; err != nil {
+		return nil, fmt.Errorf("auth: listing users: %w", err)
+	}
+	return list, nil
+}
+
+// Count returns the number of users (0: the server has no admin yet).
+func (us *Users) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := us.db.WithContext(ctx).Model(&User{}).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("auth: counting users: %w", err)
+	}
+	return n, nil
+}
+
+// SetDisabled disables or re-enables a user. A disabled user cannot log
+// in; tokens already issued stay valid until they expire unless the
+// caller checks the user on each request.
+func (us *Users) SetDisabled(ctx context.Context, name string, disabled bool) error {
+	return us.update(ctx, name, map[string]any{"disabled": disabled})
+}
+
+// SetPassword replaces a local user's password. An LDAP user's password
+// is the directory's: setting one here would let it log in with either.
+func (us *Users) SetPassword(ctx context.Context, name, pw string) error {
+	u, err := us.ByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	if u.Source != SourceLocal {
+		return fmt.Errorf("auth: user %s is managed by %s; change the password there", name, u.Source)
+	}
+	hash, err := HashPassword(pw)
+	if err != nil {
+		return err
+	}
+	return us.update(ctx, name, map[string]any{"password_hash": hash})
+}
+
+func (us *Users) update(ctx context.Context, name string, cols map[string]any) error {
+	cols["updated"] = time.Now().UTC()
+	res := us.db.WithContext(ctx).Model(&User{}).Where("name = ?", name).Updates(cols)
+	if res.Error != nil {
+		return fmt.Errorf("auth: updating user %s: %w", name, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("%w: %s", ErrUserNotFound, name)
+	}
+	return nil
+}
+
+func newUserID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "usr_" + hex.EncodeToString(b)
+}

@@ -1,0 +1,160 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/store"
+)
+
+// newUsers opens a fresh SQLite file and migrates the users table in it.
+func newUsers(t *testing.T) *auth.Users {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(db) })
+	us, err := auth.NewUsers(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return us
+}
+
+func TestUsers(t *testing.T) {
+	ctx := context.Background()
+	us := newUsers(t)
+
+	if n, err := us.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("Count on a new table = %d, %v; want 0", n, err)
+	}
+	admin, err := us.Add(ctx, auth.AddUser{Name: "root-admin", Password: "admin-password", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(admin.ID, "usr_") || admin.Role != auth.RoleAdmin || admin.Source != auth.SourceLocal ||
+		admin.Created.IsZero() || admin.LastLogin != nil {
+		t.Fatalf("Add returned %+v", admin)
+	}
+	bob, err := us.Add(ctx, auth.AddUser{Name: "bob", Password: "bob-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bob.Role != auth.RoleUser || bob.ID == admin.ID {
+		t.Fatalf("Add returned %+v", bob)
+	}
+	if _, err := us.Add(ctx, auth.AddUser{Name: "bob", Password: "other-password"}); !errors.Is(err, auth.ErrUserExists) {
+		t.Fatalf("Add(bob again) = %v, want ErrUserExists", err)
+	}
+	if _, err := us.Add(ctx, auth.AddUser{Name: "carol", Password: "short"}); !errors.Is(err, auth.ErrWeakPassword) {
+		t.Fatalf("Add(short password) = %v, want ErrWeakPassword", err)
+	}
+
+	got, err := us.ByName(ctx, "bob")
+	if err != nil || got.ID != bob.ID || got.PasswordHash == "" {
+		t.Fatalf("ByName(bob) = %+v, %v", got, err)
+	}
+	if err := auth.CheckPassword(got.PasswordHash, "bob-password"); err != nil {
+		t.Fatalf("the stored hash does not check: %v", err)
+	}
+	if got, err := us.ByID(ctx, admin.ID); err != nil || got.Name != "root-admin" {
+		t.Fatalf("ByID = %+v, %v", got, err)
+	}
+	if _, err := us.ByName(ctx, "nobody"); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("ByName(nobody) = %v, want ErrUserNotFound", err)
+	}
+	if _, err := us.ByID(ctx, "usr_0"); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("ByID(usr_0) = %v, want ErrUserNotFound", err)
+	}
+
+	list, err := us.List(ctx)
+	if err != nil || len(list) != 2 || list[0].Name != "bob" || list[1].Name != "root-admin" {
+		t.Fatalf("List = %+v, %v; want bob, root-admin", list, err)
+	}
+	if n, _ := us.Count(ctx); n != 2 {
+		t.Fatalf("Count = %d, want 2", n)
+	}
+
+	if err := us.SetDisabled(ctx, "bob", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := us.ByName(ctx, "bob"); !got.Disabled || !got.Updated.After(bob.Updated) {
+		t.Fatalf("after SetDisabled: %+v", got)
+	}
+	if err := us.SetDisabled(ctx, "nobody", true); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("SetDisabled(nobody) = %v, want ErrUserNotFound", err)
+	}
+
+	if err := us.SetPassword(ctx, "bob", "new-bob-password"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = us.ByName(ctx, "bob")
+	if err := auth.CheckPassword(got.PasswordHash, "new-bob-password"); err != nil {
+		t.Fatalf("new password: %v", err)
+	}
+	if err := auth.CheckPassword(got.PasswordHash, "bob-password"); !errors.Is(err, auth.ErrInvalidCredentials) {
+		t.Fatalf("old password still checks: %v", err)
+	}
+	if err := us.SetPassword(ctx, "bob", "2short"); !errors.Is(err, auth.ErrWeakPassword) {
+		t.Fatalf("SetPassword(short) = %v, want ErrWeakPassword", err)
+	}
+	if err := us.SetPassword(ctx, "nobody", "long-enough"); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("SetPassword(nobody) = %v, want ErrUserNotFound", err)
+	}
+}
+
+func TestUserJSON(t *testing.T) {
+	us := newUsers(t)
+	u, err := us.Add(context.Background(), auth.AddUser{Name: "alice", Password: "alice-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"id", "name", "role", "source", "disabled", "display_name", "email", "created", "updated", "last_login"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+	if strings.Contains(string(b), "argon2") || strings.Contains(strings.ToLower(string(b)), "password") {
+		t.Fatalf("JSON carries the password hash: %s", b)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	us := newUsers(t)
+	for _, name := range []string{"a", "alice", "0day", "j.doe", "j_doe", "j-doe", strings.Repeat("a", 64)} {
+		if err := auth.ValidateName(name); err != nil {
+			t.Errorf("ValidateName(%q): %v", name, err)
+		}
+	}
+	for name, rule := range map[string]string{
+		"":                      "1 to 64",
+		strings.Repeat("a", 65): "1 to 64",
+		"Alice":                 "lower-case",
+		".alice":                "start with",
+		"-alice":                "start with",
+		"al ice":                "lower-case",
+		"al*":                   "lower-case",
+		"alice@example.org":     "lower-case",
+		"ålice":                 "lower-case",
+	} {
+		err := auth.ValidateName(name)
+		if !errors.Is(err, auth.ErrInvalidName) || !strings.Contains(err.Error(), rule) {
+			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName naming the rule %q", name, err, rule)
+		}
+		if _, err := us.Add(context.Background(), auth.AddUser{Name: name, Password: "long-enough"}); !errors.Is(err, auth.ErrInvalidName) {
+			t.Errorf("Add(%q) = %v, want ErrInvalidName", name, err)
+		}
+	}
+}
