@@ -78,6 +78,10 @@ type Config struct {
 	MaxFileSize int64
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
+	// NoWorkspaceTools leaves out the built-in shell and file tools: a
+	// server without workspace isolation offers the model no way to run
+	// or touch anything.
+	NoWorkspaceTools bool
 }
 
 // Engine runs the turns of every user's conversations. User and
@@ -159,9 +163,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	for _, t := range append(e.shellTools(), e.fileTools()...) {
-		if err := e.tools.add(t); err != nil {
-			return nil, err
+	if !cfg.NoWorkspaceTools {
+		for _, t := range append(e.shellTools(), e.fileTools()...) {
+			if err := e.tools.add(t); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return e, nil

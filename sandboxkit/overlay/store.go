@@ -113,6 +113,10 @@ func Open(base string) (*Store, error) {
 	return &Store{base: base}, nil
 }
 
+// Base is the directory holding the layers (for the Doctor's overlay
+// check, which must probe the same filesystem).
+func (s *Store) Base() string { return s.base }
+
 // checkID refuses ids that could name anything but a direct child of the
 // base: no separators, no "." or "..", no hidden names.
 func checkID(id string) error {

@@ -1,0 +1,115 @@
+package agentcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
+// WorkspaceEntry is one entry of a workspace directory.
+type WorkspaceEntry struct {
+	Name string `json:"name"`
+	// Type is "file", "dir", "symlink" or "other".
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+}
+
+// WorkspaceFile is what a workspace path names: a file's content or a
+// directory's entries.
+type WorkspaceFile struct {
+	Path    string           `json:"path"` // resolved, relative to /workspace; "" is the root
+	Dir     bool             `json:"dir"`
+	Content []byte           `json:"-"`
+	Entries []WorkspaceEntry `json:"entries,omitempty"`
+}
+
+// ReadWorkspace reads path p of the conversation's workspace as its
+// sandbox sees it (the upper layer over the lower tree), confined exactly
+// like the read_file tool: an absolute path, ".." or a symlink leaving the
+// workspace fails with ErrOutsideWorkspace before any I/O on it, and files
+// are read up to Config.MaxFileSize. It starts no sandbox. The caller
+// checks that user owns the conversation.
+func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p string) (*WorkspaceFile, error) {
+	rel, err := cleanRel(p)
+	if err != nil {
+		return nil, err
+	}
+	lower, err := e.cfg.Workspaces.Lower(ctx, user, conversation)
+	if err != nil {
+		return nil, fmt.Errorf("workspace of this conversation: %w", err)
+	}
+	layer, err := e.cfg.Layers.Get(conversation)
+	if errors.Is(err, fs.ErrNotExist) {
+		layer, err = e.cfg.Layers.Create(conversation)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := view{lower: lower, upper: layer.Upper}
+	if rel, err = v.resolve(rel, true); err != nil {
+		return nil, err
+	}
+	ent, err := v.lookup(rel)
+	if err != nil {
+		return nil, fileErr(p, err)
+	}
+	f := &WorkspaceFile{Path: rel}
+	if !ent.fi.IsDir() {
+		if f.Content, err = v.readFile(rel, e.cfg.MaxFileSize); err != nil {
+			return nil, fileErr(p, err)
+		}
+		return f, nil
+	}
+	list, err := v.readDir(rel)
+	if err != nil {
+		return nil, fileErr(p, err)
+	}
+	f.Dir, f.Entries = true, make([]WorkspaceEntry, len(list))
+	for i, d := range list {
+		typ := "other"
+		switch m := d.fi.Mode(); {
+		case m.IsRegular():
+			typ = "file"
+		case m.IsDir():
+			typ = "dir"
+		case m&fs.ModeSymlink != 0:
+			typ = "symlink"
+		}
+		f.Entries[i] = WorkspaceEntry{Name: d.name, Type: typ, Size: d.fi.Size()}
+	}
+	return f, nil
+}
+
+// Forget ends everything the engine holds for a conversation being
+// deleted: its turn is cancelled (and waited for) and its sandbox closed,
+// so its layer can be removed. A later turn in the same ID starts afresh.
+func (e *Engine) Forget(conversation string) {
+	e.mu.Lock()
+	c := e.convs[conversation]
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	t := c.turn
+	c.mu.Unlock()
+	if t != nil {
+		t.Cancel()
+		<-t.done
+	}
+	c.wsMu.Lock()
+	if c.ws != nil {
+		c.ws.sess.Close()
+		c.ws = nil
+	}
+	c.wsMu.Unlock()
+	c.mu.Lock()
+	idle := len(c.subs) == 0 && c.turn == nil
+	c.mu.Unlock()
+	if idle {
+		e.mu.Lock()
+		delete(e.convs, conversation)
+		e.mu.Unlock()
+	}
+}

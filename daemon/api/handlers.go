@@ -1,0 +1,411 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+func (s *Server) login(c *fiber.Ctx) error {
+	var req struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.Username == "" || req.Password == "" {
+		return badRequest("username and password are required")
+	}
+	u, err := s.d.Login.Login(c.UserContext(), auth.LoginRequest{Username: req.Username, Password: req.Password, IP: c.IP()})
+	var limited *auth.RateLimitedError
+	switch {
+	case errors.As(err, &limited):
+		secs := int(limited.RetryAfter.Round(time.Second) / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
+		return apiError(http.StatusTooManyRequests, "rate_limited", "too many failed logins; try again in %d s", secs)
+	case errors.Is(err, auth.ErrInvalidCredentials), errors.Is(err, auth.ErrUserDisabled):
+		s.log.Info("login refused", "user", req.Username, "ip", c.IP(), "err", err)
+		s.metrics.logins.WithLabelValues("refused").Inc()
+		return errBadLogin
+	case err != nil:
+		return err
+	}
+	tok, exp, err := s.d.Tokens.Load().Issue(u)
+	if err != nil {
+		return err
+	}
+	s.metrics.logins.WithLabelValues("ok").Inc()
+	return c.JSON(fiber.Map{"token": tok, "expires_at": exp.UTC(), "user": u})
+}
+
+func (s *Server) me(c *fiber.Ctx) error { return c.JSON(user(c)) }
+
+func (s *Server) createUser(c *fiber.Ctx) error {
+	var req struct {
+		Name     string `json:"name"`
+		Password string `json:"password"`
+		Admin    bool   `json:"admin"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	u, err := s.d.Users.Add(c.UserContext(), auth.AddUser{Name: req.Name, Password: req.Password, Admin: req.Admin})
+	switch {
+	case errors.Is(err, auth.ErrUserExists):
+		return apiError(http.StatusConflict, "exists", "%v", err)
+	case errors.Is(err, auth.ErrInvalidName), errors.Is(err, auth.ErrWeakPassword):
+		return badRequest("%v", err)
+	case err != nil:
+		return err
+	}
+	s.log.Info("user added", "user", u.Name, "admin", req.Admin, "by", user(c).Name)
+	return c.Status(http.StatusCreated).JSON(u)
+}
+
+func (s *Server) listUsers(c *fiber.Ctx) error {
+	us, err := s.d.Users.List(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"users": us})
+}
+
+func (s *Server) createConversation(c *fiber.Ctx) error {
+	var req struct {
+		Title string `json:"title"`
+	}
+	if len(c.Body()) > 0 {
+		if err := decode(c, &req); err != nil {
+			return err
+		}
+	}
+	if !utf8.ValidString(req.Title) {
+		return badRequest("title is not valid UTF-8")
+	}
+	conv, err := s.d.Conversations.Create(c.UserContext(), user(c).ID, req.Title)
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	return c.Status(http.StatusCreated).JSON(conv)
+}
+
+func (s *Server) listConversations(c *fiber.Ctx) error {
+	limit := c.QueryInt("limit", 100)
+	if limit < 1 || limit > 1000 {
+		return badRequest("limit must be between 1 and 1000")
+	}
+	cs, err := s.d.Conversations.List(c.UserContext(), user(c).ID, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"conversations": cs})
+}
+
+func (s *Server) getConversation(c *fiber.Ctx) error { return c.JSON(conversation(c)) }
+
+func (s *Server) deleteConversation(c *fiber.Ctx) error {
+	conv := conversation(c)
+	s.d.Engine.Forget(conv.ID)
+	if err := s.d.Conversations.Delete(c.UserContext(), user(c).ID, conv.ID); err != nil {
+		return err
+	}
+	if err := s.d.Layers.Remove(conv.ID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("removing a deleted conversation's workspace layer failed; workspace GC retries", "conversation", conv.ID, "err", err)
+	}
+	if r, ok := s.d.Workspaces.(interface{ Remove(string) error }); ok {
+		if err := r.Remove(conv.ID); err != nil {
+			s.log.Warn("removing a deleted conversation's workspace tree failed", "conversation", conv.ID, "err", err)
+		}
+	}
+	return c.SendStatus(http.StatusNoContent)
+}
+
+// maxMessage bounds a user message, in bytes.
+const maxMessage = 256 << 10
+
+func (s *Server) postMessage(c *fiber.Ctx) error {
+	var req struct {
+		Content string `json:"content"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(req.Content) == "":
+		return badRequest("content is empty")
+	case len(req.Content) > maxMessage:
+		return apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(req.Content), maxMessage)
+	case !utf8.ValidString(req.Content):
+		return badRequest("content is not valid UTF-8")
+	}
+	t, err := s.d.Engine.StartTurn(c.UserContext(), agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
+	switch {
+	case errors.Is(err, agentcore.ErrTurnInProgress):
+		return apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running; wait for its turn_finished event")
+	case errors.Is(err, agentcore.ErrClosed):
+		return apiError(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down; retry shortly")
+	case err != nil:
+		return err
+	}
+	s.metrics.turns.Inc()
+	return c.Status(http.StatusAccepted).JSON(fiber.Map{"turn_id": t.ID})
+}
+
+// events streams the conversation's events as server-sent events: the
+// stored ones after Last-Event-ID (or ?after=N), then new ones as they
+// happen. Each event's id is its sequence number, so a client that
+// reconnects with the last id it saw receives exactly what it missed,
+// also across server restarts (the log is durable).
+func (s *Server) events(c *fiber.Ctx) error {
+	after := int64(0)
+	raw := c.Get("Last-Event-ID")
+	if raw == "" {
+		raw = c.Query("after")
+	}
+	if raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("Last-Event-ID / after must be a non-negative event sequence number, not %q", raw)
+		}
+		after = n
+	}
+	conv := conversation(c)
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set("X-Accel-Buffering", "no")
+	ctx, cancel := s.streamContext()
+	evs := s.d.Engine.Subscribe(ctx, conv.ID, after)
+	s.metrics.subscribers.Inc()
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.metrics.subscribers.Dec()
+		defer cancel()
+		// The first bytes: the client knows the stream is open.
+		fmt.Fprintf(w, "retry: 2000\n: following %s after %d\n\n", conv.ID, after)
+		if w.Flush() != nil {
+			return
+		}
+		beat := time.NewTicker(s.d.Heartbeat)
+		defer beat.Stop()
+		var buf bytes.Buffer
+		for {
+			select {
+			case ev, ok := <-evs:
+				if !ok {
+					return
+				}
+				buf.Reset()
+				writeEvent(&buf, ev)
+				// Send what else is ready in the same write.
+			more:
+				for buf.Len() < 64<<10 {
+					select {
+					case ev, ok := <-evs:
+						if !ok {
+							break more
+						}
+						writeEvent(&buf, ev)
+					default:
+						break more
+					}
+				}
+				if _, err := w.Write(buf.Bytes()); err != nil || w.Flush() != nil {
+					return
+				}
+			case <-beat.C:
+				if _, err := w.WriteString(": heartbeat\n\n"); err != nil || w.Flush() != nil {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	return nil
+}
+
+func writeEvent(buf *bytes.Buffer, ev agentcore.Event) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		data = []byte(`{}`)
+	}
+	// JSON has no raw newlines, so one data: line holds it.
+	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
+}
+
+func (s *Server) listApprovals(c *fiber.Ctx) error {
+	as, err := s.d.Conversations.Approvals(c.UserContext(), conversation(c).ID)
+	if err != nil {
+		return err
+	}
+	if status := c.Query("status"); status != "" {
+		kept := as[:0]
+		for _, a := range as {
+			if string(a.Status) == status {
+				kept = append(kept, a)
+			}
+		}
+		as = kept
+	}
+	return c.JSON(fiber.Map{"approvals": as})
+}
+
+func (s *Server) decide(c *fiber.Ctx) error {
+	var req struct {
+		Decision string `json:"decision"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	var d agentcore.Decision
+	switch req.Decision {
+	case "approve":
+		d = agentcore.DecisionApprove
+	case "deny":
+		d = agentcore.DecisionDeny
+	case "always", "always_allow":
+		d = agentcore.DecisionAlwaysAllow
+	default:
+		return badRequest("decision must be approve, deny or always, not %q", req.Decision)
+	}
+	err := s.d.Engine.Decide(c.UserContext(), user(c).ID, conversation(c).ID, c.Params("aid"), d)
+	switch {
+	case errors.Is(err, agentcore.ErrNotFound):
+		return errNotFound
+	case errors.Is(err, agentcore.ErrApprovalDecided):
+		return apiError(http.StatusConflict, "already_decided", "%v", err)
+	case err != nil:
+		return err
+	}
+	a, err := s.d.Conversations.Approval(c.UserContext(), c.Params("aid"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(a)
+}
+
+func (s *Server) diff(c *fiber.Ctx) error {
+	conv := conversation(c)
+	c.Set(fiber.HeaderContentType, "text/x-diff; charset=utf-8")
+	layer, err := s.d.Layers.Get(conv.ID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c.SendString("") // nothing changed yet
+	}
+	if err != nil {
+		return err
+	}
+	lower, err := s.d.Workspaces.Lower(c.UserContext(), user(c).ID, conv.ID)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := overlay.WritePatch(&buf, lower, layer.Upper); err != nil {
+		return err
+	}
+	return c.Send(buf.Bytes())
+}
+
+func (s *Server) files(c *fiber.Ctx) error {
+	conv := conversation(c)
+	f, err := s.d.Engine.ReadWorkspace(c.UserContext(), user(c).ID, conv.ID, c.Query("path"))
+	switch {
+	case errors.Is(err, agentcore.ErrOutsideWorkspace):
+		return apiError(http.StatusBadRequest, "outside_workspace", "%v", err)
+	case err != nil && strings.Contains(err.Error(), "no such file or directory"):
+		return apiError(http.StatusNotFound, "not_found", "%v", err)
+	case err != nil:
+		return badRequest("%v", err)
+	}
+	if f.Dir {
+		return c.JSON(f)
+	}
+	// Served as bytes, never as something a browser would render: the
+	// agent wrote it.
+	c.Set(fiber.HeaderContentType, fiber.MIMEOctetStream)
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderContentSecurityPolicy, "sandbox")
+	return c.Send(f.Content)
+}
+
+func (s *Server) listSecrets(c *fiber.Ctx) error {
+	ms, err := s.d.Secrets.List(c.UserContext(), user(c).ID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"secrets": ms})
+}
+
+func (s *Server) putSecret(c *fiber.Ctx) error {
+	var req struct {
+		Value string `json:"value"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	m, err := s.d.Secrets.Put(c.UserContext(), user(c).ID, c.Params("name"), req.Value)
+	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
+		return badRequest("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(m)
+}
+
+func (s *Server) getSecret(c *fiber.Ctx) error {
+	ms, err := s.d.Secrets.List(c.UserContext(), user(c).ID)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Name == c.Params("name") {
+			return c.JSON(m)
+		}
+	}
+	return errNotFound
+}
+
+func (s *Server) deleteSecret(c *fiber.Ctx) error {
+	err := s.d.Secrets.Delete(c.UserContext(), user(c).ID, c.Params("name"))
+	if errors.Is(err, agentcore.ErrNotFound) {
+		return errNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return c.SendStatus(http.StatusNoContent)
+}
+
+func (s *Server) getJob(c *fiber.Ctx) error {
+	j, err := s.d.Jobs.Get(c.UserContext(), c.Params("id"))
+	if errors.Is(err, jobs.ErrNotFound) {
+		return errNotFound
+	}
+	if err != nil {
+		return err
+	}
+	u := user(c)
+	if j.Owner != u.ID && u.Role != auth.RoleAdmin {
+		return errNotFound
+	}
+	return c.JSON(j)
+}

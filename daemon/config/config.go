@@ -1,0 +1,317 @@
+// Package config is the server's configuration: an instance directory
+// holding config.yaml, data/ (the SQLite database), workspaces/ and logs/,
+// and the YAML schema of config.yaml with its defaults.
+//
+// The instance directory holds password hashes, encrypted secrets and
+// copies of users' files, so it and every directory in it must be
+// private to the server's user (0700). Load refuses a looser mode and
+// says how to fix it, rather than run with it.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/codumentor/codumentor/integrations/ldap"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// EnvJWTSecret overrides auth.jwt_secret, so that the secret can stay out
+// of the file.
+const EnvJWTSecret = "CODUMENTOR_JWT_SECRET"
+
+// envOverrides are the environment variables that override a key of
+// config.yaml when set.
+var envOverrides = []struct {
+	name string
+	key  func(*Config) *string
+}{
+	{EnvJWTSecret, func(c *Config) *string { return &c.Auth.JWTSecret }},
+	{"CODUMENTOR_LLM_BASE_URL", func(c *Config) *string { return &c.LLM.BaseURL }},
+	{"CODUMENTOR_LLM_MODEL", func(c *Config) *string { return &c.LLM.Model }},
+	{"CODUMENTOR_LLM_API_KEY", func(c *Config) *string { return &c.LLM.APIKey }},
+}
+
+// PluginWorkspaceIsolation runs the agent's shell commands and file tools
+// in a per-conversation bubblewrap sandbox over a copy-on-write workspace.
+const PluginWorkspaceIsolation = "workspace_isolation"
+
+// Config is config.yaml. Zero values mean the defaults of Default.
+type Config struct {
+	// Listen is the HTTP address; loopback unless TLS or InsecureListen.
+	Listen string `yaml:"listen"`
+	// InsecureListen allows a non-loopback Listen without TLS (e.g. behind
+	// a TLS-terminating proxy on another host). Tokens and passwords then
+	// cross the network in the clear.
+	InsecureListen bool      `yaml:"insecure_listen"`
+	TLS            TLSConfig `yaml:"tls"`
+	Auth           Auth      `yaml:"auth"`
+	LLM            LLM       `yaml:"llm"`
+	Sandbox        Sandbox   `yaml:"sandbox"`
+	// Plugins are enabled by name, in order.
+	Plugins []string `yaml:"plugins"`
+	Log     Log      `yaml:"log"`
+}
+
+// TLSConfig serves HTTPS when both files are set.
+type TLSConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" && t.KeyFile != "" }
+
+// Auth configures logins, tokens and the key of secrets at rest.
+type Auth struct {
+	// JWTSecret signs tokens and derives the key that encrypts secrets at
+	// rest. Without it, tokens die with the process and secrets are stored
+	// in plaintext (logged as an error at every start).
+	JWTSecret string `yaml:"jwt_secret"`
+	// PreviousJWTSecrets still verify tokens and decrypt secrets during a
+	// rotation (codumentorctl secrets rotate).
+	PreviousJWTSecrets []string `yaml:"previous_jwt_secrets"`
+	// TokenTTL is how long a login token is valid (default 12h).
+	TokenTTL Duration `yaml:"token_ttl"`
+	// LDAP, when its url is set, authenticates users not found locally.
+	LDAP ldap.Config `yaml:"ldap"`
+}
+
+// LLM is the OpenAI-compatible endpoint the agent talks to.
+type LLM struct {
+	BaseURL        string   `yaml:"base_url"`
+	Model          string   `yaml:"model"`
+	APIKey         string   `yaml:"api_key"`
+	EmbeddingModel string   `yaml:"embedding_model"`
+	Timeout        Duration `yaml:"timeout"`
+}
+
+// Sandbox configures the workspace_isolation plugin.
+type Sandbox struct {
+	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
+	Bwrap string `yaml:"bwrap"`
+	// Seccomp is the filter mode: log (default), enforce or off.
+	Seccomp seccomp.Mode `yaml:"seccomp"`
+	// WorkspaceTTL removes a conversation's workspace layer unused this
+	// long (default 30 days).
+	WorkspaceTTL Duration `yaml:"workspace_ttl"`
+	// GCInterval is how often the workspace GC job runs (default 1h).
+	GCInterval Duration `yaml:"gc_interval"`
+	// ShellAlwaysAllow runs shell commands without asking their owner.
+	ShellAlwaysAllow bool `yaml:"shell_always_allow"`
+	// ApprovalTimeout is how long an approval waits (default 10 min).
+	ApprovalTimeout Duration `yaml:"approval_timeout"`
+}
+
+// Log configures logs/codumentor.log (and stderr).
+type Log struct {
+	// Level is trace, debug, info (default), warn or error.
+	Level string `yaml:"level"`
+}
+
+// Duration is a time.Duration written as "30s", "12h" or "720h" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration like 30s, 12h or 720h", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Std is the duration as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Default returns the embedded defaults: loopback, SQLite, workspace
+// isolation on, seccomp in log mode.
+func Default() Config {
+	return Config{
+		Listen:  "127.0.0.1:8080",
+		Auth:    Auth{TokenTTL: Duration(12 * time.Hour)},
+		LLM:     LLM{Timeout: Duration(2 * time.Minute)},
+		Plugins: []string{PluginWorkspaceIsolation},
+		Sandbox: Sandbox{
+			Seccomp:         seccomp.Log,
+			WorkspaceTTL:    Duration(30 * 24 * time.Hour),
+			GCInterval:      Duration(time.Hour),
+			ApprovalTimeout: Duration(10 * time.Minute),
+		},
+		Log: Log{Level: "info"},
+	}
+}
+
+// Parse reads config.yaml's content over the defaults. Unknown keys are
+// errors: a misspelt key would otherwise be silently ignored.
+func Parse(b []byte) (Config, error) {
+	c := Default()
+	if len(bytes.TrimSpace(b)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, c.Validate()
+}
+
+// Validate checks values the YAML types cannot, naming the key at fault.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("tls: set both cert_file and key_file, or neither"))
+	}
+	if s := c.Auth.JWTSecret; s != "" && len(s) < 32 {
+		errs = append(errs, fmt.Errorf("auth.jwt_secret: %d bytes is too short; use at least 32 random bytes (codumentorctl secrets rotate writes one)", len(s)))
+	}
+	for i, s := range c.Auth.PreviousJWTSecrets {
+		if s == "" {
+			errs = append(errs, fmt.Errorf("auth.previous_jwt_secrets[%d] is empty", i))
+		}
+	}
+	if c.Auth.TokenTTL <= 0 {
+		errs = append(errs, errors.New("auth.token_ttl must be positive"))
+	}
+	if c.Auth.LDAP.URL != "" {
+		if err := c.Auth.LDAP.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := seccomp.ParseMode(string(c.Sandbox.Seccomp)); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox.seccomp: %w", err))
+	}
+	if c.Sandbox.WorkspaceTTL <= 0 {
+		errs = append(errs, errors.New("sandbox.workspace_ttl must be positive"))
+	}
+	if c.Sandbox.GCInterval <= 0 {
+		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
+	}
+	for _, p := range c.Plugins {
+		if p != PluginWorkspaceIsolation {
+			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
+		}
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: %q is not trace, debug, info, warn or error", c.Log.Level))
+	}
+	return errors.Join(errs...)
+}
+
+// Enabled reports whether the plugin is enabled.
+func (c Config) Enabled(plugin string) bool {
+	for _, p := range c.Plugins {
+		if p == plugin {
+			return true
+		}
+	}
+	return false
+}
+
+// Instance is an instance directory's layout.
+type Instance struct {
+	Dir string
+}
+
+// Paths inside an instance directory.
+func (i Instance) ConfigFile() string    { return filepath.Join(i.Dir, "config.yaml") }
+func (i Instance) DataDir() string       { return filepath.Join(i.Dir, "data") }
+func (i Instance) Database() string      { return filepath.Join(i.Dir, "data", "codumentor.db") }
+func (i Instance) WorkspacesDir() string { return filepath.Join(i.Dir, "workspaces") }
+func (i Instance) LogsDir() string       { return filepath.Join(i.Dir, "logs") }
+func (i Instance) LogFile() string       { return filepath.Join(i.Dir, "logs", "codumentor.log") }
+
+// dirs are the directories Init creates and Check inspects.
+func (i Instance) dirs() []string {
+	return []string{i.Dir, i.DataDir(), i.WorkspacesDir(), i.LogsDir()}
+}
+
+// Init creates the instance directory and its subdirectories (0700) if
+// they do not exist. It does not write config.yaml.
+func (i Instance) Init() error {
+	if i.Dir == "" {
+		return errors.New("no instance directory given (--instance DIR)")
+	}
+	for _, d := range i.dirs() {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	return i.CheckModes()
+}
+
+// ErrLooseMode is wrapped by CheckModes' errors.
+var ErrLooseMode = errors.New("instance directory is readable or writable by others")
+
+// CheckModes checks that the instance's directories exist, are
+// directories and are private to their owner, and that config.yaml is not
+// readable by others (it holds the jwt_secret).
+func (i Instance) CheckModes() error {
+	var errs []error
+	for _, d := range i.dirs() {
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w (create it with codumentorctl users add --instance %s, or mkdir -m 0700)", d, err, i.Dir))
+		case !st.IsDir():
+			errs = append(errs, fmt.Errorf("%s is not a directory", d))
+		case st.Mode().Perm()&0o077 != 0:
+			errs = append(errs, fmt.Errorf("%w: %s has mode %#o; fix: chmod 0700 %s", ErrLooseMode, d, st.Mode().Perm(), d))
+		}
+	}
+	if st, err := os.Stat(i.ConfigFile()); err == nil && st.Mode().Perm()&0o077 != 0 {
+		errs = append(errs, fmt.Errorf("%w: %s has mode %#o; fix: chmod 0600 %s", ErrLooseMode, i.ConfigFile(), st.Mode().Perm(), i.ConfigFile()))
+	}
+	return errors.Join(errs...)
+}
+
+// Load reads the configuration: file (config.yaml of the instance when
+// empty; a missing instance config.yaml means the defaults), then the
+// environment (CODUMENTOR_JWT_SECRET for auth.jwt_secret,
+// CODUMENTOR_LLM_BASE_URL, CODUMENTOR_LLM_MODEL, CODUMENTOR_LLM_API_KEY).
+func (i Instance) Load(file string) (Config, error) {
+	if file == "" {
+		file = i.ConfigFile()
+	}
+	b, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) && file == i.ConfigFile() {
+		b, err = nil, nil
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("reading the configuration: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
+	}
+	for _, o := range envOverrides {
+		if v, ok := os.LookupEnv(o.name); ok {
+			*o.key(&c) = v
+			if err := c.Validate(); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", o.name, err)
+			}
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,414 @@
+// Package daemon is the server process, codumentor api: it reads the
+// instance directory's configuration, opens the database, and runs the
+// HTTP API, the agent engine, the job queue and its scheduler in one
+// process. Untrusted work (the agent's commands) runs only in the
+// sandboxes the engine starts; nothing here evaluates model output.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/ldap"
+	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// Options are codumentor api's command line.
+type Options struct {
+	// Instance is the instance directory (created 0700 if missing).
+	Instance string
+	// ConfigFile overrides <instance>/config.yaml.
+	ConfigFile string
+	// Listen overrides the configuration's listen address.
+	Listen string
+	// InsecureListen allows a non-loopback address without TLS.
+	InsecureListen bool
+	// Stderr receives the log as well as logs/codumentor.log (nil: none).
+	Stderr io.Writer
+	// ConfigPoll is how often config.yaml is checked for rotated secrets
+	// (default 2s).
+	ConfigPoll time.Duration
+	// Heartbeat is the SSE heartbeat interval (default 15s).
+	Heartbeat time.Duration
+}
+
+// ErrInsecureListen refuses a non-loopback address without TLS.
+var ErrInsecureListen = errors.New("refusing to serve tokens and passwords in the clear on a non-loopback address")
+
+// InterruptedReason is the error of a turn that a stopped server left
+// running.
+const InterruptedReason = "interrupted: the server stopped during this turn"
+
+// Run serves until ctx ends, then shuts down: open event streams end,
+// running turns are cancelled, the database is closed.
+func Run(ctx context.Context, o Options) error {
+	inst := config.Instance{Dir: o.Instance}
+	if err := inst.Init(); err != nil {
+		return err
+	}
+	cfg, err := inst.Load(o.ConfigFile)
+	if err != nil {
+		return err
+	}
+	if o.Listen != "" {
+		cfg.Listen = o.Listen
+	}
+	cfg.InsecureListen = cfg.InsecureListen || o.InsecureListen
+	if err := checkListen(cfg); err != nil {
+		return err
+	}
+
+	logFile, err := os.OpenFile(inst.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening the log: %w", err)
+	}
+	defer logFile.Close()
+	var out io.Writer = logFile
+	if o.Stderr != nil {
+		out = io.MultiWriter(logFile, o.Stderr)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "codumentor", Level: hclog.LevelFromString(cfg.Log.Level), Output: out, JSONFormat: false})
+
+	if cfg.Auth.JWTSecret == "" {
+		log.Error("*** auth.jwt_secret is not set: secrets are stored in PLAINTEXT and login tokens die with this process. Set auth.jwt_secret (or " + config.EnvJWTSecret + ") to at least 32 random bytes: codumentorctl secrets rotate --instance " + inst.Dir + " writes one. ***")
+	}
+	if cfg.LLM.BaseURL == "" {
+		log.Warn("llm.base_url is not set: the server runs, but every turn fails until an OpenAI-compatible endpoint is configured in config.yaml (llm.base_url, llm.model)")
+	}
+
+	db, err := store.Open(ctx, inst.Database())
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	s, err := build(ctx, cfg, inst, db, log, o)
+	if err != nil {
+		return err
+	}
+	defer s.engine.Close()
+	return s.serve(ctx, cfg, inst, o)
+}
+
+// server is one running codumentor api.
+type server struct {
+	log     hclog.Logger
+	db      *gorm.DB
+	engine  *agentcore.Engine
+	api     *api.Server
+	queue   *jobs.Queue
+	secrets *secrets.Store
+	tokens  atomic.Pointer[auth.Tokens]
+	layers  *overlay.Store
+	cfg     atomic.Pointer[config.Config]
+}
+
+func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
+	s := &server{log: log, db: db}
+	s.cfg.Store(&cfg)
+	convs, err := store.NewConversations(db)
+	if err != nil {
+		return nil, err
+	}
+	if ids, err := convs.Recover(ctx, InterruptedReason); err != nil {
+		return nil, err
+	} else if len(ids) > 0 {
+		log.Warn("turns interrupted by the last stop were marked failed", "conversations", ids)
+	}
+	users, err := auth.NewUsers(db)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std())
+	if err != nil {
+		return nil, fmt.Errorf("auth.jwt_secret: %w", err)
+	}
+	s.tokens.Store(tokens)
+	var ldapCfg *ldap.Config
+	if cfg.Auth.LDAP.URL != "" {
+		ldapCfg = &cfg.Auth.LDAP
+	}
+	login, err := auth.NewAuthenticator(users, ldapCfg, auth.NewLimiter(auth.LimitOptions{}))
+	if err != nil {
+		return nil, err
+	}
+	if s.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return nil, err
+	}
+	if s.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs")}); err != nil {
+		return nil, err
+	}
+
+	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
+		return nil, err
+	}
+	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees")}
+	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	var model agentcore.LLM = unconfiguredLLM{}
+	if cfg.LLM.BaseURL != "" {
+		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, EmbeddingModel: cfg.LLM.EmbeddingModel, Timeout: cfg.LLM.Timeout.Std()})
+		if err != nil {
+			return nil, err
+		}
+		model = c
+	}
+	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
+	s.engine, err = agentcore.New(agentcore.Config{
+		LLM:              model,
+		Store:            convs,
+		Workspaces:       trees,
+		Layers:           s.layers,
+		Secrets:          s.secrets,
+		Logger:           slog.New(slogHandler{log: log.Named("agent")}),
+		Bwrap:            cfg.Sandbox.Bwrap,
+		Seccomp:          cfg.Sandbox.Seccomp,
+		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
+		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
+		NoWorkspaceTools: !isolation,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if isolation {
+		// The workspace_isolation plugin: the engine's sandboxed tools,
+		// and the collection of workspace layers nobody used for
+		// sandbox.workspace_ttl.
+		s.queue.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(s.layers, cfg.Sandbox.WorkspaceTTL.Std()))
+		s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
+		if err := s.sandboxReport(ctx).Err(); err != nil {
+			log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", err)
+		}
+	} else {
+		log.Warn("the workspace_isolation plugin is not enabled: the agent has no shell or file tools")
+	}
+	s.api = api.New(api.Deps{
+		Conversations: convs,
+		Users:         users,
+		Login:         login,
+		Tokens:        &s.tokens,
+		Secrets:       s.secrets,
+		Jobs:          s.queue,
+		Engine:        s.engine,
+		Workspaces:    trees,
+		Layers:        s.layers,
+		Ready:         s.ready,
+		Log:           log.Named("api"),
+		Registry:      prometheus.NewRegistry(),
+		Heartbeat:     o.Heartbeat,
+	})
+	return s, nil
+}
+
+func (s *server) sandboxReport(ctx context.Context) *sandboxkit.Report {
+	cfg := s.cfg.Load()
+	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base()})
+}
+
+// ready is GET /readyz: the database answers, and, with workspace
+// isolation enabled, the sandbox Doctor passes.
+func (s *server) ready(ctx context.Context) api.Readiness {
+	cfg := s.cfg.Load()
+	r := api.Readiness{Ready: true}
+	add := func(c api.Check) {
+		r.Checks = append(r.Checks, c)
+		r.Ready = r.Ready && c.OK
+	}
+	db := api.Check{Name: "database", OK: true}
+	if err := s.db.WithContext(ctx).Exec("SELECT 1").Error; err != nil {
+		db.OK, db.Detail = false, err.Error()
+	}
+	add(db)
+	if cfg.Enabled(config.PluginWorkspaceIsolation) {
+		for _, c := range s.sandboxReport(ctx).Checks {
+			if c.Name == "seccomp" && cfg.Sandbox.Seccomp == seccomp.Off {
+				continue
+			}
+			add(api.Check{Name: "sandbox/" + c.Name, OK: c.OK, Detail: c.Detail, Remedy: c.Remedy})
+		}
+	}
+	if cfg.Auth.JWTSecret == "" {
+		r.Warnings = append(r.Warnings, "auth.jwt_secret is not set: secrets are stored in plaintext and tokens die with the process")
+	}
+	if cfg.LLM.BaseURL == "" {
+		r.Warnings = append(r.Warnings, "llm.base_url is not set: turns fail until a model endpoint is configured")
+	}
+	return r
+}
+
+func (s *server) serve(ctx context.Context, cfg config.Config, inst config.Instance, o Options) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	scheme := "http"
+	if cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("tls: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		scheme = "https"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queueDone := make(chan error, 1)
+	go func() { queueDone <- s.queue.Run(ctx) }()
+	go s.watchConfig(ctx, inst, o)
+
+	served := make(chan error, 1)
+	go func() { served <- s.api.App().Listener(ln) }()
+	s.log.Info("listening", "url", fmt.Sprintf("%s://%s", scheme, ln.Addr()), "instance", inst.Dir)
+
+	select {
+	case err = <-served:
+		cancel()
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+		if serr := s.api.Shutdown(10 * time.Second); serr != nil {
+			s.log.Warn("shutdown", "err", serr)
+		}
+		err = nil
+	}
+	s.engine.Close()
+	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
+		s.log.Warn("job queue", "err", qerr)
+	}
+	return err
+}
+
+// watchConfig applies rotated secrets (codumentorctl secrets rotate)
+// without a restart: tokens and the secrets' keyring are swapped when
+// config.yaml's auth section changes.
+func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Options) {
+	poll := o.ConfigPoll
+	if poll <= 0 {
+		poll = 2 * time.Second
+	}
+	file := o.ConfigFile
+	if file == "" {
+		file = inst.ConfigFile()
+	}
+	stamp := func() string {
+		st, err := os.Stat(file)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(st.ModTime().UnixNano(), st.Size(), st.Sys())
+	}
+	last := stamp()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := stamp()
+		if now == last {
+			continue
+		}
+		last = now
+		next, err := inst.Load(o.ConfigFile)
+		if err != nil {
+			s.log.Error("config.yaml changed but cannot be read; keeping the running configuration", "err", err)
+			continue
+		}
+		cur := s.cfg.Load()
+		if next.Auth.JWTSecret == cur.Auth.JWTSecret && slices.Equal(next.Auth.PreviousJWTSecrets, cur.Auth.PreviousJWTSecrets) {
+			continue
+		}
+		tokens, err := auth.NewTokens(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets, cur.Auth.TokenTTL.Std())
+		if err != nil {
+			s.log.Error("config.yaml has new secrets that cannot be used; keeping the running ones", "err", err)
+			continue
+		}
+		s.tokens.Store(tokens)
+		s.secrets.SetKeyring(secrets.NewKeyring(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets))
+		updated := *cur
+		updated.Auth.JWTSecret, updated.Auth.PreviousJWTSecrets = next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets
+		s.cfg.Store(&updated)
+		s.log.Info("auth secrets reloaded from config.yaml", "previous", len(next.Auth.PreviousJWTSecrets))
+	}
+}
+
+// checkListen refuses to serve in the clear beyond this machine unless
+// told to.
+func checkListen(cfg config.Config) error {
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %q is not host:port", cfg.Listen)
+	}
+	if isLoopback(host) || cfg.TLS.Enabled() || cfg.InsecureListen {
+		return nil
+	}
+	return fmt.Errorf("%w %q: configure tls.cert_file and tls.key_file, listen on 127.0.0.1, or pass --insecure-listen (e.g. behind a TLS proxy)", ErrInsecureListen, cfg.Listen)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// trees are the conversations' lower trees: an empty private directory
+// each until repositories can be attached.
+type trees struct{ dir string }
+
+var conversationID = regexp.MustCompile(`^conv_[0-9a-f]{24}$`)
+
+func (t *trees) Lower(ctx context.Context, user, conversation string) (string, error) {
+	if !conversationID.MatchString(conversation) {
+		return "", fmt.Errorf("not a conversation ID: %q", conversation)
+	}
+	d := filepath.Join(t.dir, conversation)
+	if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return d, nil
+}
+
+// Remove deletes a deleted conversation's tree.
+func (t *trees) Remove(conversation string) error {
+	if !conversationID.MatchString(conversation) {
+		return fmt.Errorf("not a conversation ID: %q", conversation)
+	}
+	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
+}
+
+// unconfiguredLLM answers every turn with what to configure.
+type unconfiguredLLM struct{}
+
+func (unconfiguredLLM) Stream(context.Context, agentcore.Request) (agentcore.Stream, error) {
+	return nil, errors.New("no model is configured: set llm.base_url (and llm.model) in config.yaml to an OpenAI-compatible endpoint and restart")
+}
