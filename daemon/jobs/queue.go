@@ -476,7 +476,7 @@ func (q *Queue) call(ctx context.Context, log hclog.Logger, j *Job) (result any,
 // taken over (it expired, and another Queue put the job back), it closes
 // lost and cancels the handler.
 func (q *Queue) heartbeat(ctx context.Context, j *Job, cancel context.CancelFunc, lost, done chan struct{}) {
-	t := time.NewTicker(q.o.Lease / 3)
+	t := time.NewTicker(max(q.o.Lease/3, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {

@@ -333,6 +333,67 @@ func TestRestartReclaimsExpiredLease(t *testing.T) {
 	}
 }
 
+// A job running longer than its lease keeps it: another Queue on the
+// database does not take it over while the heartbeat renews it.
+func TestLeaseRenewed(t *testing.T) {
+	_, path := tempDB(t)
+	var runs atomic.Int32
+	var queues []*Queue
+	for range 2 {
+		q := newQueue(t, openDB(t, path), Options{Lease: 100 * time.Millisecond})
+		q.Handle("slow", func(ctx context.Context, j *Job) (any, error) {
+			runs.Add(1)
+			select {
+			case <-time.After(400 * time.Millisecond):
+				return "slow", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		queues = append(queues, q)
+	}
+	id := mustEnqueue(t, queues[0], "slow", nil, EnqueueOptions{}).ID
+	for _, q := range queues {
+		start(t, q)
+	}
+	j := waitJob(t, queues[0], id, hasStatus(StatusSucceeded))
+	if r := runs.Load(); r != 1 || j.Attempts != 1 || j.LastError != "" {
+		t.Fatalf("job longer than its lease: %d runs, %+v; want one attempt", r, j)
+	}
+}
+
+// A worker whose lease was taken over stops its handler and records
+// nothing: the job belongs to the new claim.
+func TestLeaseLost(t *testing.T) {
+	db, _ := tempDB(t)
+	q := newQueue(t, db, Options{Lease: 30 * time.Millisecond})
+	started, canceled := make(chan struct{}), make(chan struct{})
+	q.Handle("victim", func(ctx context.Context, j *Job) (any, error) {
+		close(started)
+		<-ctx.Done()
+		close(canceled)
+		return "stale outcome", nil
+	})
+	id := mustEnqueue(t, q, "victim", nil, EnqueueOptions{}).ID
+	start(t, q)
+	<-started
+	// Another process took the job over and holds it for an hour.
+	err := db.Model(&Job{}).Where("id = ?", id).Updates(map[string]any{"claim": "someone-else", "lease_until": time.Now().UTC().Add(time.Hour)}).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-canceled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context did not end when its lease was taken over")
+	}
+	time.Sleep(10 * q.o.Poll)
+	j, err := q.Get(context.Background(), id)
+	if err != nil || j.Status != StatusRunning || j.Claim != "someone-else" || len(j.Result) != 0 {
+		t.Fatalf("job after its lease was taken over = %+v, %v; want it left to the new claim", j, err)
+	}
+}
+
 // Stopping the queue puts a running job back without counting the attempt.
 func TestShutdownRequeues(t *testing.T) {
 	db, _ := tempDB(t)
