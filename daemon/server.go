@@ -146,7 +146,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	}
 	tokens, err := auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std())
 	if err != nil {
-		return nil, fmt.Errorf("auth.jwt_secret: %w", err)
+		return nil, err
 	}
 	s.tokens.Store(tokens)
 	var ldapCfg *ldap.Config

@@ -306,7 +306,9 @@ func (i Instance) Load(file string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: %w", file, err)
 	}
 	for _, o := range envOverrides {
-		if v, ok := os.LookupEnv(o.name); ok {
+		// Empty counts as unset: an empty export must not turn
+		// encryption off.
+		if v := os.Getenv(o.name); v != "" {
 			*o.key(&c) = v
 			if err := c.Validate(); err != nil {
 				return Config{}, fmt.Errorf("%s: %w", o.name, err)

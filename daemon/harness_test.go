@@ -1,0 +1,365 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// bin is the codumentor binary the tests run: the real server process,
+// so that it can be killed with SIGKILL and restarted.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "codumentor-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "codumentor")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/codumentor/codumentor/daemon/codumentor").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building codumentor: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testSecret = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+// instance is an instance directory for one test.
+type instance struct {
+	t   *testing.T
+	dir string
+}
+
+// newInstance creates an instance whose config.yaml has a jwt_secret
+// and the extra YAML given.
+func newInstance(t *testing.T, extra string) *instance {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "instance")
+	inst := config.Instance{Dir: dir}
+	if err := inst.Init(); err != nil {
+		t.Fatal(err)
+	}
+	// overlayfs leaves a mode-000 work dir that t.TempDir cannot remove.
+	t.Cleanup(func() { overlay.RemoveAll(inst.WorkspacesDir()) })
+	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + extra
+	if err := os.WriteFile(inst.ConfigFile(), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &instance{t: t, dir: dir}
+}
+
+func (in *instance) config() config.Instance { return config.Instance{Dir: in.dir} }
+
+// addUser adds a local user through the database, as codumentorctl does.
+func (in *instance) addUser(name, password string, admin bool) auth.User {
+	in.t.Helper()
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	defer store.Close(db)
+	users, err := auth.NewUsers(db)
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	u, err := users.Add(context.Background(), auth.AddUser{Name: name, Password: password, Admin: admin})
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return u
+}
+
+// proc is a running codumentor api.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	URL    string
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listening = regexp.MustCompile(`listening: url=(\S+)`)
+
+// start runs codumentor api on a free loopback port and waits until it
+// listens.
+func (in *instance) start(env ...string) *proc {
+	in.t.Helper()
+	p, err := in.run(env...)
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return p
+}
+
+// run starts the server; it returns an error with the server's output if
+// it exits before listening.
+func (in *instance) run(env ...string) (*proc, error) {
+	cmd := exec.Command(bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	in.t.Cleanup(p.kill)
+	deadline := time.After(60 * time.Second)
+	for {
+		if m := listening.FindStringSubmatch(p.stderr.String()); m != nil {
+			p.URL = m[1]
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("codumentor api exited (%v) before listening:\n%s", cmd.ProcessState, p.stderr)
+		case <-deadline:
+			p.kill()
+			return nil, fmt.Errorf("codumentor api did not listen within 60 s:\n%s", p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stop shuts the server down gracefully (SIGTERM).
+func (p *proc) stop() {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("codumentor api did not stop within 30 s of SIGTERM:\n%s", p.stderr)
+		p.kill()
+	}
+}
+
+// kill ends the server with SIGKILL: no shutdown code runs.
+func (p *proc) kill() {
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// client calls the API with a token.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+func (p *proc) anon() *client { return &client{t: p.t, base: p.URL} }
+
+func (p *proc) login(name, password string) *client {
+	p.t.Helper()
+	c := p.anon()
+	var res struct {
+		Token     string    `json:"token"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	c.must(http.StatusOK, "POST", "/api/v1/auth/login", map[string]string{"username": name, "password": password}, &res)
+	if res.Token == "" || time.Until(res.ExpiresAt) <= 0 {
+		p.t.Fatalf("login %s: token %q expires %v", name, res.Token, res.ExpiresAt)
+	}
+	c.token = res.Token
+	return c
+}
+
+func (c *client) with(token string) *client { return &client{t: c.t, base: c.base, token: token} }
+
+// do sends one request; body is JSON-encoded unless it is a string.
+func (c *client) do(method, path string, body any) (int, []byte, http.Header) {
+	c.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		r = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res.StatusCode, b, res.Header
+}
+
+// must sends a request, requires the status and decodes the JSON answer
+// into out (if not nil).
+func (c *client) must(status int, method, path string, body, out any) []byte {
+	c.t.Helper()
+	got, b, _ := c.do(method, path, body)
+	if got != status {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, status, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			c.t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
+	}
+	return b
+}
+
+// sseEvent is one server-sent event as received.
+type sseEvent struct {
+	ID   string
+	Type string
+	Data json.RawMessage
+}
+
+// stream is an open event stream.
+type stream struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	events chan sseEvent
+	err    chan error
+}
+
+// follow opens GET …/events with Last-Event-ID lastID ("" for none).
+func (c *client) follow(conv, lastID string) *stream {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/conversations/"+conv+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		c.t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		cancel()
+		c.t.Fatalf("events: %d %s: %s", res.StatusCode, res.Header.Get("Content-Type"), b)
+	}
+	s := &stream{t: c.t, cancel: cancel, events: make(chan sseEvent, 1024), err: make(chan error, 1)}
+	go func() {
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.Type != "" {
+					s.events <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
+			case strings.HasPrefix(line, "id: "):
+				ev.ID = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				ev.Type = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				ev.Data = json.RawMessage(line[6:])
+			default:
+				s.err <- fmt.Errorf("unexpected SSE line %q", line)
+				return
+			}
+		}
+		s.err <- fmt.Errorf("stream ended: %v", sc.Err())
+	}()
+	c.t.Cleanup(cancel)
+	return s
+}
+
+// next returns the next event, failing the test after timeout.
+func (s *stream) next(timeout time.Duration) sseEvent {
+	s.t.Helper()
+	select {
+	case ev := <-s.events:
+		return ev
+	case err := <-s.err:
+		s.t.Fatalf("waiting for an event: %v", err)
+	case <-time.After(timeout):
+		s.t.Fatalf("no event within %v", timeout)
+	}
+	return sseEvent{}
+}
+
+// until returns the events up to and including the first of type typ.
+func (s *stream) until(typ string, timeout time.Duration) []sseEvent {
+	s.t.Helper()
+	var evs []sseEvent
+	deadline := time.Now().Add(timeout)
+	for {
+		ev := s.next(time.Until(deadline))
+		evs = append(evs, ev)
+		if ev.Type == typ {
+			return evs
+		}
+	}
+}
+
+// quiet checks that no event arrives within d.
+func (s *stream) quiet(d time.Duration) {
+	s.t.Helper()
+	select {
+	case ev := <-s.events:
+		s.t.Fatalf("unexpected event %s %s %s", ev.ID, ev.Type, ev.Data)
+	case <-time.After(d):
+	}
+}
+
+func (s *stream) close() { s.cancel() }

@@ -1,0 +1,580 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/ldap/ldaptest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+)
+
+const pw = "correct horse battery"
+
+// llm starts the scripted model and returns the YAML that points the
+// server at it.
+func llm(t *testing.T, steps ...llmtest.Step) string {
+	t.Helper()
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: steps}, llmtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL())
+}
+
+// needSandbox fails (CI) or skips when this machine cannot sandbox.
+func needSandbox(t *testing.T) {
+	t.Helper()
+	sandboxtest.RequireUnprivileged(t)
+	// The server (not this test binary) runs the sandboxes, with bwrap
+	// from PATH.
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		sandboxtest.SkipOrFail(t, "bwrap: %v", err)
+	}
+}
+
+func shellCall(cmd string) llmtest.Step {
+	return llmtest.Step{Text: "Running it.", ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: fmt.Sprintf(`{"command":%q}`, cmd)}}}
+}
+
+type conversation struct {
+	ID string `json:"id"`
+}
+
+func (c *client) newConversation() string {
+	c.t.Helper()
+	var conv conversation
+	c.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "test"}, &conv)
+	return conv.ID
+}
+
+func (c *client) send(conv, content string) string {
+	c.t.Helper()
+	var res struct {
+		TurnID string `json:"turn_id"`
+	}
+	c.must(http.StatusAccepted, "POST", "/api/v1/conversations/"+conv+"/messages", map[string]string{"content": content}, &res)
+	return res.TurnID
+}
+
+func approvalID(t *testing.T, ev sseEvent) string {
+	t.Helper()
+	var a agentcore.Approval
+	if err := json.Unmarshal(eventData(t, ev), &a); err != nil || a.ID == "" {
+		t.Fatalf("approval event %s: %v", ev.Data, err)
+	}
+	return a.ID
+}
+
+// eventData is the data object of an SSE event's Event.
+func eventData(t *testing.T, ev sseEvent) json.RawMessage {
+	t.Helper()
+	var e agentcore.Event
+	if err := json.Unmarshal(ev.Data, &e); err != nil {
+		t.Fatalf("event %s: %v", ev.Data, err)
+	}
+	if strconv.FormatInt(e.Seq, 10) != ev.ID || e.Type != ev.Type {
+		t.Fatalf("SSE id/event %s/%s disagree with the data %s", ev.ID, ev.Type, ev.Data)
+	}
+	return e.Data
+}
+
+// The issue's must-show: B's token on every conversation route with A's
+// IDs answers 404 with the same body as an unknown ID, and changes
+// nothing.
+func TestOwnershipIs404(t *testing.T) {
+	in := newInstance(t, llm(t, shellCall("echo hi")))
+	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	a, b := p.login("alice", pw), p.login("bob", pw)
+
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	a.send(conv, "say hi")
+	evs := s.until(agentcore.EventApprovalPending, 30*time.Second)
+	aid := approvalID(t, evs[len(evs)-1])
+
+	routes := func(conv, aid string) [][3]string {
+		c := "/api/v1/conversations/" + conv
+		return [][3]string{
+			{"GET", c, ""},
+			{"DELETE", c, ""},
+			{"POST", c + "/messages", `{"content":"hello"}`},
+			{"GET", c + "/events", ""},
+			{"GET", c + "/approvals", ""},
+			{"POST", c + "/approvals/" + aid, `{"decision":"approve"}`},
+			{"GET", c + "/workspace/diff", ""},
+			{"GET", c + "/workspace/files?path=", ""},
+		}
+	}
+	var want []byte
+	for _, probe := range []struct {
+		who  *client
+		conv string
+		aid  string
+	}{
+		{b, conv, aid},                                 // B with A's IDs
+		{b, "conv_000000000000000000000000", aid},      // an unknown conversation
+		{b, "conv_000000000000000000000000", "appr_x"}, // nothing known at all
+		{a, conv, "appr_000000000000000000000000"},     // A's conversation, unknown approval
+	} {
+		for _, r := range routes(probe.conv, probe.aid) {
+			if probe.who == a && !strings.Contains(r[1], "/approvals/") {
+				continue // only the unknown approval is a 404 for the owner
+			}
+			var body any
+			if r[2] != "" {
+				body = r[2]
+			}
+			status, got, _ := probe.who.do(r[0], r[1], body)
+			if status != http.StatusNotFound {
+				t.Errorf("%s %s: status %d, want 404: %s", r[0], r[1], status, got)
+			}
+			if want == nil {
+				want = got
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s %s: body %s differs from %s", r[0], r[1], got, want)
+			}
+		}
+	}
+	// Nothing B did touched A's conversation: the approval still waits.
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv, nil, nil)
+	var list struct{ Approvals []agentcore.Approval }
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/approvals?status=pending", nil, &list)
+	if len(list.Approvals) != 1 || list.Approvals[0].ID != aid {
+		t.Fatalf("A's pending approvals after B's attempts: %+v", list.Approvals)
+	}
+	var convs struct{ Conversations []conversation }
+	b.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &convs)
+	if len(convs.Conversations) != 0 {
+		t.Fatalf("B lists A's conversations: %+v", convs)
+	}
+}
+
+// Forged tokens get the same 401 as no token.
+func TestForgedTokensAre401(t *testing.T) {
+	in := newInstance(t, "")
+	u := in.addUser("alice", pw, false)
+	p := in.start()
+	good := p.login("alice", pw).token
+
+	b64 := base64.RawURLEncoding.EncodeToString
+	sign := func(key, header, payload string) string {
+		msg := b64([]byte(header)) + "." + b64([]byte(payload))
+		m := hmac.New(sha256.New, []byte(key))
+		m.Write([]byte(msg))
+		return msg + "." + b64(m.Sum(nil))
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	claims := fmt.Sprintf(`{"sub":%q,"name":"alice","role":"admin","iss":"codumentor","iat":%d,"exp":%d}`, u.ID, time.Now().Unix(), exp)
+	parts := strings.Split(good, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	tampered := parts[0] + "." + b64(bytes.Replace(payload, []byte(`"user"`), []byte(`"admin"`), 1)) + "." + parts[2]
+	cases := map[string]string{
+		"none":        b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(claims)) + ".",
+		"wrong key":   sign("another-secret-0123456789-abcdefghijklmnop", `{"alg":"HS256","typ":"JWT"}`, claims),
+		"expired":     sign(testSecret, `{"alg":"HS256","typ":"JWT"}`, strings.Replace(claims, strconv.FormatInt(exp, 10), strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10), 1)),
+		"tampered":    tampered,
+		"garbage":     "not.a.token",
+		"empty":       "",
+		"signature 0": parts[0] + "." + parts[1] + "." + b64(make([]byte, 32)),
+	}
+	_, want, _ := p.anon().do("GET", "/api/v1/me", nil)
+	for name, tok := range cases {
+		status, body, _ := p.anon().with(tok).do("GET", "/api/v1/me", nil)
+		if status != http.StatusUnauthorized || !bytes.Equal(body, want) {
+			t.Errorf("%s: %d %s, want 401 %s", name, status, body, want)
+		}
+	}
+	var me struct{ Name, Role string }
+	p.anon().with(good).must(http.StatusOK, "GET", "/api/v1/me", nil, &me)
+	if me.Name != "alice" || me.Role != "user" {
+		t.Fatalf("me = %+v", me)
+	}
+}
+
+func TestLDAPLogin(t *testing.T) {
+	dir := ldaptest.Start(t)
+	dir.AddUser(t, "carol", "ldap password 1", "Carol Example", "carol@example.org")
+	in := newInstance(t, fmt.Sprintf("  ldap:\n    url: %s\n    bind_dn: uid={username},%s\n", dir.URL, dir.PeopleDN))
+	p := in.start()
+	c := p.login("carol", "ldap password 1")
+	var me struct{ Name, Source, Email, Role string }
+	c.must(http.StatusOK, "GET", "/api/v1/me", nil, &me)
+	if me.Name != "carol" || me.Source != "ldap" || me.Email != "carol@example.org" || me.Role != "user" {
+		t.Fatalf("me = %+v", me)
+	}
+	c.newConversation()
+	status, body, _ := p.anon().do("POST", "/api/v1/auth/login", map[string]string{"username": "carol", "password": "wrong password"})
+	if status != http.StatusUnauthorized {
+		t.Fatalf("wrong LDAP password: %d %s", status, body)
+	}
+}
+
+func TestLoginRateLimit(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	var last int
+	var hdr http.Header
+	for i := 0; i < 40 && last != http.StatusTooManyRequests; i++ {
+		last, _, hdr = p.anon().do("POST", "/api/v1/auth/login", map[string]string{"username": "alice", "password": "wrong guess"})
+	}
+	if last != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("repeated failed logins: last status %d, Retry-After %q", last, hdr.Get("Retry-After"))
+	}
+	// Even the right password waits now.
+	if status, body, _ := p.anon().do("POST", "/api/v1/auth/login", map[string]string{"username": "alice", "password": pw}); status != http.StatusTooManyRequests {
+		t.Fatalf("login while limited: %d %s", status, body)
+	}
+}
+
+func TestAdminUsers(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, alice := p.login("root", pw), p.login("alice", pw)
+	if status, body, _ := alice.do("GET", "/api/v1/admin/users", nil); status != http.StatusForbidden {
+		t.Fatalf("non-admin lists users: %d %s", status, body)
+	}
+	admin.must(http.StatusCreated, "POST", "/api/v1/admin/users", map[string]any{"name": "dave", "password": pw}, nil)
+	admin.must(http.StatusConflict, "POST", "/api/v1/admin/users", map[string]any{"name": "dave", "password": pw}, nil)
+	admin.must(http.StatusBadRequest, "POST", "/api/v1/admin/users", map[string]any{"name": "Bad Name", "password": pw}, nil)
+	admin.must(http.StatusBadRequest, "POST", "/api/v1/admin/users", map[string]any{"name": "eve", "password": "short"}, nil)
+	admin.must(http.StatusBadRequest, "POST", "/api/v1/admin/users", `{"name":"eve","pasword":"typo in the key"}`, nil)
+	var list struct{ Users []struct{ Name string } }
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/users", nil, &list)
+	if len(list.Users) != 3 {
+		t.Fatalf("users: %+v", list.Users)
+	}
+	p.login("dave", pw)
+}
+
+// The issue's must-show turn: a shell command approved over HTTP runs in
+// the sandbox; SSE reconnects with Last-Event-ID receive exactly what
+// they missed, also after a restart.
+func TestApprovedTurnOverSSE(t *testing.T) {
+	needSandbox(t)
+	in := newInstance(t, llm(t,
+		shellCall("echo hello > greeting.txt && cat greeting.txt"),
+		llmtest.Step{Expect: "hello", Text: "greeting.txt says hello."},
+	))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	a := p.login("alice", pw)
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	a.send(conv, "write a greeting")
+	evs := s.until(agentcore.EventApprovalPending, 30*time.Second)
+	aid := approvalID(t, evs[len(evs)-1])
+	// Nothing has run before the decision.
+	if b := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/diff", nil, nil); len(b) != 0 {
+		t.Fatalf("diff before approval: %s", b)
+	}
+	var decided agentcore.Approval
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "approve"}, &decided)
+	if decided.Status != agentcore.ApprovalDecided || decided.Decision != agentcore.DecisionApprove {
+		t.Fatalf("decided approval: %+v", decided)
+	}
+	a.must(http.StatusConflict, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "approve"}, nil)
+	evs = append(evs, s.until(agentcore.EventTurnFinished, 60*time.Second)...)
+	s.close()
+	var sawOutput bool
+	for i, ev := range evs {
+		if ev.ID != strconv.Itoa(i+1) {
+			t.Fatalf("event %d has id %s: %+v", i, ev.ID, evs)
+		}
+		if ev.Type == agentcore.EventToolOutput && strings.Contains(string(eventData(t, ev)), "hello") {
+			sawOutput = true
+		}
+	}
+	if !sawOutput {
+		t.Fatalf("no tool_output with the command's output in %+v", evs)
+	}
+
+	diff := string(a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/diff", nil, nil))
+	if !strings.Contains(diff, "+++ b/greeting.txt") || !strings.Contains(diff, "+hello") {
+		t.Fatalf("diff:\n%s", diff)
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=greeting.txt", nil, nil); string(got) != "hello\n" {
+		t.Fatalf("file: %q", got)
+	}
+	var dir agentcore.WorkspaceFile
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=", nil, &dir)
+	if !dir.Dir || len(dir.Entries) != 1 || dir.Entries[0].Name != "greeting.txt" {
+		t.Fatalf("root listing: %+v", dir)
+	}
+	for _, bad := range []string{"../instance", "/etc/passwd", "a/../../x"} {
+		a.must(http.StatusBadRequest, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path="+bad, nil, nil)
+	}
+
+	// Reconnect after the 3rd event: exactly the rest.
+	resume := func(c *client, want []sseEvent) {
+		t.Helper()
+		s := c.follow(conv, "3")
+		defer s.close()
+		for _, w := range want[3:] {
+			got := s.next(10 * time.Second)
+			if got.ID != w.ID || got.Type != w.Type || !bytes.Equal(got.Data, w.Data) {
+				t.Fatalf("replayed %s %s %s, want %s %s %s", got.ID, got.Type, got.Data, w.ID, w.Type, w.Data)
+			}
+		}
+		s.quiet(300 * time.Millisecond)
+	}
+	resume(a, evs)
+	p.stop()
+	p = in.start()
+	resume(p.login("alice", pw), evs)
+	// ?after= is the same as Last-Event-ID.
+	_, body, _ := p.login("alice", pw).do("GET", "/api/v1/conversations/"+conv+"/events?after=bad", nil)
+	if !strings.Contains(string(body), "bad_request") {
+		t.Fatalf("bad after: %s", body)
+	}
+}
+
+// kill -9 in the middle of a turn: every event a client received is
+// still there after a restart, the turn is marked failed with a reason,
+// and the conversation goes on.
+func TestKillMidTurn(t *testing.T) {
+	in := newInstance(t, llm(t,
+		shellCall("sleep 1"),
+		llmtest.Step{Text: "The last command was interrupted; carrying on."},
+	))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	a := p.login("alice", pw)
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	a.send(conv, "run something")
+	received := s.until(agentcore.EventApprovalPending, 30*time.Second)
+	p.kill()
+
+	p = in.start()
+	a = p.login("alice", pw)
+	s = a.follow(conv, "")
+	for _, w := range received {
+		got := s.next(10 * time.Second)
+		if got.ID != w.ID || got.Type != w.Type || !bytes.Equal(got.Data, w.Data) {
+			t.Fatalf("after the restart %s %s %s, want %s %s %s", got.ID, got.Type, got.Data, w.ID, w.Type, w.Data)
+		}
+	}
+	rest := s.until(agentcore.EventTurnFailed, 10*time.Second)
+	if !strings.Contains(string(eventData(t, rest[len(rest)-1])), "interrupted") {
+		t.Fatalf("turn_failed without the reason: %s", rest[len(rest)-1].Data)
+	}
+	var approvals struct{ Approvals []agentcore.Approval }
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/approvals?status=pending", nil, &approvals)
+	if len(approvals.Approvals) != 0 {
+		t.Fatalf("approvals still pending after the restart: %+v", approvals.Approvals)
+	}
+	a.send(conv, "go on")
+	s.until(agentcore.EventTurnFinished, 30*time.Second)
+}
+
+// The must-show for secrets: stored encrypted, used by a command, never
+// returned; rotation while the server runs keeps them readable.
+func TestSecrets(t *testing.T) {
+	needSandbox(t)
+	const value = "s3cr3t-canary-7f1c2a9e"
+	sum := sha256.Sum256([]byte(value))
+	in := newInstance(t, llm(t,
+		shellCall("printf %s {{secret:API_TOKEN}} | sha256sum"),
+		llmtest.Step{Expect: hex.EncodeToString(sum[:]), Text: "hashed"},
+		shellCall("printf %s {{secret:API_TOKEN}} | sha256sum"),
+		llmtest.Step{Expect: hex.EncodeToString(sum[:]), Text: "hashed again"},
+	)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	a := p.login("alice", pw)
+	a.must(http.StatusBadRequest, "PUT", "/api/v1/secrets/bad-name", map[string]string{"value": "x"}, nil)
+	a.must(http.StatusBadRequest, "PUT", "/api/v1/secrets/EMPTY", map[string]string{"value": ""}, nil)
+	a.must(http.StatusOK, "PUT", "/api/v1/secrets/API_TOKEN", map[string]string{"value": value}, nil)
+	for _, path := range []string{"/api/v1/secrets", "/api/v1/secrets/API_TOKEN"} {
+		if b := a.must(http.StatusOK, "GET", path, nil, nil); bytes.Contains(b, []byte(value)) || !bytes.Contains(b, []byte("API_TOKEN")) {
+			t.Fatalf("GET %s: %s", path, b)
+		}
+	}
+	p.login("bob", pw).must(http.StatusNotFound, "GET", "/api/v1/secrets/API_TOKEN", nil, nil)
+
+	turn := func(c *client, conv string) {
+		t.Helper()
+		s := c.follow(conv, "")
+		defer s.close()
+		c.send(conv, "hash my token")
+		evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+		for _, ev := range evs {
+			if bytes.Contains(ev.Data, []byte(value)) {
+				t.Fatalf("the secret's value is in event %s", ev.Data)
+			}
+		}
+	}
+	conv := a.newConversation()
+	turn(a, conv)
+
+	// The database files never hold the value.
+	grepDB := func() {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(in.config().DataDir(), "*"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, []byte(value)) {
+				t.Fatalf("%s holds the secret's value in plaintext", f)
+			}
+		}
+	}
+	grepDB()
+	keyOf := func(c *client) string {
+		var m struct {
+			KeyID string `json:"key_id"`
+		}
+		c.must(http.StatusOK, "GET", "/api/v1/secrets/API_TOKEN", nil, &m)
+		return m.KeyID
+	}
+	oldKey := keyOf(a)
+
+	// Rotate while the server runs (what codumentorctl secrets rotate
+	// does), wait for the reload, and use the secret again.
+	if _, err := config.RotateSecret(in.config().ConfigFile(), config.NewSecret()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(p.stderr.String(), "auth secrets reloaded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not reload the rotated secret:\n%s", p.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/me", nil, nil) // a token of the old secret still verifies
+	a = p.login("alice", pw)
+	turn(a, a.newConversation())
+	if newKey := keyOf(a); newKey == oldKey || newKey == "" {
+		t.Fatalf("the secret was not re-encrypted on use: key %q before and after", oldKey)
+	}
+	grepDB()
+	// And after a restart, with the rotated config only.
+	p.stop()
+	p = in.start()
+	turn(p.login("alice", pw), conv)
+}
+
+func TestReadyzWithoutSandbox(t *testing.T) {
+	in := newInstance(t, llm(t, shellCall("echo hi"))+"sandbox:\n  bwrap: /nonexistent/bwrap\n  shell_always_allow: true\n")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	status, body, _ := p.anon().do("GET", "/readyz", nil)
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "/nonexistent/bwrap") {
+		t.Fatalf("readyz without bwrap: %d %s", status, body)
+	}
+	// The shell tool fails closed.
+	a := p.login("alice", pw)
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	a.send(conv, "say hi")
+	s.until(agentcore.EventSandboxUnavailable, 30*time.Second)
+}
+
+func TestReadyz(t *testing.T) {
+	needSandbox(t)
+	in := newInstance(t, "")
+	p := in.start()
+	var r struct {
+		Ready    bool
+		Checks   []struct{ Name string }
+		Warnings []string
+	}
+	p.anon().must(http.StatusOK, "GET", "/readyz", nil, &r)
+	if !r.Ready || len(r.Checks) < 5 || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "llm.base_url") {
+		t.Fatalf("readyz: %+v", r)
+	}
+	p.anon().must(http.StatusOK, "GET", "/healthz", nil, nil)
+	metrics := string(p.anon().must(http.StatusOK, "GET", "/metrics", nil, nil))
+	if !strings.Contains(metrics, `codumentor_http_requests_total{method="GET",route="/readyz",status="200"} 1`) {
+		t.Fatalf("metrics:\n%s", metrics)
+	}
+}
+
+func TestStartRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		prepare    func(in *instance)
+		args       []string
+		want       string
+	}{
+		{name: "public address", args: []string{"--listen", "0.0.0.0:0"}, want: "--insecure-listen"},
+		{name: "loose mode", prepare: func(in *instance) { os.Chmod(in.dir, 0o755) }, want: "chmod 0700"},
+		{name: "unknown key", yaml: "sandbox:\n  sekcomp: enforce\n", want: "sekcomp"},
+		{name: "short secret", prepare: func(in *instance) {
+			os.WriteFile(in.config().ConfigFile(), []byte("auth:\n  jwt_secret: short\n"), 0o600)
+		}, want: "too short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := newInstance(t, tc.yaml)
+			if tc.prepare != nil {
+				tc.prepare(in)
+			}
+			args := append([]string{"api", "--instance", in.dir}, tc.args...)
+			if len(tc.args) == 0 {
+				args = append(args, "--listen", "127.0.0.1:0")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("codumentor %v: %v, output %q; want a failure mentioning %q", args, err, out, tc.want)
+			}
+		})
+	}
+}
+
+// The scheduled workspace GC runs and its job is visible to admins only.
+func TestWorkspaceGCJob(t *testing.T) {
+	in := newInstance(t, "sandbox:\n  gc_interval: 1s\n")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	var id string
+	deadline := time.Now().Add(30 * time.Second)
+	for id == "" {
+		db, err := store.Open(context.Background(), in.config().Database())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Raw("SELECT id FROM jobs WHERE kind = ? AND status = ?", "workspace_gc", "succeeded").Scan(&id)
+		store.Close(db)
+		if time.Now().After(deadline) {
+			t.Fatalf("no workspace_gc job succeeded:\n%s", p.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var j struct{ Kind, Status string }
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/jobs/"+id, nil, &j)
+	if j.Kind != "workspace_gc" || j.Status != "succeeded" {
+		t.Fatalf("job: %+v", j)
+	}
+	p.login("alice", pw).must(http.StatusNotFound, "GET", "/api/v1/jobs/"+id, nil, nil)
+}
