@@ -132,7 +132,7 @@ func TestOwnershipIs404(t *testing.T) {
 		conv string
 		aid  string
 	}{
-		{b, conv, aid},                                 // B with A's IDs
+		{b, conv, aid}, // B with A's IDs
 		{b, "conv_000000000000000000000000", aid},      // an unknown conversation
 		{b, "conv_000000000000000000000000", "appr_x"}, // nothing known at all
 		{a, conv, "appr_000000000000000000000000"},     // A's conversation, unknown approval

@@ -28,7 +28,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 			documented = append(documented, strings.ToUpper(method)+" "+path)
 			var op struct {
-				Responses  map[string]json.RawMessage `json:"responses"`
+				Responses  map[string]json.RawMessage  `json:"responses"`
 				Parameters []struct{ Name, In string } `json:"parameters"`
 			}
 			if err := json.Unmarshal(raw, &op); err != nil {
