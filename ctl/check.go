@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/urfave/cli/v3"
 )
@@ -17,6 +18,8 @@ import (
 type checkOptions struct {
 	bwrap         string
 	workspaceBase string
+	// instance, when set, adds the instance directory's checks.
+	instance string
 }
 
 // checkSources produce the checks of `codumentorctl check`, in order.
@@ -24,6 +27,7 @@ type checkOptions struct {
 // (seccomp, instance) are appended here.
 var checkSources = []func(context.Context, checkOptions, *checkReport){
 	sandboxChecks,
+	instanceChecks,
 }
 
 // checkReport is the output of `check --json`: the sandbox Doctor's Report
@@ -54,12 +58,18 @@ func checkCommand() *cli.Command {
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
 			"working, and real toolchains (sh, git, cc, go) under enforce; about 10-30 s.\n" +
+			"With --instance DIR it also checks the server's instance directory (modes,\n" +
+			"config.yaml, auth.jwt_secret, the database in WAL mode), without changing it, and\n" +
+			"runs the sandbox checks with its sandbox.bwrap and on its workspaces' filesystem.\n" +
 			"Every check is required: exit status 1 when any fails.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "probe", Usage: "also run the seccomp probe suite and print its matrix"},
 			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
-			&cli.StringFlag{Name: "workspace-base", Usage: "directory that will hold workspace upper dirs; the overlay check mounts one there (default: the temp dir)", TakesFile: true},
+			&cli.StringFlag{Name: "workspace-base", Usage: "directory that will hold workspace upper dirs; the overlay check mounts one there (default: the temp dir, or DIR/workspaces with --instance)", TakesFile: true},
+			// No default, unlike the other commands' --instance: a machine
+			// check must not fail over an instance nobody asked about.
+			&cli.StringFlag{Name: "instance", Usage: "also check `DIR`, the server's instance directory: modes, config.yaml, auth.jwt_secret, the database and its WAL mode; the sandbox checks then use its sandbox.bwrap and workspaces", TakesFile: true},
 		},
 		Action: runCheck,
 	}
@@ -69,7 +79,19 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base")}
+	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance")}
+	if o.instance != "" {
+		// Check the sandbox the server will run: its bwrap, and overlays on
+		// the filesystem of its workspaces. A config that does not load is
+		// reported by the instance's config check.
+		inst := config.Instance{Dir: o.instance}
+		if cfg, err := inst.Load(""); err == nil && o.bwrap == "" {
+			o.bwrap = cfg.Sandbox.Bwrap
+		}
+		if o.workspaceBase == "" {
+			o.workspaceBase = inst.WorkspacesDir()
+		}
+	}
 	r := &checkReport{}
 	for _, source := range checkSources {
 		source(ctx, o, r)
@@ -132,7 +154,7 @@ func printChecks(out io.Writer, r *checkReport) {
 	if !slices.ContainsFunc(r.Checks, func(c sandboxkit.Check) bool { return !c.OK }) {
 		fmt.Fprintln(out, "\nall checks passed")
 	} else {
-		fmt.Fprintln(out, "\nsandbox unavailable: fix the failed check above (checks after a failed one do not run)")
+		fmt.Fprintln(out, "\ncheck failed: fix the failed checks above (the sandbox checks after a failed one do not run)")
 	}
 }
 

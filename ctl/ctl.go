@@ -77,6 +77,9 @@ func New() *cli.Command {
 		Commands: []*cli.Command{
 			checkCommand(),
 			sandboxCommand(),
+			usersCommand(),
+			secretsCommand(),
+			gcCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

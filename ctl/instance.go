@@ -1,0 +1,188 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/urfave/cli/v3"
+	"gorm.io/gorm"
+)
+
+// envInstance names the instance directory when --instance is not given,
+// as it does for the server (codumentor api).
+const envInstance = "CODUMENTOR_INSTANCE"
+
+// defaultInstance is the server's default instance directory,
+// ~/.codumentor; $CODUMENTOR_INSTANCE overrides it through the flag's
+// Sources.
+func defaultInstance() string {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".codumentor")
+}
+
+// instanceFlag is the --instance flag of every command that works on an
+// instance directory, with the server's default.
+func instanceFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:      "instance",
+		Value:     defaultInstance(),
+		Usage:     "`DIR`, the server's instance directory",
+		Sources:   cli.EnvVars(envInstance),
+		TakesFile: true,
+	}
+}
+
+// openInstance returns the instance of cmd's --instance flag. With create
+// it makes the directories the server would (0700); without, they must
+// exist. Either way the instance must be private and belong to this user:
+// a file codumentorctl created as another user (root, typically) is one
+// the server could not open.
+func openInstance(cmd *cli.Command, create bool) (config.Instance, error) {
+	inst := config.Instance{Dir: cmd.String("instance")}
+	if inst.Dir == "" {
+		return inst, usageError(cmd, "no instance directory: give --instance DIR or set $%s", envInstance)
+	}
+	if err := checkOwner(inst.Dir); err != nil {
+		return inst, exitWith(exitFailure, err)
+	}
+	var err error
+	if create {
+		err = inst.Init()
+	} else {
+		err = inst.CheckModes()
+	}
+	if err != nil {
+		return inst, exitWith(exitFailure, err)
+	}
+	return inst, nil
+}
+
+// checkOwner refuses an existing instance directory that belongs to
+// another user.
+func checkOwner(dir string) error {
+	st, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to this user (uid %d): run codumentorctl as the server's user (for instance with sudo -u)", dir, sys.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+// openDatabase opens the instance's database, which must exist unless
+// create is set: commands that only read should not leave an empty
+// database behind a mistyped --instance.
+func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm.DB, error) {
+	if !create {
+		if _, err := os.Stat(inst.Database()); err != nil {
+			return nil, exitWith(exitFailure, fmt.Errorf("no database in %s: %w (the server creates it at its first start, and so does codumentorctl users add)", inst.Dir, err))
+		}
+	}
+	db, err := store.Open(ctx, inst.Database())
+	if err != nil {
+		return nil, exitWith(exitFailure, err)
+	}
+	return db, nil
+}
+
+// instanceChecks is the check source of `check --instance DIR`: the
+// instance directory as the server will find it. Unlike the sandbox
+// checks, each runs unless it needs what an earlier one failed to give.
+func instanceChecks(ctx context.Context, o checkOptions, r *checkReport) {
+	if o.instance == "" {
+		return
+	}
+	if r.Report == nil {
+		r.Report = &sandboxkit.Report{}
+	}
+	add := func(name string, err error, detail, remedy string) {
+		c := sandboxkit.Check{Name: name, OK: err == nil, Detail: detail}
+		if err != nil {
+			c.Detail, c.Remedy = err.Error(), remedy
+		}
+		r.Checks = append(r.Checks, c)
+	}
+	inst := config.Instance{Dir: o.instance}
+
+	create := "codumentorctl users add --instance " + inst.Dir + " NAME creates it"
+	if _, err := os.Stat(inst.Dir); err != nil {
+		add("instance-modes", err, "", create)
+		// Nothing else to look at.
+		return
+	}
+	err := checkOwner(inst.Dir)
+	remedy := "run codumentorctl as the server's user"
+	if err == nil {
+		err = inst.CheckModes()
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			remedy = create
+		case errors.Is(err, config.ErrLooseMode):
+			remedy = "chmod -R go-rwx " + inst.Dir
+		}
+	}
+	add("instance-modes", err, inst.Dir+" and its data, workspaces and logs directories are private (0700)", remedy)
+
+	cfg, err := inst.Load("")
+	add("config", err, inst.ConfigFile()+" loads and is valid", "fix the key named above in "+inst.ConfigFile())
+	if err == nil {
+		add("jwt-secret", jwtSecretStatus(cfg), describeSecret(cfg),
+			"codumentorctl secrets rotate --instance "+inst.Dir)
+	}
+
+	db, err := openDatabase(ctx, inst, false)
+	add("database", unwrapExit(err), inst.Database()+" opens", "codumentorctl users add --instance "+inst.Dir+" NAME creates it with the first user (so does the server's first start)")
+	if err != nil {
+		return
+	}
+	defer store.Close(db)
+	var mode string
+	err = db.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error
+	if err == nil && mode != "wal" {
+		err = fmt.Errorf("journal_mode=%s, not wal", mode)
+	}
+	add("wal", err, "journal_mode="+mode, "keep the instance on a local filesystem: SQLite's write-ahead log needs shared memory")
+}
+
+// jwtSecretStatus fails when the server would run without a secret.
+func jwtSecretStatus(cfg config.Config) error {
+	if cfg.Auth.JWTSecret == "" {
+		return errors.New("auth.jwt_secret is not set: tokens die with the server, and users' secrets are stored in plaintext")
+	}
+	return nil
+}
+
+// describeSecret names the current secret by its key ID (never by its
+// value) and says where it comes from.
+func describeSecret(cfg config.Config) string {
+	from := "config.yaml"
+	if _, ok := os.LookupEnv(config.EnvJWTSecret); ok {
+		from = "$" + config.EnvJWTSecret
+	}
+	return fmt.Sprintf("key ID %s (from %s), %d previous", secrets.NewKeyring(cfg.Auth.JWTSecret, nil).KeyID(), from, len(cfg.Auth.PreviousJWTSecrets))
+}
+
+// unwrapExit returns the message-bearing error inside an exitError.
+func unwrapExit(err error) error {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.err != nil {
+		return ee.err
+	}
+	return err
+}

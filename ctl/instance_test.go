@@ -1,0 +1,147 @@
+package ctl_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// newInstance returns the path of an instance directory that does not
+// exist yet, and keeps the test's own CODUMENTOR_JWT_SECRET (if any) away
+// from codumentorctl, whose behaviour it changes.
+func newInstance(t *testing.T) string {
+	t.Helper()
+	t.Setenv(config.EnvJWTSecret, "") // restored after the test
+	os.Unsetenv(config.EnvJWTSecret)
+	return filepath.Join(t.TempDir(), "instance")
+}
+
+// initInstance returns a new instance directory, created as the server
+// creates it.
+func initInstance(t *testing.T) string {
+	t.Helper()
+	dir := newInstance(t)
+	if err := (config.Instance{Dir: dir}).Init(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// instanceChecks runs check --instance dir --json and returns its checks
+// by name, with the whole result.
+func instanceChecks(t *testing.T, dir string) (map[string]sandboxkit.Check, checkJSON, result) {
+	t.Helper()
+	r := ctl(t, "check", "--json", "--instance", dir)
+	var rep checkJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%v", err, r)
+	}
+	byName := map[string]sandboxkit.Check{}
+	for _, c := range rep.Checks {
+		byName[c.Name] = c
+	}
+	allOK := len(rep.Checks) > 0
+	for _, c := range rep.Checks {
+		allOK = allOK && c.OK
+	}
+	if rep.OK != allOK || (r.code == 0) != allOK {
+		t.Errorf("verdict ok=%v and exit %d disagree with the checks:\n%v", rep.OK, r.code, r)
+	}
+	return byName, rep, r
+}
+
+func TestInstanceCheckNeedsSecret(t *testing.T) {
+	dir := newInstance(t)
+	if r := (run{args: []string{"users", "add", "--instance", dir, "--password-stdin", "alice"}, stdin: "correct horse\n"}).do(t); r.code != 0 {
+		t.Fatalf("users add: %v", r)
+	}
+
+	checks, _, r := instanceChecks(t, dir)
+	if r.code != 1 {
+		t.Errorf("want exit 1 without a secret, got %v", r)
+	}
+	for _, name := range []string{"instance-modes", "config", "database", "wal"} {
+		if c, ok := checks[name]; !ok || !c.OK {
+			t.Errorf("check %s missing or failed: %+v", name, c)
+		}
+	}
+	if c := checks["wal"]; c.Detail != "journal_mode=wal" {
+		t.Errorf("wal detail %q", c.Detail)
+	}
+	c := checks["jwt-secret"]
+	if c.OK || c.Remedy != "codumentorctl secrets rotate --instance "+dir {
+		t.Errorf("jwt-secret: want a failure fixed by secrets rotate, got %+v", c)
+	}
+	// The sandbox checks ran on the instance's workspaces (when they got
+	// that far).
+	if c, ok := checks["overlay"]; ok && c.OK && !strings.Contains(c.Detail, filepath.Join(dir, "workspaces")) {
+		t.Errorf("overlay check did not probe the instance's workspaces: %+v", c)
+	}
+
+	if r := ctl(t, "secrets", "rotate", "--instance", dir); r.code != 0 {
+		t.Fatalf("secrets rotate: %v", r)
+	}
+	checks, _, _ = instanceChecks(t, dir)
+	for _, name := range []string{"instance-modes", "config", "jwt-secret", "database", "wal"} {
+		if c, ok := checks[name]; !ok || !c.OK {
+			t.Errorf("after rotate, check %s missing or failed: %+v", name, c)
+		}
+	}
+
+	// The table has the rows too.
+	r = ctl(t, "check", "--instance", dir)
+	for _, name := range []string{"instance-modes", "config", "jwt-secret", "database", "wal"} {
+		if !strings.Contains(r.stdout, "\n"+name+" ") {
+			t.Errorf("table lacks a row for %s:\n%s", name, r.stdout)
+		}
+	}
+}
+
+func TestInstanceCheckLooseMode(t *testing.T) {
+	dir := initInstance(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checks, _, r := instanceChecks(t, dir)
+	c := checks["instance-modes"]
+	if r.code != 1 || c.OK || !strings.Contains(c.Detail, "chmod 0700 "+dir) || !strings.Contains(c.Remedy, "chmod") {
+		t.Errorf("want a failed instance-modes check naming chmod, got %+v\n%v", c, r)
+	}
+	// The other commands refuse the instance too, saying how to fix it.
+	r = ctl(t, "users", "list", "--instance", dir)
+	if r.code != 1 || !strings.Contains(r.stderr, "chmod 0700 "+dir) {
+		t.Errorf("users list on a loose instance: want exit 1 naming chmod, got %v", r)
+	}
+}
+
+func TestInstanceCheckMissing(t *testing.T) {
+	dir := newInstance(t)
+	checks, _, r := instanceChecks(t, dir)
+	c := checks["instance-modes"]
+	if r.code != 1 || c.OK || !strings.Contains(c.Remedy, "users add --instance "+dir) {
+		t.Errorf("want a failed instance-modes check saying how to create it, got %+v\n%v", c, r)
+	}
+	if _, ok := checks["database"]; ok {
+		t.Errorf("checks ran on a missing instance: %v", checks)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("check created the instance directory (stat: %v)", err)
+	}
+}
+
+func TestInstanceCheckWithoutDatabase(t *testing.T) {
+	dir := initInstance(t)
+	checks, _, r := instanceChecks(t, dir)
+	c := checks["database"]
+	if r.code != 1 || c.OK || !strings.Contains(c.Remedy, "users add") {
+		t.Errorf("want a failed database check, got %+v\n%v", c, r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "codumentor.db")); !os.IsNotExist(err) {
+		t.Errorf("check created the database (stat: %v)", err)
+	}
+}

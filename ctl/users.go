@@ -1,0 +1,264 @@
+package ctl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/urfave/cli/v3"
+)
+
+func usersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "users",
+		Usage: "add, list, disable and enable users, change passwords",
+		Description: "Works on the database in the instance directory; safe while the server runs\n" +
+			"(the server looks users up on every request).",
+		Commands: []*cli.Command{
+			usersAddCommand(),
+			usersListCommand(),
+			usersSetDisabledCommand("disable", true),
+			usersSetDisabledCommand("enable", false),
+			usersPasswdCommand(),
+		},
+		Action: groupAction,
+	}
+}
+
+// passwordFlags give a password without a prompt: codumentorctl has no
+// terminal library to read one without echo.
+func passwordFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "password", Usage: "the password `PW` (visible to other local users in the process list: prefer --password-stdin)"},
+		&cli.BoolFlag{Name: "password-stdin", Usage: "read the password from the first line of standard input"},
+	}
+}
+
+func usersAddCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "add",
+		Usage:     "add a local user",
+		ArgsUsage: "NAME",
+		Description: "Adds a user who logs in with NAME and a password (hashed with argon2id), creating the\n" +
+			"instance directory and its database if they are missing. NAME is 1 to 64 lower-case\n" +
+			"letters, digits, '.', '_' and '-', starting with a letter or digit; the password has\n" +
+			"at least " + fmt.Sprint(auth.MinPasswordLength) + " characters. --admin lets the user manage other users.\n" +
+			"Safe while the server runs. Prints the new user's name, ID and role.\n\n" +
+			"Example: printf '%s\\n' \"$PW\" | codumentorctl users add --password-stdin --admin alice",
+		Flags:  append([]cli.Flag{instanceFlag(), &cli.BoolFlag{Name: "admin", Usage: "make the user an administrator"}}, passwordFlags()...),
+		Action: runUsersAdd,
+	}
+}
+
+func runUsersAdd(ctx context.Context, cmd *cli.Command) error {
+	name, err := oneName(cmd)
+	if err != nil {
+		return err
+	}
+	pw, err := readPassword(cmd)
+	if err != nil {
+		return err
+	}
+	inst, err := openInstance(cmd, true)
+	if err != nil {
+		return err
+	}
+	return withUsers(ctx, inst, true, func(us *auth.Users) error {
+		u, err := us.Add(ctx, auth.AddUser{Name: name, Password: pw, Admin: cmd.Bool("admin")})
+		if errors.Is(err, auth.ErrUserExists) {
+			return fmt.Errorf("user %s already exists (codumentorctl users passwd changes its password)", name)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.Root().Writer, "added user %s (id %s, role %s)\n", u.Name, u.ID, u.Role)
+		return nil
+	})
+}
+
+func usersListCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "list",
+		Usage:       "list the users",
+		Description: "Prints every user, local and LDAP (LDAP users appear after their first login). Safe while the server runs.",
+		Flags:       []cli.Flag{instanceFlag(), &cli.BoolFlag{Name: "json", Usage: "print the users as a JSON array"}},
+		Action:      runUsersList,
+	}
+}
+
+func runUsersList(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Present() {
+		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	}
+	inst, err := openInstance(cmd, false)
+	if err != nil {
+		return err
+	}
+	return withUsers(ctx, inst, false, func(us *auth.Users) error {
+		list, err := us.List(ctx)
+		if err != nil {
+			return err
+		}
+		out := cmd.Root().Writer
+		if cmd.Bool("json") {
+			if list == nil {
+				list = []auth.User{}
+			}
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(list)
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tROLE\tSOURCE\tDISABLED\tCREATED\tLAST LOGIN")
+		for _, u := range list {
+			last := "never"
+			if u.LastLogin != nil {
+				last = formatTime(*u.LastLogin)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", u.Name, u.Role, u.Source, yesNo(u.Disabled), formatTime(u.Created), last)
+		}
+		return tw.Flush()
+	})
+}
+
+func usersSetDisabledCommand(name string, disabled bool) *cli.Command {
+	c := &cli.Command{
+		Name:      name,
+		ArgsUsage: "NAME",
+		Flags:     []cli.Flag{instanceFlag()},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			user, err := oneName(cmd)
+			if err != nil {
+				return err
+			}
+			inst, err := openInstance(cmd, false)
+			if err != nil {
+				return err
+			}
+			return withUsers(ctx, inst, false, func(us *auth.Users) error {
+				if err := us.SetDisabled(ctx, user, disabled); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.Root().Writer, "%sd user %s\n", name, user)
+				return nil
+			})
+		},
+	}
+	if disabled {
+		c.Usage = "stop a user from logging in"
+		c.Description = "The user can no longer log in, and the tokens they hold stop working at once (the\n" +
+			"server checks the user on every request). Their conversations and secrets are kept.\n" +
+			"Safe while the server runs; codumentorctl users enable undoes it."
+	} else {
+		c.Usage = "let a disabled user log in again"
+		c.Description = "Undoes codumentorctl users disable. Safe while the server runs."
+	}
+	return c
+}
+
+func usersPasswdCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "passwd",
+		Usage:     "set a local user's password",
+		ArgsUsage: "NAME",
+		Description: "Replaces the password of local user NAME (an LDAP user's password is the directory's).\n" +
+			"Tokens already issued stay valid until they expire; disable the user to cut them off.\n" +
+			"Safe while the server runs.",
+		Flags:  append([]cli.Flag{instanceFlag()}, passwordFlags()...),
+		Action: runUsersPasswd,
+	}
+}
+
+func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
+	name, err := oneName(cmd)
+	if err != nil {
+		return err
+	}
+	pw, err := readPassword(cmd)
+	if err != nil {
+		return err
+	}
+	inst, err := openInstance(cmd, false)
+	if err != nil {
+		return err
+	}
+	return withUsers(ctx, inst, false, func(us *auth.Users) error {
+		if err := us.SetPassword(ctx, name, pw); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.Root().Writer, "changed the password of user %s\n", name)
+		return nil
+	})
+}
+
+// withUsers opens the instance's users table for f. Errors of f are
+// failures (exit 1): the auth package's messages already name the rule
+// that was broken.
+func withUsers(ctx context.Context, inst config.Instance, create bool, f func(*auth.Users) error) error {
+	db, err := openDatabase(ctx, inst, create)
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	us, err := auth.NewUsers(db)
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	if err := f(us); err != nil {
+		return exitWith(exitFailure, err)
+	}
+	return nil
+}
+
+// oneName returns the single NAME argument of cmd.
+func oneName(cmd *cli.Command) (string, error) {
+	switch cmd.NArg() {
+	case 0:
+		return "", usageError(cmd, "missing the user's NAME")
+	case 1:
+		return cmd.Args().First(), nil
+	}
+	return "", usageError(cmd, "unexpected argument %q", cmd.Args().Get(1))
+}
+
+// readPassword returns the password of --password or --password-stdin.
+// Without either there is no prompt: codumentorctl has no way to read a
+// terminal without echoing the password.
+func readPassword(cmd *cli.Command) (string, error) {
+	given, fromStdin := cmd.IsSet("password"), cmd.Bool("password-stdin")
+	switch {
+	case given && fromStdin:
+		return "", usageError(cmd, "give --password or --password-stdin, not both")
+	case given:
+		return cmd.String("password"), nil
+	case !fromStdin:
+		return "", usageError(cmd, "no password given: pipe it in with --password-stdin (or use --password)")
+	}
+	line, err := bufio.NewReader(cmd.Root().Reader).ReadString('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && line != "") {
+		if errors.Is(err, io.EOF) {
+			return "", exitWith(exitFailure, errors.New("--password-stdin: standard input is empty"))
+		}
+		return "", exitWith(exitFailure, fmt.Errorf("--password-stdin: %w", err))
+	}
+	line = strings.TrimSuffix(line, "\n")
+	return strings.TrimSuffix(line, "\r"), nil
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
