@@ -171,11 +171,15 @@ func jwtSecretStatus(cfg config.Config) error {
 // describeSecret names the current secret by its key ID (never by its
 // value) and says where it comes from.
 func describeSecret(cfg config.Config) string {
-	from := "config.yaml"
+	return fmt.Sprintf("key ID %s (from %s), %d previous", secrets.NewKeyring(cfg.Auth.JWTSecret, nil).KeyID(), secretSource(), len(cfg.Auth.PreviousJWTSecrets))
+}
+
+// secretSource says where config.Load takes auth.jwt_secret from.
+func secretSource() string {
 	if _, ok := os.LookupEnv(config.EnvJWTSecret); ok {
-		from = "$" + config.EnvJWTSecret
+		return "$" + config.EnvJWTSecret
 	}
-	return fmt.Sprintf("key ID %s (from %s), %d previous", secrets.NewKeyring(cfg.Auth.JWTSecret, nil).KeyID(), from, len(cfg.Auth.PreviousJWTSecrets))
+	return "config.yaml"
 }
 
 // unwrapExit returns the message-bearing error inside an exitError.

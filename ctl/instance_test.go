@@ -1,6 +1,7 @@
 package ctl_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"gorm.io/gorm"
 )
 
 // newInstance returns the path of an instance directory that does not
@@ -30,6 +33,17 @@ func initInstance(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// openDB opens the instance's database, for the test's own look at it.
+func openDB(t *testing.T, dir string) *gorm.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), config.Instance{Dir: dir}.Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(db) })
+	return db
 }
 
 // instanceChecks runs check --instance dir --json and returns its checks

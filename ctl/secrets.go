@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"slices"
@@ -105,18 +106,14 @@ func reencrypt(ctx context.Context, cmd *cli.Command, inst config.Instance) erro
 		return exitWith(exitFailure, err)
 	}
 	kr := secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)
-	if _, err := os.Stat(inst.Database()); errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintln(cmd.Root().Writer, "no database yet: nothing to re-encrypt")
-		return nil
-	}
-	db, err := openDatabase(ctx, inst, false)
+	st, closeDB, err := openSecrets(ctx, inst, kr)
 	if err != nil {
 		return err
 	}
-	defer store.Close(db)
-	st, err := secrets.New(db, kr)
-	if err != nil {
-		return exitWith(exitFailure, err)
+	defer closeDB()
+	if st == nil {
+		fmt.Fprintln(cmd.Root().Writer, "no database yet: nothing to re-encrypt")
+		return nil
 	}
 	select {
 	case <-time.After(serverReloadWait):
@@ -209,24 +206,17 @@ func runSecretsStatus(ctx context.Context, cmd *cli.Command) error {
 		return exitWith(exitFailure, err)
 	}
 	kr := secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)
-	s := secretsStatus{KeyID: kr.KeyID(), Source: "config.yaml", Previous: len(cfg.Auth.PreviousJWTSecrets), Rows: []keyRow{}}
-	if _, ok := os.LookupEnv(config.EnvJWTSecret); ok {
-		s.Source = "$" + config.EnvJWTSecret
-	}
+	s := secretsStatus{KeyID: kr.KeyID(), Source: secretSource(), Previous: len(cfg.Auth.PreviousJWTSecrets), Rows: []keyRow{}}
 	s.PreviousKeyIDs = kr.KeyIDs()
 	if !kr.Plaintext() {
 		s.PreviousKeyIDs = s.PreviousKeyIDs[1:]
 	}
-	if _, err := os.Stat(inst.Database()); err == nil {
-		db, err := openDatabase(ctx, inst, false)
-		if err != nil {
-			return err
-		}
-		defer store.Close(db)
-		st, err := secrets.New(db, kr)
-		if err != nil {
-			return exitWith(exitFailure, err)
-		}
+	st, closeDB, err := openSecrets(ctx, inst, kr)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if st != nil {
 		counts, err := st.KeyIDs(ctx)
 		if err != nil {
 			return exitWith(exitFailure, err)
@@ -257,6 +247,24 @@ func runSecretsStatus(ctx context.Context, cmd *cli.Command) error {
 	fmt.Fprintln(out)
 	printKeyRows(out, s.Rows)
 	return nil
+}
+
+// openSecrets opens the instance's secrets table with kr. The Store is
+// nil when the instance has no database yet, and so no rows.
+func openSecrets(ctx context.Context, inst config.Instance, kr *secrets.Keyring) (*secrets.Store, func(), error) {
+	if _, err := os.Stat(inst.Database()); errors.Is(err, fs.ErrNotExist) {
+		return nil, func() {}, nil
+	}
+	db, err := openDatabase(ctx, inst, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := secrets.New(db, kr)
+	if err != nil {
+		store.Close(db)
+		return nil, nil, exitWith(exitFailure, err)
+	}
+	return st, func() { store.Close(db) }, nil
 }
 
 // keyRows labels the row counts of Store.KeyIDs with what kr has for

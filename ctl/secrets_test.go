@@ -10,7 +10,6 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/secrets"
-	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // secretsStatus is the output of secrets status --json.
@@ -127,12 +126,7 @@ func TestSecretsRotateRefusesEnvSecret(t *testing.T) {
 func putRows(t *testing.T, dir string, kr *secrets.Keyring, values map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, config.Instance{Dir: dir}.Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
-	st, err := secrets.New(db, kr)
+	st, err := secrets.New(openDB(t, dir), kr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,13 +160,8 @@ func TestSecretsRotateReencrypt(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	db, err := store.Open(ctx, config.Instance{Dir: dir}.Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
 	// The new secret alone reads every row: none needs an old one.
-	st, err := secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, nil))
+	st, err := secrets.New(openDB(t, dir), secrets.NewKeyring(cfg.Auth.JWTSecret, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/daemon/auth"
-	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/urfave/cli/v3"
 )
@@ -68,11 +67,7 @@ func runUsersAdd(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	inst, err := openInstance(cmd, true)
-	if err != nil {
-		return err
-	}
-	return withUsers(ctx, inst, true, func(us *auth.Users) error {
+	return withUsers(ctx, cmd, true, func(us *auth.Users) error {
 		u, err := us.Add(ctx, auth.AddUser{Name: name, Password: pw, Admin: cmd.Bool("admin")})
 		if errors.Is(err, auth.ErrUserExists) {
 			return fmt.Errorf("user %s already exists (codumentorctl users passwd changes its password)", name)
@@ -99,11 +94,7 @@ func runUsersList(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return err
-	}
-	return withUsers(ctx, inst, false, func(us *auth.Users) error {
+	return withUsers(ctx, cmd, false, func(us *auth.Users) error {
 		list, err := us.List(ctx)
 		if err != nil {
 			return err
@@ -140,11 +131,7 @@ func usersSetDisabledCommand(name string, disabled bool) *cli.Command {
 			if err != nil {
 				return err
 			}
-			inst, err := openInstance(cmd, false)
-			if err != nil {
-				return err
-			}
-			return withUsers(ctx, inst, false, func(us *auth.Users) error {
+			return withUsers(ctx, cmd, false, func(us *auth.Users) error {
 				if err := us.SetDisabled(ctx, user, disabled); err != nil {
 					return err
 				}
@@ -187,11 +174,7 @@ func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return err
-	}
-	return withUsers(ctx, inst, false, func(us *auth.Users) error {
+	return withUsers(ctx, cmd, false, func(us *auth.Users) error {
 		if err := us.SetPassword(ctx, name, pw); err != nil {
 			return err
 		}
@@ -200,10 +183,15 @@ func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
 	})
 }
 
-// withUsers opens the instance's users table for f. Errors of f are
-// failures (exit 1): the auth package's messages already name the rule
-// that was broken.
-func withUsers(ctx context.Context, inst config.Instance, create bool, f func(*auth.Users) error) error {
+// withUsers opens the users table of cmd's instance for f, creating the
+// instance and its database first with create. Errors of f are failures
+// (exit 1): the auth package's messages already name the rule that was
+// broken.
+func withUsers(ctx context.Context, cmd *cli.Command, create bool, f func(*auth.Users) error) error {
+	inst, err := openInstance(cmd, create)
+	if err != nil {
+		return err
+	}
 	db, err := openDatabase(ctx, inst, create)
 	if err != nil {
 		return err

@@ -1,14 +1,12 @@
 package ctl_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
-	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // users lists the instance's users through codumentorctl users list --json.
@@ -32,14 +30,8 @@ func users(t *testing.T, dir string) map[string]auth.User {
 // assertPassword checks pw against the hash stored for name.
 func assertPassword(t *testing.T, dir, name, pw string) {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, config.Instance{Dir: dir}.Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
 	var u auth.User
-	if err := db.Where("name = ?", name).Take(&u).Error; err != nil {
+	if err := openDB(t, dir).Where("name = ?", name).Take(&u).Error; err != nil {
 		t.Fatal(err)
 	}
 	if err := auth.CheckPassword(u.PasswordHash, pw); err != nil {
