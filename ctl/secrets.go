@@ -138,7 +138,7 @@ func reencrypt(ctx context.Context, cmd *cli.Command, inst config.Instance) erro
 	printKeyRows(out, keyRows(kr, counts))
 	switch left := underOldKeys(kr, counts); {
 	case rerr != nil:
-		return exitWith(exitFailure, fmt.Errorf("re-encryption incomplete: %w", rerr))
+		return exitWith(exitFailure, fmt.Errorf("re-encryption incomplete (the new secret is in place; rows left behind are re-encrypted when read): %w", rerr))
 	case left > 0:
 		return exitWith(exitFailure, fmt.Errorf("%d rows are still under old keys (written by a server that had not yet reloaded config.yaml?); they are re-encrypted when read", left))
 	}
