@@ -49,13 +49,13 @@ const testSecret = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 // instance is an instance directory for one test.
 type instance struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
 // and the extra YAML given.
-func newInstance(t *testing.T, extra string) *instance {
+func newInstance(t testing.TB, extra string) *instance {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "instance")
 	inst := config.Instance{Dir: dir}
@@ -94,7 +94,7 @@ func (in *instance) addUser(name, password string, admin bool) auth.User {
 
 // proc is a running codumentor api.
 type proc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	URL    string
 	stderr *syncBuffer
@@ -180,7 +180,7 @@ func (p *proc) kill() {
 
 // client calls the API with a token.
 type client struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 }
@@ -266,7 +266,7 @@ type sseEvent struct {
 
 // stream is an open event stream.
 type stream struct {
-	t      *testing.T
+	t      testing.TB
 	cancel context.CancelFunc
 	events chan sseEvent
 	err    chan error

@@ -30,7 +30,7 @@ const pw = "correct horse battery"
 
 // llm starts the scripted model and returns the YAML that points the
 // server at it.
-func llm(t *testing.T, steps ...llmtest.Step) string {
+func llm(t testing.TB, steps ...llmtest.Step) string {
 	t.Helper()
 	srv, err := llmtest.StartServer(&llmtest.Script{Steps: steps}, llmtest.Options{})
 	if err != nil {

@@ -27,6 +27,9 @@ type Options struct {
 	// Dimensions is the length of embeddings when a request names none;
 	// default 64.
 	Dimensions int
+	// ChunkDelay paces streamed text pieces as a real model's tokens
+	// arrive (default: as fast as possible).
+	ChunkDelay time.Duration
 }
 
 // Server is an OpenAI-compatible HTTP endpoint that answers from a Script:
@@ -258,6 +261,13 @@ func (srv *Server) stream(w http.ResponseWriter, r *http.Request, id, model stri
 	empty := ""
 	send(wireDelta{Role: "assistant", Content: &empty}, nil)
 	for _, p := range pieces(st.Text, textPiece) {
+		if srv.opts.ChunkDelay > 0 {
+			select {
+			case <-time.After(srv.opts.ChunkDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		send(wireDelta{Content: &p}, nil)
 	}
 	if st.Stall {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -190,49 +191,56 @@ func (s *Server) events(c *fiber.Ctx) error {
 		after = n
 	}
 	conv := conversation(c)
-	c.Set(fiber.HeaderContentType, "text/event-stream")
-	c.Set(fiber.HeaderCacheControl, "no-cache")
-	c.Set("X-Accel-Buffering", "no")
 	ctx, cancel := s.streamContext()
 	evs := s.d.Engine.Subscribe(ctx, conv.ID, after)
-	s.metrics.subscribers.Inc()
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	c.Status(http.StatusOK)
+	// The stream takes over the connection: fasthttp's streaming body
+	// would pass every event through an extra goroutine and pipe, per
+	// subscriber, which is what limits fan-out to many clients.
+	c.Context().HijackSetNoResponse(true)
+	c.Context().Hijack(func(conn net.Conn) {
+		s.metrics.subscribers.Inc()
 		defer s.metrics.subscribers.Dec()
 		defer cancel()
-		// The first bytes: the client knows the stream is open.
+		w := bufio.NewWriterSize(conn, 8<<10)
+		flush := func() bool {
+			// A client that stops reading is dropped, not waited for.
+			conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+			return w.Flush() == nil
+		}
+		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n\r\n")
 		fmt.Fprintf(w, "retry: 2000\n: following %s after %d\n\n", conv.ID, after)
-		if w.Flush() != nil {
+		if !flush() {
 			return
 		}
 		beat := time.NewTicker(s.d.Heartbeat)
 		defer beat.Stop()
-		var buf bytes.Buffer
 		for {
 			select {
 			case ev, ok := <-evs:
 				if !ok {
 					return
 				}
-				buf.Reset()
-				writeEvent(&buf, ev)
+				writeEvent(w, ev)
 				// Send what else is ready in the same write.
 			more:
-				for buf.Len() < 64<<10 {
+				for w.Buffered() < 64<<10 {
 					select {
 					case ev, ok := <-evs:
 						if !ok {
 							break more
 						}
-						writeEvent(&buf, ev)
+						writeEvent(w, ev)
 					default:
 						break more
 					}
 				}
-				if _, err := w.Write(buf.Bytes()); err != nil || w.Flush() != nil {
+				if !flush() {
 					return
 				}
 			case <-beat.C:
-				if _, err := w.WriteString(": heartbeat\n\n"); err != nil || w.Flush() != nil {
+				w.WriteString(": heartbeat\n\n")
+				if !flush() {
 					return
 				}
 			case <-ctx.Done():
@@ -243,13 +251,58 @@ func (s *Server) events(c *fiber.Ctx) error {
 	return nil
 }
 
-func writeEvent(buf *bytes.Buffer, ev agentcore.Event) {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		data = []byte(`{}`)
+// sseWriteTimeout bounds one write to an event stream's client.
+const sseWriteTimeout = 30 * time.Second
+
+// writeEvent writes one server-sent event: id is the sequence number,
+// event the type, data the Event as JSON on one line. It is written by
+// hand rather than with json.Marshal because every subscriber encodes
+// every event; Data is already compact JSON from the store.
+func writeEvent(w *bufio.Writer, ev agentcore.Event) {
+	b := w.AvailableBuffer()
+	b = append(b, "id: "...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, "\nevent: "...)
+	b = append(b, ev.Type...)
+	b = append(b, "\ndata: {\"seq\":"...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, ev.Type)
+	b = append(b, `,"conversation":`...)
+	b = appendJSONString(b, ev.Conversation)
+	if ev.Turn != "" {
+		b = append(b, `,"turn":`...)
+		b = appendJSONString(b, ev.Turn)
 	}
-	// JSON has no raw newlines, so one data: line holds it.
-	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
+	b = append(b, `,"time":"`...)
+	b = ev.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","data":`...)
+	if len(ev.Data) == 0 || bytes.ContainsAny(ev.Data, "\r\n") {
+		// Not compact: a newline would end the data: line.
+		var buf bytes.Buffer
+		if len(ev.Data) == 0 || json.Compact(&buf, ev.Data) != nil {
+			buf.Reset()
+			buf.WriteString("{}")
+		}
+		b = append(b, buf.Bytes()...)
+	} else {
+		b = append(b, ev.Data...)
+	}
+	b = append(b, "}\n\n"...)
+	w.Write(b)
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= 0x7f {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func (s *Server) listApprovals(c *fiber.Ctx) error {

@@ -23,10 +23,10 @@ var ErrNotFound = fmt.Errorf("store: %w", agentcore.ErrNotFound)
 // Conversation is one user's chat with the agent.
 type Conversation struct {
 	ID      string    `gorm:"primaryKey" json:"id"`
-	UserID  string    `gorm:"index;not null" json:"user_id"`
+	UserID  string    `gorm:"index:idx_conversations_user_updated,priority:1;not null" json:"user_id"`
 	Title   string    `json:"title"`
 	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
+	Updated time.Time `gorm:"index:idx_conversations_user_updated,priority:2" json:"updated"`
 	// ActiveTurn is the turn started and not yet ended; a server that
 	// stops mid-turn leaves it set, and Recover ends it.
 	ActiveTurn string `json:"active_turn,omitempty"`

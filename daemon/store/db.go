@@ -53,6 +53,14 @@ func Open(ctx context.Context, path string) (*gorm.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: opening %s: %w", path, err)
 	}
+	// database/sql keeps only 2 idle connections by default; every
+	// further one would be reopened, pragmas and all, per query.
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	sqlDB.SetMaxIdleConns(16)
+	sqlDB.SetMaxOpenConns(16)
 	var mode string
 	if err := db.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil {
 		Close(db)

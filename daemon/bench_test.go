@@ -1,0 +1,256 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+)
+
+// BenchmarkListConversations measures authenticated GET
+// /api/v1/conversations (token check, user lookup, one query) against
+// GET /healthz, the same server's cheapest route, measured in the same
+// run: parallel clients on keep-alive connections.
+func BenchmarkListConversations(b *testing.B) {
+	in := newInstance(b, "")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	c := p.login("alice", pw)
+	for i := 0; i < 20; i++ {
+		c.newConversation()
+	}
+	for _, bc := range []struct{ name, path, token string }{
+		{"healthz", "/healthz", ""},
+		{"conversations", "/api/v1/conversations", c.token},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr := &http.Transport{MaxIdleConnsPerHost: 64}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr}
+			b.SetParallelism(4)
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req, _ := http.NewRequest("GET", p.URL+bc.path, nil)
+					if bc.token != "" {
+						req.Header.Set("Authorization", "Bearer "+bc.token)
+					}
+					res, err := hc.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					var n int
+					buf := make([]byte, 4096)
+					for {
+						k, err := res.Body.Read(buf)
+						n += k
+						if err != nil {
+							break
+						}
+					}
+					res.Body.Close()
+					if res.StatusCode != http.StatusOK || n == 0 {
+						b.Errorf("%s: %d", bc.path, res.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}
+
+// BenchmarkFanOut has 1,000 clients follow one conversation over SSE
+// while a turn streams text (one text_delta event per few characters,
+// at a model's pace), and reports the p99 latency from an event's
+// creation in the engine to its arrival at each client, and how many
+// events were lost (must be 0).
+func BenchmarkFanOut(b *testing.B) {
+	const subscribers = 1000
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
+	var steps []llmtest.Step
+	for i := 0; i < 50; i++ {
+		steps = append(steps, llmtest.Step{Text: text})
+	}
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: steps}, llmtest.Options{ChunkDelay: 20 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Close)
+	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL()))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	c := p.login("alice", pw)
+
+	var lat []time.Duration
+	var lost, received int
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		conv := c.newConversation()
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ready := make(chan struct{}, subscribers)
+		var sublat [][]time.Duration
+		var subSeqs [][]int64
+		tr := &http.Transport{MaxIdleConnsPerHost: subscribers, MaxConnsPerHost: subscribers}
+		hc := &http.Client{Transport: tr}
+		for s := 0; s < subscribers; s++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequestWithContext(ctx, "GET", p.URL+"/api/v1/conversations/"+conv+"/events", nil)
+				req.Header.Set("Authorization", "Bearer "+c.token)
+				res, err := hc.Do(req)
+				if err != nil {
+					ready <- struct{}{}
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				defer res.Body.Close()
+				ready <- struct{}{}
+				var mine []time.Duration
+				var seqs []int64
+				sc := bufio.NewScanner(res.Body)
+				for sc.Scan() {
+					line := sc.Text()
+					data, ok := strings.CutPrefix(line, "data: ")
+					if !ok {
+						continue
+					}
+					now := time.Now()
+					// Only seq, type and time are needed; a full decode per
+					// event and client would make the load generator, which
+					// shares the machine, the bottleneck.
+					seq, typ, at, err := eventHead(data)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					seqs = append(seqs, seq)
+					if typ == agentcore.EventTextDelta {
+						mine = append(mine, now.Sub(at))
+					}
+					if typ == agentcore.EventTurnFinished {
+						break
+					}
+				}
+				mu.Lock()
+				sublat = append(sublat, mine)
+				subSeqs = append(subSeqs, seqs)
+				mu.Unlock()
+			}()
+		}
+		for s := 0; s < subscribers; s++ {
+			<-ready
+		}
+		b.StartTimer()
+		c.send(conv, "tell me about foxes")
+		wg.Wait()
+		b.StopTimer()
+		cancel()
+		tr.CloseIdleConnections()
+		// Every subscriber must have every event, in order: 1..last.
+		var want int64
+		for _, seqs := range subSeqs {
+			want = max(want, int64(len(seqs)))
+		}
+		for _, seqs := range subSeqs {
+			for j, s := range seqs {
+				if s != int64(j+1) {
+					lost++
+					break
+				}
+			}
+			lost += int(want) - len(seqs)
+		}
+		lost += subscribers - len(subSeqs)
+		for _, l := range sublat {
+			lat = append(lat, l...)
+			received += len(l)
+		}
+	}
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		b.Fatal("no events received")
+	}
+	pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(received)/float64(b.N*subscribers), "events/sub")
+	if lost > 0 {
+		b.Errorf("%d events lost", lost)
+	}
+}
+
+// BenchmarkIdleRSS reports the server's resident memory once it has
+// started, served a login and readyz, and sat idle for a second.
+func BenchmarkIdleRSS(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		in := newInstance(b, "")
+		in.addUser("alice", pw, false)
+		p := in.start()
+		p.login("alice", pw)
+		p.anon().do("GET", "/readyz", nil)
+		time.Sleep(time.Second)
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				b.ReportMetric(float64(kb)/1024, "RSS-MB")
+			}
+		}
+		p.stop()
+	}
+}
+
+// eventHead reads seq, type and time from the start of an event's JSON
+// as the server writes it: {"seq":N,"type":"T","conversation":…,"time":"…",…}.
+func eventHead(data string) (int64, string, time.Time, error) {
+	field := func(name string) (string, error) {
+		i := strings.Index(data, `"`+name+`":`)
+		if i < 0 {
+			return "", fmt.Errorf("no %s in %s", name, data)
+		}
+		v := data[i+len(name)+3:]
+		if strings.HasPrefix(v, `"`) {
+			return v[1 : 1+strings.IndexByte(v[1:], '"')], nil
+		}
+		return v[:strings.IndexAny(v, ",}")], nil
+	}
+	seqS, err := field("seq")
+	if err != nil {
+		return 0, "", time.Time{}, err
+	}
+	seq, err := strconv.ParseInt(seqS, 10, 64)
+	if err != nil {
+		return 0, "", time.Time{}, err
+	}
+	typ, err := field("type")
+	if err != nil {
+		return 0, "", time.Time{}, err
+	}
+	ts, err := field("time")
+	if err != nil {
+		return 0, "", time.Time{}, err
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	return seq, typ, at, err
+}
