@@ -1,7 +1,10 @@
 // Package ctl is codumentorctl, the operator's command line: it checks
-// that this machine can sandbox (check), runs one command exactly as the
-// agent's shell tool will (sandbox exec), and shows what each sandbox
-// profile gives bwrap (sandbox profile).
+// that this machine can sandbox and that an instance is sound (check),
+// runs one command exactly as the agent's shell tool will (sandbox exec),
+// shows what each sandbox profile gives bwrap (sandbox profile), and
+// administers an instance directory: users, the rotation of
+// auth.jwt_secret (secrets rotate, status) and workspace garbage
+// collection (gc), all safe while the server runs.
 //
 // Exit codes follow env(1), timeout(1) and docker run, so a script can
 // tell who failed:

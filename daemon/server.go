@@ -34,9 +34,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
-	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Options are codumentor api's command line.
@@ -196,16 +194,12 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
-	if isolation {
-		// The workspace_isolation plugin: the engine's sandboxed tools,
-		// and the collection of workspace layers nobody used for
-		// sandbox.workspace_ttl.
-		s.queue.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(s.layers, cfg.Sandbox.WorkspaceTTL.Std()))
-		s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
-		if err := s.sandboxReport(ctx).Err(); err != nil {
-			log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", err)
+	for _, name := range cfg.Plugins {
+		if err := plugins[name].start(ctx, s, cfg); err != nil {
+			return nil, fmt.Errorf("plugin %s: %w", name, err)
 		}
-	} else {
+	}
+	if !isolation {
 		log.Warn("the workspace_isolation plugin is not enabled: the agent has no shell or file tools")
 	}
 	s.api = api.New(api.Deps{
@@ -226,13 +220,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	return s, nil
 }
 
-func (s *server) sandboxReport(ctx context.Context) *sandboxkit.Report {
-	cfg := s.cfg.Load()
-	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base()})
-}
-
-// ready is GET /readyz: the database answers, and, with workspace
-// isolation enabled, the sandbox Doctor passes.
+// ready is GET /readyz: the database answers, and every enabled plugin's
+// checks pass (workspace isolation: the sandbox Doctor's).
 func (s *server) ready(ctx context.Context) api.Readiness {
 	cfg := s.cfg.Load()
 	r := api.Readiness{Ready: true}
@@ -245,12 +234,9 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 		db.OK, db.Detail = false, err.Error()
 	}
 	add(db)
-	if cfg.Enabled(config.PluginWorkspaceIsolation) {
-		for _, c := range s.sandboxReport(ctx).Checks {
-			if c.Name == "seccomp" && cfg.Sandbox.Seccomp == seccomp.Off {
-				continue
-			}
-			add(api.Check{Name: "sandbox/" + c.Name, OK: c.OK, Detail: c.Detail, Remedy: c.Remedy})
+	for _, name := range cfg.Plugins {
+		for _, c := range plugins[name].checks(ctx, s, *cfg) {
+			add(c)
 		}
 	}
 	if cfg.Auth.JWTSecret == "" {

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// plugin is a capability config.yaml's plugins list enables. Plugins are
+// compiled into the server (trusted code); enabling one is the operator's
+// decision. The table is fixed at build time.
+type plugin struct {
+	// start wires the plugin into the server being built.
+	start func(ctx context.Context, s *server, cfg config.Config) error
+	// checks are its readiness checks, part of GET /readyz.
+	checks func(ctx context.Context, s *server, cfg config.Config) []api.Check
+}
+
+// plugins are the known plugins by name; config.Validate refuses others.
+var plugins = map[string]plugin{
+	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
+}
+
+// startWorkspaceIsolation: the engine's shell and file tools run in a
+// per-conversation sandbox (the engine is built with them when the plugin
+// is enabled), and layers unused for sandbox.workspace_ttl are collected.
+// An unavailable sandbox is logged; the tools then fail closed.
+func startWorkspaceIsolation(ctx context.Context, s *server, cfg config.Config) error {
+	s.queue.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(s.layers, cfg.Sandbox.WorkspaceTTL.Std()))
+	s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
+	if err := sandboxReport(ctx, s, cfg).Err(); err != nil {
+		s.log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", err)
+	}
+	return nil
+}
+
+// workspaceIsolationChecks are the sandbox Doctor's checks, on the
+// filesystem of the workspace layers; the seccomp check counts only when
+// a filter is loaded.
+func workspaceIsolationChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
+	var out []api.Check
+	for _, c := range sandboxReport(ctx, s, cfg).Checks {
+		if c.Name == "seccomp" && cfg.Sandbox.Seccomp == seccomp.Off {
+			continue
+		}
+		out = append(out, api.Check{Name: "sandbox/" + c.Name, OK: c.OK, Detail: c.Detail, Remedy: c.Remedy})
+	}
+	return out
+}
+
+func sandboxReport(ctx context.Context, s *server, cfg config.Config) *sandboxkit.Report {
+	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base()})
+}
