@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap/ldaptest"
@@ -577,4 +579,58 @@ func TestWorkspaceGCJob(t *testing.T) {
 		t.Fatalf("job: %+v", j)
 	}
 	p.login("alice", pw).must(http.StatusNotFound, "GET", "/api/v1/jobs/"+id, nil, nil)
+}
+
+// An idle event stream carries heartbeat comments; Run returns when its
+// context ends. In-process, to set the heartbeat interval.
+func TestHeartbeatInProcess(t *testing.T) {
+	in := newInstance(t, "plugins: []\n")
+	in.addUser("alice", pw, false)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{Instance: in.dir, Listen: "127.0.0.1:0", Stderr: out, Heartbeat: 50 * time.Millisecond})
+	}()
+	var url string
+	for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not listening:\n%s", out)
+		}
+	}
+	p := &proc{t: t, URL: url}
+	c := p.login("alice", pw)
+	conv := c.newConversation()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/api/v1/conversations/"+conv+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	beats := 0
+	for beats < 2 && sc.Scan() {
+		if sc.Text() == ": heartbeat" {
+			beats++
+		}
+	}
+	if beats < 2 {
+		t.Fatalf("no heartbeats: %v", sc.Err())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if !strings.Contains(out.String(), "no shell or file tools") {
+		t.Errorf("without the workspace_isolation plugin the log should say the agent has no tools:\n%s", out)
+	}
 }
