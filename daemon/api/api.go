@@ -10,7 +10,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -266,5 +265,3 @@ func (s *Server) owned(c *fiber.Ctx) error {
 func conversation(c *fiber.Ctx) store.Conversation {
 	return c.Locals(localConversation).(store.Conversation)
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,22 +42,29 @@ var (
 // errorHandler turns every error a handler returns into the JSON body.
 // Unexpected errors are logged and answered 500 without their detail.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
-	var ae *Error
-	var fe *fiber.Error
-	switch {
-	case errors.As(err, &ae):
-	case errors.As(err, &fe):
-		ae = &Error{Status: fe.Code, Code: fiberCode(fe.Code), Message: fe.Message}
-		if fe.Code == http.StatusNotFound {
-			ae = errNotFound
-		}
-	default:
+	ae, known := asAPIError(err)
+	if !known {
 		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
-		ae = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; the server log has the details"}
 	}
 	b, _ := json.Marshal(map[string]*Error{"error": ae})
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(ae.Status).Send(b)
+}
+
+// asAPIError is the answer to err: an *Error as is, Fiber's own errors
+// (unknown route, body too large) in the same form, anything else a 500
+// without detail (known false: it is worth logging).
+func asAPIError(err error) (ae *Error, known bool) {
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae, true
+	case errors.As(err, &fe) && fe.Code == http.StatusNotFound:
+		return errNotFound, true
+	case errors.As(err, &fe):
+		return &Error{Status: fe.Code, Code: fiberCode(fe.Code), Message: fe.Message}, true
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; the server log has the details"}, false
 }
 
 func fiberCode(status int) string {
@@ -82,7 +90,7 @@ func decode(c *fiber.Ctx, v any) error {
 	if len(c.Body()) == 0 {
 		return badRequest("the request needs a JSON body")
 	}
-	dec := json.NewDecoder(bytesReader(c.Body()))
+	dec := json.NewDecoder(bytes.NewReader(c.Body()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return badRequest("the JSON body is not valid: %v", err)

@@ -50,13 +50,9 @@ func (m metrics) middleware(c *fiber.Ctx) error {
 	status := c.Response().StatusCode()
 	if err != nil {
 		// The error handler has not run yet; its status is what the
-		// error says.
-		status = fiber.StatusInternalServerError
-		if e, ok := err.(*Error); ok {
-			status = e.Status
-		} else if fe, ok := err.(*fiber.Error); ok {
-			status = fe.Code
-		}
+		// error will be answered with.
+		ae, _ := asAPIError(err)
+		status = ae.Status
 	}
 	route := c.Route().Path
 	if status == fiber.StatusNotFound && route == "/" {
