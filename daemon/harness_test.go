@@ -143,18 +143,28 @@ func (in *instance) run(env ...string) (*proc, error) {
 	}
 	go func() { cmd.Wait(); close(p.done) }()
 	in.t.Cleanup(p.kill)
+	url, err := waitListening(p.stderr, p.done)
+	if err != nil {
+		p.kill()
+		return nil, fmt.Errorf("codumentor api (%v): %w", cmd.ProcessState, err)
+	}
+	p.URL = url
+	return p, nil
+}
+
+// waitListening waits until the server's log (out) says where it listens
+// and returns that URL, or fails when exited is closed or after 60 s.
+func waitListening(out *syncBuffer, exited <-chan struct{}) (string, error) {
 	deadline := time.After(60 * time.Second)
 	for {
-		if m := listening.FindStringSubmatch(p.stderr.String()); m != nil {
-			p.URL = m[1]
-			return p, nil
+		if m := listening.FindStringSubmatch(out.String()); m != nil {
+			return m[1], nil
 		}
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("codumentor api exited (%v) before listening:\n%s", cmd.ProcessState, p.stderr)
+		case <-exited:
+			return "", fmt.Errorf("exited before listening:\n%s", out)
 		case <-deadline:
-			p.kill()
-			return nil, fmt.Errorf("codumentor api did not listen within 60 s:\n%s", p.stderr)
+			return "", fmt.Errorf("not listening within 60 s:\n%s", out)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -589,17 +589,14 @@ func TestHeartbeatInProcess(t *testing.T) {
 	out := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	exited := make(chan struct{})
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{Instance: in.dir, Listen: "127.0.0.1:0", Stderr: out, Heartbeat: 50 * time.Millisecond})
+		close(exited)
 	}()
-	var url string
-	for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			url = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening:\n%s", out)
-		}
+	url, err := waitListening(out, exited)
+	if err != nil {
+		t.Fatal(err)
 	}
 	p := &proc{t: t, URL: url}
 	c := p.login("alice", pw)
