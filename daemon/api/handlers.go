@@ -425,16 +425,14 @@ func (s *Server) putSecret(c *fiber.Ctx) error {
 }
 
 func (s *Server) getSecret(c *fiber.Ctx) error {
-	ms, err := s.d.Secrets.List(c.UserContext(), user(c).ID)
+	m, err := s.d.Secrets.Meta(c.UserContext(), user(c).ID, c.Params("name"))
+	if errors.Is(err, agentcore.ErrNotFound) || errors.Is(err, secrets.ErrBadName) {
+		return errNotFound // a name that cannot exist is as absent as any other
+	}
 	if err != nil {
 		return err
 	}
-	for _, m := range ms {
-		if m.Name == c.Params("name") {
-			return c.JSON(m)
-		}
-	}
-	return errNotFound
+	return c.JSON(m)
 }
 
 func (s *Server) deleteSecret(c *fiber.Ctx) error {

@@ -172,6 +172,15 @@ func (s *Store) List(ctx context.Context, user string) ([]Meta, error) {
 	return s.list(ctx, user, kindSecret)
 }
 
+// Meta describes user's secret name (never its value).
+func (s *Store) Meta(ctx context.Context, user, name string) (Meta, error) {
+	r, err := s.get(ctx, user, kindSecret, name)
+	if err != nil {
+		return Meta{}, err
+	}
+	return r.meta(), nil
+}
+
 // Names lists the names of user's secrets, sorted (agentcore.SecretResolver).
 func (s *Store) Names(ctx context.Context, user string) ([]string, error) {
 	metas, err := s.list(ctx, user, kindSecret)
