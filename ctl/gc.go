@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/urfave/cli/v3"
 )
@@ -23,7 +24,7 @@ func gcCommand() *cli.Command {
 		Flags: []cli.Flag{
 			instanceFlag(),
 			&cli.BoolFlag{Name: "dry-run", Usage: "only print what would be removed"},
-			&cli.DurationFlag{Name: "ttl", HideDefault: true, Usage: "remove layers unused this `DURATION`, e.g. 72h (default: the configuration's sandbox.workspace_ttl, 720h unless set)"},
+			&cli.StringFlag{Name: "ttl", HideDefault: true, Usage: "remove layers unused this `DURATION`, e.g. 30d or 72h (default: the configuration's sandbox.workspace_ttl, 30d unless set)"},
 		},
 		Action: runGC,
 	}
@@ -33,7 +34,13 @@ func runGC(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	ttl := cmd.Duration("ttl")
+	var ttl time.Duration
+	if cmd.IsSet("ttl") {
+		var err error
+		if ttl, err = config.ParseDuration(cmd.String("ttl")); err != nil {
+			return usageError(cmd, "--ttl %q: not a duration like 30d, 72h or 90m", cmd.String("ttl"))
+		}
+	}
 	if cmd.IsSet("ttl") && ttl <= 0 {
 		return usageError(cmd, "--ttl %v: the TTL must be positive (0 would remove every layer)", ttl)
 	}

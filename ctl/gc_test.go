@@ -54,6 +54,16 @@ func TestGC(t *testing.T) {
 		t.Errorf("gc --dry-run removed layers: %s left", got)
 	}
 
+	// Days, as operators write them: 30d is the default's 720h.
+	r = ctl(t, "gc", "--instance", dir, "--dry-run", "--ttl", "30d")
+	if r.code != 0 || r.stdout != "would remove old\n" {
+		t.Errorf("gc --dry-run --ttl 30d: %v", r)
+	}
+	r = ctl(t, "gc", "--instance", dir, "--ttl", "30 days")
+	if r.code != 2 || !strings.Contains(r.stderr, "not a duration like 30d") {
+		t.Errorf("gc --ttl '30 days': want a usage error, got %v", r)
+	}
+
 	r = ctl(t, "gc", "--instance", dir)
 	if r.code != 0 || r.stdout != "removed old\n" {
 		t.Errorf("gc: %v", r)

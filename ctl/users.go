@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
 )
 
 func usersCommand() *cli.Command {
@@ -33,12 +35,12 @@ func usersCommand() *cli.Command {
 	}
 }
 
-// passwordFlags give a password without a prompt: codumentorctl has no
-// terminal library to read one without echo.
+// passwordFlags give a password without a prompt, for scripts; without
+// either, a command on a terminal prompts for it.
 func passwordFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "password", Usage: "the password `PW` (visible to other local users in the process list: prefer --password-stdin)"},
-		&cli.BoolFlag{Name: "password-stdin", Usage: "read the password from the first line of standard input"},
+		&cli.BoolFlag{Name: "password-stdin", Usage: "read the password from the first line of standard input (without either flag, a terminal is prompted)"},
 	}
 }
 
@@ -158,6 +160,7 @@ func usersPasswdCommand() *cli.Command {
 		Usage:     "set a local user's password",
 		ArgsUsage: "NAME",
 		Description: "Replaces the password of local user NAME (an LDAP user's password is the directory's).\n" +
+			"Without --password or --password-stdin it asks twice on the terminal, without echo.\n" +
 			"Tokens already issued stay valid until they expire; disable the user to cut them off.\n" +
 			"Safe while the server runs.",
 		Flags:  append([]cli.Flag{instanceFlag()}, passwordFlags()...),
@@ -218,9 +221,9 @@ func oneName(cmd *cli.Command) (string, error) {
 	return "", usageError(cmd, "unexpected argument %q", cmd.Args().Get(1))
 }
 
-// readPassword returns the password of --password or --password-stdin.
-// Without either there is no prompt: codumentorctl has no way to read a
-// terminal without echoing the password.
+// readPassword returns the password of --password or --password-stdin,
+// or, without either, asks for it twice on the terminal that standard
+// input is, without echo.
 func readPassword(cmd *cli.Command) (string, error) {
 	given, fromStdin := cmd.IsSet("password"), cmd.Bool("password-stdin")
 	switch {
@@ -229,7 +232,11 @@ func readPassword(cmd *cli.Command) (string, error) {
 	case given:
 		return cmd.String("password"), nil
 	case !fromStdin:
-		return "", usageError(cmd, "no password given: pipe it in with --password-stdin (or use --password)")
+		f, ok := cmd.Root().Reader.(*os.File)
+		if !ok || !term.IsTerminal(int(f.Fd())) {
+			return "", usageError(cmd, "no password given and standard input is not a terminal: pipe it in with --password-stdin (or use --password)")
+		}
+		return promptPassword(cmd.Root().ErrWriter, int(f.Fd()))
 	}
 	line, err := bufio.NewReader(cmd.Root().Reader).ReadString('\n')
 	if err != nil && !(errors.Is(err, io.EOF) && line != "") {
@@ -240,6 +247,24 @@ func readPassword(cmd *cli.Command) (string, error) {
 	}
 	line = strings.TrimSuffix(line, "\n")
 	return strings.TrimSuffix(line, "\r"), nil
+}
+
+// promptPassword asks for a password twice on the terminal fd.
+func promptPassword(w io.Writer, fd int) (string, error) {
+	var pws [2]string
+	for i, prompt := range []string{"New password: ", "Repeat the password: "} {
+		fmt.Fprint(w, prompt)
+		b, err := term.ReadPassword(fd)
+		fmt.Fprintln(w)
+		if err != nil {
+			return "", exitWith(exitFailure, fmt.Errorf("reading the password from the terminal: %w", err))
+		}
+		pws[i] = string(b)
+	}
+	if pws[0] != pws[1] {
+		return "", exitWith(exitFailure, errors.New("the two passwords differ; nothing was changed"))
+	}
+	return pws[0], nil
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -2,6 +2,7 @@ package ctl_test
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -141,5 +142,39 @@ func TestUsersErrors(t *testing.T) {
 	r := ctl(t, "users", "list", "--instance", dir+"-typo")
 	if r.code != 1 || !strings.Contains(r.stderr, dir+"-typo") {
 		t.Errorf("users list on a missing instance: %v", r)
+	}
+}
+
+// Without --password or --password-stdin, passwd asks twice on a real
+// terminal (script(1) gives codumentorctl a pty); two different answers
+// change nothing.
+func TestUsersPasswdPrompts(t *testing.T) {
+	dir := newInstance(t)
+	if r := ctl(t, "users", "add", "--instance", dir, "--password", "alice password", "alice"); r.code != 0 {
+		t.Fatalf("users add: %v", r)
+	}
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Fatalf("script(1) from util-linux is needed for a terminal: %v", err)
+	}
+	onTerminal := func(stdin string) result {
+		line := ctlBin + " users passwd --instance " + dir + " alice"
+		return run{wrap: []string{script, "-qec", line, "/dev/null"}, stdin: stdin}.do(t)
+	}
+	r := onTerminal("first answer\nsecond answer\n")
+	if r.code == 0 || !strings.Contains(r.stdout, "New password: ") || !strings.Contains(r.stdout, "the two passwords differ") {
+		t.Errorf("two different answers: %v", r)
+	}
+	assertPassword(t, dir, "alice", "alice password")
+
+	r = onTerminal("a new password\na new password\n")
+	if r.code != 0 || !strings.Contains(r.stdout, "Repeat the password: ") || !strings.Contains(r.stdout, "changed the password of user alice") {
+		t.Errorf("prompted passwd: %v", r)
+	}
+	assertPassword(t, dir, "alice", "a new password")
+
+	// Not a terminal and no flag: a usage error, not a hang.
+	if r := ctl(t, "users", "passwd", "--instance", dir, "alice"); r.code != 2 || !strings.Contains(r.stderr, "not a terminal") {
+		t.Errorf("passwd without a terminal: %v", r)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -117,21 +118,45 @@ type Log struct {
 	Level string `yaml:"level"`
 }
 
-// Duration is a time.Duration written as "30s", "12h" or "720h" in YAML.
+// Duration is a time.Duration written as "30s", "12h", "720h" or "30d"
+// in YAML (see ParseDuration).
 type Duration time.Duration
 
-// UnmarshalYAML reads a Go duration string.
+// UnmarshalYAML reads a duration as ParseDuration does.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
 		return err
 	}
-	v, err := time.ParseDuration(s)
+	v, err := ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration like 30s, 12h or 720h", n.Line, s)
+		return fmt.Errorf("line %d: %q is not a duration like 30s, 12h, 720h or 30d", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// ParseDuration is time.ParseDuration plus a leading whole number of days
+// ("30d", "1d12h"), the unit operators write for retention periods. A day
+// is 24 hours.
+func ParseDuration(s string) (time.Duration, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.ParseUint(days, 10, 16)
+	if err != nil || days == "" || days[0] == '+' {
+		return 0, fmt.Errorf("time: invalid duration %q", s)
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest == "" {
+		return d, nil
+	}
+	r, err := time.ParseDuration(rest)
+	if err != nil || r < 0 {
+		return 0, fmt.Errorf("time: invalid duration %q", s)
+	}
+	return d + r, nil
 }
 
 // MarshalYAML writes the duration string.
