@@ -61,7 +61,10 @@ func RotateSecret(file, next string) (int, error) {
 		}
 		prev.Content = append([]*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: cur.Value}}, prev.Content...)
 	}
-	*cur = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: next}
+	// Only the value changes: the node's comments (on the jwt_secret line,
+	// above or below it) stay where the operator wrote them.
+	cur.Kind, cur.Tag, cur.Value, cur.Style, cur.Anchor = yaml.ScalarNode, "!!str", next, 0, ""
+	cur.Content = nil
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
