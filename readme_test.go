@@ -1,0 +1,81 @@
+package codumentor_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// goBlock is a fenced Go block of a Markdown file.
+var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
+
+// Every Go example in the READMEs is a whole program that builds as
+// written: a reader can paste it and it compiles.
+func TestREADMEExamplesBuild(t *testing.T) {
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := filepath.Glob(filepath.Join(root, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(filepath.Join(root, "*", "*.md"))
+	docs = append(docs, more...)
+	n := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, doc)
+		for i, m := range goBlock.FindAllSubmatch(b, -1) {
+			n++
+			src := string(m[1])
+			name := strings.NewReplacer("/", "_", ".", "_").Replace(rel) + "_" + string(rune('a'+i))
+			t.Run(name, func(t *testing.T) {
+				if !strings.HasPrefix(src, "package ") {
+					t.Fatalf("%s: Go example %d is not a whole program (it must start with a package clause):\n%s", rel, i+1, src)
+				}
+				buildExample(t, root, name, src)
+			})
+		}
+	}
+	if n < 2 {
+		t.Fatalf("found %d Go examples in %v; the README and agentcore/README.md have some", n, docs)
+	}
+}
+
+// buildExample builds src as package main of a directory inside the root
+// module that exists only in an -overlay, so the tree is not touched and
+// the workspace's modules resolve as they do for our own code.
+func buildExample(t *testing.T, root, name, src string) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "main.go")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virtual := filepath.Join(root, "internal", "readmeexamples", name, "main.go")
+	overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {virtual: file}})
+	ov := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-overlay", ov, "-o", os.DevNull, "./"+filepath.ToSlash(filepath.Dir(mustRel(t, root, virtual))))
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the example does not build: %v\n%s\n%s", err, out, src)
+	}
+}
+
+func mustRel(t *testing.T, base, p string) string {
+	r, err := filepath.Rel(base, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
