@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// Every answer the tests saw must be in the OpenAPI document; a run
+	// of only some tests checks what those saw.
+	if code == 0 && !checkObserved(os.Stdout, filepath.Join("api", "openapi.json")) {
+		fmt.Println("--- FAIL: TestObservedAnswersAreDocumented (see above)")
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -244,6 +250,7 @@ func (c *client) do(method, path string, body any) (int, []byte, http.Header) {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer res.Body.Close()
+	observe(method, path, res.StatusCode)
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
 		c.t.Fatal(err)
@@ -296,6 +303,7 @@ func (c *client) follow(conv, lastID string) *stream {
 		cancel()
 		c.t.Fatal(err)
 	}
+	observe("GET", "/api/v1/conversations/"+conv+"/events", res.StatusCode)
 	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()

@@ -300,6 +300,9 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 		t.Fatalf("decided approval: %+v", decided)
 	}
 	a.must(http.StatusConflict, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "approve"}, nil)
+	// The decision has one name for "allow from now on": always_allow, as stored and returned.
+	a.must(http.StatusConflict, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "always_allow"}, nil)
+	a.must(http.StatusBadRequest, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "always"}, nil)
 	evs = append(evs, s.until(agentcore.EventTurnFinished, 60*time.Second)...)
 	s.close()
 	var sawOutput bool

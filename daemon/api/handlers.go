@@ -335,10 +335,10 @@ func (s *Server) decide(c *fiber.Ctx) error {
 		d = agentcore.DecisionApprove
 	case "deny":
 		d = agentcore.DecisionDeny
-	case "always", "always_allow":
+	case "always_allow":
 		d = agentcore.DecisionAlwaysAllow
 	default:
-		return badRequest("decision must be approve, deny or always, not %q", req.Decision)
+		return badRequest("decision must be approve, deny or always_allow, not %q", req.Decision)
 	}
 	err := s.d.Engine.Decide(c.UserContext(), user(c).ID, conversation(c).ID, c.Params("aid"), d)
 	switch {

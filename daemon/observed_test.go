@@ -1,0 +1,110 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// observed records every answer the end-to-end tests received, by method,
+// path and status, so that TestMain can hold openapi.json to them: an
+// answer the server really gives must be documented.
+var observed struct {
+	sync.Mutex
+	seen map[string]bool // "GET /api/v1/me 200"
+}
+
+func observe(method, rawPath string, status int) {
+	path := rawPath
+	if u, err := url.Parse(rawPath); err == nil {
+		path = u.Path
+	}
+	if method == "HEAD" {
+		method = "GET" // Fiber answers HEAD for every GET route; the document says so once
+	}
+	observed.Lock()
+	defer observed.Unlock()
+	if observed.seen == nil {
+		observed.seen = map[string]bool{}
+	}
+	observed.seen[method+" "+path+" "+strconv.Itoa(status)] = true
+}
+
+// checkObserved compares what the tests observed with the OpenAPI
+// document at docFile, writes each answer it does not document to w and
+// reports whether all were documented.
+func checkObserved(w io.Writer, docFile string) bool {
+	b, err := os.ReadFile(docFile)
+	if err != nil {
+		fmt.Fprintln(w, err)
+		return false
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		fmt.Fprintf(w, "%s: %v\n", docFile, err)
+		return false
+	}
+	observed.Lock()
+	var seen []string
+	for k := range observed.seen {
+		seen = append(seen, k)
+	}
+	observed.Unlock()
+	sort.Strings(seen)
+	ok := true
+	for _, s := range seen {
+		f := strings.Fields(s)
+		method, path, status := strings.ToLower(f[0]), f[1], f[2]
+		tmpl, found := matchPath(doc.Paths, path, method)
+		if !found {
+			if !strings.HasPrefix(path, "/api/") && !slices.Contains([]string{"/healthz", "/readyz", "/metrics"}, path) {
+				continue // not an API route: Fiber's 404 for an unknown path
+			}
+			fmt.Fprintf(w, "observed %s %s %s: no such route in openapi.json\n", f[0], path, status)
+			ok = false
+			continue
+		}
+		if _, documented := doc.Paths[tmpl][method].Responses[status]; !documented {
+			fmt.Fprintf(w, "observed %s %s → %s: openapi.json does not document status %s for %s %s\n", f[0], path, status, status, f[0], tmpl)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// matchPath finds the document's path template that path and method fall
+// under ("{id}" matches one segment).
+func matchPath[Op any](paths map[string]map[string]Op, path, method string) (string, bool) {
+	segs := strings.Split(path, "/")
+	for tmpl, ops := range paths {
+		if _, ok := ops[method]; !ok {
+			continue
+		}
+		t := strings.Split(tmpl, "/")
+		if len(t) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range t {
+			if !strings.HasPrefix(t[i], "{") && t[i] != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return tmpl, true
+		}
+	}
+	return "", false
+}
