@@ -57,7 +57,7 @@ func checkCommand() *cli.Command {
 			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
-			"working, and real toolchains (sh, git, cc, go) under enforce; about 10-30 s.\n" +
+			"working, and real toolchains (sh, git, cc, go) under enforce; a few seconds.\n" +
 			"With --instance DIR it also checks the server's instance directory (modes,\n" +
 			"config.yaml, auth.jwt_secret, the database in WAL mode), without changing it, and\n" +
 			"runs the sandbox checks with its sandbox.bwrap and on its workspaces' filesystem.\n" +

@@ -41,7 +41,8 @@ type Policy struct {
 	ShareNet bool
 
 	// Env adds "KEY=value" entries to the minimal environment (PATH,
-	// HOME, LANG, TERM). Nothing is inherited from the host process.
+	// HOME, LANG, TERM, USER, TMPDIR). Nothing is inherited from the host
+	// process.
 	Env []string
 
 	// ReadOnly binds host paths read-only. They become readable by
