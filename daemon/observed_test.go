@@ -47,9 +47,7 @@ func checkObserved(w io.Writer, docFile string) bool {
 		return false
 	}
 	var doc struct {
-		Paths map[string]map[string]struct {
-			Responses map[string]json.RawMessage `json:"responses"`
-		} `json:"paths"`
+		Paths map[string]map[string]json.RawMessage `json:"paths"` // method (or "parameters") → operation
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		fmt.Fprintf(w, "%s: %v\n", docFile, err)
@@ -75,7 +73,14 @@ func checkObserved(w io.Writer, docFile string) bool {
 			ok = false
 			continue
 		}
-		if _, documented := doc.Paths[tmpl][method].Responses[status]; !documented {
+		var op struct {
+			Responses map[string]json.RawMessage `json:"responses"`
+		}
+		if err := json.Unmarshal(doc.Paths[tmpl][method], &op); err != nil {
+			fmt.Fprintf(w, "%s: %s %s: %v\n", docFile, method, tmpl, err)
+			return false
+		}
+		if _, documented := op.Responses[status]; !documented {
 			fmt.Fprintf(w, "observed %s %s → %s: openapi.json does not document status %s for %s %s\n", f[0], path, status, status, f[0], tmpl)
 			ok = false
 		}
