@@ -55,11 +55,11 @@ type stream struct {
 	err       error // sticky: returned by every later Next
 }
 
-// call is a tool call being assembled: one builder, since its arguments
-// can arrive in a great many deltas.
+// call is a tool call being assembled: builders, since its name and
+// arguments can arrive in a great many deltas.
 type call struct {
-	id, name string
-	args     strings.Builder
+	id         string
+	name, args strings.Builder
 }
 
 // open sends the request, with retries, until a reply begins.
@@ -209,8 +209,8 @@ func (s *stream) addDelta(d openai.ToolCall) {
 	if d.ID != "" {
 		tc.id = d.ID
 	}
-	if d.Function.Name != "" && d.Function.Name != tc.name {
-		tc.name += d.Function.Name // some servers split a name, none should repeat part of one
+	if d.Function.Name != "" && d.Function.Name != tc.name.String() {
+		tc.name.WriteString(d.Function.Name) // some servers split a name, none should repeat part of one
 	}
 	tc.args.WriteString(d.Function.Arguments)
 }
@@ -224,14 +224,14 @@ func (s *stream) complete() {
 	}
 	sort.Ints(idxs)
 	for _, i := range idxs {
-		if s.calls[i].name == "" {
+		if s.calls[i].name.Len() == 0 {
 			s.err = &Error{Endpoint: s.endpoint, Attempts: s.attempts, Message: fmt.Sprintf("tool call %d of the reply has no name", i)}
 			return
 		}
 	}
 	for _, i := range idxs {
 		c := s.calls[i]
-		tc := agentcore.ToolCall{ID: c.id, Name: c.name, Arguments: c.args.String()}
+		tc := agentcore.ToolCall{ID: c.id, Name: c.name.String(), Arguments: c.args.String()}
 		if tc.ID == "" {
 			tc.ID = fmt.Sprintf("call_%d", i)
 		}

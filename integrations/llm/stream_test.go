@@ -21,8 +21,11 @@ func TestArgumentsAssembleLinearly(t *testing.T) {
 	for i := range deltas {
 		deltas[i] = openai.ToolCall{Index: &zero, Function: openai.FunctionCall{Arguments: "01234567"}}
 	}
-	deltas[0].ID, deltas[0].Function.Name = "call_1", "write_file"
-	var got string
+	deltas[0].ID = "call_1"
+	for i := range deltas { // a name in pieces too, as a hostile endpoint may send it
+		deltas[i].Function.Name = string(rune('a' + i%26))
+	}
+	var got, name string
 	allocs := testing.AllocsPerRun(3, func() {
 		s := &stream{}
 		s.resetCalls()
@@ -31,9 +34,10 @@ func TestArgumentsAssembleLinearly(t *testing.T) {
 		}
 		s.complete()
 		got = s.pending[0].ToolCall.Arguments
+		name = s.pending[0].ToolCall.Name
 	})
-	if got != strings.Repeat("01234567", n) {
-		t.Fatalf("arguments of %d bytes, want %d", len(got), 8*n)
+	if got != strings.Repeat("01234567", n) || len(name) != n {
+		t.Fatalf("arguments of %d bytes, want %d; name of %d, want %d", len(got), 8*n, len(name), n)
 	}
 	if allocs > 64 {
 		t.Errorf("%v allocations for %d deltas, want O(log n)", allocs, n)
