@@ -55,6 +55,10 @@ type stream struct {
 	err       error // sticky: returned by every later Next
 }
 
+// callSize is what a tool call counts towards Config.MaxReplyBytes
+// besides its id, name and arguments: roughly what keeping it costs.
+const callSize = 64
+
 // call is a tool call being assembled: builders, since its name and
 // arguments can arrive in a great many deltas.
 type call struct {
@@ -205,6 +209,7 @@ func (s *stream) addDelta(d openai.ToolCall) {
 	if tc == nil {
 		tc = &call{}
 		s.calls[idx] = tc
+		s.size += callSize // deltas of only an index would cost nothing else
 	}
 	if d.ID != "" {
 		tc.id = d.ID

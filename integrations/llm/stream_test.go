@@ -67,3 +67,18 @@ func TestNextHonoursCancel(t *testing.T) {
 		t.Errorf("Next after cancel: %+v, %v; want context.Canceled", ch, err)
 	}
 }
+
+// Tool calls count towards the reply's size even when their deltas carry
+// nothing but an index, so their number is bounded too.
+func TestEmptyToolCallsCount(t *testing.T) {
+	s := &stream{c: &Client{maxReply: 100 * callSize}}
+	s.resetCalls()
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		idx := i
+		err = s.absorb(openai.ChatCompletionStreamResponse{Choices: []openai.ChatCompletionStreamChoice{{Delta: openai.ChatCompletionStreamChoiceDelta{ToolCalls: []openai.ToolCall{{Index: &idx}}}}}})
+	}
+	if !errors.Is(err, ErrTooLarge) || len(s.calls) > 101 {
+		t.Errorf("after %d calls: %v, want ErrTooLarge by 101", len(s.calls), err)
+	}
+}
