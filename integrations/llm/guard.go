@@ -81,6 +81,10 @@ func (g guard) Do(req *http.Request) (*http.Response, error) {
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 	case streaming:
 		resp.Body = &lineGuard{rc: resp.Body, max: g.maxLine}
+	default:
+		// A whole JSON answer (embeddings): vectors as decimal text are
+		// bulky, a thousand of 3,072 dimensions take about 40 MB.
+		resp.Body = &sizeGuard{rc: resp.Body, max: 8 * g.maxReply}
 	}
 	return resp, nil
 }
@@ -139,6 +143,22 @@ func (g guard) asStream(body io.Reader) ([]byte, error) {
 	}
 	return fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", chunk), nil
 }
+
+// sizeGuard fails a body once it exceeds max bytes.
+type sizeGuard struct {
+	rc     io.ReadCloser
+	n, max int
+}
+
+func (g *sizeGuard) Read(p []byte) (int, error) {
+	n, err := g.rc.Read(p)
+	if g.n += n; g.n > g.max {
+		return 0, &replyError{err: ErrTooLarge, msg: "reply longer than " + size(g.max)}
+	}
+	return n, err
+}
+
+func (g *sizeGuard) Close() error { return g.rc.Close() }
 
 // lineGuard passes an event stream through while its lines stay within
 // max bytes and its non-data lines within maxNonData in all; then it

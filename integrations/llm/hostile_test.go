@@ -276,3 +276,25 @@ func TestTrickleTimesOut(t *testing.T) {
 		t.Errorf("err = %v, want ErrTimeout", err)
 	}
 }
+
+// An endless JSON answer to an embeddings request ends with ErrTooLarge.
+func TestEmbedReplyLimit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0`)
+		zeros := strings.Repeat(",0", 32<<10)
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, zeros); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	cfg := fast(srv.URL + "/v1")
+	cfg.MaxRetries, cfg.MaxReplyBytes = 3, 256<<10
+	_, err := newClient(t, cfg).Embed(t.Context(), []string{"x"})
+	var e *llm.Error
+	if !errors.Is(err, llm.ErrTooLarge) || !errors.As(err, &e) || e.Attempts != 1 || !strings.Contains(err.Error(), "reply longer than 2 MiB") {
+		t.Errorf("err = %v, want ErrTooLarge after one attempt", err)
+	}
+}
