@@ -2,7 +2,6 @@ package llm
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -239,10 +238,4 @@ func size(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
-}
-
-// withRetryInfo gives one attempt of a request its retryInfo.
-func withRetryInfo(ctx context.Context) (context.Context, *retryInfo) {
-	ri := &retryInfo{}
-	return context.WithValue(ctx, retryInfoKey{}, ri), ri
 }

@@ -266,6 +266,12 @@ type retryInfo struct{ after string }
 
 type retryInfoKey struct{}
 
+// withRetryInfo gives one attempt of a request its retryInfo.
+func withRetryInfo(ctx context.Context) (context.Context, *retryInfo) {
+	ri := &retryInfo{}
+	return context.WithValue(ctx, retryInfoKey{}, ri), ri
+}
+
 // retry runs try until it succeeds, fails for good, or the retries are
 // spent. attempts counts the requests sent, across calls, so a stream that
 // reopens shares one budget. try reports the error and whether a retry may
@@ -286,7 +292,7 @@ func (c *Client) retry(ctx context.Context, attempts *int, try func(actx context
 			// would hold the turn.
 			var e *Error
 			if errors.As(err, &e) {
-				e.Message += fmt.Sprintf(" (Retry-After of %v exceeds the maximum backoff of %v: not retried)", d, c.maxBackoff)
+				e.Message += fmt.Sprintf(" (Retry-After of %v exceeds the maximum backoff of %v: not retried)", d.Round(time.Second), c.maxBackoff)
 			}
 			return err
 		}
