@@ -221,6 +221,104 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 }
 
+// BenchmarkHostileModel has the model endpoint send one endless stream
+// line (200 MB without a newline) and one endless reply (300 MB of text
+// in 64 KiB deltas) and reports how far the server's resident memory
+// peaked above what it held before the turn: the client's line and reply
+// limits end the turn instead (target: under 150 MB for each).
+func BenchmarkHostileModel(b *testing.B) {
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "the model's own text"}}}, llmtest.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Close)
+	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL()))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	defer p.stop()
+	c := p.login("alice", pw)
+	pid := p.cmd.Process.Pid
+	for _, bc := range []struct {
+		name  string
+		fault llmtest.Fault
+	}{
+		{"line-200MB", llmtest.Fault{LineBytes: 200 << 20}},
+		{"reply-300MB", llmtest.Fault{ReplyBytes: 300 << 20}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var worst float64
+			for i := 0; i < b.N; i++ {
+				conv := c.newConversation()
+				before := procStatusMB(b, pid, "VmRSS")
+				// Peak RSS from here on: writing 5 to clear_refs resets VmHWM.
+				if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+					b.Fatal(err)
+				}
+				srv.Inject(bc.fault)
+				ev := turnEnd(b, c, conv, func() { c.send(conv, "answer at length") })
+				if !strings.Contains(ev, "turn_failed") || !strings.Contains(ev, "longer than") {
+					b.Errorf("the turn ended with %.300s, want turn_failed naming the limit", ev)
+				}
+				worst = max(worst, procStatusMB(b, pid, "VmHWM")-before)
+			}
+			b.ReportMetric(worst, "RSS-delta-MB")
+			if worst > 150 {
+				b.Errorf("resident memory peaked %.0f MB above its level before the turn, want under 150 MB", worst)
+			}
+		})
+	}
+}
+
+// procStatusMB reads a kB field of /proc/<pid>/status in MB.
+func procStatusMB(b *testing.B, pid int, field string) float64 {
+	b.Helper()
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return float64(kb) / 1024
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// turnEnd follows conv's events, runs start, and returns the "event:"
+// and "data:" lines of the event that ended the turn. Lines are read
+// without a length limit: the events of a hostile reply can be long.
+func turnEnd(b *testing.B, c *client, conv string, start func()) string {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/conversations/"+conv+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	start()
+	r := bufio.NewReader(res.Body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			b.Fatalf("events of %s: %v", conv, err)
+		}
+		typ, ok := strings.CutPrefix(strings.TrimSpace(line), "event: ")
+		if !ok || (typ != agentcore.EventTurnFinished && typ != agentcore.EventTurnFailed && typ != agentcore.EventTurnCancelled) {
+			continue
+		}
+		data, _ := r.ReadString('\n')
+		return line + data
+	}
+}
+
 // eventHead reads seq, type and time from the start of an event's JSON
 // as the server writes it: {"seq":N,"type":"T","conversation":…,"time":"…",…}.
 func eventHead(data string) (int64, string, time.Time, error) {

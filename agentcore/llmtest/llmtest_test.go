@@ -233,6 +233,7 @@ func readSSE(t *testing.T, r io.Reader) ([]wireChunk, bool) {
 	t.Helper()
 	var chunks []wireChunk
 	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20) // the long lines of Fault.LineBytes
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" {

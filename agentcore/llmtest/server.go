@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -52,6 +53,7 @@ type Server struct {
 	requests   []agentcore.Request
 	failN      int
 	failStatus int
+	faults     []Fault // for the next chat requests, see Inject
 }
 
 // NewServer starts a Server for s on a free port of 127.0.0.1, like
@@ -200,6 +202,10 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if srv.injected(w) {
 		return
 	}
+	f := srv.nextFault()
+	if f.answer(w, r) {
+		return
+	}
 	if len(wr.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "messages: must not be empty")
 		return
@@ -216,8 +222,8 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	id := fmt.Sprintf("chatcmpl-llmtest-%d", srv.seq.Add(1))
 	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
-	if wr.Stream {
-		srv.stream(w, r, id, model, st, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage)
+	if wr.Stream && !f.NonStreaming {
+		srv.stream(w, r, id, model, st, f, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage)
 		return
 	}
 	if st.Stall {
@@ -243,11 +249,16 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 // each tool call as a first delta (index, id, type, name, the first bytes
 // of the arguments) followed by deltas of only index and more arguments,
 // a last chunk with the finish_reason, an optional usage chunk, [DONE].
-func (srv *Server) stream(w http.ResponseWriter, r *http.Request, id, model string, st Step, usage wireUsage, includeUsage bool) {
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+// f's stream faults change that on the way.
+func (srv *Server) stream(rw http.ResponseWriter, r *http.Request, id, model string, st Step, f Fault, usage wireUsage, includeUsage bool) {
+	flusher, _ := rw.(http.Flusher)
+	rw.Header().Set("Content-Type", "text/event-stream")
+	rw.Header().Set("Cache-Control", "no-cache")
+	rw.WriteHeader(http.StatusOK)
+	var w io.Writer = rw
+	if f.Trickle > 0 {
+		w = trickler{w: rw, f: flusher, delay: f.Trickle, r: r}
+	}
 	created := time.Now().Unix()
 	send := func(d wireDelta, finish *string) {
 		c := wireChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
@@ -260,7 +271,25 @@ func (srv *Server) stream(w http.ResponseWriter, r *http.Request, id, model stri
 	}
 	empty := ""
 	send(wireDelta{Role: "assistant", Content: &empty}, nil)
-	for _, p := range pieces(st.Text, textPiece) {
+	if f.InvalidChunk {
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"unterminated\n\n")
+	}
+	if f.LineBytes > 0 && writeLongLine(w, id, model, f.LineBytes) != nil {
+		return // the client is gone
+	}
+	text := pieces(st.Text, textPiece)
+	if f.ReplyBytes > 0 {
+		text = nil
+		piece := strings.Repeat("x", bigPiece)
+		for n := f.ReplyBytes; n > 0; n -= bigPiece {
+			if r.Context().Err() != nil {
+				return
+			}
+			p := piece[:min(n, bigPiece)]
+			send(wireDelta{Content: &p}, nil)
+		}
+	}
+	for _, p := range text {
 		if srv.opts.ChunkDelay > 0 {
 			select {
 			case <-time.After(srv.opts.ChunkDelay):
@@ -291,8 +320,10 @@ func (srv *Server) stream(w http.ResponseWriter, r *http.Request, id, model stri
 			send(wireDelta{ToolCalls: []wireToolCall{{Index: &i, Function: wireFunction{Arguments: a}}}}, nil)
 		}
 	}
-	finish := st.finishReason()
-	send(wireDelta{}, &finish)
+	if !f.NoFinish {
+		finish := st.finishReason()
+		send(wireDelta{}, &finish)
+	}
 	if includeUsage {
 		b, _ := json.Marshal(wireChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: []wireChunkChoice{}, Usage: &usage})
 		fmt.Fprintf(w, "data: %s\n\n", b)

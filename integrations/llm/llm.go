@@ -8,22 +8,36 @@
 // Errors name the endpoint, the HTTP status and the server's message;
 // they never quote the request, which holds the user's conversation.
 //
+// The endpoint is not trusted either: what it says in an error is cleaned
+// (no API key, no control characters, at most 512 bytes in all, since
+// users read it and the log records it); a stream line, a reply and an
+// error body are bounded (ErrTooLarge); redirects are refused
+// (ErrRedirect); errors a retry cannot change are not retried.
+//
 //	c, err := llm.New(llm.Config{BaseURL: "http://127.0.0.1:8000/v1", Model: "qwen3-coder"})
 //	s, err := c.Stream(ctx, agentcore.Request{Messages: msgs, Tools: tools})
 //	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason
 package llm
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -51,15 +65,27 @@ type Config struct {
 	Timeout time.Duration
 	// MaxRetries is how often a failed request is retried (429, 5xx, a
 	// failed connection or a timeout, all before any reply reached the
-	// caller) (llm.max_retries). 0 means the default, 3; -1 means none.
+	// caller; never a malformed reply or a TLS failure, which a retry
+	// would not change) (llm.max_retries). 0 means the default, 3; -1
+	// means none.
 	MaxRetries int
 	// MinBackoff and MaxBackoff bound the wait before a retry: about
 	// MinBackoff at first, doubling, with jitter, at most MaxBackoff.
-	// A server's Retry-After replaces the computed wait, also capped at
-	// MaxBackoff. Defaults 500ms and 10s.
+	// A server's Retry-After replaces the computed wait; one longer than
+	// MaxBackoff ends the retries with an error that says so. Defaults
+	// 500ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
+	// MaxLineBytes caps one line of the reply's event stream, so an
+	// endpoint cannot make the client buffer an endless line. Default
+	// DefaultMaxLineBytes.
+	MaxLineBytes int
+	// MaxReplyBytes caps one reply's text and tool calls (names and
+	// arguments), counted as they arrive, and at 8 times that the body of
+	// a whole JSON answer (embeddings). Default DefaultMaxReplyBytes.
+	MaxReplyBytes int
 	// HTTPClient, when set, sends the requests (custom TLS or proxy); its
-	// own Timeout must be zero or it cuts streams off, see Timeout.
+	// own Timeout must be zero or it cuts streams off, see Timeout. Its
+	// CheckRedirect is replaced: redirects are refused.
 	HTTPClient *http.Client
 }
 
@@ -69,6 +95,11 @@ const (
 	DefaultMaxRetries = 3
 	DefaultMinBackoff = 500 * time.Millisecond
 	DefaultMaxBackoff = 10 * time.Second
+	// A tool call that writes a whole file (1 MiB at most, see
+	// agentcore.Config.MaxFileSize) can arrive in one line, its content
+	// escaped twice; a reply beyond these is not one a step can use.
+	DefaultMaxLineBytes  = 8 << 20
+	DefaultMaxReplyBytes = 8 << 20
 )
 
 var (
@@ -78,16 +109,25 @@ var (
 	// ErrTimeout is wrapped by an Error when the endpoint did not answer,
 	// or stopped sending a reply, for Config.Timeout.
 	ErrTimeout = errors.New("endpoint timed out")
+	// ErrTooLarge is wrapped by an Error when a reply exceeded
+	// Config.MaxReplyBytes or a line of its stream Config.MaxLineBytes.
+	ErrTooLarge = errors.New("reply too large")
+	// ErrRedirect is wrapped by an Error when the endpoint answered with
+	// a redirect: it is not followed, as it could carry the API key to
+	// another server or over plain http.
+	ErrRedirect = errors.New("endpoint redirected")
 )
 
-// Error is a request to the endpoint that failed.
+// Error is a request to the endpoint that failed. Its text is at most
+// maxErrorText bytes, without the API key or control characters.
 type Error struct {
 	// Endpoint is the request's URL, without credentials.
 	Endpoint string
 	// StatusCode is the HTTP status; 0 when none arrived (a connection
 	// error, a timeout, or a reply that broke off).
 	StatusCode int
-	// Message is the server's error message, or what went wrong.
+	// Message is the server's error message, cleaned like the whole
+	// text, or what went wrong.
 	Message string
 	// Attempts is how many times the request was sent.
 	Attempts int
@@ -105,7 +145,7 @@ func (e *Error) Error() string {
 	if e.Attempts > 1 {
 		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
 	}
-	return b.String()
+	return truncate(b.String(), maxErrorText)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -113,6 +153,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Client talks to one endpoint; it is safe for concurrent use.
 type Client struct {
 	oa             *openai.Client
+	apiKey         string // removed from error text
 	base           string // BaseURL without a trailing slash, credentials redacted
 	model          string
 	embeddingModel string
@@ -120,6 +161,7 @@ type Client struct {
 	maxRetries     int
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
+	maxReply       int
 }
 
 var _ agentcore.LLM = (*Client)(nil)
@@ -140,10 +182,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: llm.timeout is negative (%v)", ErrConfig, cfg.Timeout)
 	}
+	if cfg.MaxLineBytes < 0 || cfg.MaxReplyBytes < 0 {
+		return nil, fmt.Errorf("%w: the line and reply limits must not be negative", ErrConfig)
+	}
 	if cfg.MaxRetries < -1 {
 		return nil, fmt.Errorf("%w: llm.max_retries must be -1 (none), 0 (default %d) or more, got %d", ErrConfig, DefaultMaxRetries, cfg.MaxRetries)
 	}
 	c := &Client{
+		apiKey:         cfg.APIKey,
 		base:           base.Redacted(),
 		model:          cfg.Model,
 		embeddingModel: cfg.EmbeddingModel,
@@ -151,6 +197,7 @@ func New(cfg Config) (*Client, error) {
 		maxRetries:     cfg.MaxRetries,
 		minBackoff:     orDefault(cfg.MinBackoff, DefaultMinBackoff),
 		maxBackoff:     orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
+		maxReply:       cmp.Or(cfg.MaxReplyBytes, DefaultMaxReplyBytes),
 	}
 	switch c.maxRetries {
 	case 0:
@@ -167,7 +214,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
-	oc.HTTPClient = recorder{hc}
+	oc.HTTPClient = guard{hc: refuseRedirects(hc), maxLine: cmp.Or(cfg.MaxLineBytes, DefaultMaxLineBytes), maxReply: c.maxReply}
 	c.oa = openai.NewClientWithConfig(oc)
 	return c, nil
 }
@@ -219,17 +266,6 @@ type retryInfo struct{ after string }
 
 type retryInfoKey struct{}
 
-// recorder notes each response's Retry-After in the request's retryInfo.
-type recorder struct{ hc *http.Client }
-
-func (r recorder) Do(req *http.Request) (*http.Response, error) {
-	resp, err := r.hc.Do(req)
-	if ri, ok := req.Context().Value(retryInfoKey{}).(*retryInfo); ok && resp != nil {
-		ri.after = resp.Header.Get("Retry-After")
-	}
-	return resp, err
-}
-
 // withRetryInfo gives one attempt of a request its retryInfo.
 func withRetryInfo(ctx context.Context) (context.Context, *retryInfo) {
 	ri := &retryInfo{}
@@ -249,6 +285,15 @@ func (c *Client) retry(ctx context.Context, attempts *int, try func(actx context
 			return nil
 		}
 		if !retryable || *attempts > c.maxRetries || ctx.Err() != nil {
+			return err
+		}
+		if d, ok := parseRetryAfter(ri.after, time.Now()); ok && d > c.maxBackoff {
+			// Waiting less would be refused again; waiting that long
+			// would hold the turn.
+			var e *Error
+			if errors.As(err, &e) {
+				e.Message += fmt.Sprintf(" (Retry-After of %v exceeds the maximum backoff of %v: not retried)", d.Round(time.Second), c.maxBackoff)
+			}
 			return err
 		}
 		if err := sleep(ctx, c.backoff(*attempts, ri.after)); err != nil {
@@ -271,7 +316,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // backoff is the wait before retry number attempt (1 for the first):
 // the server's Retry-After when it gave one, else exponential with full
-// jitter over the upper half; both capped at maxBackoff.
+// jitter over the upper half; both capped at maxBackoff (retry does not
+// wait for a longer Retry-After).
 func (c *Client) backoff(attempt int, retryAfter string) time.Duration {
 	if d, ok := parseRetryAfter(retryAfter, time.Now()); ok {
 		return min(d, c.maxBackoff)
@@ -310,25 +356,53 @@ func (c *Client) classify(ctx context.Context, endpoint string, attempt int, err
 	e := &Error{Endpoint: endpoint, Attempts: attempt}
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
+	var replyErr *replyError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.Is(err, ErrTimeout):
 		e.Message, e.Err = "no answer within "+c.timeout.String(), ErrTimeout
 		return true, e
+	case errors.As(err, &replyErr):
+		e.StatusCode, e.Message, e.Err = replyErr.status, c.clean(replyErr.msg), replyErr.err
+		return false, e
 	case errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0:
-		e.StatusCode, e.Message = apiErr.HTTPStatusCode, apiErr.Message
+		e.StatusCode, e.Message = apiErr.HTTPStatusCode, c.clean(apiErr.Message)
 	case errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0:
 		// Not OpenAI's error JSON: the body is the server's message.
-		e.StatusCode, e.Message = reqErr.HTTPStatusCode, bodyMessage(reqErr.Body)
+		e.StatusCode, e.Message = reqErr.HTTPStatusCode, c.clean(bodyMessage(reqErr.Body))
 	case errors.As(err, &apiErr):
 		// An error object inside a stream that began well.
-		e.Message = "error in the reply stream: " + apiErr.Message
+		e.Message = c.clean("error in the reply stream: " + apiErr.Message)
+		return false, e
+	case errors.As(err, &syntaxErr) || errors.As(err, &typeErr):
+		e.Message = c.clean("invalid chunk in the reply stream: " + err.Error())
+		return false, e
+	case errors.Is(err, errTruncated) || errors.Is(err, openai.ErrTooManyEmptyStreamMessages):
+		e.Message = err.Error()
 		return false, e
 	default:
-		// No HTTP status: the connection failed or broke off.
-		e.Message, e.Err = connMessage(err), err
-		return true, e
+		// No HTTP status: the connection failed or broke off, or TLS
+		// failed, which a retry does not change.
+		e.Message, e.Err = c.clean(connMessage(err)), err
+		return !isTLSFailure(err), e
 	}
 	return e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500, e
+}
+
+// isTLSFailure reports whether err is a certificate or TLS protocol
+// failure: a configuration to fix, not a passing fault.
+func isTLSFailure(err error) bool {
+	var (
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+		alert     tls.AlertError
+		authority x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
+	return errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) ||
+		errors.As(err, &authority) || errors.As(err, &host) || errors.As(err, &invalid)
 }
 
 // connMessage says what failed without the request details url.Error
@@ -342,15 +416,99 @@ func connMessage(err error) string {
 }
 
 func bodyMessage(body []byte) string {
+	if m, ok := cutMessage(body); ok {
+		return m
+	}
 	s := strings.TrimSpace(string(body))
 	if s == "" {
 		return "(empty response body)"
 	}
-	const limit = 512
-	if len(s) > limit {
-		s = s[:limit] + "…"
-	}
 	return s
+}
+
+// cutMessage reads the message of OpenAI's error JSON that maxErrorBody
+// cut off, as far as it goes: {"error":{"message":"… .
+func cutMessage(body []byte) (string, bool) {
+	if len(body) < maxErrorBody || !bytes.HasPrefix(bytes.TrimSpace(body), []byte(`{`)) {
+		return "", false // whole, so not OpenAI's error JSON
+	}
+	_, rest, ok := bytes.Cut(body, []byte(`"message"`))
+	if !ok {
+		return "", false
+	}
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if rest, ok = bytes.CutPrefix(rest, []byte(":")); !ok {
+		return "", false
+	}
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if !bytes.HasPrefix(rest, []byte(`"`)) {
+		return "", false
+	}
+	// Close the string where it was cut, dropping a cut escape.
+	for n := len(rest); n > len(rest)-8 && n > 0; n-- {
+		var m string
+		if json.Unmarshal(append(rest[:n:n], '"'), &m) == nil {
+			return m + "…", true
+		}
+	}
+	return "", false
+}
+
+// maxErrorText caps an Error's text, and maxMessage the part of it that
+// comes from the endpoint, leaving room for the endpoint's URL.
+const (
+	maxErrorText = 512
+	maxMessage   = 320
+)
+
+// bearer is a credential in an Authorization header (RFC 6750's token
+// characters), long enough not to be a word: "bearer token" stays.
+var bearer = regexp.MustCompile(`(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}`)
+
+// clean makes text from the endpoint fit for users and the log: valid
+// UTF-8, control and format characters (escapes, bidi overrides,
+// zero-width) removed and line breaks made spaces, so it can neither
+// forge a log line nor hide text; the API key and any bearer token
+// redacted, also a key cut off at the end; at most maxMessage bytes.
+func (c *Client) clean(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			if b.Len() > 0 && !strings.HasSuffix(b.String(), " ") {
+				b.WriteByte(' ')
+			}
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+		default:
+			b.WriteRune(r)
+		}
+	}
+	s = b.String()
+	if c.apiKey != "" {
+		s = strings.ReplaceAll(s, c.apiKey, "[redacted]")
+		for n := len(c.apiKey) - 1; n >= 4; n-- {
+			if t, ok := strings.CutSuffix(s, c.apiKey[:n]); ok {
+				s = t + "[redacted]"
+				break
+			}
+		}
+	}
+	s = bearer.ReplaceAllString(s, "Bearer [redacted]")
+	return truncate(strings.TrimSpace(s), maxMessage)
+}
+
+// truncate cuts s to at most n bytes, on a character boundary, marking
+// the cut with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	i := n - len(mark)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + mark
 }
 
 // chatRequest is req in go-openai's terms.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -45,12 +46,24 @@ type stream struct {
 	idle   *time.Timer // cancels ctx with ErrTimeout while waiting too long
 	oas    *openai.ChatCompletionStream
 
-	delivered bool                        // a chunk reached the caller: no more retries
-	calls     map[int]*agentcore.ToolCall // by the stream's index
+	delivered bool          // a chunk reached the caller: no more retries
+	calls     map[int]*call // by the stream's index
+	size      int           // bytes of text and tool calls so far, see Config.MaxReplyBytes
 	pending   []agentcore.Chunk
 	finish    string
 	done      bool  // every chunk is in pending
 	err       error // sticky: returned by every later Next
+}
+
+// callSize is what a tool call counts towards Config.MaxReplyBytes
+// besides its id, name and arguments: roughly what keeping it costs.
+const callSize = 64
+
+// call is a tool call being assembled: builders, since its name and
+// arguments can arrive in a great many deltas.
+type call struct {
+	id         string
+	name, args strings.Builder
 }
 
 // open sends the request, with retries, until a reply begins.
@@ -65,9 +78,14 @@ func (s *stream) open() error {
 			return s.c.classify(s.parent, s.endpoint, s.attempts, timedOut(ctx, err))
 		}
 		s.ctx, s.cancel, s.idle, s.oas = ctx, cancel, idle, oas
-		s.calls, s.finish = map[int]*agentcore.ToolCall{}, ""
+		s.resetCalls()
 		return false, nil
 	})
+}
+
+// resetCalls forgets the tool calls of an earlier attempt.
+func (s *stream) resetCalls() {
+	s.calls, s.finish, s.size = map[int]*call{}, "", 0
 }
 
 // timedOut is err, or ErrTimeout when the idle timer caused it.
@@ -90,6 +108,12 @@ func (s *stream) release() {
 
 func (s *stream) Next() (agentcore.Chunk, error) {
 	for {
+		if err := s.parent.Err(); err != nil && s.err == nil {
+			// Checked every round: the reply may be buffered already, and
+			// tool call deltas can be many without a chunk to return.
+			s.release()
+			s.err, s.pending = err, nil
+		}
 		if len(s.pending) > 0 {
 			ch := s.pending[0]
 			s.pending = s.pending[1:]
@@ -117,7 +141,9 @@ func (s *stream) Next() (agentcore.Chunk, error) {
 			s.fail(err)
 			continue
 		}
-		s.absorb(resp)
+		if err := s.absorb(resp); err != nil {
+			s.fail(err)
+		}
 	}
 }
 
@@ -141,11 +167,19 @@ func (s *stream) fail(err error) {
 }
 
 // absorb takes one chunk of the reply: text becomes pending chunks, tool
-// call deltas are assembled by index until the reply is complete.
-func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) {
+// call deltas are assembled by index until the reply is complete. It
+// fails when the reply outgrows Config.MaxReplyBytes.
+func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) error {
 	for _, ch := range resp.Choices {
 		if ch.Index != 0 { // only one choice is asked for
 			continue
+		}
+		s.size += len(ch.Delta.Content)
+		for _, d := range ch.Delta.ToolCalls {
+			s.size += len(d.ID) + len(d.Function.Name) + len(d.Function.Arguments)
+		}
+		if s.size > s.c.maxReply {
+			return &replyError{err: ErrTooLarge, msg: "reply longer than " + size(s.c.maxReply)}
 		}
 		if ch.Delta.Content != "" {
 			s.pending = append(s.pending, agentcore.Chunk{Text: ch.Delta.Content})
@@ -157,6 +191,7 @@ func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) {
 			s.finish = string(ch.FinishReason)
 		}
 	}
+	return nil
 }
 
 func (s *stream) addDelta(d openai.ToolCall) {
@@ -172,16 +207,17 @@ func (s *stream) addDelta(d openai.ToolCall) {
 	}
 	tc := s.calls[idx]
 	if tc == nil {
-		tc = &agentcore.ToolCall{}
+		tc = &call{}
 		s.calls[idx] = tc
+		s.size += callSize // deltas of only an index would cost nothing else
 	}
 	if d.ID != "" {
-		tc.ID = d.ID
+		tc.id = d.ID
 	}
-	if d.Function.Name != "" && d.Function.Name != tc.Name {
-		tc.Name += d.Function.Name // some servers split a name, none should repeat part of one
+	if d.Function.Name != "" && d.Function.Name != tc.name.String() {
+		tc.name.WriteString(d.Function.Name) // some servers split a name, none should repeat part of one
 	}
-	tc.Arguments += d.Function.Arguments
+	tc.args.WriteString(d.Function.Arguments)
 }
 
 // complete queues the assembled tool calls, in index order, and the
@@ -193,13 +229,14 @@ func (s *stream) complete() {
 	}
 	sort.Ints(idxs)
 	for _, i := range idxs {
-		if s.calls[i].Name == "" {
+		if s.calls[i].name.Len() == 0 {
 			s.err = &Error{Endpoint: s.endpoint, Attempts: s.attempts, Message: fmt.Sprintf("tool call %d of the reply has no name", i)}
 			return
 		}
 	}
 	for _, i := range idxs {
-		tc := *s.calls[i]
+		c := s.calls[i]
+		tc := agentcore.ToolCall{ID: c.id, Name: c.name.String(), Arguments: c.args.String()}
 		if tc.ID == "" {
 			tc.ID = fmt.Sprintf("call_%d", i)
 		}
