@@ -51,6 +51,8 @@ const testSecret = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 type instance struct {
 	t   testing.TB
 	dir string
+	// args are extra command-line flags of codumentor api.
+	args []string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -134,7 +136,7 @@ func (in *instance) start(env ...string) *proc {
 // run starts the server; it returns an error with the server's output if
 // it exits before listening.
 func (in *instance) run(env ...string) (*proc, error) {
-	cmd := exec.Command(bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
