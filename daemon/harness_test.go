@@ -78,20 +78,31 @@ func (in *instance) config() config.Instance { return config.Instance{Dir: in.di
 // addUser adds a local user through the database, as codumentorctl does.
 func (in *instance) addUser(name, password string, admin bool) auth.User {
 	in.t.Helper()
-	db, err := store.Open(context.Background(), in.config().Database())
+	var u auth.User
+	in.users(func(ctx context.Context, us *auth.Users) (err error) {
+		u, err = us.Add(ctx, auth.AddUser{Name: name, Password: password, Admin: admin})
+		return err
+	})
+	return u
+}
+
+// users runs f on the instance's users table while the server may run,
+// as codumentorctl users does.
+func (in *instance) users(f func(context.Context, *auth.Users) error) {
+	in.t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, in.config().Database())
 	if err != nil {
 		in.t.Fatal(err)
 	}
 	defer store.Close(db)
-	users, err := auth.NewUsers(db)
+	us, err := auth.NewUsers(db)
 	if err != nil {
 		in.t.Fatal(err)
 	}
-	u, err := users.Add(context.Background(), auth.AddUser{Name: name, Password: password, Admin: admin})
-	if err != nil {
+	if err := f(ctx, us); err != nil {
 		in.t.Fatal(err)
 	}
-	return u
 }
 
 // proc is a running codumentor api.
