@@ -195,14 +195,29 @@ func TestLoginFlood(t *testing.T) {
 		return r
 	}
 
+	// only reports whether every answer is one of statuses (0: the
+	// connection was refused, as a connection cap may do).
+	only := func(counts map[int]int, statuses ...int) bool {
+		n := 0
+		for _, s := range append(statuses, 0) {
+			n += counts[s]
+		}
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		return n == total
+	}
+
 	// 60 simultaneous wrong passwords for one name, from 60 addresses:
 	// at most the per-user limit (10) get a password check (401).
 	counts := burst(60, func(i int) *http.Request {
 		return login("alice", "wrong guess", fmt.Sprintf("198.51.100.%d", i+1))
 	})
 	t.Logf("60 wrong logins for one name: %v", counts)
-	if counts[http.StatusUnauthorized] > 10 || counts[http.StatusUnauthorized]+counts[http.StatusTooManyRequests]+counts[http.StatusServiceUnavailable] != 60 {
-		t.Errorf("60 simultaneous wrong logins for one name: %v; want at most 10 checked (401), the rest 429/503", counts)
+	if counts[http.StatusUnauthorized] > 10 || counts[http.StatusUnauthorized] == 0 ||
+		!only(counts, http.StatusUnauthorized, http.StatusTooManyRequests, http.StatusServiceUnavailable) {
+		t.Errorf("60 simultaneous wrong logins for one name: %v; want 1 to 10 checked (401), the rest 429/503", counts)
 	}
 	p.healthy()
 
@@ -213,8 +228,8 @@ func TestLoginFlood(t *testing.T) {
 		return login(fmt.Sprintf("user%d", i), "wrong guess", fmt.Sprintf("10.%d.%d.1", i/256, i%256))
 	})
 	t.Logf("500 logins: %v", counts)
-	if counts[http.StatusUnauthorized] == 0 || counts[http.StatusUnauthorized]+counts[http.StatusServiceUnavailable] < 450 {
-		t.Errorf("500 simultaneous logins: %v; want 401 or 503 (busy), a few refused connections at most", counts)
+	if counts[http.StatusUnauthorized] == 0 || !only(counts, http.StatusUnauthorized, http.StatusServiceUnavailable) {
+		t.Errorf("500 simultaneous logins: %v; want 401 or 503 (busy)", counts)
 	}
 	hwm := vmHWM(t, p.cmd.Process.Pid)
 	t.Logf("server peak RSS %d MiB", hwm>>20)
