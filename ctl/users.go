@@ -145,8 +145,9 @@ func usersSetDisabledCommand(name string, disabled bool) *cli.Command {
 	if disabled {
 		c.Usage = "stop a user from logging in"
 		c.Description = "The user can no longer log in, and the tokens they hold stop working at once (the\n" +
-			"server checks the user on every request). Their conversations and secrets are kept.\n" +
-			"Safe while the server runs; codumentorctl users enable undoes it."
+			"server checks the user on every request; open event streams end at their next\n" +
+			"heartbeat). Their conversations and secrets are kept. Safe while the server runs;\n" +
+			"codumentorctl users enable undoes it, but the old tokens stay revoked."
 	} else {
 		c.Usage = "let a disabled user log in again"
 		c.Description = "Undoes codumentorctl users disable. Safe while the server runs."
@@ -161,7 +162,7 @@ func usersPasswdCommand() *cli.Command {
 		ArgsUsage: "NAME",
 		Description: "Replaces the password of local user NAME (an LDAP user's password is the directory's).\n" +
 			"Without --password or --password-stdin it asks twice on the terminal, without echo.\n" +
-			"Tokens already issued stay valid until they expire; disable the user to cut them off.\n" +
+			"The tokens the user holds stop working at once (every session signs in again).\n" +
 			"Safe while the server runs.",
 		Flags:  append([]cli.Flag{instanceFlag()}, passwordFlags()...),
 		Action: runUsersPasswd,

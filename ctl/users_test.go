@@ -1,7 +1,9 @@
 package ctl_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -177,4 +179,60 @@ func TestUsersPasswdPrompts(t *testing.T) {
 	if r := ctl(t, "users", "passwd", "--instance", dir, "alice"); r.code != 2 || !strings.Contains(r.stderr, "not a terminal") {
 		t.Errorf("passwd without a terminal: %v", r)
 	}
+}
+
+// users passwd and users disable end the tokens the user holds, on a
+// server that shares the database; users enable does not revive them.
+func TestUsersRevokeTokens(t *testing.T) {
+	dir := newInstance(t)
+	for _, name := range []string{"alice", "bob"} {
+		if r := ctl(t, "users", "add", "--instance", dir, "--password", name+" password", name); r.code != 0 {
+			t.Fatalf("users add %s: %v", name, r)
+		}
+	}
+	us, err := auth.NewUsers(openDB(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.NewTokens("test-secret-0123456789-abcdefghijklmnopqrstuvwxyz", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	claims := func(name string) auth.Claims {
+		t.Helper()
+		u, err := us.ByName(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := tokens.Issue(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tokens.Verify(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := us.ForToken(ctx, c); err != nil {
+			t.Fatalf("a fresh token of %s: %v", name, err)
+		}
+		return c
+	}
+	alice, bob := claims("alice"), claims("bob")
+	if r := ctl(t, "users", "passwd", "--instance", dir, "--password", "new alice password", "alice"); r.code != 0 {
+		t.Fatalf("users passwd: %v", r)
+	}
+	if _, err := us.ForToken(ctx, alice); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Errorf("alice's token after users passwd: %v, want ErrInvalidToken", err)
+	}
+	claims("alice")
+	for _, cmd := range []string{"disable", "enable"} {
+		if r := ctl(t, "users", cmd, "--instance", dir, "bob"); r.code != 0 {
+			t.Fatalf("users %s: %v", cmd, r)
+		}
+		if _, err := us.ForToken(ctx, bob); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Errorf("bob's token after users %s: %v, want ErrInvalidToken", cmd, err)
+		}
+	}
+	claims("bob")
 }

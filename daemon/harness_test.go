@@ -57,6 +57,8 @@ const testSecret = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 type instance struct {
 	t   testing.TB
 	dir string
+	// args are extra command-line flags of codumentor api.
+	args []string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -82,20 +84,31 @@ func (in *instance) config() config.Instance { return config.Instance{Dir: in.di
 // addUser adds a local user through the database, as codumentorctl does.
 func (in *instance) addUser(name, password string, admin bool) auth.User {
 	in.t.Helper()
-	db, err := store.Open(context.Background(), in.config().Database())
+	var u auth.User
+	in.users(func(ctx context.Context, us *auth.Users) (err error) {
+		u, err = us.Add(ctx, auth.AddUser{Name: name, Password: password, Admin: admin})
+		return err
+	})
+	return u
+}
+
+// users runs f on the instance's users table while the server may run,
+// as codumentorctl users does.
+func (in *instance) users(f func(context.Context, *auth.Users) error) {
+	in.t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, in.config().Database())
 	if err != nil {
 		in.t.Fatal(err)
 	}
 	defer store.Close(db)
-	users, err := auth.NewUsers(db)
+	us, err := auth.NewUsers(db)
 	if err != nil {
 		in.t.Fatal(err)
 	}
-	u, err := users.Add(context.Background(), auth.AddUser{Name: name, Password: password, Admin: admin})
-	if err != nil {
+	if err := f(ctx, us); err != nil {
 		in.t.Fatal(err)
 	}
-	return u
 }
 
 // proc is a running codumentor api.
@@ -140,7 +153,7 @@ func (in *instance) start(env ...string) *proc {
 // run starts the server; it returns an error with the server's output if
 // it exits before listening.
 func (in *instance) run(env ...string) (*proc, error) {
-	cmd := exec.Command(bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr

@@ -151,7 +151,13 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if cfg.Auth.LDAP.URL != "" {
 		ldapCfg = &cfg.Auth.LDAP
 	}
-	login, err := auth.NewAuthenticator(users, ldapCfg, auth.NewLimiter(auth.LimitOptions{}))
+	limiter := auth.NewLimiter(auth.LimitOptions{})
+	go limiter.Sweep(ctx, time.Minute)
+	login, err := auth.NewAuthenticator(users, ldapCfg, limiter)
+	if err != nil {
+		return nil, err
+	}
+	proxies, err := cfg.Proxies()
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +222,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Log:           log.Named("api"),
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
+
+		TrustedProxies: proxies,
 	})
 	return s, nil
 }

@@ -14,6 +14,7 @@ import (
 	_ "embed"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,12 @@ type Deps struct {
 	// Registry collects the metrics served at /metrics; nil means a new
 	// one.
 	Registry *prometheus.Registry
-	// Heartbeat is the interval of SSE heartbeat comments (default 15s).
+	// Heartbeat is the interval of SSE heartbeat comments (default 15s);
+	// at each, the stream's token and user are checked again.
 	Heartbeat time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (config trusted_proxies); empty: the peer is the client.
+	TrustedProxies []netip.Prefix
 }
 
 // Readiness is the body of GET /readyz.
@@ -107,8 +112,8 @@ func New(d Deps) *Server {
 		BodyLimit:             2 << 20,
 		ReadTimeout:           30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
-		// Behind no proxy by default: c.IP() is the peer, which the
-		// login rate limit relies on.
+		// c.IP() is the peer; clientIP reads X-Forwarded-For from
+		// trusted proxies.
 		EnableTrustedProxyCheck: true,
 	})
 	s.routes()
@@ -143,6 +148,7 @@ func (s *Server) routes() {
 	v1.Post("/auth/login", s.login)
 
 	authed := v1.Group("", s.authenticate)
+	authed.Post("/auth/logout", s.logout)
 	authed.Get("/me", s.me)
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
@@ -211,33 +217,43 @@ type localKey int
 const (
 	localUser localKey = iota
 	localConversation
+	// localToken is the request's bearer token, valid only during the
+	// request (Fiber reuses the header's buffer): clone it to keep it.
+	localToken
 )
 
 // authenticate admits requests with a valid bearer token of an existing,
-// enabled user. Every failure is the same 401.
+// enabled user that has not revoked it. The scheme's case does not
+// matter (RFC 9110 §11.1). Every failure is the same 401.
 func (s *Server) authenticate(c *fiber.Ctx) error {
-	h := c.Get(fiber.HeaderAuthorization)
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
+	scheme, tok, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	tok = strings.TrimLeft(tok, " ")
+	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return errUnauthorized
 	}
-	claims, err := s.d.Tokens.Load().Verify(tok)
-	if err != nil {
-		s.log.Debug("token refused", "ip", c.IP(), "err", err)
-		return errUnauthorized
-	}
-	u, err := s.d.Users.ByID(c.UserContext(), claims.UserID)
-	if errors.Is(err, auth.ErrUserNotFound) {
+	u, err := s.identify(c.UserContext(), tok)
+	if errors.Is(err, auth.ErrInvalidToken) {
+		s.log.Debug("token refused", "ip", s.clientIP(c), "err", err)
 		return errUnauthorized
 	}
 	if err != nil {
 		return err
 	}
-	if u.Disabled {
-		return errUnauthorized
-	}
 	c.Locals(localUser, u)
+	c.Locals(localToken, tok)
 	return c.Next()
+}
+
+// identify is the user a bearer token speaks for; an error wrapping
+// auth.ErrInvalidToken if it is bad, expired or revoked, or its user is
+// gone or disabled. Every request checks it, and an event stream at
+// every heartbeat.
+func (s *Server) identify(ctx context.Context, tok string) (auth.User, error) {
+	claims, err := s.d.Tokens.Load().Verify(tok)
+	if err != nil {
+		return auth.User{}, err
+	}
+	return s.d.Users.ForToken(ctx, claims)
 }
 
 func (s *Server) admin(c *fiber.Ctx) error {

@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -34,7 +36,13 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if req.Username == "" || req.Password == "" {
 		return badRequest("username and password are required")
 	}
-	u, err := s.d.Login.Login(c.UserContext(), auth.LoginRequest{Username: req.Username, Password: req.Password, IP: c.IP()})
+	// No user has a longer name: refused before it costs a limiter key,
+	// a password check or a log line.
+	if len(req.Username) > auth.MaxNameLength {
+		return badRequest("username is longer than %d bytes", auth.MaxNameLength)
+	}
+	ip := s.clientIP(c)
+	u, err := s.d.Login.Login(c.UserContext(), auth.LoginRequest{Username: req.Username, Password: req.Password, IP: ip})
 	var limited *auth.RateLimitedError
 	switch {
 	case errors.As(err, &limited):
@@ -44,10 +52,19 @@ func (s *Server) login(c *fiber.Ctx) error {
 		}
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
 		return apiError(http.StatusTooManyRequests, "rate_limited", "too many failed logins; try again in %d s", secs)
+	case errors.Is(err, auth.ErrBusy):
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return apiError(http.StatusServiceUnavailable, "busy", "too many logins at once; try again in a moment")
+	case errors.Is(err, ldap.ErrUnavailable):
+		s.log.Warn("login: the LDAP directory is unavailable", "user", clip(req.Username), "err", err)
+		c.Set(fiber.HeaderRetryAfter, "10")
+		return apiError(http.StatusServiceUnavailable, "ldap_unavailable", "the user directory (LDAP) cannot be reached; try again later or ask the administrator")
 	case errors.Is(err, auth.ErrInvalidCredentials), errors.Is(err, auth.ErrUserDisabled):
-		s.log.Info("login refused", "user", req.Username, "ip", c.IP(), "err", err)
+		s.log.Info("login refused", "user", clip(req.Username), "ip", ip, "err", err)
 		s.metrics.logins.WithLabelValues("refused").Inc()
 		return errBadLogin
+	case errors.Is(err, auth.ErrInvalidName):
+		return badRequest("username is longer than %d bytes", auth.MaxNameLength)
 	case err != nil:
 		return err
 	}
@@ -57,6 +74,24 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	return c.JSON(fiber.Map{"token": tok, "expires_at": exp.UTC(), "user": u})
+}
+
+// clip bounds a client-chosen string for a log line.
+func clip(s string) string {
+	if len(s) <= auth.MaxNameLength {
+		return s
+	}
+	return strings.ToValidUTF8(s[:auth.MaxNameLength], "") + "…"
+}
+
+// logout signs the user out: every token issued to them so far stops
+// working (tokens are not tracked one by one, so this ends all of the
+// user's sessions).
+func (s *Server) logout(c *fiber.Ctx) error {
+	if err := s.d.Users.Revoke(c.UserContext(), user(c).ID); err != nil {
+		return err
+	}
+	return c.SendStatus(http.StatusNoContent)
 }
 
 func (s *Server) me(c *fiber.Ctx) error { return c.JSON(user(c)) }
@@ -191,6 +226,7 @@ func (s *Server) events(c *fiber.Ctx) error {
 		after = n
 	}
 	conv := conversation(c)
+	tok := strings.Clone(c.Locals(localToken).(string))
 	ctx, cancel := s.streamContext()
 	evs := s.d.Engine.Subscribe(ctx, conv.ID, after)
 	c.Status(http.StatusOK)
@@ -239,6 +275,12 @@ func (s *Server) events(c *fiber.Ctx) error {
 					return
 				}
 			case <-beat.C:
+				// The stream ends once its token would no longer be
+				// admitted: expired, revoked, its user disabled.
+				if err := s.recheck(ctx, tok); err != nil {
+					s.log.Debug("event stream closed", "conversation", conv.ID, "err", err)
+					return
+				}
 				w.WriteString(": heartbeat\n\n")
 				if !flush() {
 					return
@@ -249,6 +291,14 @@ func (s *Server) events(c *fiber.Ctx) error {
 		}
 	})
 	return nil
+}
+
+// recheck is identify for a stream's heartbeat, bounded in time.
+func (s *Server) recheck(ctx context.Context, tok string) error {
+	ctx, cancel := context.WithTimeout(ctx, sseWriteTimeout)
+	defer cancel()
+	_, err := s.identify(ctx, tok)
+	return err
 }
 
 // sseWriteTimeout bounds one write to an event stream's client.

@@ -18,6 +18,7 @@
 //	tokens, err := auth.NewTokens(cfg.JWTSecret, cfg.PreviousJWTSecrets, 0)
 //	tok, exp, err := tokens.Issue(u)
 //	claims, err := tokens.Verify(tok)               // on every request
+//	u, err := users.ForToken(ctx, claims)           // the user exists, is enabled, the token is not revoked
 package auth
 
 import "errors"
@@ -45,4 +46,8 @@ var (
 	ErrInvalidToken = errors.New("auth: invalid token")
 	// ErrRateLimited is matched by *RateLimitedError.
 	ErrRateLimited = errors.New("auth: too many failed logins")
+	// ErrBusy refuses a login because too many password checks are
+	// running (see LimitOptions.Checks): the server's problem, not the
+	// caller's (503, retry in a moment).
+	ErrBusy = errors.New("auth: too many logins at once")
 )

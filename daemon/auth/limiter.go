@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -9,10 +11,19 @@ import (
 // LimitOptions configures a Limiter. Zero fields take the defaults.
 type LimitOptions struct {
 	// UserFailures is how many failed logins one user name may have
-	// within Window before its logins are refused. Default 10.
+	// within Window before its logins are slowed down: after that, one
+	// attempt at a time, each UserDelay after the last failure, the delay
+	// doubling with every further failure up to MaxUserDelay. The right
+	// password still gets in after the delay, so guessing at a name
+	// cannot lock its owner out. Default 10.
 	UserFailures int
-	// IPFailures is the same for one client address, whatever names it
-	// tries. Default 30.
+	// UserDelay is the first delay beyond UserFailures. Default 1s.
+	UserDelay time.Duration
+	// MaxUserDelay caps the delay. Default 1 minute.
+	MaxUserDelay time.Duration
+	// IPFailures is how many failed logins one client address may have
+	// within Window, whatever names it tries, before its logins are
+	// refused until the oldest failure leaves the window. Default 30.
 	IPFailures int
 	// Window is the sliding window failures are counted in. Default 15
 	// minutes.
@@ -22,25 +33,48 @@ type LimitOptions struct {
 	// When full, stale keys are dropped first, then the ones whose last
 	// failure is oldest. Default 10000.
 	MaxKeys int
+	// Checks is how many password checks may run at once: an argon2id
+	// check holds 19 MiB for its ~25 ms, so this bounds the memory a
+	// burst of logins can take. Default GOMAXPROCS, at least 2 and at
+	// most 8 (more than the CPUs adds memory, not throughput).
+	Checks int
+	// CheckWait is how long a login waits for a free check before it is
+	// refused with ErrBusy. Default 2s.
+	CheckWait time.Duration
 	// Now is the clock; default time.Now. Tests set it.
 	Now func() time.Time
 }
 
-// Limiter counts failed logins per user name and per client address in a
-// sliding window. It lives in the process's memory: counts are lost on
-// restart and not shared between servers. Safe for concurrent use.
+// Limiter bounds logins: failures per user name and per client address
+// in a sliding window, attempts in flight counted as if they had failed
+// (so that simultaneous guesses cannot all pass a check made before any
+// of them fails), and how many password checks run at once. It lives in
+// the process's memory: counts are lost on restart and not shared
+// between servers. Safe for concurrent use.
 type Limiter struct {
-	o     LimitOptions
+	o      LimitOptions
+	checks chan struct{} // a token per running password check
+	// waiting counts logins waiting for a check, bounded so that a flood
+	// is refused at once rather than queued.
+	waiting int
+
 	mu    sync.Mutex
-	users map[string][]time.Time // failure times, oldest first, at most UserFailures
-	ips   map[string][]time.Time
+	users map[string]*attempts
+	ips   map[string]*attempts
 }
 
-// RateLimitedError refuses a login because of too many recent failures.
-// errors.Is(err, ErrRateLimited) matches it.
+// attempts are one key's failures within the window, oldest first, and
+// its attempts in flight.
+type attempts struct {
+	failed   []time.Time
+	inFlight int
+}
+
+// RateLimitedError refuses a login because of too many recent failures
+// (or attempts in flight). errors.Is(err, ErrRateLimited) matches it.
 type RateLimitedError struct {
-	// RetryAfter is when the oldest counted failure leaves the window
-	// (the Retry-After header's value).
+	// RetryAfter is when a login may be tried again (the Retry-After
+	// header's value).
 	RetryAfter time.Duration
 }
 
@@ -55,6 +89,12 @@ func NewLimiter(o LimitOptions) *Limiter {
 	if o.UserFailures <= 0 {
 		o.UserFailures = 10
 	}
+	if o.UserDelay <= 0 {
+		o.UserDelay = time.Second
+	}
+	if o.MaxUserDelay <= 0 {
+		o.MaxUserDelay = time.Minute
+	}
 	if o.IPFailures <= 0 {
 		o.IPFailures = 30
 	}
@@ -64,103 +104,181 @@ func NewLimiter(o LimitOptions) *Limiter {
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 10000
 	}
+	if o.Checks <= 0 {
+		o.Checks = min(max(runtime.GOMAXPROCS(0), 2), 8)
+	}
+	if o.CheckWait <= 0 {
+		o.CheckWait = 2 * time.Second
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Limiter{o: o, users: map[string][]time.Time{}, ips: map[string][]time.Time{}}
+	return &Limiter{o: o, checks: make(chan struct{}, o.Checks), users: map[string]*attempts{}, ips: map[string]*attempts{}}
 }
 
-// Check returns a *RateLimitedError if user or ip (either may be empty)
-// has used up its failures, nil otherwise. It records nothing.
-func (l *Limiter) Check(user, ip string) error {
+// retrySoon is the Retry-After of a refusal caused by attempts in flight,
+// which end within a password check's time.
+const retrySoon = time.Second
+
+// Reserve admits one login attempt of user from ip (either may be empty)
+// or returns a *RateLimitedError. The attempt counts as in flight, against
+// both limits, until the Reservation's Failed, Succeeded or Cancel.
+func (l *Limiter) Reserve(user, ip string) (*Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.o.Now()
-	wait := max(l.wait(l.users, user, l.o.UserFailures, now), l.wait(l.ips, ip, l.o.IPFailures, now))
-	if wait > 0 {
-		return &RateLimitedError{RetryAfter: wait}
+	if wait := l.ipWait(ip, now); wait > 0 {
+		return nil, &RateLimitedError{RetryAfter: wait}
 	}
-	return nil
+	if wait := l.userWait(user, now); wait > 0 {
+		return nil, &RateLimitedError{RetryAfter: wait}
+	}
+	l.entry(l.users, user, now).inFlight++
+	l.entry(l.ips, ip, now).inFlight++
+	return &Reservation{l: l, user: user, ip: ip}, nil
 }
 
-// Failed records a failed login of user from ip.
-func (l *Limiter) Failed(user, ip string) {
+func (l *Limiter) ipWait(ip string, now time.Time) time.Duration {
+	a := l.prune(l.ips, ip, now)
+	if a == nil || len(a.failed)+a.inFlight < l.o.IPFailures {
+		return 0
+	}
+	if len(a.failed) < l.o.IPFailures {
+		return retrySoon
+	}
+	return a.failed[len(a.failed)-l.o.IPFailures].Add(l.o.Window).Sub(now)
+}
+
+func (l *Limiter) userWait(user string, now time.Time) time.Duration {
+	a := l.prune(l.users, user, now)
+	if a == nil || len(a.failed)+a.inFlight < l.o.UserFailures {
+		return 0
+	}
+	if a.inFlight > 0 {
+		return retrySoon
+	}
+	// Beyond the free failures: one at a time, each after a delay that
+	// doubles with every failure.
+	delay := l.o.MaxUserDelay
+	if extra := len(a.failed) - l.o.UserFailures; extra < 30 && l.o.UserDelay<<extra < delay {
+		delay = l.o.UserDelay << extra
+	}
+	return a.failed[len(a.failed)-1].Add(delay).Sub(now)
+}
+
+// A Reservation is one admitted login attempt. Exactly one of its
+// methods is called when the attempt is over; later calls do nothing.
+type Reservation struct {
+	l        *Limiter
+	user, ip string
+	done     bool
+}
+
+// Failed records the attempt as a failed login.
+func (r *Reservation) Failed() {
+	r.end(func(l *Limiter, now time.Time) {
+		l.record(l.users, r.user, now)
+		l.record(l.ips, r.ip, now)
+	})
+}
+
+// Succeeded ends the attempt and forgets the user's failures. The
+// address's failures stay: one good password must not reset a guesser
+// trying many names.
+func (r *Reservation) Succeeded() {
+	r.end(func(l *Limiter, _ time.Time) {
+		if a := l.users[r.user]; a != nil {
+			a.failed = nil
+		}
+	})
+}
+
+// Cancel ends an attempt that decided nothing (the server failed), so it
+// does not count.
+func (r *Reservation) Cancel() { r.end(func(*Limiter, time.Time) {}) }
+
+func (r *Reservation) end(f func(*Limiter, time.Time)) {
+	l := r.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.o.Now()
-	l.record(l.users, user, l.o.UserFailures, now)
-	l.record(l.ips, ip, l.o.IPFailures, now)
+	if r.done {
+		return
+	}
+	r.done = true
+	for _, k := range []struct {
+		m   map[string]*attempts
+		key string
+	}{{l.users, r.user}, {l.ips, r.ip}} {
+		if a := k.m[k.key]; a != nil && a.inFlight > 0 {
+			a.inFlight--
+		}
+	}
+	f(l, l.o.Now())
 }
 
-// Succeeded forgets user's failures. The address's failures stay: one
-// good password must not reset a guesser trying many names.
-func (l *Limiter) Succeeded(user string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.users, user)
-}
-
-// wait is how long key must wait, 0 if it may try now.
-func (l *Limiter) wait(m map[string][]time.Time, key string, limit int, now time.Time) time.Duration {
+// entry returns key's attempts, creating them (and making room) if need
+// be; nil for the empty key.
+func (l *Limiter) entry(m map[string]*attempts, key string, now time.Time) *attempts {
 	if key == "" {
-		return 0
+		return &attempts{}
 	}
-	ts := l.prune(m, key, now)
-	if len(ts) < limit {
-		return 0
+	a := m[key]
+	if a == nil {
+		if len(m) >= l.o.MaxKeys {
+			l.evict(m, now)
+		}
+		a = &attempts{}
+		m[key] = a
 	}
-	return ts[len(ts)-limit].Add(l.o.Window).Sub(now)
+	return a
 }
 
-func (l *Limiter) record(m map[string][]time.Time, key string, limit int, now time.Time) {
+func (l *Limiter) record(m map[string]*attempts, key string, now time.Time) {
 	if key == "" {
 		return
 	}
-	ts := l.prune(m, key, now)
-	if ts == nil && len(m) >= l.o.MaxKeys {
-		l.evict(m, now)
+	a := l.entry(m, key, now)
+	a.failed = append(a.failed, now)
+	// Only the last failures decide (the limit, and for names the
+	// failures that double the delay up to its cap); older ones cannot
+	// matter.
+	if keep := max(l.o.UserFailures+32, l.o.IPFailures); len(a.failed) > keep {
+		a.failed = append(a.failed[:0], a.failed[len(a.failed)-keep:]...)
 	}
-	ts = append(ts, now)
-	if len(ts) > limit {
-		// Only the last limit failures decide; older ones cannot matter.
-		ts = append(ts[:0], ts[len(ts)-limit:]...)
-	}
-	m[key] = ts
 }
 
-// prune drops key's failures that left the window and returns the rest.
-func (l *Limiter) prune(m map[string][]time.Time, key string, now time.Time) []time.Time {
-	ts, ok := m[key]
+// prune drops key's failures that left the window and returns what is
+// left, nil (and the key forgotten) if nothing is.
+func (l *Limiter) prune(m map[string]*attempts, key string, now time.Time) *attempts {
+	a, ok := m[key]
 	if !ok {
 		return nil
 	}
 	cut := now.Add(-l.o.Window)
 	i := 0
-	for i < len(ts) && !ts[i].After(cut) {
+	for i < len(a.failed) && !a.failed[i].After(cut) {
 		i++
 	}
-	if i == len(ts) {
+	a.failed = a.failed[i:]
+	if len(a.failed) == 0 && a.inFlight == 0 {
 		delete(m, key)
 		return nil
 	}
-	ts = ts[i:]
-	m[key] = ts
-	return ts
+	return a
 }
 
 // evict makes room for one key: it drops every stale key, and if none
-// was stale, the key whose latest failure is oldest.
-func (l *Limiter) evict(m map[string][]time.Time, now time.Time) {
-	cut := now.Add(-l.o.Window)
+// was stale, the key whose latest failure is oldest. Keys with attempts
+// in flight stay.
+func (l *Limiter) evict(m map[string]*attempts, now time.Time) {
+	l.sweepMap(m, now)
 	var oldest string
 	var oldestT time.Time
-	for k, ts := range m {
-		last := ts[len(ts)-1]
-		if !last.After(cut) {
-			delete(m, k)
+	for k, a := range m {
+		if a.inFlight > 0 || len(a.failed) == 0 {
 			continue
 		}
-		if oldest == "" || last.Before(oldestT) {
+		if last := a.failed[len(a.failed)-1]; oldest == "" || last.Before(oldestT) {
 			oldest, oldestT = k, last
 		}
 	}
@@ -168,3 +286,75 @@ func (l *Limiter) evict(m map[string][]time.Time, now time.Time) {
 		delete(m, oldest)
 	}
 }
+
+// sweepMap drops m's keys whose failures all left the window and that
+// have no attempt in flight.
+func (l *Limiter) sweepMap(m map[string]*attempts, now time.Time) {
+	cut := now.Add(-l.o.Window)
+	for k, a := range m {
+		if a.inFlight == 0 && (len(a.failed) == 0 || !a.failed[len(a.failed)-1].After(cut)) {
+			delete(m, k)
+		}
+	}
+}
+
+// Sweep forgets, every interval until ctx ends, the names and addresses
+// whose failures all left the window, so that keys of names tried once
+// do not stay in memory until MaxKeys pushes them out.
+func (l *Limiter) Sweep(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		now := l.o.Now()
+		l.sweepMap(l.users, now)
+		l.sweepMap(l.ips, now)
+		l.mu.Unlock()
+	}
+}
+
+// waitingPerCheck bounds the logins waiting for a password check: about
+// as many as one check serves within the default CheckWait.
+const waitingPerCheck = 64
+
+// acquireCheck waits up to CheckWait for one of the password checks;
+// release it with releaseCheck. Past the wait, or with as many logins
+// waiting as could be served in it, it refuses with ErrBusy.
+func (l *Limiter) acquireCheck(ctx context.Context) error {
+	select {
+	case l.checks <- struct{}{}:
+		return nil
+	default:
+	}
+	l.mu.Lock()
+	full := l.waiting >= waitingPerCheck*cap(l.checks)
+	if !full {
+		l.waiting++
+	}
+	l.mu.Unlock()
+	if full {
+		return fmt.Errorf("%w: %d password checks running and %d logins waiting", ErrBusy, cap(l.checks), waitingPerCheck*cap(l.checks))
+	}
+	defer func() {
+		l.mu.Lock()
+		l.waiting--
+		l.mu.Unlock()
+	}()
+	t := time.NewTimer(l.o.CheckWait)
+	defer t.Stop()
+	select {
+	case l.checks <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w: no password check free within %v", ErrBusy, l.o.CheckWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Limiter) releaseCheck() { <-l.checks }

@@ -1,8 +1,10 @@
 package auth_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,51 +28,174 @@ func retryAfter(t *testing.T, err error) time.Duration {
 	return rl.RetryAfter
 }
 
-func TestLimiterPerUser(t *testing.T) {
+// fail reserves an attempt and records it as failed; it fails the test
+// if the attempt is refused.
+func fail(t *testing.T, l *auth.Limiter, user, ip string) {
+	t.Helper()
+	r, err := l.Reserve(user, ip)
+	if err != nil {
+		t.Fatalf("attempt of %s from %s refused: %v", user, ip, err)
+	}
+	r.Failed()
+}
+
+// try reserves an attempt and cancels it: nil if it was admitted.
+func try(l *auth.Limiter, user, ip string) error {
+	r, err := l.Reserve(user, ip)
+	if err == nil {
+		r.Cancel()
+	}
+	return err
+}
+
+// An address's failures refuse its logins, for every name, until the
+// oldest leaves the window.
+func TestLimiterPerAddress(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 100, Window: 10 * time.Minute, Now: c.Now})
+	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 100, IPFailures: 3, Window: 10 * time.Minute, Now: c.Now})
 	for i := range 3 {
-		if err := l.Check("alice", "10.0.0.1"); err != nil {
-			t.Fatalf("attempt %d refused: %v", i+1, err)
-		}
-		l.Failed("alice", "10.0.0.1")
+		fail(t, l, fmt.Sprint("user", i), "10.0.0.1")
 		c.Advance(time.Minute)
 	}
 	// Failures at 0, 1, 2 min; now 3 min: the first leaves the window at 10.
-	if d := retryAfter(t, l.Check("alice", "10.0.0.2")); d != 7*time.Minute {
+	if d := retryAfter(t, try(l, "alice", "10.0.0.1")); d != 7*time.Minute {
 		t.Fatalf("RetryAfter = %v, want 7m", d)
 	}
-	if err := l.Check("bob", "10.0.0.1"); err != nil {
-		t.Fatalf("another user from the same address: %v", err)
+	if err := try(l, "alice", "10.0.0.2"); err != nil {
+		t.Fatalf("another address: %v", err)
 	}
 	c.Advance(7*time.Minute - time.Second)
-	retryAfter(t, l.Check("alice", ""))
+	retryAfter(t, try(l, "bob", "10.0.0.1"))
 	c.Advance(time.Second)
-	if err := l.Check("alice", ""); err != nil {
+	if err := try(l, "bob", "10.0.0.1"); err != nil {
 		t.Fatalf("after the oldest failure left the window: %v", err)
 	}
-	// One more failure: three within the window again (1, 2 and 10 min).
-	l.Failed("alice", "")
-	if d := retryAfter(t, l.Check("alice", "")); d != time.Minute {
-		t.Fatalf("RetryAfter = %v, want 1m", d)
+}
+
+// Beyond UserFailures a name is slowed down, not locked: one attempt
+// after a delay that doubles with each failure up to the cap, and the
+// right password then gets in.
+func TestLimiterUserDelay(t *testing.T) {
+	c := newClock()
+	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, UserDelay: time.Second, MaxUserDelay: 8 * time.Second, IPFailures: 1000, Now: c.Now})
+	for range 3 {
+		fail(t, l, "alice", "")
+	}
+	for _, want := range []time.Duration{1, 2, 4, 8, 8} {
+		want *= time.Second
+		if d := retryAfter(t, try(l, "alice", "")); d != want {
+			t.Fatalf("RetryAfter = %v, want %v", d, want)
+		}
+		c.Advance(want - time.Millisecond)
+		retryAfter(t, try(l, "alice", ""))
+		c.Advance(time.Millisecond)
+		fail(t, l, "alice", "")
+	}
+	if err := try(l, "bob", ""); err != nil {
+		t.Fatalf("another name: %v", err)
+	}
+	c.Advance(8 * time.Second)
+	r, err := l.Reserve("alice", "")
+	if err != nil {
+		t.Fatalf("after the delay: %v", err)
+	}
+	// One at a time while slowed down.
+	retryAfter(t, try(l, "alice", ""))
+	r.Succeeded()
+	for range 3 {
+		fail(t, l, "alice", "")
+	}
+	retryAfter(t, try(l, "alice", ""))
+}
+
+// Attempts in flight count against both limits, so simultaneous guesses
+// cannot all pass before the first fails; a cancelled one does not count.
+func TestLimiterInFlight(t *testing.T) {
+	c := newClock()
+	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
+	var rs []*auth.Reservation
+	for i := range 3 {
+		r, err := l.Reserve("alice", fmt.Sprint("10.0.0.", i))
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		rs = append(rs, r)
+	}
+	if d := retryAfter(t, try(l, "alice", "10.0.0.9")); d != time.Second {
+		t.Fatalf("a 4th attempt in flight: RetryAfter %v, want 1s", d)
+	}
+	rs[0].Cancel()
+	rs[0].Failed() // after Cancel: nothing
+	r, err := l.Reserve("alice", "10.0.0.9")
+	if err != nil {
+		t.Fatalf("after a cancelled attempt: %v", err)
+	}
+	rs[0] = r
+	// The address: 5 in flight from one address over several names.
+	var ip []*auth.Reservation
+	for i := range 5 {
+		r, err := l.Reserve(fmt.Sprint("user", i), "192.0.2.1")
+		if err != nil {
+			t.Fatalf("address attempt %d: %v", i, err)
+		}
+		ip = append(ip, r)
+	}
+	retryAfter(t, try(l, "zed", "192.0.2.1"))
+	ip[0].Succeeded()
+	if err := try(l, "zed", "192.0.2.1"); err != nil {
+		t.Fatalf("after one attempt ended: %v", err)
+	}
+	for _, r := range append(rs, ip[1:]...) {
+		r.Failed()
+	}
+	// alice: 3 failures, 0 in flight: slowed down now.
+	retryAfter(t, try(l, "alice", "10.0.0.50"))
+}
+
+// Simultaneous reservations for one name: exactly the limit get in.
+func TestLimiterRace(t *testing.T) {
+	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 10, IPFailures: 1000})
+	var mu sync.Mutex
+	admitted := 0
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 60 {
+		wg.Go(func() {
+			<-start
+			r, err := l.Reserve("alice", "")
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			admitted++
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			r.Failed()
+		})
+	}
+	close(start)
+	wg.Wait()
+	if admitted != 10 {
+		t.Fatalf("%d of 60 simultaneous attempts admitted, want 10", admitted)
 	}
 }
 
 func TestLimiterSuccessResetsUser(t *testing.T) {
 	c := newClock()
 	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
-	l.Failed("alice", "10.0.0.1")
-	l.Failed("alice", "10.0.0.1")
-	l.Succeeded("alice")
-	l.Failed("alice", "10.0.0.1")
-	l.Failed("alice", "10.0.0.1")
-	if err := l.Check("alice", ""); err != nil {
+	fail(t, l, "alice", "10.0.0.1")
+	fail(t, l, "alice", "10.0.0.1")
+	r, _ := l.Reserve("alice", "10.0.0.1")
+	r.Succeeded()
+	fail(t, l, "alice", "10.0.0.1")
+	fail(t, l, "alice", "10.0.0.1")
+	if err := try(l, "alice", ""); err != nil {
 		t.Fatalf("2 failures since the success: %v", err)
 	}
 	// The address's 4 failures stay: one more and it is limited, for any name.
-	l.Failed("carol", "10.0.0.1")
-	retryAfter(t, l.Check("dave", "10.0.0.1"))
-	if err := l.Check("dave", "10.0.0.9"); err != nil {
+	fail(t, l, "carol", "10.0.0.1")
+	retryAfter(t, try(l, "dave", "10.0.0.1"))
+	if err := try(l, "dave", "10.0.0.9"); err != nil {
 		t.Fatalf("another address: %v", err)
 	}
 }
@@ -78,45 +203,116 @@ func TestLimiterSuccessResetsUser(t *testing.T) {
 func TestLimiterDefaults(t *testing.T) {
 	c := newClock()
 	l := auth.NewLimiter(auth.LimitOptions{Now: c.Now})
-	for range 9 {
-		l.Failed("alice", "")
+	for range 10 {
+		fail(t, l, "alice", "")
 	}
-	if err := l.Check("alice", ""); err != nil {
-		t.Fatalf("after 9 failures: %v", err)
-	}
-	l.Failed("alice", "")
-	if d := retryAfter(t, l.Check("alice", "")); d != 15*time.Minute {
-		t.Fatalf("after 10 failures RetryAfter = %v, want 15m", d)
+	if d := retryAfter(t, try(l, "alice", "")); d != time.Second {
+		t.Fatalf("after 10 failures RetryAfter = %v, want 1s", d)
 	}
 	for i := range 30 {
-		l.Failed(fmt.Sprint("user", i), "10.0.0.1")
+		fail(t, l, fmt.Sprint("user", i), "10.0.0.1")
 	}
-	retryAfter(t, l.Check("zed", "10.0.0.1"))
+	if d := retryAfter(t, try(l, "zed", "10.0.0.1")); d != 15*time.Minute {
+		t.Fatalf("after 30 failures from one address RetryAfter = %v, want 15m", d)
+	}
 }
 
 // A flood of names cannot grow the limiter beyond MaxKeys, and what it
 // forgets first are the names that stopped failing longest ago.
 func TestLimiterBounded(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 2, IPFailures: 1000, MaxKeys: 10, Now: c.Now})
-	l.Failed("victim", "")
-	l.Failed("victim", "")
+	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 2, UserDelay: time.Minute, IPFailures: 1000, MaxKeys: 10, Now: c.Now})
+	fail(t, l, "victim", "")
+	fail(t, l, "victim", "")
 	c.Advance(time.Second)
 	for i := range 9 {
-		l.Failed(fmt.Sprint("flood", i), "")
+		fail(t, l, fmt.Sprint("flood", i), "")
 	}
-	c.Advance(time.Second)
-	retryAfter(t, l.Check("victim", "")) // 10 keys: all kept
-	l.Failed("flood-last", "")           // an 11th: the oldest, victim, goes
-	if err := l.Check("victim", ""); err != nil {
+	retryAfter(t, try(l, "victim", "")) // 10 keys: all kept
+	fail(t, l, "flood-last", "")        // an 11th: the oldest, victim, goes
+	if err := try(l, "victim", ""); err != nil {
 		t.Fatalf("victim still tracked beyond MaxKeys: %v", err)
 	}
 	// Stale keys go before fresh ones.
 	c.Advance(time.Hour)
-	l.Failed("fresh", "")
-	l.Failed("fresh", "")
+	fail(t, l, "fresh", "")
+	fail(t, l, "fresh", "")
 	for i := range 9 {
-		l.Failed(fmt.Sprint("new", i), "")
+		fail(t, l, fmt.Sprint("new", i), "")
 	}
-	retryAfter(t, l.Check("fresh", ""))
+	retryAfter(t, try(l, "fresh", ""))
+	if u, _ := l.Keys(); u > 10 {
+		t.Fatalf("%d names tracked, MaxKeys 10", u)
+	}
+}
+
+// Sweep forgets names and addresses whose failures left the window.
+func TestLimiterSweep(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	l := auth.NewLimiter(auth.LimitOptions{Window: time.Minute, Now: clock})
+	for i := range 100 {
+		fail(t, l, fmt.Sprint("name", i), fmt.Sprint("10.0.0.", i))
+	}
+	held, _ := l.Reserve("held", "10.9.9.9") // in flight: kept
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Sweep(ctx, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	if u, ips := l.Keys(); u != 101 || ips != 101 {
+		t.Fatalf("within the window: %d names, %d addresses tracked, want 101", u, ips)
+	}
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		u, ips := l.Keys()
+		if u == 1 && ips == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the window: %d names, %d addresses still tracked, want 1 (in flight)", u, ips)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	held.Cancel()
+}
+
+// At most Checks password checks run at once; a login waits CheckWait
+// for one, then is refused with ErrBusy.
+func TestLimiterChecks(t *testing.T) {
+	l := auth.NewLimiter(auth.LimitOptions{Checks: 2, CheckWait: 50 * time.Millisecond})
+	ctx := context.Background()
+	for range 2 {
+		if err := l.AcquireCheck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := l.AcquireCheck(ctx); !errors.Is(err, auth.ErrBusy) {
+		t.Fatalf("a third check: %v, want ErrBusy", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("refused after %v, want a wait of 50ms first", waited)
+	}
+	got := make(chan error, 1)
+	go func() { got <- l.AcquireCheck(ctx) }()
+	time.Sleep(10 * time.Millisecond)
+	l.ReleaseCheck()
+	if err := <-got; err != nil {
+		t.Fatalf("a waiting check after one was released: %v", err)
+	}
+	// As many waiting as 64 per check: the next is refused at once.
+	var wg sync.WaitGroup
+	for range 128 {
+		wg.Go(func() { l.AcquireCheck(ctx) })
+	}
+	time.Sleep(20 * time.Millisecond)
+	start = time.Now()
+	if err := l.AcquireCheck(ctx); !errors.Is(err, auth.ErrBusy) || time.Since(start) > 20*time.Millisecond {
+		t.Fatalf("with 128 waiting: %v after %v, want ErrBusy at once", err, time.Since(start))
+	}
+	wg.Wait()
 }

@@ -49,33 +49,46 @@ type LoginRequest struct {
 // Login checks a user name and password and returns the user, with
 // LastLogin set to now.
 //
-// In order: the rate limits for the name and the address (a
-// *RateLimitedError, before any password is looked at); then a local
-// user's password hash; or, for a name that is not a local user, the
-// LDAP directory, whose users are created here on their first login and
-// have their name and address refreshed on every later one. A local user
-// is never checked against LDAP, so a directory entry with the same name
-// cannot take the account over, and an LDAP user's login never looks at a
-// local hash.
+// In order: a name longer than MaxNameLength is refused with
+// ErrInvalidName (no user can have it; it is not counted); then the rate
+// limits for the name and the address (a *RateLimitedError, before any
+// password is looked at); then a free password check (ErrBusy after a
+// short wait); then a local user's password hash; or, for a name that is
+// not a local user, the LDAP directory, whose users are created here on
+// their first login and have their name and address refreshed on every
+// later one. A local user is never checked against LDAP, so a directory
+// entry with the same name cannot take the account over, and an LDAP
+// user's login never looks at a local hash.
 //
 // Every refusal wraps ErrInvalidCredentials and counts against the
-// limits; see the package comment. An error that wraps neither
-// ErrInvalidCredentials nor ErrRateLimited (the directory unreachable,
-// the database failing) is the server's problem, not the caller's, and
-// does not count.
+// limits; see the package comment. An error that wraps none of
+// ErrInvalidCredentials, ErrRateLimited, ErrBusy and ErrInvalidName (the
+// directory unreachable: ldap.ErrUnavailable; the database failing) is
+// the server's problem, not the caller's, and does not count.
 func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error) {
+	if len(r.Username) > MaxNameLength {
+		return User{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidName, MaxNameLength)
+	}
 	name := strings.ToLower(r.Username)
-	if err := a.limiter.Check(name, r.IP); err != nil {
+	res, err := a.limiter.Reserve(name, r.IP)
+	if err != nil {
+		return User{}, err
+	}
+	if err := a.limiter.acquireCheck(ctx); err != nil {
+		res.Cancel()
 		return User{}, err
 	}
 	u, err := a.login(ctx, name, r.Password)
+	a.limiter.releaseCheck()
 	if err != nil {
 		if errors.Is(err, ErrInvalidCredentials) {
-			a.limiter.Failed(name, r.IP)
+			res.Failed()
+		} else {
+			res.Cancel()
 		}
 		return User{}, err
 	}
-	a.limiter.Succeeded(name)
+	res.Succeeded()
 	now := time.Now().UTC()
 	if err := a.users.db.WithContext(ctx).Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
 		return User{}, fmt.Errorf("auth: recording the login of %s: %w", u.Name, err)

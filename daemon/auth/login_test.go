@@ -111,7 +111,8 @@ func TestLoginRateLimited(t *testing.T) {
 			t.Fatalf("wrong password: %v", err)
 		}
 	}
-	// Limited now, even with the right password and from elsewhere.
+	// Slowed down now (the next attempt 1 s after the last failure), even
+	// with the right password and from elsewhere.
 	if err := login("ALICE", "alice-password", "192.0.2.99"); !errors.Is(err, auth.ErrRateLimited) {
 		t.Fatalf("after 3 failures = %v, want ErrRateLimited", err)
 	}
@@ -227,13 +228,15 @@ func TestLoginLDAP(t *testing.T) {
 		l := auth.NewLimiter(auth.LimitOptions{UserFailures: 1})
 		b := newAuthenticator(t, us, down, l)
 		_, err := b.Login(ctx, auth.LoginRequest{Username: "carol", Password: "carol-ldap-password"})
-		if err == nil || errors.Is(err, auth.ErrInvalidCredentials) {
-			t.Fatalf("Login = %v, want a server error, not ErrInvalidCredentials", err)
+		if !errors.Is(err, ldap.ErrUnavailable) || errors.Is(err, auth.ErrInvalidCredentials) {
+			t.Fatalf("Login = %v, want ldap.ErrUnavailable, not ErrInvalidCredentials", err)
 		}
 		// The server's failure did not count against carol.
-		if err := l.Check("carol", ""); err != nil {
+		r, err := l.Reserve("carol", "")
+		if err != nil {
 			t.Fatalf("an unreachable directory counted as a failed login: %v", err)
 		}
+		r.Cancel()
 	})
 	t.Run("bad LDAP config", func(t *testing.T) {
 		if _, err := auth.NewAuthenticator(us, &ldap.Config{URL: srv.URL}, nil); !errors.Is(err, ldap.ErrConfig) {

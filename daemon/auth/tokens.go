@@ -41,13 +41,18 @@ type Claims struct {
 	ID        string // jti
 	IssuedAt  time.Time
 	ExpiresAt time.Time
+	// Version is the user's TokenVersion when the token was issued
+	// (ver); Users.ForToken refuses a token whose version is not the
+	// user's current one.
+	Version int64
 }
 
 // claims is the token's JSON payload.
 type claims struct {
 	jwt.RegisteredClaims
-	Name string `json:"name"`
-	Role Role   `json:"role"`
+	Name    string `json:"name"`
+	Role    Role   `json:"role"`
+	Version int64  `json:"ver,omitempty"`
 }
 
 // NewTokens builds the signer from auth.jwt_secret and verifiers from it
@@ -125,8 +130,9 @@ func (t *Tokens) Issue(u User) (token string, expires time.Time, err error) {
 			ExpiresAt: jwt.NewNumericDate(expires),
 			ID:        hex.EncodeToString(jti),
 		},
-		Name: u.Name,
-		Role: u.Role,
+		Name:    u.Name,
+		Role:    u.Role,
+		Version: u.TokenVersion,
 	}
 	token, err = jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(t.keys[0])
 	if err != nil {
@@ -160,7 +166,7 @@ func (t *Tokens) Verify(token string) (Claims, error) {
 	if c.Subject == "" {
 		return Claims{}, fmt.Errorf("%w: no subject", ErrInvalidToken)
 	}
-	out := Claims{UserID: c.Subject, Name: c.Name, Role: c.Role, ID: c.ID, ExpiresAt: c.ExpiresAt.Time}
+	out := Claims{UserID: c.Subject, Name: c.Name, Role: c.Role, ID: c.ID, ExpiresAt: c.ExpiresAt.Time, Version: c.Version}
 	if c.IssuedAt != nil {
 		out.IssuedAt = c.IssuedAt.Time
 	}

@@ -90,6 +90,17 @@ func TestTokensIssueVerify(t *testing.T) {
 	if h["alg"] != "HS256" || p["iss"] != "codumentor" || p["sub"] != alice.ID || p["role"] != "admin" || p["exp"] == nil || p["iat"] == nil || p["jti"] == nil {
 		t.Fatalf("header %s, payload %s", hdr, payload)
 	}
+	// The user's token version travels in ver; a token without it (made
+	// before versions existed) has version 0.
+	v7 := alice
+	v7.TokenVersion = 7
+	tok7, _, _ := tk.Issue(v7)
+	if c7, err := tk.Verify(tok7); err != nil || c7.Version != 7 {
+		t.Fatalf("Verify of a version-7 token = %+v, %v", c7, err)
+	}
+	if c0, err := tk.Verify(sign(t, jwt.SigningMethodHS256, hmacKey(t, secretA), validClaims())); err != nil || c0.Version != 0 {
+		t.Fatalf("Verify of a token without ver = %+v, %v", c0, err)
+	}
 }
 
 func TestTokensRefused(t *testing.T) {

@@ -39,6 +39,9 @@ type User struct {
 	Created      time.Time  `gorm:"not null" json:"created"`
 	Updated      time.Time  `gorm:"not null" json:"updated"`
 	LastLogin    *time.Time `json:"last_login"`
+	// TokenVersion is in every token issued to the user; raising it
+	// (password change, disabling, sign-out) revokes them all.
+	TokenVersion int64 `gorm:"not null;default:0" json:"-"`
 }
 
 // MaxNameLength is the longest user name.
@@ -154,14 +157,19 @@ func (us *Users) Count(ctx context.Context) (int64, error) {
 }
 
 // SetDisabled disables or re-enables a user. A disabled user cannot log
-// in; tokens already issued stay valid until they expire unless the
-// caller checks the user on each request.
+// in, and disabling revokes the tokens issued so far (re-enabling does
+// not bring them back).
 func (us *Users) SetDisabled(ctx context.Context, name string, disabled bool) error {
-	return us.update(ctx, name, map[string]any{"disabled": disabled})
+	cols := map[string]any{"disabled": disabled}
+	if disabled {
+		cols["token_version"] = gorm.Expr("token_version + 1")
+	}
+	return us.update(ctx, "name", name, cols)
 }
 
-// SetPassword replaces a local user's password. An LDAP user's password
-// is the directory's: setting one here would let it log in with either.
+// SetPassword replaces a local user's password and revokes the tokens
+// issued so far. An LDAP user's password is the directory's: setting one
+// here would let it log in with either.
 func (us *Users) SetPassword(ctx context.Context, name, pw string) error {
 	u, err := us.ByName(ctx, name)
 	if err != nil {
@@ -174,17 +182,44 @@ func (us *Users) SetPassword(ctx context.Context, name, pw string) error {
 	if err != nil {
 		return err
 	}
-	return us.update(ctx, name, map[string]any{"password_hash": hash})
+	return us.update(ctx, "name", name, map[string]any{"password_hash": hash, "token_version": gorm.Expr("token_version + 1")})
 }
 
-func (us *Users) update(ctx context.Context, name string, cols map[string]any) error {
+// Revoke ends every token issued so far to the user with the given ID
+// (sign-out: all of the user's sessions end, since a token is not
+// tracked on its own).
+func (us *Users) Revoke(ctx context.Context, id string) error {
+	return us.update(ctx, "id", id, map[string]any{"token_version": gorm.Expr("token_version + 1")})
+}
+
+// ForToken returns the user a verified token speaks for, if the token
+// still does: the user exists, is not disabled, and has not had its
+// tokens revoked since (see TokenVersion). Those refusals wrap
+// ErrInvalidToken; a failing database is another error.
+func (us *Users) ForToken(ctx context.Context, c Claims) (User, error) {
+	u, err := us.ByID(ctx, c.UserID)
+	switch {
+	case errors.Is(err, ErrUserNotFound):
+		return User{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	case err != nil:
+		return User{}, err
+	case u.Disabled:
+		return User{}, fmt.Errorf("%w: %w: %s", ErrInvalidToken, ErrUserDisabled, u.Name)
+	case u.TokenVersion != c.Version:
+		return User{}, fmt.Errorf("%w: revoked (version %d, the user's is %d)", ErrInvalidToken, c.Version, u.TokenVersion)
+	}
+	return u, nil
+}
+
+// update sets cols of the user whose column by ("name" or "id") is key.
+func (us *Users) update(ctx context.Context, by, key string, cols map[string]any) error {
 	cols["updated"] = time.Now().UTC()
-	res := us.db.WithContext(ctx).Model(&User{}).Where("name = ?", name).Updates(cols)
+	res := us.db.WithContext(ctx).Model(&User{}).Where(by+" = ?", key).Updates(cols)
 	if res.Error != nil {
-		return fmt.Errorf("auth: updating user %s: %w", name, res.Error)
+		return fmt.Errorf("auth: updating user %s: %w", key, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return fmt.Errorf("%w: %s", ErrUserNotFound, name)
+		return fmt.Errorf("%w: %s", ErrUserNotFound, key)
 	}
 	return nil
 }

@@ -158,3 +158,72 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// A password change, disabling and Revoke end the tokens issued before;
+// re-enabling does not bring them back.
+func TestForToken(t *testing.T) {
+	ctx := context.Background()
+	us := newUsers(t)
+	u, err := us.Add(ctx, auth.AddUser{Name: "alice", Password: "alice-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.NewTokens("secret-A-0123456789abcdef0123456789abcdef", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func() auth.Claims {
+		t.Helper()
+		cur, err := us.ByID(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := tokens.Issue(cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tokens.Verify(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	valid := func(c auth.Claims) {
+		t.Helper()
+		if got, err := us.ForToken(ctx, c); err != nil || got.ID != u.ID {
+			t.Fatalf("ForToken = %v, %v; want alice", got.Name, err)
+		}
+	}
+	revoked := func(c auth.Claims, why string) {
+		t.Helper()
+		if _, err := us.ForToken(ctx, c); !errors.Is(err, auth.ErrInvalidToken) {
+			t.Fatalf("%s: ForToken = %v, want ErrInvalidToken", why, err)
+		}
+	}
+	first := issue()
+	valid(first)
+	if err := us.SetPassword(ctx, "alice", "new-password-1"); err != nil {
+		t.Fatal(err)
+	}
+	revoked(first, "after a password change")
+	second := issue()
+	valid(second)
+	if err := us.Revoke(ctx, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	revoked(second, "after Revoke")
+	third := issue()
+	if err := us.SetDisabled(ctx, "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	revoked(third, "while disabled")
+	if err := us.SetDisabled(ctx, "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	revoked(third, "after re-enabling")
+	valid(issue())
+	revoked(auth.Claims{UserID: "usr_nobody"}, "unknown user")
+	if err := us.Revoke(ctx, "usr_nobody"); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("Revoke of an unknown ID = %v, want ErrUserNotFound", err)
+	}
+}

@@ -60,6 +60,9 @@ func command() *cli.Command {
 				&cli.StringFlag{Name: "config", Usage: "configuration file (default: DIR/config.yaml)"},
 				&cli.StringFlag{Name: "listen", Usage: "address to listen on (default: the configuration's, 127.0.0.1:8080)"},
 				&cli.BoolFlag{Name: "insecure-listen", Usage: "allow a non-loopback address without TLS"},
+				// For tests: how often an event stream sends a heartbeat
+				// and re-checks its token and user.
+				&cli.DurationFlag{Name: "sse-heartbeat", Hidden: true},
 			},
 			Action: func(ctx context.Context, cmd *cli.Command) error {
 				if cmd.NArg() > 0 {
@@ -71,6 +74,7 @@ func command() *cli.Command {
 					Listen:         cmd.String("listen"),
 					InsecureListen: cmd.Bool("insecure-listen"),
 					Stderr:         os.Stderr,
+					Heartbeat:      cmd.Duration("sse-heartbeat"),
 				})
 			},
 		}},

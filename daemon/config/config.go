@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,7 +53,13 @@ type Config struct {
 	// InsecureListen allows a non-loopback Listen without TLS (e.g. behind
 	// a TLS-terminating proxy on another host). Tokens and passwords then
 	// cross the network in the clear.
-	InsecureListen bool      `yaml:"insecure_listen"`
+	InsecureListen bool `yaml:"insecure_listen"`
+	// TrustedProxies are the addresses or CIDR ranges of reverse proxies
+	// (e.g. the TLS-terminating one of an insecure_listen setup) whose
+	// X-Forwarded-For is believed: the client, whose address the login
+	// limits count, is the right-most address in it that is not a trusted
+	// proxy. Empty: the TCP peer is the client.
+	TrustedProxies []string  `yaml:"trusted_proxies"`
 	TLS            TLSConfig `yaml:"tls"`
 	Auth           Auth      `yaml:"auth"`
 	LLM            LLM       `yaml:"llm"`
@@ -214,6 +221,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("auth.previous_jwt_secrets[%d] is empty", i))
 		}
 	}
+	if _, err := c.Proxies(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Auth.TokenTTL <= 0 {
 		errs = append(errs, errors.New("auth.token_ttl must be positive"))
 	}
@@ -242,6 +252,23 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("log.level: %q is not trace, debug, info, warn or error", c.Log.Level))
 	}
 	return errors.Join(errs...)
+}
+
+// Proxies parses TrustedProxies: an address is a one-address range.
+func (c Config) Proxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range c.TrustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("trusted_proxies[%d]: %q is neither an IP address nor a CIDR range like 10.0.0.0/8", i, s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Enabled reports whether the plugin is enabled.

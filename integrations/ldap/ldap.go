@@ -51,6 +51,10 @@ var (
 	// ErrConfig is wrapped by every configuration error; the message names
 	// the key under auth.ldap in config.yaml.
 	ErrConfig = errors.New("ldap: bad configuration")
+	// ErrUnavailable means the directory could not be asked: no
+	// connection, a network failure or no answer in time. The login is
+	// neither right nor wrong; try again later.
+	ErrUnavailable = errors.New("ldap: directory unavailable")
 )
 
 // Config says where the directory is and how a user's entry is found. It
@@ -299,7 +303,7 @@ func dial(ctx context.Context, c Config) (*goldap.Conn, error) {
 		d.Deadline = dl
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("ldap: connecting to %s: %w", c.URL, err)
+		return nil, fmt.Errorf("ldap: connecting to %s: %w", c.URL, ctxErr(ctx, err))
 	}
 	conn, err := goldap.DialURL(c.URL, goldap.DialWithDialer(d), goldap.DialWithTLSConfig(tc))
 	if err != nil {
@@ -327,10 +331,14 @@ func loadCAs(path string) (*x509.CertPool, error) {
 }
 
 // ctxErr prefers the context's error: when ctx ends, go-ldap reports only
-// a closed connection, which hides why it closed.
+// a closed connection, which hides why it closed. That, and a network
+// failure, wrap ErrUnavailable.
 func ctxErr(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("%w (%v)", cerr, err)
+		return fmt.Errorf("%w: %w (%v)", ErrUnavailable, cerr, err)
+	}
+	if goldap.IsErrorWithCode(err, goldap.ErrorNetwork) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }

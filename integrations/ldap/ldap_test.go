@@ -3,6 +3,7 @@ package ldap_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -143,8 +144,29 @@ func TestAuthenticateFailures(t *testing.T) {
 	t.Run("unreachable server", func(t *testing.T) {
 		c := ldap.Config{URL: "ldap://127.0.0.1:1", BindDN: "uid={username},dc=x"}
 		_, err := ldap.Authenticate(context.Background(), c, "alice", "alice-password")
-		if err == nil || errors.Is(err, ldap.ErrInvalidCredentials) || !strings.Contains(err.Error(), "connecting to ldap://127.0.0.1:1") {
-			t.Fatalf("Authenticate = %v, want a connection error naming the URL", err)
+		if !errors.Is(err, ldap.ErrUnavailable) || errors.Is(err, ldap.ErrInvalidCredentials) || !strings.Contains(err.Error(), "connecting to ldap://127.0.0.1:1") {
+			t.Fatalf("Authenticate = %v, want ErrUnavailable naming the URL", err)
+		}
+	})
+	t.Run("server that never answers", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close() // held open, silent, until the test ends
+			}
+		}()
+		c := ldap.Config{URL: "ldap://" + ln.Addr().String(), BindDN: "uid={username},dc=x", Timeout: 300 * time.Millisecond}
+		_, err = ldap.Authenticate(context.Background(), c, "alice", "alice-password")
+		if !errors.Is(err, ldap.ErrUnavailable) || errors.Is(err, ldap.ErrInvalidCredentials) {
+			t.Fatalf("Authenticate = %v, want ErrUnavailable", err)
 		}
 	})
 	t.Run("wrong service password", func(t *testing.T) {
@@ -152,7 +174,7 @@ func TestAuthenticateFailures(t *testing.T) {
 			ServiceDN: srv.RootDN, ServicePassword: "not-the-root-password"}
 		_, err := ldap.Authenticate(context.Background(), c, "alice", "alice-password")
 		// The user's credentials were never tried: not their fault.
-		if err == nil || errors.Is(err, ldap.ErrInvalidCredentials) || !strings.Contains(err.Error(), "service account") {
+		if err == nil || errors.Is(err, ldap.ErrInvalidCredentials) || errors.Is(err, ldap.ErrUnavailable) || !strings.Contains(err.Error(), "service account") {
 			t.Fatalf("Authenticate = %v, want a service-account error", err)
 		}
 	})

@@ -1,0 +1,32 @@
+package config
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTrustedProxies(t *testing.T) {
+	c, err := Parse([]byte("trusted_proxies: [10.0.0.0/8, 192.0.2.7, \"::ffff:198.51.100.1\", \"2001:db8::/32\", 172.16.5.9/12]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Proxies()
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("198.51.100.1/32"),
+		netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("172.16.0.0/12"),
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Proxies = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"proxy.example.org", "10.0.0.0/33", "10.0.0.1:8080", ""} {
+		_, err := Parse([]byte("trusted_proxies: [\"" + bad + "\"]\n"))
+		if err == nil || !strings.Contains(err.Error(), "trusted_proxies[0]") {
+			t.Errorf("trusted_proxies [%q]: %v, want an error naming trusted_proxies[0]", bad, err)
+		}
+	}
+	if c, err := Parse(nil); err != nil || len(c.TrustedProxies) != 0 {
+		t.Fatalf("default: %v %v, want no trusted proxies", c.TrustedProxies, err)
+	}
+}
