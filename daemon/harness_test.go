@@ -51,6 +51,8 @@ const testSecret = "test-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 type instance struct {
 	t   testing.TB
 	dir string
+	// nofile, if set, is the server's RLIMIT_NOFILE (soft and hard).
+	nofile int
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -135,6 +137,9 @@ func (in *instance) start(env ...string) *proc {
 // it exits before listening.
 func (in *instance) run(env ...string) (*proc, error) {
 	cmd := exec.Command(bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0")
+	if in.nofile > 0 {
+		cmd = exec.Command("prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--", bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0")
+	}
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
