@@ -88,7 +88,9 @@ func BenchmarkFanOut(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Close)
-	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL()))
+	// One user follows with every subscriber, from one address: lift
+	// the caps that would refuse that.
+	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nserver:\n  max_streams_per_user: %d\n  max_streams: %d\n  max_connections_per_ip: %d\n", srv.URL(), subscribers, subscribers, subscribers+64))
 	in.addUser("alice", pw, false)
 	p := in.start()
 	c := p.login("alice", pw)

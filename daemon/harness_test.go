@@ -59,6 +59,8 @@ type instance struct {
 	dir string
 	// args are extra command-line flags of codumentor api.
 	args []string
+	// nofile, if set, is the server's RLIMIT_NOFILE (soft and hard).
+	nofile int
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -153,7 +155,11 @@ func (in *instance) start(env ...string) *proc {
 // run starts the server; it returns an error with the server's output if
 // it exits before listening.
 func (in *instance) run(env ...string) (*proc, error) {
-	cmd := exec.Command(bin, append([]string{"api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)...)
+	argv := append([]string{bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)
+	if in.nofile > 0 {
+		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr

@@ -29,6 +29,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/connlimit"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -208,6 +209,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if !isolation {
 		log.Warn("the workspace_isolation plugin is not enabled: the agent has no shell or file tools")
 	}
+	_, apiLimits := limits(cfg.Server)
 	s.api = api.New(api.Deps{
 		Conversations: convs,
 		Users:         users,
@@ -222,6 +224,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Log:           log.Named("api"),
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
+		Limits:        apiLimits,
 
 		TrustedProxies: proxies,
 	})
@@ -261,6 +264,9 @@ func (s *server) serve(ctx context.Context, cfg config.Config, inst config.Insta
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	lo, _ := limits(cfg.Server)
+	lo.Log = s.log.Named("listener").Warn
+	ln = connlimit.New(ln, lo)
 	scheme := "http"
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)

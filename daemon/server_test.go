@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -498,13 +499,24 @@ func TestSecrets(t *testing.T) {
 func TestReadyzWithoutSandbox(t *testing.T) {
 	in := newInstance(t, llm(t, shellCall("echo hi"))+"sandbox:\n  bwrap: /nonexistent/bwrap\n  shell_always_allow: true\n")
 	in.addUser("alice", pw, false)
+	in.addUser("root", pw, true)
 	p := in.start()
+	// Anyone learns that the server is not ready and which check fails;
+	// only an admin sees the details (paths, versions).
+	var r struct {
+		Ready   bool
+		Failing []string
+	}
 	status, body, _ := p.anon().do("GET", "/readyz", nil)
-	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "/nonexistent/bwrap") {
+	if json.Unmarshal(body, &r); status != http.StatusServiceUnavailable || r.Ready || !slices.Contains(r.Failing, "sandbox/bwrap") || strings.Contains(string(body), "/nonexistent") || strings.Contains(string(body), in.dir) {
 		t.Fatalf("readyz without bwrap: %d %s", status, body)
 	}
-	// The shell tool fails closed.
 	a := p.login("alice", pw)
+	a.must(http.StatusForbidden, "GET", "/api/v1/admin/doctor", nil, nil)
+	if b := p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, nil); !strings.Contains(string(b), "/nonexistent/bwrap") {
+		t.Fatalf("doctor without bwrap: %s", b)
+	}
+	// The shell tool fails closed.
 	conv := a.newConversation()
 	s := a.follow(conv, "")
 	a.send(conv, "say hi")
@@ -514,20 +526,35 @@ func TestReadyzWithoutSandbox(t *testing.T) {
 func TestReadyz(t *testing.T) {
 	needSandbox(t)
 	in := newInstance(t, "")
+	in.addUser("root", pw, true)
 	p := in.start()
+	if b := string(p.anon().must(http.StatusOK, "GET", "/readyz", nil, nil)); b != `{"failing":[],"ready":true}` {
+		t.Fatalf("readyz: %s", b)
+	}
 	var r struct {
 		Ready    bool
-		Checks   []struct{ Name string }
+		Checks   []struct{ Name, Detail string }
 		Warnings []string
 	}
-	p.anon().must(http.StatusOK, "GET", "/readyz", nil, &r)
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, &r)
 	if !r.Ready || len(r.Checks) < 5 || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "llm.base_url") {
-		t.Fatalf("readyz: %+v", r)
+		t.Fatalf("doctor: %+v", r)
 	}
 	p.anon().must(http.StatusOK, "GET", "/healthz", nil, nil)
 	metrics := string(p.anon().must(http.StatusOK, "GET", "/metrics", nil, nil))
 	if !strings.Contains(metrics, `codumentor_http_requests_total{method="GET",route="/readyz",status="200"} 1`) {
 		t.Fatalf("metrics:\n%s", metrics)
+	}
+	// Neither public endpoint shows what the doctor knows.
+	for _, c := range r.Checks {
+		if c.Detail != "" && strings.Contains(metrics, c.Detail) {
+			t.Errorf("/metrics shows check %s's detail %q", c.Name, c.Detail)
+		}
+	}
+	for _, secret := range []string{in.dir, "bwrap", "sqlite"} {
+		if strings.Contains(metrics, secret) {
+			t.Errorf("/metrics shows %q", secret)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
@@ -62,9 +64,31 @@ type Deps struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
 	// the client (config trusted_proxies); empty: the peer is the client.
 	TrustedProxies []netip.Prefix
+	// Limits bound what clients hold open.
+	Limits Limits
 }
 
-// Readiness is the body of GET /readyz.
+// Limits bound what clients hold open; zero values are the defaults.
+type Limits struct {
+	// HeaderTimeout closes a connection that sends no request header in
+	// this time (default 10s); the body then has 30 s more.
+	HeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long (default
+	// 2m).
+	IdleTimeout time.Duration
+	// MaxStreams caps all open event streams (default 1024).
+	MaxStreams int
+	// MaxStreamsPerUser caps one user's open event streams (default 16).
+	MaxStreamsPerUser int
+}
+
+// bodyTimeout bounds reading a request's body once its header is in.
+const bodyTimeout = 30 * time.Second
+
+// Readiness is the result of the readiness checks: the body of GET
+// /api/v1/admin/doctor. GET /readyz, which anyone may call, answers only
+// whether the server is ready and the names of failing checks: the
+// details name host paths and versions.
 type Readiness struct {
 	Ready    bool     `json:"ready"`
 	Checks   []Check  `json:"checks"`
@@ -89,10 +113,15 @@ type Server struct {
 	cancel context.CancelFunc
 
 	metrics metrics
+	streams streams
 }
 
 // New builds the API.
-func New(d Deps) *Server {
+func New(d Deps) *Server { return newServer(d, true) }
+
+// newServer builds the API; immutable false is only for the benchmark
+// that measures what Immutable costs.
+func newServer(d Deps, immutable bool) *Server {
 	if d.Heartbeat <= 0 {
 		d.Heartbeat = 15 * time.Second
 	}
@@ -102,7 +131,12 @@ func New(d Deps) *Server {
 	if d.Log == nil {
 		d.Log = hclog.NewNullLogger()
 	}
-	s := &Server{d: d, log: d.Log}
+	l := &d.Limits
+	l.HeaderTimeout = cmp.Or(l.HeaderTimeout, 10*time.Second)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, 2*time.Minute)
+	l.MaxStreams = cmp.Or(l.MaxStreams, 1024)
+	l.MaxStreamsPerUser = cmp.Or(l.MaxStreamsPerUser, 16)
+	s := &Server{d: d, log: d.Log, streams: streams{perUser: map[string]int{}}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(d.Registry)
 	s.app = fiber.New(fiber.Config{
@@ -110,12 +144,25 @@ func New(d Deps) *Server {
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
 		BodyLimit:             2 << 20,
-		ReadTimeout:           30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
+		// Fiber's strings (c.Method, c.Params, c.Query, c.Get, c.Body)
+		// otherwise alias request buffers that the next request on any
+		// connection reuses: a metrics label kept c.Method() and later
+		// read "GETT". Immutable copies them, at a cost measured by
+		// BenchmarkImmutable (scripts/bench): one rule for every handler
+		// and goroutine (the SSE stream outlives its request) instead of
+		// a copy at each boundary that the next edit can forget.
+		Immutable: immutable,
+		// ReadTimeout is the header's: a connection that sends nothing
+		// is closed after it; the body gets bodyTimeout (HeaderReceived).
+		ReadTimeout: l.HeaderTimeout,
+		IdleTimeout: l.IdleTimeout,
 		// c.IP() is the peer; clientIP reads X-Forwarded-For from
 		// trusted proxies.
 		EnableTrustedProxyCheck: true,
 	})
+	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+	}
 	s.routes()
 	return s
 }
@@ -152,6 +199,7 @@ func (s *Server) routes() {
 	authed.Get("/me", s.me)
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
+	authed.Get("/admin/doctor", s.admin, s.doctor)
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)
@@ -200,14 +248,24 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
+// readyz answers anyone: ready or not, and which checks fail, by name.
 func (s *Server) readyz(c *fiber.Ctx) error {
 	r := s.d.Ready(c.UserContext())
+	failing := []string{}
+	for _, ch := range r.Checks {
+		if !ch.OK {
+			failing = append(failing, ch.Name)
+		}
+	}
 	status := http.StatusOK
 	if !r.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	return c.Status(status).JSON(r)
+	return c.Status(status).JSON(fiber.Map{"ready": r.Ready, "failing": failing})
 }
+
+// doctor is the readiness checks with their details, for admins.
+func (s *Server) doctor(c *fiber.Ctx) error { return c.JSON(s.d.Ready(c.UserContext())) }
 
 // user is the authenticated user of the request.
 func user(c *fiber.Ctx) auth.User { return c.Locals(localUser).(auth.User) }

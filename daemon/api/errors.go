@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 
 	"github.com/gofiber/fiber/v2"
 )
@@ -17,12 +21,26 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// cause holds the errors the message was formatted from, which
+	// asAPIError inspects before the message reaches a client.
+	cause error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
+func (e *Error) Unwrap() error { return e.cause }
+
+// apiError formats an answer. An error among args is kept as its cause:
+// if that carries an OS error, the client gets a generic answer instead
+// (asAPIError), so a handler cannot pass a host path on by formatting.
 func apiError(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+	var causes []error
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			causes = append(causes, err)
+		}
+	}
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...), cause: errors.Join(causes...)}
 }
 
 func badRequest(format string, args ...any) *Error {
@@ -37,14 +55,21 @@ var (
 	errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "a valid bearer token is required (POST /api/v1/auth/login)"}
 	errBadLogin     = &Error{Status: http.StatusUnauthorized, Code: "invalid_credentials", Message: "wrong username or password"}
 	errForbidden    = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this needs the admin role"}
+	errInternal     = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; the server log has the details"}
+	errNameTooLong  = &Error{Status: http.StatusBadRequest, Code: "name_too_long", Message: "a name in the path is too long for the file system"}
 )
 
 // errorHandler turns every error a handler returns into the JSON body.
-// Unexpected errors are logged and answered 500 without their detail.
+// Unexpected errors and OS errors are logged and answered without their
+// detail.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	ae, known := asAPIError(err)
 	if !known {
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		log := s.log.Error
+		if ae.Status < 500 {
+			log = s.log.Info
+		}
+		log("request failed", "method", c.Method(), "path", c.Path(), "status", ae.Status, "err", err)
 	}
 	b, _ := json.Marshal(map[string]*Error{"error": ae})
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
@@ -53,8 +78,14 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 
 // asAPIError is the answer to err: an *Error as is, Fiber's own errors
 // (unknown route, body too large) in the same form, anything else a 500
-// without detail (known false: it is worth logging).
+// without detail (known false: it is worth logging). An error that
+// carries an OS error (its text names host paths: lstat
+// /home/…/upper/x: file name too long) is never shown, also inside an
+// *Error's message: it is answered by its class alone.
 func asAPIError(err error) (ae *Error, known bool) {
+	if pub, ok := osAnswer(err); ok {
+		return pub, false
+	}
 	var fe *fiber.Error
 	switch {
 	case errors.As(err, &ae):
@@ -64,7 +95,28 @@ func asAPIError(err error) (ae *Error, known bool) {
 	case errors.As(err, &fe):
 		return &Error{Status: fe.Code, Code: fiberCode(fe.Code), Message: fe.Message}, true
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; the server log has the details"}, false
+	return errInternal, false
+}
+
+// osAnswer is the generic answer to an error that carries an OS error.
+func osAnswer(err error) (*Error, bool) {
+	var (
+		pe   *fs.PathError
+		le   *os.LinkError
+		se   *os.SyscallError
+		oe   *net.OpError
+		errn syscall.Errno
+	)
+	if !errors.As(err, &pe) && !errors.As(err, &le) && !errors.As(err, &se) && !errors.As(err, &oe) && !errors.As(err, &errn) {
+		return nil, false
+	}
+	switch {
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errNameTooLong, true
+	case errors.Is(err, fs.ErrNotExist):
+		return errNotFound, true
+	}
+	return errInternal, true
 }
 
 func fiberCode(status int) string {

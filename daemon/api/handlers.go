@@ -21,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
@@ -135,20 +136,24 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	if !utf8.ValidString(req.Title) {
-		return badRequest("title is not valid UTF-8")
-	}
 	conv, err := s.d.Conversations.Create(c.UserContext(), user(c).ID, req.Title)
-	if err != nil {
+	if errors.Is(err, store.ErrBadTitle) {
 		return badRequest("%v", err)
+	}
+	if err != nil {
+		return err // the store's failure is for the log only
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }
 
 func (s *Server) listConversations(c *fiber.Ctx) error {
-	limit := c.QueryInt("limit", 100)
-	if limit < 1 || limit > 1000 {
-		return badRequest("limit must be between 1 and 1000")
+	limit := 100
+	if raw := c.Query("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest("limit must be a whole number from 1 to 1000, not %q", raw)
+		}
+		limit = n
 	}
 	cs, err := s.d.Conversations.List(c.UserContext(), user(c).ID, limit)
 	if err != nil {
@@ -226,7 +231,19 @@ func (s *Server) events(c *fiber.Ctx) error {
 		after = n
 	}
 	conv := conversation(c)
+	if c.Method() == fiber.MethodHead {
+		// The headers a GET would have, and no stream.
+		c.Set(fiber.HeaderContentType, "text/event-stream")
+		c.Set(fiber.HeaderCacheControl, "no-cache")
+		c.Status(http.StatusOK)
+		return nil
+	}
 	tok := strings.Clone(c.Locals(localToken).(string))
+	uid := user(c).ID
+	if !s.streams.take(s.d.Limits, uid) {
+		c.Set(fiber.HeaderRetryAfter, "5")
+		return errTooManyStreams
+	}
 	ctx, cancel := s.streamContext()
 	evs := s.d.Engine.Subscribe(ctx, conv.ID, after)
 	c.Status(http.StatusOK)
@@ -235,9 +252,18 @@ func (s *Server) events(c *fiber.Ctx) error {
 	// subscriber, which is what limits fan-out to many clients.
 	c.Context().HijackSetNoResponse(true)
 	c.Context().Hijack(func(conn net.Conn) {
+		defer s.streams.release(uid)
 		s.metrics.subscribers.Inc()
 		defer s.metrics.subscribers.Dec()
 		defer cancel()
+		// A client sends nothing after its request: a read that returns
+		// means it went away, noticed now rather than at the next write,
+		// so that its place among the capped streams frees at once.
+		go func() {
+			var b [1]byte
+			conn.Read(b[:])
+			cancel()
+		}()
 		w := bufio.NewWriterSize(conn, 8<<10)
 		flush := func() bool {
 			// A client that stops reading is dropped, not waited for.
@@ -487,8 +513,8 @@ func (s *Server) getSecret(c *fiber.Ctx) error {
 
 func (s *Server) deleteSecret(c *fiber.Ctx) error {
 	err := s.d.Secrets.Delete(c.UserContext(), user(c).ID, c.Params("name"))
-	if errors.Is(err, agentcore.ErrNotFound) {
-		return errNotFound
+	if errors.Is(err, agentcore.ErrNotFound) || errors.Is(err, secrets.ErrBadName) {
+		return errNotFound // as for GET: a name that cannot exist is absent
 	}
 	if err != nil {
 		return err

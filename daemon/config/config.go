@@ -67,6 +67,30 @@ type Config struct {
 	// Plugins are enabled by name, in order.
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
+	Server  Server   `yaml:"server"`
+}
+
+// Server bounds what HTTP clients can hold open. Zero counts are derived
+// from the process's descriptor limit (RLIMIT_NOFILE) at start.
+type Server struct {
+	// MaxConnections caps open client connections; beyond it the server
+	// stops accepting until one closes (default: half the descriptor
+	// limit, the rest is for the database, logs and sandboxes).
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP caps one client address's connections; more are
+	// closed at once (default: a quarter of max_connections).
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
+	// HeaderTimeout closes a connection that has not sent a request
+	// header in this time (default 10s).
+	HeaderTimeout Duration `yaml:"header_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long (default
+	// 2m).
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxStreamsPerUser caps one user's open event streams (default 16).
+	MaxStreamsPerUser int `yaml:"max_streams_per_user"`
+	// MaxStreams caps all open event streams (default: a quarter of
+	// max_connections).
+	MaxStreams int `yaml:"max_streams"`
 }
 
 // TLSConfig serves HTTPS when both files are set.
@@ -187,6 +211,11 @@ func Default() Config {
 			ApprovalTimeout: Duration(10 * time.Minute),
 		},
 		Log: Log{Level: "info"},
+		Server: Server{
+			HeaderTimeout:     Duration(10 * time.Second),
+			IdleTimeout:       Duration(2 * time.Minute),
+			MaxStreamsPerUser: 16,
+		},
 	}
 }
 
@@ -245,6 +274,12 @@ func (c Config) Validate() error {
 		if p != PluginWorkspaceIsolation {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
 		}
+	}
+	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
+		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))
+	}
+	if c.Server.HeaderTimeout <= 0 || c.Server.IdleTimeout <= 0 {
+		errs = append(errs, errors.New("server.header_timeout and server.idle_timeout must be positive"))
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":

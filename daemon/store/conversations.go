@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -95,11 +97,20 @@ func newID(prefix string) string {
 // maxTitle bounds a conversation's title, in bytes.
 const maxTitle = 200
 
+// ErrBadTitle is wrapped by Create's error for a title it refuses; the
+// error's text says why, in terms of the title only.
+var ErrBadTitle = errors.New("bad title")
+
 // Create starts a conversation of user.
 func (s *Conversations) Create(ctx context.Context, user, title string) (Conversation, error) {
 	title = strings.TrimSpace(title)
 	if len(title) > maxTitle {
-		return Conversation{}, fmt.Errorf("title is %d bytes; the limit is %d", len(title), maxTitle)
+		return Conversation{}, fmt.Errorf("%w: title is %d bytes; the limit is %d", ErrBadTitle, len(title), maxTitle)
+	}
+	// One line of text: a control character (NUL, an escape sequence,
+	// a newline) would reach every page and terminal that shows it.
+	if !utf8.ValidString(title) || strings.ContainsFunc(title, unicode.IsControl) {
+		return Conversation{}, fmt.Errorf("%w: title must be one line of UTF-8 text without control characters", ErrBadTitle)
 	}
 	now := time.Now().UTC()
 	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now}
