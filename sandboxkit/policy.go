@@ -37,7 +37,10 @@ type Policy struct {
 
 	// ShareNet keeps the host's network namespace. It exposes every
 	// service listening on the host (also on 127.0.0.1) and the network
-	// beyond; leave it false unless the work needs the network.
+	// beyond; leave it false unless the work needs the network. The
+	// host's abstract UNIX sockets stay out of reach only where
+	// AbstractUnixScoped (Linux 6.12+ with Landlock); elsewhere they are
+	// exposed too.
 	ShareNet bool
 
 	// Env adds "KEY=value" entries to the minimal environment (PATH,
