@@ -9,8 +9,8 @@ import (
 
 // actions are the filter's verdicts for one mode.
 type actions struct {
-	// errnos: a refused call gets retErrno with its rule's errno;
-	// otherwise it gets refused.
+	// errnos makes a refused call fail with its rule's errno
+	// (retErrno); otherwise it gets refused (log, user notification).
 	errnos  bool
 	refused uint32
 	x32     uint32 // any call through the x32 ABI
