@@ -140,7 +140,9 @@ type Launch struct {
 
 // Build turns p into the bwrap invocation that runs argv inside the
 // sandbox. It is a pure function: it touches no file and starts nothing.
-// argv[0] is looked up on PATH inside the sandbox.
+// argv[0] is looked up on PATH inside the sandbox. Run and Session start
+// a ShareNet sandbox through a Landlock scope step (see
+// AbstractUnixScoped); a Launch executed directly has no such step.
 func (p *Policy) Build(argv ...string) (*Launch, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandboxkit: no command to run")
