@@ -137,6 +137,9 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 		return execError(ctx, nil, err)
 	}
 
+	if p.ShareNet && !sandboxkit.AbstractUnixScoped() {
+		fmt.Fprintf(cmd.Root().ErrWriter, "%s: warning: this kernel lacks Landlock's abstract socket scope (Linux 6.12): the sandbox can connect to the host's abstract UNIX sockets\n", progName)
+	}
 	c := sandboxkit.Command(ctx, p, argv...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.Root().Writer, cmd.Root().ErrWriter
 	c.Timeout = cmd.Duration("timeout")

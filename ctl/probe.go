@@ -27,6 +27,9 @@ type probeReport struct {
 	Modes map[seccomp.Mode]*seccomp.ProbeReport `json:"modes"`
 	// Toolchains ran under enforce, in a workspace.
 	Toolchains []seccomp.ProbeCheck `json:"toolchains"`
+	// AbstractUnix ran in a sandbox that shares the network: the
+	// host's abstract UNIX sockets out of reach, the sandbox's own working.
+	AbstractUnix []seccomp.ProbeCheck `json:"abstract_unix"`
 	// Failures lists every result that differs from what its mode
 	// promises; empty when the matrix is all-pass.
 	Failures []string `json:"failures"`
@@ -69,6 +72,18 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 					r.Failures = append(r.Failures, fmt.Sprintf("enforce: toolchain %s failed: %s", t.Name, t.Detail))
 				}
 			}
+		}
+	}
+	p, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{Bwrap: o.bwrap, ShareNet: true, Seccomp: seccomp.Enforce})
+	if err != nil {
+		return nil, err
+	}
+	r.AbstractUnix = sandboxkit.ProbeAbstractUnix(ctx, p)
+	for _, c := range r.AbstractUnix {
+		// Where the kernel cannot scope them, the exposure is the
+		// Doctor's advisory landlock check, shown as WARN.
+		if !c.OK && sandboxkit.AbstractUnixScoped() {
+			r.Failures = append(r.Failures, fmt.Sprintf("shared network: %s: %s", c.Name, c.Detail))
 		}
 	}
 	return r, nil
@@ -126,6 +141,13 @@ func printProbe(out io.Writer, r *probeReport) {
 	}
 	for _, t := range r.Toolchains {
 		fmt.Fprintf(tw, "%s\t\t\t%s\n", t.Name, checkStatus(t.OK, t.Skipped))
+	}
+	for _, c := range r.AbstractUnix {
+		status := checkStatus(c.OK, false)
+		if !c.OK && !sandboxkit.AbstractUnixScoped() {
+			status = "WARN"
+		}
+		fmt.Fprintf(tw, "%s\t\t\t%s\n", c.Name, status)
 	}
 	tw.Flush()
 	if len(r.Failures) == 0 {

@@ -28,14 +28,18 @@ const MinBwrapVersion = "0.12.0"
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
-	// "seccomp"; and "main" when the program did not call Main, without
-	// which no sandbox can start.
+	// "seccomp", "landlock" (advisory: see AbstractUnixScoped); and
+	// "main" when the program did not call Main, without which no
+	// sandbox can start.
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says what was found.
 	Detail string `json:"detail"`
 	// Remedy says what to do when the check fails.
 	Remedy string `json:"remedy,omitempty"`
+	// Advisory marks a check whose failure leaves sandboxes available
+	// and weaker in the way Detail says ("landlock").
+	Advisory bool `json:"advisory,omitempty"`
 }
 
 // Report is the Doctor's verdict for one bwrap on one filesystem.
@@ -45,15 +49,16 @@ type Report struct {
 	Checks  []Check `json:"checks"`
 }
 
-// Err returns nil when every check passed, else an *UnavailableError
-// (errors.Is ErrUnavailable) for the first failed check.
+// Err returns nil when every check passed but advisory ones, else an
+// *UnavailableError (errors.Is ErrUnavailable) for the first failed
+// check.
 func (r *Report) Err() error { return r.errFor(true) }
 
 // errFor is Err, leaving out the seccomp check for a sandbox that loads
 // no filter.
 func (r *Report) errFor(filtered bool) error {
 	for _, c := range r.Checks {
-		if !c.OK && (filtered || c.Name != "seccomp") {
+		if !c.OK && !c.Advisory && (filtered || c.Name != "seccomp") {
 			return &UnavailableError{Check: c}
 		}
 	}
@@ -230,6 +235,7 @@ func diagnose(ctx context.Context, path, probeDir string) *Report {
 		add(Check{Name: "loopback", Detail: "loopback did not come up in a new network namespace: " + lo, Remedy: "bwrap needs to configure lo in the new network namespace; check that the kernel has network namespaces (CONFIG_NET_NS)"})
 	}
 	add(seccompCheck(probe))
+	add(landlockCheck())
 	return r
 }
 

@@ -27,6 +27,10 @@ func Main() {
 			os.Exit(spawn(os.Args[2:]))
 		case probeFlag:
 			os.Exit(runProbes())
+		case abstractProbeFlag:
+			os.Exit(runAbstractProbe(os.Args[2:]))
+		case scopeFlag:
+			os.Exit(runScoped(os.Args[2:]))
 		}
 	}
 	mainCalled.Store(true)

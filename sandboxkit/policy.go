@@ -37,7 +37,10 @@ type Policy struct {
 
 	// ShareNet keeps the host's network namespace. It exposes every
 	// service listening on the host (also on 127.0.0.1) and the network
-	// beyond; leave it false unless the work needs the network.
+	// beyond; leave it false unless the work needs the network. The
+	// host's abstract UNIX sockets stay out of reach only where
+	// AbstractUnixScoped (Linux 6.12+ with Landlock); elsewhere they are
+	// exposed too.
 	ShareNet bool
 
 	// Env adds "KEY=value" entries to the minimal environment (PATH,
@@ -138,7 +141,9 @@ type Launch struct {
 
 // Build turns p into the bwrap invocation that runs argv inside the
 // sandbox. It is a pure function: it touches no file and starts nothing.
-// argv[0] is looked up on PATH inside the sandbox.
+// argv[0] is looked up on PATH inside the sandbox. Run and Session start
+// a ShareNet sandbox through a Landlock scope step (see
+// AbstractUnixScoped); a Launch executed directly has no such step.
 func (p *Policy) Build(argv ...string) (*Launch, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandboxkit: no command to run")

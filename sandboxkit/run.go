@@ -158,6 +158,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
+	l.Args = scopedLaunch(&p, l.Args)
 	c.begin(ctx)
 	c.unlock = unlock
 	if err := c.start(sp, l, reserved); err != nil {

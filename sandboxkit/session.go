@@ -182,6 +182,7 @@ func (s *Session) launch() error {
 		ctl.Close()
 		return err
 	}
+	l.Args = scopedLaunch(&p, l.Args)
 	mem, err := memFiles(l)
 	if err != nil {
 		ctl.Close()

@@ -9,26 +9,32 @@ import (
 
 // actions are the filter's verdicts for one mode.
 type actions struct {
-	eperm, enosys uint32 // a refused call, by the errno its rule asks for
-	x32           uint32 // any call through the x32 ABI
-	foreign       uint32 // any call through an audit arch the blob does not know
+	// errnos makes a refused call fail with its rule's errno
+	// (retErrno); otherwise it gets refused (log, user notification).
+	errnos  bool
+	refused uint32
+	x32     uint32 // any call through the x32 ABI
+	foreign uint32 // any call through an audit arch the blob does not know
+}
+
+// deny is the verdict for a call a rule refuses with e.
+func (a actions) deny(e errno) uint32 {
+	if a.errnos {
+		return retErrno | uint32(e)
+	}
+	return a.refused
 }
 
 func actionsFor(m Mode) (actions, error) {
 	switch m {
 	case Enforce:
-		return actions{
-			eperm:   retErrno | uint32(eperm),
-			enosys:  retErrno | uint32(enosys),
-			x32:     retErrno | uint32(enosys),
-			foreign: retKillProcess,
-		}, nil
+		return actions{errnos: true, x32: retErrno | uint32(enosys), foreign: retKillProcess}, nil
 	case Log:
-		return actions{eperm: retLog, enosys: retLog, x32: retLog, foreign: retLog}, nil
+		return actions{refused: retLog, x32: retLog, foreign: retLog}, nil
 	case notify:
 		// The probe's own filter: hand every call the blocklist matches
 		// to the probe's listener, which lets it run.
-		return actions{eperm: retUserNotif, enosys: retUserNotif, x32: retUserNotif, foreign: retAllow}, nil
+		return actions{refused: retUserNotif, x32: retUserNotif, foreign: retAllow}, nil
 	}
 	return actions{}, fmt.Errorf("seccomp: no filter for mode %q", m)
 }
@@ -72,6 +78,23 @@ func section(as *assembler, t abi, x32 bool, act actions) error {
 	if x32 {
 		as.jump(bpfJgeK, x32Bit, l("x32"), "")
 	}
+	// Numbers above the reviewed ones: ENOSYS, except an
+	// architecture's private range. Inline returns keep every jump short.
+	if t.reviewed == 0 {
+		return fmt.Errorf("no reviewed number")
+	}
+	as.jump(bpfJgeK, t.reviewed+1, "", l("reviewed"))
+	if lo, hi := t.private[0], t.private[1]; hi > lo {
+		as.jump(bpfJgeK, hi, l("unreviewed"), "")
+		as.jump(bpfJgeK, lo, l("private"), "")
+		as.label(l("unreviewed"))
+		as.ret(act.deny(enosys))
+		as.label(l("private"))
+		as.ret(retAllow)
+	} else {
+		as.ret(act.deny(enosys))
+	}
+	as.label(l("reviewed"))
 	// Rules in number order: a reader of the disassembly finds them.
 	type entry struct {
 		nr uint32
@@ -89,12 +112,7 @@ func section(as *assembler, t abi, x32 bool, act actions) error {
 			return fmt.Errorf("%s and %s share number %d", es[i-1].r.name, es[i].r.name, es[i].nr)
 		}
 	}
-	deny := func(e errno) string {
-		if e == enosys {
-			return l("enosys")
-		}
-		return l("eperm")
-	}
+	deny := func(e errno) string { return l(fmt.Sprintf("errno%d", e)) }
 	// A binary search over the numbers, down to short runs of
 	// comparisons: a call meets a handful of instructions instead of the
 	// whole list, and so does the kernel when it precomputes which
@@ -149,10 +167,10 @@ func section(as *assembler, t abi, x32 bool, act actions) error {
 	}
 	as.label(l("allow"))
 	as.ret(retAllow)
-	as.label(l("eperm"))
-	as.ret(act.eperm)
-	as.label(l("enosys"))
-	as.ret(act.enosys)
+	for _, e := range errnos {
+		as.label(deny(e))
+		as.ret(act.deny(e))
+	}
 	if x32 {
 		as.label(l("x32"))
 		as.ret(act.x32)

@@ -147,10 +147,7 @@ func TestParseMode(t *testing.T) {
 // verdicts the emulator compares against.
 func wantFor(m Mode, e errno) uint32 {
 	a, _ := actionsFor(m)
-	if e == enosys {
-		return a.enosys
-	}
-	return a.eperm
+	return a.deny(e)
 }
 
 // Every rule, on every table of every architecture, in every mode:
@@ -193,14 +190,21 @@ func TestFilterMatrix(t *testing.T) {
 					case "ioctl":
 						check("ioctl(TIOCSTI)", sys(0, tiocsti), deny)
 						check("ioctl(TIOCLINUX)", sys(0, tioclinux), deny)
+						check("ioctl(TIOCSETD)", sys(0, tiocsetd), deny)
 						check("ioctl(1<<32|TIOCSTI)", sys(0, 1<<32|tiocsti), deny)
+						check("ioctl(1<<32|TIOCSETD)", sys(0, 1<<32|tiocsetd), deny)
+						check("ioctl(TIOCGETD)", sys(0, 0x5424), retAllow)
 						check("ioctl(TCGETS)", sys(0, 0x5401), retAllow)
 						check("ioctl(FIONREAD)", sys(0, 0x541B), retAllow)
 					case "personality":
 						check("personality(query)", sys(0xffffffff), retAllow)
 						check("personality(query, high bits)", sys(0xffffffffffffffff), retAllow)
+						check("personality(PER_LINUX)", sys(perLinux), retAllow)
+						check("personality(PER_LINUX32)", sys(perLinux32), retAllow)
+						check("personality(1<<32|PER_LINUX32)", sys(1<<32|perLinux32), retAllow)
 						check("personality(ADDR_NO_RANDOMIZE)", sys(0x0040000), deny)
-						check("personality(1<<32)", sys(1<<32), deny)
+						check("personality(PER_LINUX32|ADDR_NO_RANDOMIZE)", sys(0x0040008), deny)
+						check("personality(1<<32|ADDR_NO_RANDOMIZE)", sys(1<<32|0x0040000), deny)
 					case "socket":
 						for _, fam := range []uint64{afUnix, afInet, afInet6, afNetlink} {
 							check(fmt.Sprintf("socket(%d)", fam), sys(fam, 1), retAllow)
@@ -210,9 +214,21 @@ func TestFilterMatrix(t *testing.T) {
 						check("socket(AF_PACKET)", sys(17, 3), deny)
 						check("socket(1<<32|AF_ALG)", sys(1<<32|38, 5), deny)
 						check("socket(1<<32|AF_INET)", sys(1<<32|afInet, 1), retAllow)
+					case "socketpair":
+						check("socketpair(AF_UNIX)", sys(afUnix, 1), retAllow)
+						check("socketpair(1<<32|AF_UNIX)", sys(1<<32|afUnix, 1), retAllow)
+						for _, fam := range []uint64{afInet, afInet6, afNetlink, afVsock, 30 /* AF_TIPC */, 1<<32 | afVsock} {
+							check(fmt.Sprintf("socketpair(%#x)", fam), sys(fam, 1), deny)
+						}
 					case "socketcall":
 						check("socketcall(SYS_SOCKET)", sys(sysSocket, 0x1000), deny)
+						check("socketcall(SYS_SOCKETPAIR)", sys(sysSocketpair, 0x1000), deny)
 						check("socketcall(SYS_CONNECT)", sys(3, 0x1000), retAllow)
+					case "prctl":
+						check("prctl(PR_SET_MM)", sys(prSetMM, 1), deny)
+						check("prctl(1<<32|PR_SET_MM)", sys(1<<32|prSetMM, 1), deny)
+						check("prctl(PR_SET_NAME)", sys(15, 0x1000), retAllow)
+						check("prctl(PR_SET_NO_NEW_PRIVS)", sys(38, 1), retAllow)
 					default:
 						if r.test != nil {
 							t.Fatalf("rule %s has an argument test this matrix does not cover", r.name)
@@ -221,6 +237,13 @@ func TestFilterMatrix(t *testing.T) {
 					}
 				}
 				check("an unlisted call (number 0)", seccompData{nr: 0}, retAllow)
+				check("the last reviewed number", seccompData{nr: t2.reviewed}, retAllow)
+				check("the first unreviewed number", seccompData{nr: t2.reviewed + 1}, wantFor(m, enosys))
+				check("number 1023", seccompData{nr: 1023}, wantFor(m, enosys))
+				if t2.private[1] > 0 {
+					check("ARM set_tls (private)", seccompData{nr: 0x0f0005}, retAllow)
+					check("past the private range", seccompData{nr: t2.private[1]}, wantFor(m, enosys))
+				}
 				if a.x32 && t2.audit == a.native.audit {
 					check("x32 getpid", seccompData{nr: x32Bit | 39}, act.x32)
 					check("x32 unshare", seccompData{nr: x32Bit | 272}, act.x32)
@@ -258,8 +281,9 @@ func TestTablesNameRules(t *testing.T) {
 	}
 }
 
-// Every number that no rule names is allowed, on every table: the
-// search over the numbers has no hole and no stray refusal.
+// Every reviewed number that no rule names is allowed, on every table,
+// and every number above is refused with ENOSYS: the search over the
+// numbers has no hole and no stray refusal.
 func TestFilterAllowsUnlisted(t *testing.T) {
 	for _, goarch := range Archs() {
 		a := archs[goarch]
@@ -277,6 +301,10 @@ func TestFilterAllowsUnlisted(t *testing.T) {
 				switch {
 				case err != nil:
 					t.Fatalf("%s/%s nr %d: %v", goarch, t2.name, nr, err)
+				case nr > t2.reviewed:
+					if got != wantFor(Enforce, enosys) {
+						t.Errorf("%s/%s: unreviewed nr %d gets %#x, want ENOSYS", goarch, t2.name, nr, got)
+					}
 				case !listed[nr] && got != retAllow:
 					t.Errorf("%s/%s: unlisted nr %d gets %#x", goarch, t2.name, nr, got)
 				case listed[nr] && got == retAllow && !hasArgTest(t2, nr):
@@ -294,4 +322,18 @@ func hasArgTest(t abi, nr uint32) bool {
 		}
 	}
 	return false
+}
+
+// The reviewed number covers every number a table names: a rule for a
+// call above it would be dead code behind the ENOSYS refusal.
+func TestReviewedCoversTables(t *testing.T) {
+	for goarch, a := range archs {
+		for _, t2 := range []abi{a.native, a.compat} {
+			for name, nr := range t2.nr {
+				if nr > t2.reviewed {
+					t.Errorf("%s/%s: %s (%d) is above the reviewed %d", goarch, t2.name, name, nr, t2.reviewed)
+				}
+			}
+		}
+	}
 }

@@ -1,0 +1,117 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// requireAbstractScope skips (fails under CI) where the kernel cannot
+// scope abstract sockets, after checking that the Doctor says so.
+func requireAbstractScope(t *testing.T) {
+	t.Helper()
+	if AbstractUnixScoped() {
+		return
+	}
+	if c := landlockCheck(); c.OK || !strings.Contains(c.Detail, "abstract UNIX sockets") {
+		t.Errorf("kernel without the scope, yet the landlock check says %+v", c)
+	}
+	sandboxtest.SkipOrFail(t, "this kernel lacks Landlock's abstract UNIX socket scope (Linux 6.12)")
+}
+
+// A one-shot sandbox cannot connect to an abstract socket this test
+// listens on, with the network private (the namespace hides it) or
+// shared (Landlock's scope refuses it), and its own abstract sockets
+// work.
+func TestAbstractUnixOneShot(t *testing.T) {
+	requireSandbox(t)
+	requireAbstractScope(t)
+	for _, share := range []bool{false, true} {
+		t.Run(map[bool]string{false: "private-net", true: "shared-net"}[share], func(t *testing.T) {
+			p, err := Profile(ProfileMCP, ProfileOptions{ShareNet: share, Seccomp: seccomp.Enforce})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range ProbeAbstractUnix(t.Context(), p) {
+				if !c.OK {
+					t.Errorf("%s: %s", c.Name, c.Detail)
+				}
+			}
+		})
+	}
+}
+
+// A Session that shares the network: its supervisor and the commands
+// it starts are in the scoped domain.
+func TestAbstractUnixSession(t *testing.T) {
+	requireSandbox(t)
+	requireAbstractScope(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Profile(ProfileMCP, ProfileOptions{ShareNet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ReadOnly = []Bind{{Src: exe, Dst: "/opt/probe"}}
+	name, accepted, stop, err := hostAbstractListener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := startSession(t, p, SessionOptions{})
+	var out bytes.Buffer
+	c := s.Command(t.Context(), "/opt/probe", abstractProbeFlag, name)
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Run(); err != nil {
+		t.Fatalf("probe in the session: %v: %s", err, out.String())
+	}
+	var r abstractResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("probe report %q: %v", out.String(), err)
+	}
+	for _, c := range judgeAbstract(p, r, accepted.Load(), seccomp.ProbeCheck{Name: "host"}, seccomp.ProbeCheck{Name: "inside"}) {
+		if !c.OK {
+			t.Errorf("%s: %s", c.Name, c.Detail)
+		}
+	}
+}
+
+// The landlock check is advisory: a kernel without the scope still runs
+// sandboxes, and the report says what is exposed.
+func TestLandlockCheckAdvisory(t *testing.T) {
+	bad := Check{Name: "landlock", Detail: "no Landlock", Advisory: true}
+	r := &Report{Checks: []Check{{Name: "bwrap", OK: true}, bad}}
+	if err := r.Err(); err != nil {
+		t.Errorf("Err = %v; the landlock check must not make sandboxes unavailable", err)
+	}
+	r.Checks = append(r.Checks, Check{Name: "userns"})
+	var ue *UnavailableError
+	if err := r.Err(); !errors.As(err, &ue) || ue.Check.Name != "userns" {
+		t.Errorf("Err = %v; want the userns check", err)
+	}
+	c := landlockCheck()
+	if c.Name != "landlock" || !c.Advisory || c.OK != AbstractUnixScoped() || c.Detail == "" || (!c.OK && c.Remedy == "") {
+		t.Errorf("landlockCheck = %+v (scoped: %v)", c, AbstractUnixScoped())
+	}
+}
+
+// Only a shared-network launch goes through the scope step.
+func TestScopedLaunch(t *testing.T) {
+	args := []string{"/usr/bin/bwrap", "--", "true"}
+	if got := scopedLaunch(&Policy{}, args); !slices.Equal(got, args) {
+		t.Errorf("private network: %q", got)
+	}
+	got := scopedLaunch(&Policy{ShareNet: true}, args)
+	if AbstractUnixScoped() != (len(got) == len(args)+2 && got[1] == scopeFlag && slices.Equal(got[2:], args)) {
+		t.Errorf("shared network (scoped %v): %q", AbstractUnixScoped(), got)
+	}
+}
