@@ -379,7 +379,7 @@ func (s *Server) diff(c *fiber.Ctx) error {
 
 func (s *Server) files(c *fiber.Ctx) error {
 	conv := conversation(c)
-	f, err := s.d.Engine.ReadWorkspace(c.UserContext(), user(c).ID, conv.ID, c.Query("path"))
+	f, err := s.d.Engine.ReadWorkspace(c.UserContext(), user(c).ID, conv.ID, c.Query("path"), c.Query("cursor"))
 	switch {
 	case errors.Is(err, agentcore.ErrOutsideWorkspace):
 		return apiError(http.StatusBadRequest, "outside_workspace", "%v", err)
