@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,5 +193,68 @@ mv mvdir mvdir2
 	// The kernel made work/work with mode 000; Remove must cope.
 	if err := s.Remove("conv"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// chmod 000 /workspace in the sandbox sets the upper directory's mode: the
+// next Lock, the next sandbox, Remove and GC must all still work, and GC
+// must go on past a layer it cannot remove.
+func TestChmod000Workspace(t *testing.T) {
+	bwrap := requireBwrap(t)
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "hello\n")})
+	s := openStore(t)
+	run := func(l *Layer, script string) []byte {
+		t.Helper()
+		unlock, err := Lock(l.Upper)
+		if err != nil {
+			t.Fatalf("Lock after chmod 000 /workspace: %v", err)
+		}
+		defer unlock()
+		return runOverlay(t, bwrap, lower, l, script)
+	}
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(l, "echo new > new.txt && chmod 000 /workspace")
+	if out := run(l, "cat a.txt new.txt"); string(out) != "hello\nnew\n" {
+		t.Errorf("the next sandbox reads %q", out)
+	}
+	run(l, "chmod 000 /workspace")
+	if err := s.Remove("conv"); err != nil {
+		t.Errorf("Remove: %v", err)
+	}
+
+	// GC: "a-bad" cannot even be looked at; "b-old" had its workspace
+	// made unreadable. GC removes b-old and reports a-bad.
+	now := time.Now()
+	bad, err := s.Create("a-bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Create("b-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(old, "chmod 000 /workspace")
+	for _, l := range []*Layer{bad, old} {
+		if err := l.Touch(now.Add(-2 * DefaultTTL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(bad.Dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(bad.Dir, 0o700)
+	ids, err := s.GC(context.Background(), DefaultTTL, now, false)
+	if !slices.Equal(ids, []string{"b-old"}) || err == nil || !strings.Contains(err.Error(), `"a-bad"`) {
+		t.Errorf("GC: removed %v, error %v; want b-old removed and a-bad reported", ids, err)
+	}
+	if _, err := s.Get("b-old"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("b-old after GC: %v", err)
 	}
 }
