@@ -258,3 +258,111 @@ func TestChmod000Workspace(t *testing.T) {
 		t.Errorf("b-old after GC: %v", err)
 	}
 }
+
+// mountedLayer returns a new layer of s changed by script in a real
+// sandbox over lower.
+func mountedLayer(t *testing.T, s *Store, lower, id, script string) *Layer {
+	t.Helper()
+	l, err := s.Create(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := Lock(l.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	runOverlay(t, requireBwrap(t), lower, l, script)
+	return l
+}
+
+// A sparse file costs the sandbox no disk but a patch would read (hash,
+// deflate) every byte of it: past the byte budget the patch is refused
+// at once, with a clear error. A file or directory the sandbox made
+// unreadable is marked in the patch instead of failing it.
+func TestPatchSparseAndUnreadable(t *testing.T) {
+	requireBwrap(t)
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "a\n"), file("bye.txt", "bye\n")})
+	s := openStore(t)
+
+	sparse := mountedLayer(t, s, lower, "sparse", "truncate -s 1G big && echo b >> a.txt")
+	var patch bytes.Buffer
+	err := WritePatch(&patch, lower, sparse.Upper)
+	if !errors.Is(err, ErrPatchTooLarge) || !strings.Contains(err.Error(), "big") || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("patch with a 1 GiB sparse file: %v; want ErrPatchTooLarge naming big as sparse", err)
+	}
+	if patch.Len() != 0 {
+		t.Errorf("a refused patch wrote %d bytes", patch.Len())
+	}
+
+	locked := mountedLayer(t, s, lower, "locked", `set -e
+echo secret > locked; chmod 000 locked
+mkdir hid; echo h > hid/x; chmod 000 hid
+echo ok > fine; rm bye.txt`)
+	t.Cleanup(func() { s.Remove("locked") })
+	patch.Reset()
+	if err := WritePatch(&patch, lower, locked.Upper); err != nil {
+		t.Fatalf("patch with unreadable entries: %v", err)
+	}
+	got := patch.String()
+	for _, want := range []string{"unreadable", "#   locked\n", "#   hid/\n", "diff --git a/fine b/fine", "diff --git a/bye.txt b/bye.txt"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("patch lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "secret") || strings.Contains(got, locked.Upper) {
+		t.Errorf("patch shows the unreadable content or a host path:\n%s", got)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	if d := diffTrees(readTree(t, work), treeOf(file("a.txt", "a\n"), file("fine", "ok\n"))); d != "" {
+		t.Errorf("lower + patch:\n%s", d)
+	}
+}
+
+// A repository made in the workspace never enters the patch (git apply
+// refuses .git paths, and patch -p1 would write .git/config, whose
+// core.fsmonitor runs a command at the user's next git command); the
+// paths are listed as not exportable. Symlinks that point outside the
+// tree are flagged.
+func TestPatchGitAndOutsideLinks(t *testing.T) {
+	requireBwrap(t)
+	requireTool(t, "git")
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "a\n")})
+	s := openStore(t)
+	l := mountedLayer(t, s, lower, "git", `set -e
+git init -q . && git config core.fsmonitor 'touch /tmp/pwned'
+mkdir -p sub/.GIT && echo x > sub/.GIT/config && echo y > .Git
+echo ok > ok.txt
+ln -s /etc/passwd abs; ln -s ../../outside up; ln -s ok.txt inside; mkdir d; ln -s ../ok.txt d/fine`)
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, l.Upper); err != nil {
+		t.Fatal(err)
+	}
+	got := patch.String()
+	for _, want := range []string{"not exportable", "#   .git/\n", "#   .Git\n", "#   sub/.GIT/\n", "outside the workspace", "#   abs -> /etc/passwd\n", "#   up -> ../../outside\n", "diff --git a/ok.txt b/ok.txt", "diff --git a/inside b/inside"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("patch lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"a/.git/", "a/.Git", "a/sub/.GIT", "fsmonitor", "#   inside", "#   d/fine"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("patch holds %q:\n%s", bad, got)
+		}
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	if _, err := os.Lstat(filepath.Join(work, ".git")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("applying the patch made .git: %v", err)
+	}
+}
