@@ -12,6 +12,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"golang.org/x/sys/unix"
 )
 
@@ -215,4 +216,30 @@ func TestWriteFileFIFOTimesOut(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 40 writes met a FIFO and timed out; the turn took %v", timedOut, time.Since(start))
+}
+
+// TestSandboxStartErrorShowsNoHostPath: a sandbox that cannot start
+// (its layer is locked by another) is reported to the model without the
+// layer's host path.
+func TestSandboxStartErrorShowsNoHostPath(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("run", "true")}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	if _, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := overlay.Lock(h.upper("conv1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	if err := h.wait(h.start("conv1", "go")); err != nil {
+		t.Fatal(err)
+	}
+	out := h.toolResults("conv1")["run"]
+	if !strings.Contains(out, "in use") || strings.Contains(out, h.dir) {
+		t.Errorf("result %q: want the layer in use, without a host path", out)
+	}
 }

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
 // WorkspaceEntry is one entry of a workspace directory.
@@ -53,10 +56,7 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, curso
 	if err != nil {
 		return nil, fmt.Errorf("workspace of this conversation: %w", err)
 	}
-	layer, err := e.cfg.Layers.Get(conversation)
-	if errors.Is(err, fs.ErrNotExist) {
-		layer, err = e.cfg.Layers.Create(conversation)
-	}
+	layer, err := e.layer(conversation)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +96,41 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, curso
 		f.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(list[len(list)-1].name))
 	}
 	return f, nil
+}
+
+// layer returns the conversation's overlay layer, made if missing. Its
+// error names no host path (it reaches the model and API clients); the
+// log has the whole one.
+func (e *Engine) layer(conversation string) (*overlay.Layer, error) {
+	l, err := e.cfg.Layers.Get(conversation)
+	if errors.Is(err, fs.ErrNotExist) {
+		l, err = e.cfg.Layers.Create(conversation)
+	}
+	if err != nil {
+		e.log.Error("opening a workspace layer failed", "conversation", conversation, "err", err)
+		return nil, errors.New("the conversation's workspace layer could not be opened; the server log has the details")
+	}
+	return l, nil
+}
+
+// pathsHidden is an error whose text had host paths replaced.
+type pathsHidden struct {
+	msg string
+	err error
+}
+
+func (p *pathsHidden) Error() string { return p.msg }
+func (p *pathsHidden) Unwrap() error { return p.err }
+
+// hidePaths returns err with the project directory lower and the layer
+// directory layer replaced in its text by what the sandbox calls them;
+// errors.Is and errors.As still see err.
+func hidePaths(err error, lower, layer string) error {
+	msg := strings.NewReplacer(layer+"/upper", "/workspace (upper layer)", layer, "(the conversation's layer)", lower, "/workspace (project)").Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &pathsHidden{msg, err}
 }
 
 // Forget ends everything the engine holds for a conversation being
