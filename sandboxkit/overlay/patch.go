@@ -126,9 +126,11 @@ func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
 	var big []sized
 	for _, c := range changes {
 		switch {
-		case gitPath(c.Path) != "":
-			if g := gitPath(c.Path); len(notGit) == 0 || notGit[len(notGit)-1] != g {
-				notGit = append(notGit, g)
+		case gitPrefix(c.Path) != "":
+			// Listed once, at the .git component: changes come sorted,
+			// the directory itself first.
+			if g := gitPrefix(c.Path); len(notGit) == 0 || strings.TrimSuffix(notGit[len(notGit)-1], "/") != quotePath("", g) {
+				notGit = append(notGit, quotePath("", g)+dirMark(c.Dir || g != c.Path))
 			}
 			continue
 		case c.Unreadable:
@@ -201,22 +203,18 @@ func dirMark(dir bool) string {
 	return ""
 }
 
-// gitPath returns the part of p up to its first .git component (any case,
-// with "/" if more follows), or "" if it has none.
-func gitPath(p string) string {
-	rest := p
-	for i := 0; ; {
-		comp, tail, more := strings.Cut(rest, "/")
-		i += len(comp)
+// gitPrefix returns the part of p up to its first .git component (in any
+// case), or "" if it has none.
+func gitPrefix(p string) string {
+	end := 0
+	for comp := range strings.SplitSeq(p, "/") {
+		end += len(comp)
 		if strings.EqualFold(comp, ".git") {
-			return quotePath("", p[:i]) + dirMark(more)
+			return p[:end]
 		}
-		if !more {
-			return ""
-		}
-		i++
-		rest = tail
+		end++
 	}
+	return ""
 }
 
 // leavesTree reports whether the symlink at p with target t points
