@@ -196,11 +196,13 @@ func TestReadWorkspacePages(t *testing.T) {
 }
 
 // TestWriteFileFIFOTimesOut: a FIFO swapped in after write_file's check
-// must not hold the write (and the turn) until the turn is cancelled.
+// must not hold the write (and the turn) until the turn is cancelled. A
+// background job keeps making f a file, nothing and a FIFO; some of the
+// writes (about one in twenty) pass the check and then open the FIFO.
 func TestWriteFileFIFOTimesOut(t *testing.T) {
 	var calls []agentcore.ToolCall
 	calls = append(calls, call("bg", "shell", map[string]any{"command": "while :; do rm -f f; : > f; rm -f f; mkfifo f; done", "background": true}))
-	for i := range 40 {
+	for i := range 80 {
 		calls = append(calls, call(fmt.Sprintf("w%d", i), "write_file", map[string]any{"path": "f", "content": "data"}))
 	}
 	s := &llmtest.Script{Steps: []llmtest.Step{{ToolCalls: calls}, {Text: "done"}}}
@@ -215,7 +217,7 @@ func TestWriteFileFIFOTimesOut(t *testing.T) {
 			timedOut++
 		}
 	}
-	t.Logf("%d of 40 writes met a FIFO and timed out; the turn took %v", timedOut, time.Since(start))
+	t.Logf("%d of 80 writes met a FIFO and timed out; the turn took %v", timedOut, time.Since(start))
 }
 
 // TestSandboxStartErrorShowsNoHostPath: a sandbox that cannot start
