@@ -69,6 +69,7 @@ type redactor struct {
 	// base32 at 76 or 64 columns, hex at 60), looked for again with
 	// the line breaks between their characters taken out.
 	wrapped []redactForm
+	w       *strings.Replacer // finds any of wrapped in one pass
 }
 
 // redactForm is one form of a secret's value.
@@ -170,7 +171,11 @@ func newRedactor(secrets map[string]string) *redactor {
 	for _, f := range forms {
 		args = append(args, f.s, "[secret:"+f.name+"]")
 	}
-	return &redactor{r: strings.NewReplacer(args...), wrapped: wrapped}
+	var wargs []string
+	for _, f := range wrapped {
+		wargs = append(wargs, f.s, "")
+	}
+	return &redactor{r: strings.NewReplacer(args...), wrapped: wrapped, w: strings.NewReplacer(wargs...)}
 }
 
 var lowerPercent = regexp.MustCompile(`%[0-9A-F]{2}`)
@@ -228,6 +233,9 @@ func (r *redactor) unwrap(s string) string {
 		return s
 	}
 	j := string(joined)
+	if r.w.Replace(j) == j {
+		return s // the common case, found in one pass
+	}
 	var out strings.Builder
 	last, p := 0, 0
 	for {
