@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"time"
@@ -326,10 +325,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, fmt.Errorf("workspace of this conversation: %w", err)
 	}
-	layer, err := e.cfg.Layers.Get(call.Conversation)
-	if errors.Is(err, fs.ErrNotExist) {
-		layer, err = e.cfg.Layers.Create(call.Conversation)
-	}
+	layer, err := e.layer(call.Conversation)
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +339,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	}
 	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle})
 	if err != nil {
+		err = hidePaths(err, lower, layer.Dir)
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return nil, fmt.Errorf("%w; nothing was run", err)
 		}

@@ -2,6 +2,7 @@ package agentcore
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,13 +10,13 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"golang.org/x/sys/unix"
 )
 
 // ErrOutsideWorkspace is wrapped by a file tool's error for a path that
@@ -50,6 +51,14 @@ func cleanRel(p string) (string, error) {
 // user namespace) hides the lower directory below it. It reads the layer
 // directories from the host: file tools are trusted server code (DESIGN
 // §1), confined by resolving every path inside the view first.
+//
+// The sandbox runs while the view is read and can swap any directory
+// for a symlink at any moment (renameat2 RENAME_EXCHANGE), so nothing
+// is ever resolved by path below a layer's root: the view walks by
+// descriptor, opening one component at a time with O_NOFOLLOW|O_DIRECTORY
+// and stat-ing, reading links and opening files relative to the parent's
+// descriptor. A swap then makes the walk fail; it never leads it out.
+// Errors name workspace paths only, never a host path.
 type view struct {
 	lower, upper string
 }
@@ -57,85 +66,281 @@ type view struct {
 // entry is a path found in the view.
 type entry struct {
 	fi    fs.FileInfo
-	layer string // the layer directory it lives in
-	// lowerDir says that lower has a real directory here that shows
-	// through (for a directory entry: its listing merges lower's).
+	upper bool // it lives in the upper layer (else in lower)
+	// lowerDir says that lower has a real directory here too, which
+	// shows through an upper directory unless that one is opaque.
 	lowerDir bool
 }
 
 func (e entry) isLink() bool { return e.fi.Mode()&fs.ModeSymlink != 0 }
 
-func isWhiteout(fi fs.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && fi.Mode()&fs.ModeCharDevice != 0 && fi.Mode()&fs.ModeDevice != 0 && st.Rdev == 0
+// mdir is a directory of the merged view, open in each layer that has
+// it: up where upper has a real directory at its path, low where lower's
+// shows through. Close it after use.
+type mdir struct {
+	rel     string // its workspace path, for messages
+	up, low *os.File
 }
 
-func isOpaque(dir string) bool {
+func (d *mdir) close() {
+	if d == nil {
+		return
+	}
+	if d.up != nil {
+		d.up.Close()
+	}
+	if d.low != nil {
+		d.low.Close()
+	}
+}
+
+// layer returns d's descriptor in upper or lower.
+func (d *mdir) layer(upper bool) *os.File {
+	if upper {
+		return d.up
+	}
+	return d.low
+}
+
+// maxDepth bounds how deep a walk descends (each level holds two
+// descriptors open).
+const maxDepth = 128
+
+// wsErr words err for the model: the workspace path rel and the bare
+// error, without the host path an *fs.PathError carries.
+func wsErr(rel string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	return fmt.Errorf("%s: %w", show(rel), err)
+}
+
+// errChanged reports a directory that stopped being one between its stat
+// and its open: the sandbox is changing the tree.
+func errChanged(rel string) error {
+	return fmt.Errorf("%s changed while it was read (the sandbox is changing it); try again", show(rel))
+}
+
+// statInfo is an fs.FileInfo made from a stat taken by descriptor.
+type statInfo struct {
+	name string
+	st   unix.Stat_t
+}
+
+func (s *statInfo) Name() string       { return s.name }
+func (s *statInfo) Size() int64        { return s.st.Size }
+func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s *statInfo) IsDir() bool        { return s.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+func (s *statInfo) Sys() any           { return &s.st }
+func (s *statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch s.st.Mode & unix.S_IFMT {
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	if s.st.Mode&unix.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if s.st.Mode&unix.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if s.st.Mode&unix.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
+
+func isWhiteout(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+func isOpaque(f *os.File) bool {
 	var buf [4]byte
-	n, err := syscall.Getxattr(dir, "user.overlay.opaque", buf[:])
+	n, err := unix.Fgetxattr(int(f.Fd()), "user.overlay.opaque", buf[:])
 	return err == nil && string(buf[:n]) == "y"
 }
 
-// lstat is os.Lstat with "missing" (also below a non-directory) as nil.
-func lstat(p string) (fs.FileInfo, error) {
-	fi, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil, nil
+// statAt stats name in the directory f without following a symlink; ok
+// is false if there is no such entry.
+func statAt(f *os.File, name string) (st *statInfo, ok bool, err error) {
+	st = &statInfo{name: name}
+	err = unix.Fstatat(int(f.Fd()), name, &st.st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil, false, nil
 	}
-	return fi, err
+	if err != nil {
+		return nil, false, err
+	}
+	return st, true, nil
 }
 
-// lookup finds rel (clean, relative, "" the root) in the view, walking
-// both layers one component at a time: a layer is looked into below a
-// component only where that layer has a real directory (never a symlink),
-// so no host path is resolved through a link. A symlink before the last
-// component is an error (resolve replaces those first).
-func (v *view) lookup(rel string) (entry, error) {
-	root, err := os.Lstat(v.upper)
+// openDirAt opens the directory name in f, refusing a symlink. rel names
+// it in the new *os.File, so that its errors carry no host path.
+func openDirAt(f *os.File, name, rel string) (*os.File, error) {
+	fd, err := unix.Openat(int(f.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT):
+		return nil, errChanged(rel)
+	case err != nil:
+		return nil, wsErr(rel, err)
+	}
+	return os.NewFile(uintptr(fd), show(rel)), nil
+}
+
+// openRoot opens the workspace root: upper's root, and lower's unless
+// upper's is opaque.
+func (v *view) openRoot() (*mdir, error) {
+	open := func(p string) (*os.File, error) {
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, wsErr("", err)
+		}
+		return os.NewFile(uintptr(fd), "."), nil
+	}
+	up, err := open(v.upper)
 	if err != nil {
-		return entry{}, err
+		return nil, err
 	}
-	e := entry{fi: root, layer: v.upper, lowerDir: !isOpaque(v.upper)}
-	if rel == "" {
-		return e, nil
+	d := &mdir{up: up}
+	if !isOpaque(up) {
+		if d.low, err = open(v.lower); err != nil {
+			d.close()
+			return nil, err
+		}
 	}
-	cur := ""
-	for comp := range strings.SplitSeq(rel, "/") {
-		if !e.fi.IsDir() {
-			if e.isLink() {
-				return entry{}, fmt.Errorf("internal: unresolved symlink %q in %q", cur, rel)
-			}
-			return entry{}, fmt.Errorf("%q is not a directory", cur)
+	return d, nil
+}
+
+// child looks name up in d.
+func (d *mdir) child(name string) (entry, error) {
+	rel := path.Join(d.rel, name)
+	var up, low *statInfo
+	var ok bool
+	var err error
+	if d.up != nil {
+		if up, ok, err = statAt(d.up, name); err != nil {
+			return entry{}, wsErr(rel, err)
 		}
-		cur = path.Join(cur, comp)
-		var up, low fs.FileInfo
-		if e.layer == v.upper {
-			// Only a directory in upper can have upper entries below it.
-			if up, err = lstat(filepath.Join(v.upper, cur)); err != nil {
-				return entry{}, err
-			}
-			if up != nil && isWhiteout(up) {
-				return entry{}, fs.ErrNotExist
-			}
-		}
-		if e.lowerDir && (up == nil || up.IsDir()) {
-			if low, err = lstat(filepath.Join(v.lower, cur)); err != nil {
-				return entry{}, err
-			}
-		}
-		switch {
-		case up != nil:
-			// Lower shows through an upper directory only where it has a
-			// directory too and upper's is not opaque; a lower symlink or
-			// file there is hidden, as overlayfs hides it.
-			e = entry{fi: up, layer: v.upper, lowerDir: up.IsDir() && low != nil && low.IsDir() && !isOpaque(filepath.Join(v.upper, cur))}
-		case low != nil:
-			e = entry{fi: low, layer: v.lower, lowerDir: low.IsDir()}
-		default:
+		if ok && isWhiteout(&up.st) {
 			return entry{}, fs.ErrNotExist
 		}
 	}
-	return e, nil
+	if d.low != nil && (up == nil || up.IsDir()) {
+		if low, _, err = statAt(d.low, name); err != nil {
+			return entry{}, wsErr(rel, err)
+		}
+	}
+	switch {
+	case up != nil:
+		// Lower shows through an upper directory only where it has a
+		// directory too (and upper's is not opaque, which enter checks);
+		// a lower symlink or file there is hidden, as overlayfs hides it.
+		return entry{fi: up, upper: true, lowerDir: up.IsDir() && low != nil && low.IsDir()}, nil
+	case low != nil:
+		return entry{fi: low, lowerDir: low.IsDir()}, nil
+	}
+	return entry{}, fs.ErrNotExist
+}
+
+// enter opens the directory name of d, which child found as e.
+func (d *mdir) enter(name string, e entry) (*mdir, error) {
+	rel := path.Join(d.rel, name)
+	if !e.fi.IsDir() {
+		if e.isLink() {
+			return nil, fmt.Errorf("internal: unresolved symlink %q", rel)
+		}
+		return nil, fmt.Errorf("%q is not a directory", rel)
+	}
+	c := &mdir{rel: rel}
+	var err error
+	if e.upper {
+		if c.up, err = openDirAt(d.up, name, rel); err != nil {
+			return nil, err
+		}
+		if e.lowerDir && !isOpaque(c.up) {
+			c.low, err = openDirAt(d.low, name, rel)
+		}
+	} else {
+		c.low, err = openDirAt(d.low, name, rel)
+	}
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// open opens the merged directory rel (clean, symlink-free; "" the root).
+func (v *view) open(rel string) (*mdir, error) {
+	d, err := v.openRoot()
+	if err != nil || rel == "" {
+		return d, err
+	}
+	for comp := range strings.SplitSeq(rel, "/") {
+		e, err := d.child(comp)
+		if err == nil {
+			var c *mdir
+			c, err = d.enter(comp, e)
+			d.close()
+			d = c
+		} else {
+			d.close()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// find returns the entry rel names and its parent directory, open (nil
+// for the root, whose entry is upper's root). The caller closes parent.
+func (v *view) find(rel string) (e entry, parent *mdir, err error) {
+	if rel == "" {
+		d, err := v.openRoot()
+		if err != nil {
+			return entry{}, nil, err
+		}
+		defer d.close()
+		st := &statInfo{name: "."}
+		if err := unix.Fstat(int(d.up.Fd()), &st.st); err != nil {
+			return entry{}, nil, wsErr("", err)
+		}
+		return entry{fi: st, upper: true, lowerDir: d.low != nil}, nil, nil
+	}
+	dir, name := path.Split(rel)
+	parent, err = v.open(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return entry{}, nil, err
+	}
+	if e, err = parent.child(name); err != nil {
+		parent.close()
+		return entry{}, nil, err
+	}
+	return e, parent, nil
+}
+
+// lookup finds rel (clean, relative, "" the root) in the view. A symlink
+// before the last component is an error (resolve replaces those first).
+func (v *view) lookup(rel string) (entry, error) {
+	e, parent, err := v.find(rel)
+	parent.close()
+	return e, err
 }
 
 // resolve follows the symlinks of rel inside the view, one component at a
@@ -150,7 +355,7 @@ func (v *view) resolve(rel string, followLast bool) (string, error) {
 	for hops := 0; todo != ""; {
 		comp, rest, _ := strings.Cut(todo, "/")
 		next := path.Join(done, comp)
-		e, err := v.lookup(next)
+		e, parent, err := v.find(next)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Nothing below a missing entry exists, so no symlink either:
 			// a write creates it all.
@@ -159,31 +364,36 @@ func (v *view) resolve(rel string, followLast bool) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if e.isLink() && (rest != "" || followLast) {
-			if hops++; hops > maxSymlinks {
-				return "", fmt.Errorf("too many levels of symlinks in %q", rel)
-			}
-			target, err := os.Readlink(filepath.Join(e.layer, next))
-			if err != nil {
-				return "", err
-			}
-			if strings.HasPrefix(target, "/") {
-				return "", fmt.Errorf("%w: %q is a symlink to the absolute path %q; only links within the workspace are followed", ErrOutsideWorkspace, next, target)
-			}
-			t := path.Join(done, target)
-			if t == ".." || strings.HasPrefix(t, "../") {
-				return "", fmt.Errorf("%w: %q is a symlink to %q, which is outside the workspace", ErrOutsideWorkspace, next, target)
-			}
-			if t == "." {
-				t = ""
-			}
-			done, todo = "", strings.TrimPrefix(path.Join(t, rest), "/")
-			if todo == "." {
-				todo = ""
-			}
+		if !e.isLink() || rest == "" && !followLast {
+			parent.close()
+			done, todo = next, rest
 			continue
 		}
-		done, todo = next, rest
+		if hops++; hops > maxSymlinks {
+			parent.close()
+			return "", fmt.Errorf("too many levels of symlinks in %q", rel)
+		}
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(int(parent.layer(e.upper).Fd()), comp, buf)
+		parent.close()
+		if err != nil {
+			return "", errChanged(next)
+		}
+		target := string(buf[:n])
+		if strings.HasPrefix(target, "/") {
+			return "", fmt.Errorf("%w: %q is a symlink to the absolute path %q; only links within the workspace are followed", ErrOutsideWorkspace, next, target)
+		}
+		t := path.Join(done, target)
+		if t == ".." || strings.HasPrefix(t, "../") {
+			return "", fmt.Errorf("%w: %q is a symlink to %q, which is outside the workspace", ErrOutsideWorkspace, next, target)
+		}
+		if t == "." {
+			t = ""
+		}
+		done, todo = "", strings.TrimPrefix(path.Join(t, rest), "/")
+		if todo == "." {
+			todo = ""
+		}
 	}
 	return done, nil
 }
@@ -191,35 +401,31 @@ func (v *view) resolve(rel string, followLast bool) (string, error) {
 // readFile returns the content of the regular file rel (resolved), at
 // most max bytes.
 func (v *view) readFile(rel string, max int64) ([]byte, error) {
-	e, err := v.lookup(rel)
+	e, parent, err := v.find(rel)
 	if err != nil {
 		return nil, err
 	}
-	if !e.fi.Mode().IsRegular() {
+	defer parent.close()
+	if !e.fi.Mode().IsRegular() || parent == nil {
 		return nil, fmt.Errorf("%q is not a regular file", show(rel))
 	}
 	if e.fi.Size() > max {
 		return nil, fmt.Errorf("%q is %d bytes, more than the read limit of %d bytes; use shell (e.g. head, sed -n) to read part of it", show(rel), e.fi.Size(), max)
 	}
-	// The open is confined to the layer directory even if the tree
-	// changed since the lookup; O_NONBLOCK keeps a FIFO swapped in from
-	// blocking us.
-	root, err := os.OpenRoot(e.layer)
+	// Opened relative to the parent's descriptor, never through a
+	// symlink; O_NONBLOCK keeps a FIFO swapped in from blocking us.
+	fd, err := unix.Openat(int(parent.layer(e.upper).Fd()), path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, wsErr(rel, err)
 	}
-	defer root.Close()
-	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
+	f := os.NewFile(uintptr(fd), show(rel))
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%q is not a regular file", show(rel))
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, err
+		return nil, wsErr(rel, err)
 	}
 	if int64(len(b)) > max {
 		return nil, fmt.Errorf("%q is more than the read limit of %d bytes", show(rel), max)
@@ -233,74 +439,180 @@ type dirEntry struct {
 	fi   fs.FileInfo
 }
 
-// readDir lists the merged directory rel (resolved), sorted by name.
-func (v *view) readDir(rel string) ([]dirEntry, error) {
-	e, err := v.lookup(rel)
-	if err != nil {
-		return nil, err
+// nameHeap is a max-heap of directory entries by name: it keeps the
+// smallest names seen so far.
+type nameHeap []dirEntry
+
+func (h nameHeap) Len() int           { return len(h) }
+func (h nameHeap) Less(i, j int) bool { return h[i].name > h[j].name }
+func (h nameHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nameHeap) Push(x any)        { *h = append(*h, x.(dirEntry)) }
+func (h *nameHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// readBatch is how many names a directory read takes at a time.
+const readBatch = 256
+
+// list returns the first limit entries of d, in name order, whose names
+// sort after after, and whether more follow. It reads names in batches
+// and keeps only the limit smallest, so neither its memory nor its stat
+// calls grow with the directory (a sandbox can make millions of
+// entries); only the names are read in full.
+func (d *mdir) list(after string, limit int) ([]dirEntry, bool, error) {
+	h := make(nameHeap, 0, min(limit+1, 1024))
+	wanted := func(name string) bool {
+		return name > after && (len(h) <= limit || name < h[0].name)
 	}
-	if !e.fi.IsDir() {
-		return nil, fmt.Errorf("%q is not a directory", show(rel))
-	}
-	out := map[string]dirEntry{}
-	hidden := map[string]bool{}
-	if e.layer == v.upper {
-		ents, err := os.ReadDir(filepath.Join(v.upper, rel))
-		if err != nil {
-			return nil, err
+	keep := func(name string, fi fs.FileInfo) {
+		heap.Push(&h, dirEntry{name, fi})
+		if len(h) > limit+1 {
+			heap.Pop(&h)
 		}
-		for _, de := range ents {
-			fi, err := de.Info()
+	}
+	scan := func(f *os.File, each func(name string) error) error {
+		for {
+			names, err := f.Readdirnames(readBatch)
+			for _, n := range names {
+				if wanted(n) {
+					if err := each(n); err != nil {
+						return err
+					}
+				}
+			}
+			if err == io.EOF || err == nil && len(names) == 0 {
+				return nil
+			}
 			if err != nil {
-				continue // gone meanwhile
+				return wsErr(d.rel, err)
 			}
-			if isWhiteout(fi) {
-				hidden[de.Name()] = true
-				continue
-			}
-			out[de.Name()] = dirEntry{de.Name(), fi}
 		}
 	}
-	if e.lowerDir || e.layer == v.lower {
-		ents, err := os.ReadDir(filepath.Join(v.lower, rel))
-		if err != nil {
-			return nil, err
-		}
-		for _, de := range ents {
-			if _, ok := out[de.Name()]; ok || hidden[de.Name()] {
-				continue
-			}
-			fi, err := de.Info()
+	if d.up != nil {
+		err := scan(d.up, func(name string) error {
+			st, ok, err := statAt(d.up, name)
 			if err != nil {
-				continue
+				return wsErr(path.Join(d.rel, name), err)
 			}
-			out[de.Name()] = dirEntry{de.Name(), fi}
+			if ok && !isWhiteout(&st.st) {
+				keep(name, st)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, false, err
 		}
 	}
-	list := make([]dirEntry, 0, len(out))
-	for _, d := range out {
-		list = append(list, d)
+	if d.low != nil {
+		err := scan(d.low, func(name string) error {
+			if d.up != nil {
+				// Anything in upper (an entry, or a whiteout) hides it.
+				if _, ok, err := statAt(d.up, name); ok || err != nil {
+					return nil
+				}
+			}
+			st, ok, err := statAt(d.low, name)
+			if err != nil {
+				return wsErr(path.Join(d.rel, name), err)
+			}
+			if ok {
+				keep(name, st)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, false, err
+		}
 	}
+	list := []dirEntry(h)
 	slices.SortFunc(list, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
-	return list, nil
+	more := len(list) > limit
+	if more {
+		list = list[:limit]
+	}
+	return list, more, nil
+}
+
+// readDir lists the merged directory rel (resolved): the first limit
+// entries in name order after the name after, and whether more follow.
+func (v *view) readDir(rel, after string, limit int) ([]dirEntry, bool, error) {
+	e, parent, err := v.find(rel)
+	if err != nil {
+		return nil, false, err
+	}
+	defer parent.close()
+	if !e.fi.IsDir() {
+		return nil, false, fmt.Errorf("%q is not a directory", show(rel))
+	}
+	var d *mdir
+	if parent == nil {
+		d, err = v.openRoot()
+	} else {
+		d, err = parent.enter(path.Base(rel), e)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer d.close()
+	return d.list(after, limit)
 }
 
 // walk visits the merged tree below rel (resolved) depth-first in name
-// order, without following symlinks, until fn returns false.
-func (v *view) walk(rel string, fn func(rel string, fi fs.FileInfo) bool) error {
-	ents, err := v.readDir(rel)
+// order, without following symlinks, until fn returns false or max
+// entries were visited. It descends by descriptor, so a directory
+// swapped for a symlink meanwhile is never followed.
+func (v *view) walk(rel string, max int, fn func(rel string, fi fs.FileInfo) bool) error {
+	e, parent, err := v.find(rel)
 	if err != nil {
 		return err
 	}
-	for _, d := range ents {
-		p := path.Join(rel, d.name)
-		if !fn(p, d.fi) {
+	var d *mdir
+	if parent == nil {
+		d, err = v.openRoot()
+	} else {
+		d, err = parent.enter(path.Base(rel), e)
+		parent.close()
+	}
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	left := max
+	return d.walk(0, &left, fn)
+}
+
+func (d *mdir) walk(depth int, left *int, fn func(rel string, fi fs.FileInfo) bool) error {
+	ents, _, err := d.list("", *left)
+	if err != nil {
+		return err
+	}
+	for _, de := range ents {
+		if *left <= 0 {
 			return errStop
 		}
-		if d.fi.IsDir() {
-			if err := v.walk(p, fn); err == errStop {
-				return err
-			}
+		*left--
+		p := path.Join(d.rel, de.name)
+		if !fn(p, de.fi) {
+			return errStop
+		}
+		if !de.fi.IsDir() || depth >= maxDepth {
+			continue
+		}
+		e, err := d.child(de.name)
+		if err != nil {
+			continue // gone or changed meanwhile
+		}
+		c, err := d.enter(de.name, e)
+		if err != nil {
+			continue
+		}
+		err = c.walk(depth+1, left, fn)
+		c.close()
+		if err == errStop {
+			return err
 		}
 	}
 	return nil
@@ -449,11 +761,12 @@ func (e *Engine) fileTools() []Tool {
 				lines = append(lines, name)
 				return true
 			}
+			// One entry more than shown, so that fn can say it stopped.
 			if a.Recursive {
-				err = ws.view.walk(rel, fn)
+				err = ws.view.walk(rel, maxEntries+1, fn)
 			} else {
 				var ents []dirEntry
-				ents, err = ws.view.readDir(rel)
+				ents, _, err = ws.view.readDir(rel, "", maxEntries+1)
 				for _, d := range ents {
 					if !fn(path.Join(rel, d.name), d.fi) {
 						break
@@ -489,10 +802,11 @@ func (e *Engine) fileTools() []Tool {
 				return "", err
 			}
 			// maxFiles bounds the work of one search in a huge tree.
-			const maxMatches, maxLine, maxFiles = 100, 200, 20000
+			const maxMatches, maxLine, maxFiles, maxEntries = 100, 200, 20000, 100000
 			var out []string
-			files := 0
+			files, entries := 0, 0
 			search := func(p string, fi fs.FileInfo) bool {
+				entries++
 				if ctx.Err() != nil {
 					return false
 				}
@@ -527,7 +841,10 @@ func (e *Engine) fileTools() []Tool {
 				return "", fileErr(a.Path, err)
 			}
 			if e.fi.IsDir() {
-				err = ws.view.walk(rel, search)
+				err = ws.view.walk(rel, maxEntries, search)
+				if err == errStop && entries >= maxEntries && files <= maxFiles && len(out) <= maxMatches {
+					out = append(out, fmt.Sprintf("[search stopped after %d entries; give a narrower path]", maxEntries))
+				}
 			} else {
 				search(rel, e.fi)
 			}
@@ -581,6 +898,10 @@ func (ws *workspace) readFile(p string, max int64) (string, []byte, error) {
 // in case one appeared since).
 const writeScript = `[ -L "$1" ] && { echo "$1 is a symlink" >&2; exit 3; }; mkdir -p -- "$(dirname -- "$1")" && cat > "$1"`
 
+// writeTimeout bounds a write_file command: writing at most MaxFileSize
+// bytes to a regular file takes far less.
+const writeTimeout = 30 * time.Second
+
 // writeFile writes data to the workspace path p (as the model gave it, or
 // already resolved). The write goes through the conversation's sandbox,
 // so it lands in the upper layer exactly as a shell command's would:
@@ -615,10 +936,16 @@ func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string
 		cmd = ws.sess.Command(ctx, "sh", "-c", writeScript, "sh", "/workspace/"+rel)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(data), &out, &out
 		cmd.OutputLimit = 4096
+		// A FIFO swapped in after the check above would block cat until
+		// the turn is cancelled.
+		cmd.Timeout = min(e.cfg.CommandTimeout, writeTimeout)
 		return cmd.Start()
 	})
 	if err == nil {
 		err = cmd.Wait()
+	}
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("writing %s timed out after %v and was stopped (is it a FIFO or a device now?)", p, cmd.Timeout)
 	}
 	if err != nil {
 		if msg := strings.TrimSpace(out.String()); msg != "" {

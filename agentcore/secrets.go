@@ -3,6 +3,7 @@ package agentcore
 import (
 	"bytes"
 	"context"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -64,26 +65,48 @@ func nameList(names []string) string {
 // encodings, with [secret:NAME].
 type redactor struct {
 	r *strings.Replacer // nil: nothing to redact
+	// wrapped are the forms that encoders wrap into lines (base64 and
+	// base32 at 76 or 64 columns, hex at 60), looked for again with
+	// the line breaks between their characters taken out.
+	wrapped []redactForm
+	w       *strings.Replacer // finds any of wrapped in one pass
 }
+
+// redactForm is one form of a secret's value.
+type redactForm struct{ s, name string }
 
 // newRedactor builds the redactor for secrets (name → value).
 //
-// Besides the value itself it covers: base64 (standard and URL alphabets,
-// padded or not), and for each of the three alignments a value can have
-// inside a longer base64 stream (`echo $X | base64` encodes a trailing
-// newline too) the part of the encoding that depends on the value alone;
-// hex (both cases); URL query and path escaping; JSON string escaping of
-// all of those. A value split across base64 line wrapping is not caught.
+// It is best effort: it catches the value and the encodings a command is
+// likely to print, not every transformation (reversed, split, partial,
+// compressed or encrypted values pass). Besides the value itself it
+// covers: base64 (standard and URL alphabets, padded or not) and base32,
+// and for each alignment a value can have inside a longer stream (`echo
+// $X | base64` encodes a trailing newline too) the part of the encoding
+// that depends on the value alone; those and hex also when wrapped into
+// lines (LF or CRLF, any width); hex in either case, plain or with a
+// space between bytes; URL query and path escaping, with upper- or
+// lower-case escapes; JSON string escaping of all of those, also with
+// "/" escaped as "\/".
 func newRedactor(secrets map[string]string) *redactor {
-	type form struct{ s, name string }
-	var forms []form
+	var forms, wrapped []redactForm
 	seen := map[string]bool{}
-	add := func(s, name string) {
+	add1 := func(s, name string) {
 		if len(s) < minRedact || seen[s] {
 			return
 		}
 		seen[s] = true
-		forms = append(forms, form{s, name})
+		forms = append(forms, redactForm{s, name})
+		if j := strings.ReplaceAll(s, "/", `\/`); j != s && !seen[j] {
+			seen[j] = true
+			forms = append(forms, redactForm{j, name})
+		}
+	}
+	add := func(s, name string) {
+		if len(s) < minRedact || seen[s] {
+			return
+		}
+		add1(s, name)
 		// JSON string escaping, with and without escaping <, > and &.
 		for _, html := range []bool{true, false} {
 			var b bytes.Buffer
@@ -93,10 +116,14 @@ func newRedactor(secrets map[string]string) *redactor {
 				continue
 			}
 			j := strings.TrimSuffix(b.String(), "\n")
-			if j = j[1 : len(j)-1]; j != s && !seen[j] {
-				seen[j] = true
-				forms = append(forms, form{j, name})
-			}
+			add1(j[1:len(j)-1], name)
+		}
+	}
+	// addWrapped adds an encoding that may come wrapped into lines.
+	addWrapped := func(s, name string) {
+		add(s, name)
+		if len(s) >= minRedact {
+			wrapped = append(wrapped, redactForm{s, name})
 		}
 	}
 	for name, v := range secrets {
@@ -104,18 +131,30 @@ func newRedactor(secrets map[string]string) *redactor {
 			continue
 		}
 		add(v, name)
-		add(url.QueryEscape(v), name)
-		add(url.PathEscape(v), name)
-		add(hex.EncodeToString([]byte(v)), name)
-		add(strings.ToUpper(hex.EncodeToString([]byte(v))), name)
-		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
-			add(enc.EncodeToString([]byte(v)), name)
-			raw := enc.WithPadding(base64.NoPadding)
-			for k := range 3 {
-				if n := (len(v) - k) / 3 * 3; n > 0 {
-					core := raw.EncodeToString([]byte(v[k : k+n]))
-					if len(core) >= 2*minRedact {
-						add(core, name)
+		for _, esc := range []string{url.QueryEscape(v), url.PathEscape(v)} {
+			add(esc, name)
+			add(lowerPercent.ReplaceAllStringFunc(esc, strings.ToLower), name)
+		}
+		h := hex.EncodeToString([]byte(v))
+		addWrapped(h, name)
+		addWrapped(strings.ToUpper(h), name)
+		sp := spacedHex(h)
+		add(sp, name)
+		add(strings.ToUpper(sp), name)
+		// block is the encoding's group: n bytes become whole characters.
+		for _, enc := range []struct {
+			full, raw func([]byte) string
+			block     int
+		}{
+			{base64.StdEncoding.EncodeToString, base64.RawStdEncoding.EncodeToString, 3},
+			{base64.URLEncoding.EncodeToString, base64.RawURLEncoding.EncodeToString, 3},
+			{base32.StdEncoding.EncodeToString, base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString, 5},
+		} {
+			addWrapped(enc.full([]byte(v)), name)
+			for k := range enc.block {
+				if n := (len(v) - k) / enc.block * enc.block; n > 0 {
+					if core := enc.raw([]byte(v[k : k+n])); len(core) >= 2*minRedact {
+						addWrapped(core, name)
 					}
 				}
 			}
@@ -126,19 +165,99 @@ func newRedactor(secrets map[string]string) *redactor {
 	}
 	// Longest first, so a form is never left half-replaced by a shorter
 	// one that it contains.
-	slices.SortFunc(forms, func(a, b form) int { return len(b.s) - len(a.s) })
+	slices.SortFunc(forms, func(a, b redactForm) int { return len(b.s) - len(a.s) })
+	slices.SortFunc(wrapped, func(a, b redactForm) int { return len(b.s) - len(a.s) })
 	args := make([]string, 0, 2*len(forms))
 	for _, f := range forms {
 		args = append(args, f.s, "[secret:"+f.name+"]")
 	}
-	return &redactor{r: strings.NewReplacer(args...)}
+	var wargs []string
+	for _, f := range wrapped {
+		wargs = append(wargs, f.s, "")
+	}
+	return &redactor{r: strings.NewReplacer(args...), wrapped: wrapped, w: strings.NewReplacer(wargs...)}
+}
+
+var lowerPercent = regexp.MustCompile(`%[0-9A-F]{2}`)
+
+// spacedHex writes hex digits h a byte at a time with spaces between.
+func spacedHex(h string) string {
+	var b strings.Builder
+	for i := 0; i < len(h); i += 2 {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(h[i : i+2])
+	}
+	return b.String()
 }
 
 func (r *redactor) String(s string) string {
 	if r == nil || r.r == nil {
 		return s
 	}
-	return r.r.Replace(s)
+	return r.unwrap(r.r.Replace(s))
+}
+
+// isEncodingChar reports a character of base64 (both alphabets), base32
+// or hex, padding included.
+func isEncodingChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_' || c == '='
+}
+
+// unwrap redacts the wrapped forms in s across line breaks: it joins
+// every line break (LF or CRLF) between two encoding characters, looks
+// for the forms in the joined text, and replaces each match's whole
+// span in s, line breaks included.
+func (r *redactor) unwrap(s string) string {
+	if len(r.wrapped) == 0 || !strings.Contains(s, "\n") {
+		return s
+	}
+	joined := make([]byte, 0, len(s))
+	pos := make([]int, 0, len(s)) // pos[i]: where joined[i] is in s
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c == '\n' || c == '\r') && i > 0 && isEncodingChar(s[i-1]) {
+			k := i
+			if c == '\r' && k+1 < len(s) && s[k+1] == '\n' {
+				k++
+			}
+			if s[k] == '\n' && k+1 < len(s) && isEncodingChar(s[k+1]) {
+				i = k
+				continue
+			}
+		}
+		joined = append(joined, s[i])
+		pos = append(pos, i)
+	}
+	if len(joined) == len(s) {
+		return s
+	}
+	j := string(joined)
+	if r.w.Replace(j) == j {
+		return s // the common case, found in one pass
+	}
+	var out strings.Builder
+	last, p := 0, 0
+	for {
+		at, form := -1, redactForm{}
+		for _, f := range r.wrapped { // longest first: the first at a position wins
+			if k := strings.Index(j[p:], f.s); k >= 0 && (at < 0 || k < at) {
+				at, form = k, f
+			}
+		}
+		if at < 0 {
+			break
+		}
+		a, b := p+at, p+at+len(form.s)
+		out.WriteString(s[last:pos[a]])
+		out.WriteString("[secret:" + form.name + "]")
+		last, p = pos[b-1]+1, b
+	}
+	if last == 0 {
+		return s
+	}
+	out.WriteString(s[last:])
+	return out.String()
 }
 
 // JSON redacts a JSON document; should the replacement ever break it

@@ -2,12 +2,14 @@ package agentcore
 
 import (
 	"bytes"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -42,6 +44,57 @@ func TestRedactor(t *testing.T) {
 				t.Errorf("%q still holds the value", out)
 			}
 		})
+	}
+	// A value long enough to be wrapped by base64 (76 columns) and
+	// friends.
+	long := strings.Repeat("L0ng/secret+", 8) // 96 bytes
+	rl := newRedactor(map[string]string{"LONG": long, "TOKEN": v})
+	wrap := func(s string, width int, nl string) string {
+		var b strings.Builder
+		for len(s) > width {
+			b.WriteString(s[:width] + nl)
+			s = s[width:]
+		}
+		return b.String() + s
+	}
+	spaced := func(h string) string {
+		var parts []string
+		for i := 0; i < len(h); i += 2 {
+			parts = append(parts, h[i:i+2])
+		}
+		return strings.Join(parts, " ")
+	}
+	lowerPct := func(s string) string {
+		return regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(s, strings.ToLower)
+	}
+	longTests := []struct{ name, in, value, secret string }{
+		{"base64 wrapped at 76", wrap(base64.StdEncoding.EncodeToString([]byte(long+"\n")), 76, "\n") + "\n", long, "LONG"},
+		{"base64 wrapped at 76, CRLF", wrap(base64.StdEncoding.EncodeToString([]byte(long)), 76, "\r\n"), long, "LONG"},
+		{"base64 wrapped at 64, offset 2", "-----BEGIN X-----\n" + wrap(base64.StdEncoding.EncodeToString([]byte("ab"+long+"tail")), 64, "\n") + "\n-----END X-----", long, "LONG"},
+		{"base64 wrapped, short value split", "out: " + wrap(base64.StdEncoding.EncodeToString([]byte(strings.Repeat("z", 50)+v)), 76, "\n"), v, "TOKEN"},
+		{"base32", base32.StdEncoding.EncodeToString([]byte(v)), v, "TOKEN"},
+		{"base32 with newline", base32.StdEncoding.EncodeToString([]byte(v + "\n")), v, "TOKEN"},
+		{"base32 offset 3", base32.StdEncoding.EncodeToString([]byte("abc" + v + "\n")), v, "TOKEN"},
+		{"base32 wrapped", wrap(base32.StdEncoding.EncodeToString([]byte(long+"\n")), 76, "\n"), long, "LONG"},
+		{"hex spaced", spaced(hex.EncodeToString([]byte(v))), v, "TOKEN"},
+		{"HEX spaced", strings.ToUpper(spaced(hex.EncodeToString([]byte(v)))), v, "TOKEN"},
+		{"hex wrapped (xxd -p)", wrap(hex.EncodeToString([]byte(long)), 60, "\n"), long, "LONG"},
+		{"json \\/ escapes", strings.ReplaceAll(string(must(json.Marshal(v))), "/", `\/`), v, "TOKEN"},
+		{"json \\/ escapes of base64", strings.ReplaceAll(base64.StdEncoding.EncodeToString([]byte(long)), "/", `\/`), long, "LONG"},
+		{"query lower-case escapes", lowerPct(url.QueryEscape(v)), v, "TOKEN"},
+		{"path lower-case escapes", lowerPct(url.PathEscape(v)), v, "TOKEN"},
+	}
+	for _, tt := range longTests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := rl.String(tt.in)
+			if !strings.Contains(out, "[secret:"+tt.secret+"]") {
+				t.Errorf("%q → %q: not redacted", tt.in, out)
+			}
+		})
+	}
+	// Joining wrapped lines must not eat ordinary text.
+	if in := "line one\nline two\n"; rl.String(in) != in {
+		t.Errorf("%q → %q", in, rl.String(in))
 	}
 	// Values too short to redact leave text alone.
 	if got := r.String("abcdef"); got != "abcdef" {

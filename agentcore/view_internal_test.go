@@ -35,7 +35,7 @@ func TestViewLayers(t *testing.T) {
 	opaque := syscall.Setxattr(v.upper+"/o", "user.overlay.opaque", []byte("y"), 0) == nil
 
 	names := func(rel string) []string {
-		ents, err := v.readDir(rel)
+		ents, _, err := v.readDir(rel, "", 1000)
 		if err != nil {
 			t.Fatalf("readDir(%q): %v", rel, err)
 		}

@@ -2,9 +2,13 @@ package agentcore
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
 // WorkspaceEntry is one entry of a workspace directory.
@@ -15,34 +19,44 @@ type WorkspaceEntry struct {
 	Size int64  `json:"size"`
 }
 
-// WorkspaceFile is what a workspace path names: a file's content or a
-// directory's entries.
+// WorkspaceFile is what a workspace path names: a file's content or one
+// page of a directory's entries.
 type WorkspaceFile struct {
 	Path    string           `json:"path"` // resolved, relative to /workspace; "" is the root
 	Dir     bool             `json:"dir"`
 	Content []byte           `json:"-"`
 	Entries []WorkspaceEntry `json:"entries,omitempty"`
+	// NextCursor is set when the directory has entries after this page:
+	// pass it as the cursor to ReadWorkspace for the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
+
+// WorkspacePageSize is how many entries of a directory ReadWorkspace
+// returns at most, in name order (byte-wise).
+const WorkspacePageSize = 1000
 
 // ReadWorkspace reads path p of the conversation's workspace as its
 // sandbox sees it (the upper layer over the lower tree), confined exactly
 // like the read_file tool: an absolute path, ".." or a symlink leaving the
 // workspace fails with ErrOutsideWorkspace before any I/O on it, and files
-// are read up to Config.MaxFileSize. It starts no sandbox. The caller
-// checks that user owns the conversation.
-func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p string) (*WorkspaceFile, error) {
+// are read up to Config.MaxFileSize. A directory is listed a page of
+// WorkspacePageSize entries at a time: cursor "" starts at the first
+// entry, and a page's NextCursor continues after its last. It starts no
+// sandbox. The caller checks that user owns the conversation.
+func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, cursor string) (*WorkspaceFile, error) {
 	rel, err := cleanRel(p)
 	if err != nil {
 		return nil, err
+	}
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || cursor != "" && len(after) == 0 {
+		return nil, fmt.Errorf("invalid cursor %q: pass the next_cursor of the previous page as it was", cursor)
 	}
 	lower, err := e.cfg.Workspaces.Lower(ctx, user, conversation)
 	if err != nil {
 		return nil, fmt.Errorf("workspace of this conversation: %w", err)
 	}
-	layer, err := e.cfg.Layers.Get(conversation)
-	if errors.Is(err, fs.ErrNotExist) {
-		layer, err = e.cfg.Layers.Create(conversation)
-	}
+	layer, err := e.layer(conversation)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +75,7 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p string
 		}
 		return f, nil
 	}
-	list, err := v.readDir(rel)
+	list, more, err := v.readDir(rel, string(after), WorkspacePageSize)
 	if err != nil {
 		return nil, fileErr(p, err)
 	}
@@ -78,7 +92,45 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p string
 		}
 		f.Entries[i] = WorkspaceEntry{Name: d.name, Type: typ, Size: d.fi.Size()}
 	}
+	if more {
+		f.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(list[len(list)-1].name))
+	}
 	return f, nil
+}
+
+// layer returns the conversation's overlay layer, made if missing. Its
+// error names no host path (it reaches the model and API clients); the
+// log has the whole one.
+func (e *Engine) layer(conversation string) (*overlay.Layer, error) {
+	l, err := e.cfg.Layers.Get(conversation)
+	if errors.Is(err, fs.ErrNotExist) {
+		l, err = e.cfg.Layers.Create(conversation)
+	}
+	if err != nil {
+		e.log.Error("opening a workspace layer failed", "conversation", conversation, "err", err)
+		return nil, errors.New("the conversation's workspace layer could not be opened; the server log has the details")
+	}
+	return l, nil
+}
+
+// pathsHidden is an error whose text had host paths replaced.
+type pathsHidden struct {
+	msg string
+	err error
+}
+
+func (p *pathsHidden) Error() string { return p.msg }
+func (p *pathsHidden) Unwrap() error { return p.err }
+
+// hidePaths returns err with the project directory lower and the layer
+// directory layer replaced in its text by what the sandbox calls them;
+// errors.Is and errors.As still see err.
+func hidePaths(err error, lower, layer string) error {
+	msg := strings.NewReplacer(layer+"/upper", "/workspace (upper layer)", layer, "(the conversation's layer)", lower, "/workspace (project)").Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &pathsHidden{msg, err}
 }
 
 // Forget ends everything the engine holds for a conversation being

@@ -19,7 +19,7 @@ func TestReadWorkspace(t *testing.T) {
 		{Text: "done"},
 	}}, func(c *agentcore.Config) { c.ShellAlwaysAllow = true; c.MaxFileSize = 64 })
 	// Before any turn: the lower tree only.
-	f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", "README.md")
+	f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", "README.md", "")
 	if err != nil || string(f.Content) != "# demo\nhello world\n" {
 		t.Fatalf("before the turn: %+v, %v", f, err)
 	}
@@ -49,7 +49,7 @@ func TestReadWorkspace(t *testing.T) {
 		{path: "src", entries: []string{"main.go", "new.go", "util.go"}},
 		{path: "", entries: []string{"README.md", "big.txt", "bin", "dir", "docs", "dup.txt", "escape", "nested", "src"}},
 	} {
-		f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", tc.path)
+		f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", tc.path, "")
 		switch {
 		case tc.err != nil || tc.content == "" && tc.entries == nil:
 			if err == nil || tc.err != nil && !errors.Is(err, tc.err) {

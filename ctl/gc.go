@@ -71,7 +71,7 @@ func runGC(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(out, "%s %s\n", verb, id)
 	}
 	if err != nil {
-		return exitWith(exitFailure, fmt.Errorf("gc stopped after %d layers: %w", len(ids), err))
+		return exitWith(exitFailure, fmt.Errorf("gc %s %d layers; these failed: %w", verb, len(ids), err))
 	}
 	if len(ids) == 0 {
 		fmt.Fprintf(out, "no layer unused for %v\n", ttl)

@@ -331,6 +331,11 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 	if !strings.Contains(diff, "+++ b/greeting.txt") || !strings.Contains(diff, "+hello") {
 		t.Fatalf("diff:\n%s", diff)
 	}
+	// The patch is streamed, not built in memory first: no Content-Length.
+	if _, _, h := a.do("GET", "/api/v1/conversations/"+conv+"/workspace/diff", nil); h.Get("Content-Length") != "" {
+		t.Errorf("diff sent with Content-Length %s; want it streamed", h.Get("Content-Length"))
+	}
+	a.must(http.StatusBadRequest, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=&cursor=!", nil, nil)
 	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=greeting.txt", nil, nil); string(got) != "hello\n" {
 		t.Fatalf("file: %q", got)
 	}

@@ -446,16 +446,30 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	if err := overlay.WritePatch(&buf, lower, layer.Upper); err != nil {
+	p, err := overlay.NewPatch(lower, layer.Upper, overlay.PatchOptions{})
+	if errors.Is(err, overlay.ErrPatchTooLarge) {
+		return apiError(http.StatusUnprocessableEntity, "patch_too_large", "%v", err)
+	}
+	if err != nil {
 		return err
 	}
-	return c.Send(buf.Bytes())
+	// Streamed: a patch can hold a large binary literal. Written after
+	// the handler returns; an error then can only end the body early,
+	// with a comment line that says so.
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer p.Close()
+		if _, err := p.WriteTo(w); err != nil {
+			s.log.Warn("writing a workspace patch failed", "conversation", conv.ID, "err", err)
+			w.WriteString("\n# codumentor: the patch is incomplete: the workspace changed while it was written; try again\n")
+		}
+		w.Flush()
+	})
+	return nil
 }
 
 func (s *Server) files(c *fiber.Ctx) error {
 	conv := conversation(c)
-	f, err := s.d.Engine.ReadWorkspace(c.UserContext(), user(c).ID, conv.ID, c.Query("path"))
+	f, err := s.d.Engine.ReadWorkspace(c.UserContext(), user(c).ID, conv.ID, c.Query("path"), c.Query("cursor"))
 	switch {
 	case errors.Is(err, agentcore.ErrOutsideWorkspace):
 		return apiError(http.StatusBadRequest, "outside_workspace", "%v", err)

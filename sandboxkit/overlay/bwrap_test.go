@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,5 +193,176 @@ mv mvdir mvdir2
 	// The kernel made work/work with mode 000; Remove must cope.
 	if err := s.Remove("conv"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// chmod 000 /workspace in the sandbox sets the upper directory's mode: the
+// next Lock, the next sandbox, Remove and GC must all still work, and GC
+// must go on past a layer it cannot remove.
+func TestChmod000Workspace(t *testing.T) {
+	bwrap := requireBwrap(t)
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "hello\n")})
+	s := openStore(t)
+	run := func(l *Layer, script string) []byte {
+		t.Helper()
+		unlock, err := Lock(l.Upper)
+		if err != nil {
+			t.Fatalf("Lock after chmod 000 /workspace: %v", err)
+		}
+		defer unlock()
+		return runOverlay(t, bwrap, lower, l, script)
+	}
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(l, "echo new > new.txt && chmod 000 /workspace")
+	if out := run(l, "cat a.txt new.txt"); string(out) != "hello\nnew\n" {
+		t.Errorf("the next sandbox reads %q", out)
+	}
+	run(l, "chmod 000 /workspace")
+	if err := s.Remove("conv"); err != nil {
+		t.Errorf("Remove: %v", err)
+	}
+
+	// GC: "a-bad" cannot even be looked at; "b-old" had its workspace
+	// made unreadable. GC removes b-old and reports a-bad.
+	now := time.Now()
+	bad, err := s.Create("a-bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Create("b-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(old, "chmod 000 /workspace")
+	for _, l := range []*Layer{bad, old} {
+		if err := l.Touch(now.Add(-2 * DefaultTTL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(bad.Dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(bad.Dir, 0o700)
+	ids, err := s.GC(context.Background(), DefaultTTL, now, false)
+	if !slices.Equal(ids, []string{"b-old"}) || err == nil || !strings.Contains(err.Error(), `"a-bad"`) {
+		t.Errorf("GC: removed %v, error %v; want b-old removed and a-bad reported", ids, err)
+	}
+	if _, err := s.Get("b-old"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("b-old after GC: %v", err)
+	}
+}
+
+// mountedLayer returns a new layer of s changed by script in a real
+// sandbox over lower.
+func mountedLayer(t *testing.T, s *Store, lower, id, script string) *Layer {
+	t.Helper()
+	l, err := s.Create(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := Lock(l.Upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	runOverlay(t, requireBwrap(t), lower, l, script)
+	return l
+}
+
+// A sparse file costs the sandbox no disk but a patch would read (hash,
+// deflate) every byte of it: past the byte budget the patch is refused
+// at once, with a clear error. A file or directory the sandbox made
+// unreadable is marked in the patch instead of failing it.
+func TestPatchSparseAndUnreadable(t *testing.T) {
+	requireBwrap(t)
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "a\n"), file("bye.txt", "bye\n")})
+	s := openStore(t)
+
+	sparse := mountedLayer(t, s, lower, "sparse", "truncate -s 1G big && echo b >> a.txt")
+	var patch bytes.Buffer
+	err := WritePatch(&patch, lower, sparse.Upper)
+	if !errors.Is(err, ErrPatchTooLarge) || !strings.Contains(err.Error(), "big") || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("patch with a 1 GiB sparse file: %v; want ErrPatchTooLarge naming big as sparse", err)
+	}
+	if patch.Len() != 0 {
+		t.Errorf("a refused patch wrote %d bytes", patch.Len())
+	}
+
+	locked := mountedLayer(t, s, lower, "locked", `set -e
+echo secret > locked; chmod 000 locked
+mkdir hid; echo h > hid/x; chmod 000 hid
+echo ok > fine; rm bye.txt`)
+	t.Cleanup(func() { s.Remove("locked") })
+	patch.Reset()
+	if err := WritePatch(&patch, lower, locked.Upper); err != nil {
+		t.Fatalf("patch with unreadable entries: %v", err)
+	}
+	got := patch.String()
+	for _, want := range []string{"unreadable", "#   locked\n", "#   hid/\n", "diff --git a/fine b/fine", "diff --git a/bye.txt b/bye.txt"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("patch lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "secret") || strings.Contains(got, locked.Upper) {
+		t.Errorf("patch shows the unreadable content or a host path:\n%s", got)
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	if d := diffTrees(readTree(t, work), treeOf(file("a.txt", "a\n"), file("fine", "ok\n"))); d != "" {
+		t.Errorf("lower + patch:\n%s", d)
+	}
+}
+
+// A repository made in the workspace never enters the patch (git apply
+// refuses .git paths, and patch -p1 would write .git/config, whose
+// core.fsmonitor runs a command at the user's next git command); the
+// paths are listed as not exportable. Symlinks that point outside the
+// tree are flagged.
+func TestPatchGitAndOutsideLinks(t *testing.T) {
+	requireBwrap(t)
+	requireTool(t, "git")
+	lower := filepath.Join(t.TempDir(), "project")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, lower, []node{file("a.txt", "a\n")})
+	s := openStore(t)
+	l := mountedLayer(t, s, lower, "git", `set -e
+git init -q . && git config core.fsmonitor 'touch /tmp/pwned'
+mkdir -p sub/.GIT && echo x > sub/.GIT/config && echo y > .Git
+echo ok > ok.txt
+ln -s /etc/passwd abs; ln -s ../../outside up; ln -s ok.txt inside; mkdir d; ln -s ../ok.txt d/fine`)
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, l.Upper); err != nil {
+		t.Fatal(err)
+	}
+	got := patch.String()
+	for _, want := range []string{"not exportable", "#   .git/\n#   sub/.GIT/\n", "#   .Git\n", "outside the workspace", "#   abs -> /etc/passwd\n", "#   up -> ../../outside\n", "diff --git a/ok.txt b/ok.txt", "diff --git a/inside b/inside"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("patch lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"a/.git/", "a/.Git", "a/sub/.GIT", "fsmonitor", "#   inside", "#   d/fine"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("patch holds %q:\n%s", bad, got)
+		}
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	copyTree(t, lower, work)
+	gitApply(t, work, patch.Bytes())
+	if _, err := os.Lstat(filepath.Join(work, ".git")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("applying the patch made .git: %v", err)
 	}
 }

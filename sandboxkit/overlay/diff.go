@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,10 @@ type Change struct {
 	Path string // slash-separated, relative to the workspace root
 	Kind ChangeKind
 	Dir  bool // the entry is (Added) or was (Deleted) a directory
+	// Unreadable says that the entry is a directory in upper that its
+	// owner cannot read (the sandbox can chmod 000 it): Diff could not
+	// look inside, and reports it as Added or Modified.
+	Unreadable bool
 }
 
 // Diff compares the merged view of lower and upper with lower and returns
@@ -58,11 +63,18 @@ type Change struct {
 //   - A directory is reported only when it is added or deleted, never
 //     because overlayfs copied it up or its mode changed.
 //
-// Diff never follows a symlink in either tree. It reads upper as it is:
+// Diff never follows a symlink in either tree. Comparing the content of
+// files of equal size reads them, within a budget of DefaultMaxPatchBytes:
+// past it, such files are reported Modified unread. It reads upper as it is:
 // run it while no sandbox is writing to the layer for a consistent answer.
 // Whiteouts of the xwhiteout kind (regular files marked by xattr, which
 // only composed lower layers carry) are not interpreted.
 func Diff(lower, upper string) ([]Change, error) {
+	return diff(lower, upper, DefaultMaxPatchBytes)
+}
+
+// diff is Diff reading at most budget bytes to compare contents.
+func diff(lower, upper string, budget int64) ([]Change, error) {
 	low, err := openRootDir(lower)
 	if err != nil {
 		return nil, err
@@ -73,7 +85,7 @@ func Diff(lower, upper string) ([]Change, error) {
 		return nil, err
 	}
 	defer up.close()
-	var w diffWalker
+	w := diffWalker{budget: budget}
 	if err := w.walk("", up, low, false); err != nil {
 		return nil, err
 	}
@@ -98,7 +110,7 @@ func deletionFirst(k ChangeKind) int {
 type dirFD struct {
 	f    *os.File // for ReadDir and Close
 	fd   int
-	name string // the directory's path, for error messages
+	name string // the directory's path in its tree ("" for the root), for error messages
 }
 
 func openRootDir(path string) (*dirFD, error) {
@@ -106,11 +118,17 @@ func openRootDir(path string) (*dirFD, error) {
 	if err != nil {
 		return nil, openError(path, err)
 	}
-	return &dirFD{f: os.NewFile(uintptr(fd), path), fd: fd, name: path}, nil
+	return &dirFD{f: os.NewFile(uintptr(fd), "."), fd: fd}, nil
+}
+
+// path names the entry name of d in messages, relative to the tree's root:
+// they may reach an API client, who must not learn host paths.
+func (d *dirFD) path(name string) string {
+	return joinRel(d.name, name)
 }
 
 func (d *dirFD) open(name string) (*dirFD, error) {
-	path := d.name + "/" + name
+	path := d.path(name)
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, openError(path, err)
@@ -136,7 +154,7 @@ func (d *dirFD) lstat(name string) (st unix.Stat_t, ok bool, err error) {
 		return st, false, nil
 	}
 	if err != nil {
-		return st, false, fmt.Errorf("overlay: diff: stat %s/%s: %w", d.name, name, err)
+		return st, false, fmt.Errorf("overlay: diff: stat %s: %w", d.path(name), err)
 	}
 	return st, true, nil
 }
@@ -144,7 +162,7 @@ func (d *dirFD) lstat(name string) (st unix.Stat_t, ok bool, err error) {
 func (d *dirFD) names() ([]string, error) {
 	names, err := d.f.Readdirnames(-1)
 	if err != nil {
-		return nil, fmt.Errorf("overlay: diff: read %s: %w", d.name, err)
+		return nil, fmt.Errorf("overlay: diff: read %s: %w", cmp.Or(d.name, "."), err)
 	}
 	return names, nil
 }
@@ -174,6 +192,7 @@ func isWhiteout(st *unix.Stat_t) bool {
 
 type diffWalker struct {
 	changes []Change
+	budget  int64 // bytes left to read comparing contents
 }
 
 func (w *diffWalker) add(path string, kind ChangeKind, dir bool) {
@@ -229,6 +248,14 @@ func (w *diffWalker) walk(rel string, up, low *dirFD, hidden bool) error {
 				w.add(p, Deleted, false)
 			}
 			child, err := up.open(name)
+			if errors.Is(err, unix.EACCES) {
+				kind := Added
+				if lowerDir {
+					kind = Modified
+				}
+				w.changes = append(w.changes, Change{Path: p, Kind: kind, Dir: true, Unreadable: true})
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -254,7 +281,7 @@ func (w *diffWalker) walk(rel string, up, low *dirFD, hidden bool) error {
 			}
 			w.add(p, Added, false)
 		case inLower:
-			same, err := sameEntry(up, low, name, &ust, &lst)
+			same, err := w.sameEntry(up, low, name, &ust, &lst)
 			if err != nil {
 				return err
 			}
@@ -325,7 +352,7 @@ func (w *diffWalker) deleted(dir *dirFD, name, p string, isDirectory bool) error
 
 // sameEntry reports whether the non-directory name is the same in up and
 // low: same type, permission bits, and content or target.
-func sameEntry(up, low *dirFD, name string, ust, lst *unix.Stat_t) (bool, error) {
+func (w *diffWalker) sameEntry(up, low *dirFD, name string, ust, lst *unix.Stat_t) (bool, error) {
 	if ust.Mode != lst.Mode {
 		return false, nil // type or permission bits
 	}
@@ -341,9 +368,10 @@ func sameEntry(up, low *dirFD, name string, ust, lst *unix.Stat_t) (bool, error)
 		}
 		return ut == lt, nil
 	case unix.S_IFREG:
-		if ust.Size != lst.Size {
+		if ust.Size != lst.Size || 2*ust.Size > w.budget {
 			return false, nil
 		}
+		w.budget -= 2 * ust.Size
 		return sameContent(up, low, name)
 	default: // fifo, socket, device
 		return ust.Rdev == lst.Rdev, nil
@@ -354,7 +382,7 @@ func readlinkAt(d *dirFD, name string) (string, error) {
 	buf := make([]byte, unix.PathMax)
 	n, err := unix.Readlinkat(d.fd, name, buf)
 	if err != nil {
-		return "", fmt.Errorf("overlay: diff: read link %s/%s: %w", d.name, name, err)
+		return "", fmt.Errorf("overlay: diff: read link %s: %w", d.path(name), err)
 	}
 	return string(buf[:n]), nil
 }
@@ -362,7 +390,7 @@ func readlinkAt(d *dirFD, name string) (string, error) {
 // openFileAt opens a regular file without following a symlink and without
 // blocking on a fifo that replaced it since it was examined.
 func openFileAt(d *dirFD, name string) (*os.File, error) {
-	path := d.name + "/" + name
+	path := d.path(name)
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, openError(path, err)

@@ -3,6 +3,7 @@ package overlay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/zlib"
 	"crypto/sha1"
 	"encoding/hex"
@@ -12,6 +13,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,8 +33,40 @@ const (
 	nullHash     = "0000000000000000000000000000000000000000"
 )
 
+// DefaultMaxPatchBytes is the byte budget of a patch when PatchOptions
+// gives none: how many bytes of file content it may read (to hash, diff
+// and deflate), counting each side of a modified file.
+const DefaultMaxPatchBytes = 256 << 20
+
+// ErrPatchTooLarge is wrapped by the error of a patch whose files hold
+// more bytes than its budget. A sparse file counts with its apparent size:
+// `truncate -s 1T f` costs the sandbox no disk, but a patch would read a
+// terabyte of zeros.
+var ErrPatchTooLarge = errors.New("overlay: the changed files are too large for a patch")
+
+// PatchOptions are the options of NewPatch.
+type PatchOptions struct {
+	// MaxBytes is the byte budget (DefaultMaxPatchBytes if 0): a patch
+	// whose files hold more is refused before anything is written.
+	MaxBytes int64
+}
+
 // WritePatch writes the changes Diff finds as a patch in git's format, so
-// that `git apply` onto a copy of lower reproduces the merged view:
+// that `git apply` onto a copy of lower reproduces the merged view, with
+// the default options; see Patch.
+func WritePatch(w io.Writer, lower, upper string) error {
+	p, err := NewPatch(lower, upper, PatchOptions{})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	_, err = p.WriteTo(w)
+	return err
+}
+
+// Patch is the changes of an upper layer, checked and ready to be written
+// in git's format by WriteTo, so that `git apply` onto a copy of lower
+// reproduces the merged view:
 //
 //   - text files get hunks with 3 lines of context, and "\ No newline at
 //     end of file" where one is missing;
@@ -48,52 +83,249 @@ const (
 //   - directories appear only through the files in them, so an added empty
 //     directory is not in the patch; nor are fifos, sockets and devices.
 //
+// Some changes are left out and listed in "#" comment lines before the
+// first file (git apply and patch skip them): paths with a .git component
+// in any case (a repository made in the workspace: git apply refuses such
+// paths, and patch(1) would write .git/config, whose core.fsmonitor runs
+// a command at the user's next git command), and files or directories
+// their owner cannot read (the sandbox can chmod 000 them). Symlinks whose
+// target is absolute or leaves the tree are in the patch, and flagged in
+// those comment lines.
+//
 // Every file has a full "index" line with git's SHA-1 object names, which
 // binary patches need and which lets `git apply --3way` fall back to a merge.
 // Like Diff, it expects no sandbox to be writing to upper meanwhile.
-func WritePatch(w io.Writer, lower, upper string) error {
-	changes, err := Diff(lower, upper)
-	if err != nil {
-		return err
+type Patch struct {
+	lower, upper *os.Root
+	changes      []Change
+	left         int64 // budget left
+	notes        []string
+}
+
+// NewPatch finds the changes of upper over lower and checks them against
+// the budget: past it, it fails with an error wrapping ErrPatchTooLarge
+// that names the largest files. Close the Patch after use.
+func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultMaxPatchBytes
 	}
-	lr, err := os.OpenRoot(lower)
+	changes, err := diff(lower, upper, opt.MaxBytes)
 	if err != nil {
-		return fmt.Errorf("overlay: patch: %w", err)
+		return nil, err
 	}
-	defer lr.Close()
-	ur, err := os.OpenRoot(upper)
-	if err != nil {
-		return fmt.Errorf("overlay: patch: %w", err)
+	p := &Patch{left: opt.MaxBytes}
+	if p.lower, err = os.OpenRoot(lower); err != nil {
+		return nil, fmt.Errorf("overlay: patch: %w", err)
 	}
-	defer ur.Close()
-	bw := bufio.NewWriterSize(w, 64<<10)
+	if p.upper, err = os.OpenRoot(upper); err != nil {
+		p.lower.Close()
+		return nil, fmt.Errorf("overlay: patch: %w", err)
+	}
+	var notGit, unreadable, outside []string
+	var total int64
+	var big []sized
 	for _, c := range changes {
-		if c.Dir {
+		switch {
+		case gitPrefix(c.Path) != "":
+			// Listed once, at the .git component: changes come sorted,
+			// the directory itself first.
+			if g := gitPrefix(c.Path); len(notGit) == 0 || strings.TrimSuffix(notGit[len(notGit)-1], "/") != quotePath("", g) {
+				notGit = append(notGit, quotePath("", g)+dirMark(c.Dir || g != c.Path))
+			}
+			continue
+		case c.Unreadable:
+			unreadable = append(unreadable, quotePath("", c.Path)+dirMark(c.Dir))
+			continue
+		case c.Dir:
 			continue
 		}
-		var old, cur *blob
+		var sides []*os.Root
 		if c.Kind != Added {
-			if old, err = loadBlob(lr, c.Path); err != nil {
-				return err
+			sides = append(sides, p.lower)
+		}
+		if c.Kind != Deleted {
+			sides = append(sides, p.upper)
+		}
+		var files []sized
+		readable := true
+		for _, r := range sides {
+			fi, err := r.Lstat(c.Path)
+			switch {
+			case err != nil:
+				continue // gone: WriteTo says so
+			case fi.Mode()&fs.ModeSymlink != 0 && r == p.upper:
+				if t, err := r.Readlink(c.Path); err == nil && leavesTree(c.Path, t) {
+					outside = append(outside, quotePath("", c.Path)+" -> "+quotePath("", t))
+				}
+				continue
+			case !fi.Mode().IsRegular():
+				continue
+			case r == p.upper:
+				f, err := r.OpenFile(c.Path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+				if errors.Is(err, fs.ErrPermission) {
+					readable = false
+				} else if err == nil {
+					f.Close()
+				}
+			}
+			files = append(files, sized{c.Path, fi})
+		}
+		if !readable {
+			unreadable = append(unreadable, quotePath("", c.Path))
+			continue
+		}
+		for _, f := range files {
+			total += f.fi.Size()
+		}
+		big = append(big, files...)
+		p.changes = append(p.changes, c)
+	}
+	if total > opt.MaxBytes {
+		p.Close()
+		return nil, tooLarge(total, opt.MaxBytes, big)
+	}
+	p.note("not exportable (a .git path; export the repository another way)", notGit)
+	p.note("not exported: unreadable (its owner has no read permission; chmod u+rX it in the workspace)", unreadable)
+	p.note("symlinks pointing outside the workspace tree (check before applying)", outside)
+	return p, nil
+}
+
+// Close releases the directories the Patch holds open.
+func (p *Patch) Close() error {
+	p.lower.Close()
+	return p.upper.Close()
+}
+
+func dirMark(dir bool) string {
+	if dir {
+		return "/"
+	}
+	return ""
+}
+
+// gitPrefix returns the part of p up to its first .git component (in any
+// case), or "" if it has none.
+func gitPrefix(p string) string {
+	end := 0
+	for comp := range strings.SplitSeq(p, "/") {
+		end += len(comp)
+		if strings.EqualFold(comp, ".git") {
+			return p[:end]
+		}
+		end++
+	}
+	return ""
+}
+
+// leavesTree reports whether the symlink at p with target t points
+// outside the tree: absolute, or above its root.
+func leavesTree(p, t string) bool {
+	if strings.HasPrefix(t, "/") {
+		return true
+	}
+	j := path.Join(path.Dir(p), t)
+	return j == ".." || strings.HasPrefix(j, "../")
+}
+
+// maxNoteLines bounds each list of the patch's leading comment.
+const maxNoteLines = 50
+
+func (p *Patch) note(title string, paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	p.notes = append(p.notes, "# codumentor: "+title+":")
+	for i, s := range paths {
+		if i == maxNoteLines {
+			p.notes = append(p.notes, fmt.Sprintf("#   ... and %d more", len(paths)-i))
+			break
+		}
+		p.notes = append(p.notes, "#   "+s)
+	}
+}
+
+// sized is a file the patch would read.
+type sized struct {
+	path string
+	fi   fs.FileInfo
+}
+
+func tooLarge(total, max int64, files []sized) error {
+	slices.SortFunc(files, func(a, b sized) int { return cmp.Compare(b.fi.Size(), a.fi.Size()) })
+	var names []string
+	for _, f := range files[:min(3, len(files))] {
+		s := fmt.Sprintf("%s (%d bytes", quotePath("", f.path), f.fi.Size())
+		if st, ok := f.fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < f.fi.Size()/2 {
+			s += fmt.Sprintf(", sparse: %d bytes on disk", st.Blocks*512)
+		}
+		names = append(names, s+")")
+	}
+	return fmt.Errorf("%w: they hold %d bytes, more than the patch budget of %d bytes; largest: %s; delete or shrink them in the workspace, or export them another way",
+		ErrPatchTooLarge, total, max, strings.Join(names, ", "))
+}
+
+// WriteTo writes the patch. It reads the files again as it writes: a file
+// that changed meanwhile (a sandbox still running) fails it midway.
+func (p *Patch) WriteTo(w io.Writer) (int64, error) {
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	for _, n := range p.notes {
+		bw.WriteString(n + "\n")
+	}
+	for _, c := range p.changes {
+		var old, cur *blob
+		var err error
+		if c.Kind != Added {
+			if old, err = p.load(p.lower, c.Path); err != nil {
+				return cw.n, err
 			}
 		}
 		if c.Kind != Deleted {
-			if cur, err = loadBlob(ur, c.Path); err != nil {
+			if cur, err = p.load(p.upper, c.Path); err != nil {
 				old.close()
-				return err
+				if errors.Is(err, fs.ErrPermission) {
+					// Made unreadable since NewPatch looked.
+					fmt.Fprintf(bw, "# codumentor: not exported: unreadable: %s\n", quotePath("", c.Path))
+					continue
+				}
+				return cw.n, err
 			}
 		}
 		err = writeFilePatch(bw, c.Path, old, cur)
 		old.close()
 		cur.close()
 		if err != nil {
-			return err
+			return cw.n, err
 		}
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("overlay: write patch: %w", err)
+		return cw.n, fmt.Errorf("overlay: write patch: %w", err)
 	}
-	return nil
+	return cw.n, nil
+}
+
+// load is loadBlob within the budget.
+func (p *Patch) load(root *os.Root, name string) (*blob, error) {
+	b, err := loadBlob(root, name)
+	if err != nil || b == nil {
+		return b, err
+	}
+	if p.left -= b.size; p.left < 0 {
+		b.close()
+		return nil, fmt.Errorf("%w: %s grew while the patch was written; stop the sandbox and try again", ErrPatchTooLarge, quotePath("", name))
+	}
+	return b, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // blob is one side of a file's change, as git sees it.
@@ -116,13 +348,13 @@ func (b *blob) close() {
 func loadBlob(root *os.Root, p string) (*blob, error) {
 	fi, err := root.Lstat(p)
 	if err != nil {
-		return nil, fmt.Errorf("overlay: patch: %w", err)
+		return nil, patchErr(p, err)
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := root.Readlink(p)
 		if err != nil {
-			return nil, fmt.Errorf("overlay: patch: %w", err)
+			return nil, patchErr(p, err)
 		}
 		b := &blob{mode: "120000", data: []byte(target), size: int64(len(target))}
 		b.hash = blobHash(bytes.NewReader(b.data), b.size)
@@ -134,16 +366,16 @@ func loadBlob(root *os.Root, p string) (*blob, error) {
 	if fi.Mode()&0o100 != 0 { // git's test for executable
 		b.mode = "100755"
 	}
-	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("overlay: patch: %w", err)
+		return nil, patchErr(p, err)
 	}
 	// The file opened must be the one examined: not a symlink's target,
 	// not a fifo that a still-running sandbox swapped in.
 	ofi, err := f.Stat()
 	if err != nil || !ofi.Mode().IsRegular() || !os.SameFile(fi, ofi) {
 		f.Close()
-		return nil, fmt.Errorf("overlay: patch: %s/%s changed while it was read; stop the sandbox and try again", root.Name(), p)
+		return nil, fmt.Errorf("overlay: patch: %s changed while it was read; stop the sandbox and try again", quotePath("", p))
 	}
 	b.size = ofi.Size()
 	if b.size > maxTextSize {
@@ -151,21 +383,31 @@ func loadBlob(root *os.Root, p string) (*blob, error) {
 		b.hash = blobHash(f, b.size)
 		if _, err := f.Seek(0, io.SeekStart); err != nil || b.hash == "" {
 			f.Close()
-			return nil, fmt.Errorf("overlay: patch: could not read %s/%s whole; stop the sandbox and try again", root.Name(), p)
+			return nil, fmt.Errorf("overlay: patch: could not read %s whole; stop the sandbox and try again", quotePath("", p))
 		}
 		return b, nil
 	}
 	b.data, err = io.ReadAll(io.LimitReader(f, maxTextSize+1))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("overlay: patch: %w", err)
+		return nil, patchErr(p, err)
 	}
 	if int64(len(b.data)) != b.size {
-		return nil, fmt.Errorf("overlay: patch: %s/%s changed while it was read; stop the sandbox and try again", root.Name(), p)
+		return nil, fmt.Errorf("overlay: patch: %s changed while it was read; stop the sandbox and try again", quotePath("", p))
 	}
 	b.binary = bytes.IndexByte(b.data[:min(len(b.data), binarySniffLen)], 0) >= 0
 	b.hash = blobHash(bytes.NewReader(b.data), b.size)
 	return b, nil
+}
+
+// patchErr words err for the tree-relative path p, without the host path
+// an *fs.PathError carries (a patch error may reach an API client).
+func patchErr(p string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("overlay: patch: %s: %w", quotePath("", p), err)
 }
 
 // blobHash returns git's SHA-1 object name for size bytes read from r, or

@@ -243,7 +243,9 @@ func (s *Store) removeLocked(l *Layer) error {
 
 // GC removes the layers whose last use is older than ttl at now, skipping
 // locked ones, and returns their ids. With dryRun it only returns the ids it
-// would remove. It stops at the first error, returning the ids removed so far.
+// would remove. A layer it cannot examine or remove is skipped too: GC goes
+// on with the others and then returns, with the ids removed, an error
+// naming every layer that failed (errors.Join of one error per layer).
 func (s *Store) GC(ctx context.Context, ttl time.Duration, now time.Time, dryRun bool) ([]string, error) {
 	if ttl <= 0 {
 		return nil, fmt.Errorf("overlay: GC with TTL %v would remove every layer; use a positive TTL such as DefaultTTL", ttl)
@@ -253,13 +255,15 @@ func (s *Store) GC(ctx context.Context, ttl time.Duration, now time.Time, dryRun
 		return nil, err
 	}
 	var removed []string
+	var failed []error
 	for _, l := range layers {
 		if err := ctx.Err(); err != nil {
-			return removed, err
+			return removed, errors.Join(append(failed, err)...)
 		}
 		last, err := l.LastUse()
 		if err != nil {
-			return removed, err
+			failed = append(failed, fmt.Errorf("overlay: GC skipped layer %q: %w", l.ID, err))
+			continue
 		}
 		if now.Sub(last) < ttl {
 			continue
@@ -273,16 +277,18 @@ func (s *Store) GC(ctx context.Context, ttl time.Duration, now time.Time, dryRun
 				err = unlock()
 			}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return removed, err
+				failed = append(failed, fmt.Errorf("overlay: GC skipped layer %q: %w", l.ID, err))
+				continue
 			}
 		} else if err := s.removeLocked(l); errors.Is(err, ErrInUse) {
 			continue
 		} else if err != nil {
-			return removed, err
+			failed = append(failed, fmt.Errorf("overlay: GC skipped layer %q: %w", l.ID, err))
+			continue
 		}
 		removed = append(removed, l.ID)
 	}
-	return removed, nil
+	return removed, errors.Join(failed...)
 }
 
 // Touch records now as the layer's last use. Call it when a sandbox mounts
@@ -317,13 +323,26 @@ func (l *Layer) LastUse() (time.Time, error) {
 }
 
 // Lock takes the exclusive lock on an upper directory, which any sandbox
-// must hold while the directory is mounted. It is flock(2) on the directory
-// itself, so it works for any upper directory, across processes, and
-// between two Locks in one process. A held lock makes it fail at once with
-// an error wrapping ErrInUse. The lock lasts until unlock is called or the
-// process exits; it is not inherited by child processes.
+// must hold while the directory is mounted. It is flock(2) on a lock file
+// beside the directory (UPPER.lock, created if missing), not on the
+// directory itself: the sandbox owns the directory's mode (chmod 000
+// /workspace sets it), and a lock that needs to open it would fail for
+// good. It works across processes and between two Locks in one process.
+// A held lock makes it fail at once with an error wrapping ErrInUse. Once
+// locked, the directory's owner permissions are restored (u+rwx), so that
+// the next sandbox, a diff and Remove can read it. The lock lasts until
+// unlock is called or the process exits; it is not inherited by child
+// processes.
 func Lock(upper string) (unlock func() error, err error) {
-	f, err := os.OpenFile(upper, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	upper = filepath.Clean(upper)
+	fi, err := os.Lstat(upper)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: lock upper directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("overlay: lock upper directory %s: not a directory", upper)
+	}
+	f, err := os.OpenFile(upper+".lock", os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: lock upper directory: %w", err)
 	}
@@ -342,6 +361,12 @@ func Lock(upper string) (unlock func() error, err error) {
 			return nil, fmt.Errorf("overlay: upper directory %s: %w; wait for that sandbox to exit or use another layer", upper, ErrInUse)
 		}
 		return nil, fmt.Errorf("overlay: lock %s: %w", upper, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o700 != 0o700 {
+		if err := os.Chmod(upper, perm|0o700); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("overlay: restore the owner's access to %s: %w", upper, err)
+		}
 	}
 	var once sync.Once
 	unlock = func() error {

@@ -292,7 +292,7 @@ func TestGC(t *testing.T) {
 func TestLockAcrossProcesses(t *testing.T) {
 	flock := requireTool(t, "flock")
 	upper := t.TempDir()
-	tryLock := func() error { return exec.Command(flock, "--nonblock", upper, "true").Run() }
+	tryLock := func() error { return exec.Command(flock, "--nonblock", upper+".lock", "true").Run() }
 	unlock, err := Lock(upper)
 	if err != nil {
 		t.Fatal(err)
