@@ -81,6 +81,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkListen(cfg); err != nil {
 		return err
 	}
+	// One server per instance, before the database is opened; then the
+	// address, so that a server that cannot serve never runs recovery.
+	lock, err := inst.Lock()
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	ln, scheme, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	logFile, err := os.OpenFile(inst.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -110,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer s.engine.Close()
-	return s.serve(ctx, cfg, inst, o)
+	return s.serve(ctx, ln, scheme, inst, o)
 }
 
 // server is one running codumentor api.
@@ -248,21 +260,27 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 	return r
 }
 
-func (s *server) serve(ctx context.Context, cfg config.Config, inst config.Instance, o Options) error {
+// listen opens the configured address, with TLS when configured.
+func listen(cfg config.Config) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return nil, "", fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	scheme := "http"
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("tls: %w", err)
+			return nil, "", fmt.Errorf("tls: %w", err)
 		}
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 		scheme = "https"
 	}
+	return ln, scheme, nil
+}
+
+func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst config.Instance, o Options) error {
+	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	queueDone := make(chan error, 1)
