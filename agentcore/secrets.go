@@ -27,7 +27,7 @@ const secretEnvPrefix = "CODUMENTOR_SECRET_"
 const minRedact = 4
 
 // substituteSecrets turns the placeholders of command into quoted
-// variable references and returns the environment entries that carry
+// variable references (see placeSecrets) and returns the environment entries that carry
 // the values (from secrets, name → value): the text given to sh never
 // holds a value, and no argv or log line does either.
 func substituteSecrets(command string, secrets map[string]string) (string, []string, error) {
@@ -50,7 +50,11 @@ func substituteSecrets(command string, secrets map[string]string) (string, []str
 	if missing != nil {
 		return "", nil, missing
 	}
-	return secretRef.ReplaceAllString(command, `"$$`+secretEnvPrefix+`$1"`), env, nil
+	text, err := placeSecrets(command, secretRef.FindAllStringSubmatchIndex(command, -1))
+	if err != nil {
+		return "", nil, err
+	}
+	return text, env, nil
 }
 
 func nameList(names []string) string {
