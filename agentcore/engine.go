@@ -106,7 +106,15 @@ type Engine struct {
 	closed   bool
 	convs    map[string]*conv
 	awaiting map[string]*pending // approvals waiting, by ID
+	// forgotten are the conversations Forget ended, newest last: bounded,
+	// because a tombstone only has to outlive the requests that checked
+	// ownership before the conversation's row was deleted.
+	forgotten    map[string]bool
+	forgottenIDs []string
 }
+
+// forgottenKept bounds Engine.forgotten.
+const forgottenKept = 4096
 
 // conv is the engine's state of one conversation.
 type conv struct {
@@ -114,6 +122,9 @@ type conv struct {
 
 	mu   sync.Mutex
 	turn *Turn
+	// gone: Forget ended the conversation; no turn starts and event
+	// streams end.
+	gone bool
 	// alwaysAllow: the tools the owner always allows here; nil until
 	// loaded from the Store.
 	alwaysAllow map[string]bool
@@ -161,7 +172,7 @@ func New(cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}}
+	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}, forgotten: map[string]bool{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if !cfg.NoWorkspaceTools {
 		for _, t := range append(e.shellTools(), e.fileTools()...) {
@@ -205,7 +216,7 @@ func (e *Engine) conv(id string) *conv {
 	defer e.mu.Unlock()
 	c := e.convs[id]
 	if c == nil {
-		c = &conv{id: id, subs: map[chan struct{}]struct{}{}}
+		c = &conv{id: id, subs: map[chan struct{}]struct{}{}, gone: e.forgotten[id]}
 		e.convs[id] = c
 	}
 	return c
@@ -255,15 +266,20 @@ const subscribeBatch = 256
 // after: first those already stored, then new ones as they happen, in
 // order, without gaps or duplicates. The channel is closed when ctx ends
 // (or the Store fails, which is logged; subscribe again from the last Seq
-// received). Each subscriber reads from the Store at its own pace, so a
-// slow one never holds up a turn.
+// received), and when Forget ends the conversation. Each subscriber reads
+// from the Store at its own pace, so a slow one never holds up a turn.
 func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64) <-chan Event {
 	c := e.conv(conversation)
 	wake := make(chan struct{}, 1)
+	out := make(chan Event)
 	c.mu.Lock()
+	gone := c.gone
 	c.subs[wake] = struct{}{}
 	c.mu.Unlock()
-	out := make(chan Event)
+	if gone {
+		close(out)
+		return out
+	}
 	go func() {
 		defer close(out)
 		defer func() {
@@ -293,6 +309,12 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 			select {
 			case <-wake:
 			case <-ctx.Done():
+				return
+			}
+			c.mu.Lock()
+			gone := c.gone
+			c.mu.Unlock()
+			if gone {
 				return
 			}
 		}

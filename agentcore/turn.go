@@ -81,7 +81,7 @@ func (e *Engine) Turn(conversation string) *Turn {
 
 // StartTurn stores the user's message and starts the turn in its own
 // goroutine. It returns ErrTurnInProgress while the conversation has a
-// running turn. ctx bounds only the start; the turn runs until it ends,
+// running turn, and an error wrapping ErrNotFound once Forget ended it. ctx bounds only the start; the turn runs until it ends,
 // is cancelled, or Close.
 func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	if r.User == "" || r.Conversation == "" {
@@ -98,6 +98,11 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		e.wg.Done()
+		return nil, fmt.Errorf("agentcore: conversation %q is deleted: %w", r.Conversation, ErrNotFound)
+	}
 	if c.turn != nil {
 		c.mu.Unlock()
 		e.wg.Done()

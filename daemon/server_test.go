@@ -121,6 +121,7 @@ func TestOwnershipIs404(t *testing.T) {
 			{"GET", c, ""},
 			{"DELETE", c, ""},
 			{"POST", c + "/messages", `{"content":"hello"}`},
+			{"POST", c + "/cancel", ""},
 			{"GET", c + "/events", ""},
 			{"GET", c + "/approvals", ""},
 			{"POST", c + "/approvals/" + aid, `{"decision":"approve"}`},
