@@ -67,7 +67,8 @@ func nameList(names []string) string {
 // redactor replaces every secret value of a user, and its common
 // encodings, with [secret:NAME].
 type redactor struct {
-	r *strings.Replacer // nil: nothing to redact
+	r       *strings.Replacer // nil: nothing to redact
+	longest int               // bytes of the longest form replaced
 }
 
 // newRedactor builds the redactor for secrets (name → value).
@@ -135,7 +136,7 @@ func newRedactor(secrets map[string]string) *redactor {
 	for _, f := range forms {
 		args = append(args, f.s, "[secret:"+f.name+"]")
 	}
-	return &redactor{r: strings.NewReplacer(args...)}
+	return &redactor{r: strings.NewReplacer(args...), longest: len(forms[0].s)}
 }
 
 func (r *redactor) String(s string) string {

@@ -252,19 +252,29 @@ func (e *Engine) stream(t *Turn, req Request) (Message, error) {
 	defer s.Close()
 	reply := Message{Role: RoleAssistant}
 	var text strings.Builder
+	deltas := deltaWriter{red: t.red}
+	emitText := func(s string) {
+		if s != "" {
+			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": s})
+		}
+	}
 	for {
 		ch, err := s.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			emitText(deltas.flush())
 			return Message{}, fmt.Errorf("model: %w", err)
 		}
 		switch {
 		case ch.Text != "":
 			text.WriteString(ch.Text)
-			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": ch.Text})
+			if d, ok := deltas.write(ch.Text, time.Now()); ok {
+				emitText(d)
+			}
 		case ch.ToolCall != nil:
+			emitText(deltas.flush())
 			tc := *ch.ToolCall
 			if tc.ID == "" {
 				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
@@ -274,6 +284,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, error) {
 			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
 		}
 	}
+	emitText(deltas.flush())
 	reply.Content = t.red.String(text.String())
 	return reply, nil
 }
