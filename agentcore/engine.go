@@ -76,6 +76,15 @@ type Config struct {
 	MaxOutput int
 	// MaxFileSize caps file tools' reads and writes (default 1 MiB).
 	MaxFileSize int64
+	// MaxToolArguments caps the bytes of one tool call's arguments: a
+	// larger call is refused as it arrives, before an approval or any
+	// record of its arguments exists (default 2×MaxFileSize + 64 KiB, so
+	// write_file of a MaxFileSize file fits).
+	MaxToolArguments int
+	// MaxToolCalls caps the tool calls run per model reply (default 16);
+	// the rest are answered with an error, so the next request stays
+	// bounded.
+	MaxToolCalls int
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
@@ -167,6 +176,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxFileSize <= 0 {
 		cfg.MaxFileSize = 1 << 20
+	}
+	if cfg.MaxToolArguments <= 0 {
+		cfg.MaxToolArguments = int(2*cfg.MaxFileSize) + 64<<10
+	}
+	if cfg.MaxToolCalls <= 0 {
+		cfg.MaxToolCalls = 16
 	}
 	log := cfg.Logger
 	if log == nil {

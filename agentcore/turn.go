@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
 )
@@ -187,7 +188,7 @@ func (e *Engine) run(t *Turn) {
 			err = cause // the time budget
 		}
 		t.log.Warn("turn failed", "err", err)
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": t.red.String(err.Error())})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": capError(t.red.String(err.Error()), maxErrorText)})
 	}
 	t.err = err
 	t.c.mu.Lock()
@@ -210,7 +211,7 @@ func (e *Engine) loop(t *Turn) error {
 		if e.cfg.SystemPrompt != "" {
 			msgs = append([]Message{{Role: RoleSystem, Content: e.cfg.SystemPrompt}}, msgs...)
 		}
-		reply, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
+		reply, refused, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
 		if err != nil {
 			return err
 		}
@@ -221,7 +222,18 @@ func (e *Engine) loop(t *Turn) error {
 			return nil
 		}
 		for i, call := range reply.ToolCalls {
-			result := e.runTool(t, call)
+			if i == e.cfg.MaxToolCalls {
+				// The rest are answered, not run, in one write.
+				var answers []Message
+				for _, rest := range reply.ToolCalls[i:] {
+					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: fmt.Sprintf("error: not run: a step may make at most %d tool calls; make the rest in your next step", e.cfg.MaxToolCalls)})
+				}
+				if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, answers...); err != nil {
+					return fmt.Errorf("storing a tool result: %w", err)
+				}
+				break
+			}
+			result := e.runTool(t, call, refused[call.ID])
 			if ctx.Err() != nil {
 				// The model's history must answer every call it made.
 				var answers []Message
@@ -243,12 +255,19 @@ func (e *Engine) loop(t *Turn) error {
 	}
 }
 
-// stream receives one model reply, emitting its text as it arrives.
-func (e *Engine) stream(t *Turn, req Request) (Message, error) {
+// maxToolName bounds a tool call's name: no tool has a longer one.
+const maxToolName = 128
+
+// stream receives one model reply, emitting its text as it arrives. It
+// returns the calls refused before anything about them is stored (their
+// arguments over MaxToolArguments, or a name no tool can have) by ID:
+// their arguments are dropped.
+func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error) {
 	s, err := e.cfg.LLM.Stream(t.ctx, req)
 	if err != nil {
-		return Message{}, fmt.Errorf("model: %w", err)
+		return Message{}, nil, fmt.Errorf("model: %w", err)
 	}
+	refused := map[string]error{}
 	defer s.Close()
 	reply := Message{Role: RoleAssistant}
 	var text strings.Builder
@@ -265,7 +284,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, error) {
 		}
 		if err != nil {
 			emitText(deltas.flush())
-			return Message{}, fmt.Errorf("model: %w", err)
+			return Message{}, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
 		case ch.Text != "":
@@ -276,17 +295,30 @@ func (e *Engine) stream(t *Turn, req Request) (Message, error) {
 		case ch.ToolCall != nil:
 			emitText(deltas.flush())
 			tc := *ch.ToolCall
-			if tc.ID == "" {
+			if tc.ID == "" || len(tc.ID) > maxToolName {
 				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
 			}
+			switch {
+			case len(tc.Name) > maxToolName:
+				refused[tc.ID] = fmt.Errorf("a tool name of %d bytes: no tool has a name longer than %d", len(tc.Name), maxToolName)
+				tc.Name, tc.Arguments = capError(tc.Name, maxToolName), "{}"
+			case len(tc.Arguments) > e.cfg.MaxToolArguments:
+				refused[tc.ID] = fmt.Errorf("the arguments are %d bytes; the limit is %d: nothing was run. Split the work into smaller calls (e.g. write a large file in parts)", len(tc.Arguments), e.cfg.MaxToolArguments)
+				tc.Arguments = "{}"
+			}
 			tc.Arguments = t.red.String(tc.Arguments)
+			if len(reply.ToolCalls) >= e.cfg.MaxToolCalls {
+				// Not run (see loop): neither stored nor announced.
+				tc.Arguments = "{}"
+			} else {
+				e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
+			}
 			reply.ToolCalls = append(reply.ToolCalls, tc)
-			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
 		}
 	}
 	emitText(deltas.flush())
 	reply.Content = t.red.String(text.String())
-	return reply, nil
+	return reply, refused, nil
 }
 
 // specs lists the tools for the model; shell's description names the
@@ -305,26 +337,34 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 }
 
 // runTool runs one call through the approval gate and returns what the
-// model sees: redacted and capped.
-func (e *Engine) runTool(t *Turn, tc ToolCall) string {
+// model sees: redacted and capped. A call refused while it streamed
+// (refusal) is answered with its reason and nothing else happens.
+func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 	ctx := t.ctx
 	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
-	out, err := e.execute(ctx, t, call)
+	out, err := "", refusal
+	if refusal == nil {
+		out, err = e.execute(ctx, t, call)
+	}
+	errText := ""
+	if err != nil {
+		errText = capError(err.Error(), maxErrorText)
+	}
 	if err != nil && errors.Is(err, sandboxkit.ErrUnavailable) {
-		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": err.Error()})
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": errText})
 	}
 	if err != nil {
 		t.log.Info("tool failed", "tool", tc.Name, "err", err)
 		if out != "" && !strings.HasSuffix(out, "\n") {
 			out += "\n"
 		}
-		out += "error: " + err.Error()
+		out += "error: " + errText
 	}
 	out = capOutput(t.red.String(out), e.cfg.MaxOutput)
 	e.emit(t.c, t.ID, t.red, t.log, EventToolOutput, map[string]string{"id": tc.ID, "name": tc.Name, "output": out})
 	fin := map[string]string{"id": tc.ID, "name": tc.Name}
 	if err != nil {
-		fin["error"] = err.Error()
+		fin["error"] = errText
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventToolFinished, fin)
 	return out
@@ -350,6 +390,23 @@ func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, erro
 		call.Action = &a
 	}
 	return tool.Run(ctx, call)
+}
+
+// maxErrorText bounds an error's text in events and tool results.
+const maxErrorText = 1 << 10
+
+// capError makes s valid UTF-8 and cuts it to at most max bytes (plus a
+// note of what was cut), at a character boundary.
+func capError(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… [%d bytes cut]", s[:cut], len(s)-cut)
 }
 
 // capOutput keeps the head and tail of long output.
