@@ -22,6 +22,7 @@ func TestToolCallCaps(t *testing.T) {
 		{{ToolCall: &agentcore.ToolCall{ID: "big", Name: "shell", Arguments: `{"command":"echo ` + huge + `"}`}}},
 		toolChunks(many),
 		{{ToolCall: &agentcore.ToolCall{ID: "longerr", Name: "no_such_tool_" + strings.Repeat("y", 100<<10), Arguments: "{}"}}},
+		{{ToolCall: &agentcore.ToolCall{ID: "longpath", Name: "read_file", Arguments: `{"path":"` + strings.Repeat("ab/", 15<<10) + `"}`}}},
 	}}
 	h := newHarness(t, nil, func(c *agentcore.Config) { c.LLM, c.MaxToolCalls = model, 0 })
 	if err := h.wait(h.start("c", "go")); err != nil {
@@ -59,6 +60,16 @@ func TestToolCallCaps(t *testing.T) {
 	}
 	if ran != 16 {
 		t.Errorf("%d of %d calls ran, want 16", ran, len(many))
+	}
+	for _, ev := range h.store.AllEvents("c") {
+		var d struct{ Error string }
+		json.Unmarshal(ev.Data, &d)
+		if len(d.Error) > 1100 {
+			t.Errorf("%s event with an error of %d bytes", ev.Type, len(d.Error))
+		}
+		if ev.Type == agentcore.EventToolFinished && strings.Contains(string(ev.Data), `"longpath"`) && !strings.Contains(d.Error, "bytes cut") {
+			t.Errorf("long error not cut: %.300s", d.Error)
+		}
 	}
 	if len(res["longerr"]) > 40<<10 {
 		t.Errorf("unknown tool's answer is %d bytes", len(res["longerr"]))
