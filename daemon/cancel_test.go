@@ -10,13 +10,13 @@ import (
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 )
 
-// POST …/cancel ends the owner's running turn (here one waiting for an
-// approval): turn_cancelled, the approval withdrawn, the conversation
-// free for the next message. Another user gets 404; with no turn, 409.
+// POST …/cancel ends the owner's running turn, one waiting for an
+// approval (turn_cancelled, the approval withdrawn) and one whose model
+// stalls mid-reply. Another user gets 404; with no turn, 409.
 func TestCancelTurn(t *testing.T) {
 	in := newInstance(t, llm(t,
 		shellCall("sleep 100"),
-		llmtest.Step{Text: "Next answer."},
+		llmtest.Step{Text: "Thinking very slowly", Stall: true},
 	))
 	in.addUser("alice", pw, false)
 	in.addUser("bob", pw, false)
@@ -53,8 +53,13 @@ func TestCancelTurn(t *testing.T) {
 	if status, body, _ := a.do("POST", "/api/v1/conversations/"+conv+"/cancel", nil); status != http.StatusConflict || !strings.Contains(string(body), "no_turn") {
 		t.Fatalf("cancel without a turn: %d %s", status, body)
 	}
-	a.send(conv, "something else")
-	s.until(agentcore.EventTurnFinished, 30*time.Second)
+	turn = a.send(conv, "something else")
+	s.until(agentcore.EventTextDelta, 30*time.Second)
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/cancel", nil, &res)
+	if res.TurnID != turn || res.Status != "cancelled" {
+		t.Fatalf("cancel of the stalled turn answered %+v", res)
+	}
+	s.until(agentcore.EventTurnCancelled, 10*time.Second)
 }
 
 // Deleting a conversation ends its open event streams, and the
