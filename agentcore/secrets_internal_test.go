@@ -144,6 +144,7 @@ func TestSubstituteSecretsQuoting(t *testing.T) {
 		{"cat <<EOF\nplain\nEOF\necho {{secret:PW}}", "cat <<EOF\nplain\nEOF\necho " + v},
 		{"cat <<-'E' > f; echo {{secret:PW}}\n\tbody\n\tE\necho \"{{secret:K}}\"", "cat <<-'E' > f; echo " + v + "\n\tbody\n\tE\necho \"${CODUMENTOR_SECRET_K}\""},
 		{`x=$((1+2)); echo $x {{secret:PW}}`, `x=$((1+2)); echo $x ` + v},
+		{"x=$((1 << 2))\necho {{secret:PW}}", "x=$((1 << 2))\necho " + v},
 		{`echo ${HOME:-/} {{secret:PW}}`, `echo ${HOME:-/} ` + v},
 	}
 	for _, tt := range good {

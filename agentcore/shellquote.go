@@ -161,7 +161,7 @@ func (p *shellReader) read() error {
 		case c == '(' || c == ')' || c == '{' || c == '}':
 			p.nest(c)
 			i++
-		case c == '<' && strings.HasPrefix(s[i:], "<<") && !strings.HasPrefix(s[i:], "<<<"):
+		case c == '<' && top != frameArith && strings.HasPrefix(s[i:], "<<") && !strings.HasPrefix(s[i:], "<<<"):
 			i, err = p.heredocStart(i + 2)
 		case c == '\n' && len(p.pending) > 0:
 			i, err = p.heredocBodies(i + 1)
