@@ -1,6 +1,7 @@
 package agentcore
 
 import (
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -21,8 +22,9 @@ const (
 
 // deltaWriter turns the text pieces of a model reply into the texts of
 // text_delta events, redacted as one text: between pieces it holds back
-// the tail that could be the beginning of a secret's form (the longest
-// form minus one byte), so a value split across pieces is redacted whole.
+// the tail that could be the beginning of a secret's form (at most the
+// longest form minus one byte), so a value split across pieces is
+// redacted whole.
 type deltaWriter struct {
 	red  *redactor
 	buf  []byte    // received, not yet emitted
@@ -32,17 +34,20 @@ type deltaWriter struct {
 // write adds a piece and returns the text to emit now, if any.
 func (d *deltaWriter) write(piece string, now time.Time) (string, bool) {
 	d.buf = append(d.buf, piece...)
-	hold := max(d.red.longestForm()-1, 0)
-	if len(d.buf) < hold+deltaBytes && now.Sub(d.last) < deltaInterval {
+	if len(d.buf) < d.red.longestForm()+deltaBytes && now.Sub(d.last) < deltaInterval {
 		return "", false
 	}
-	out := d.release(hold)
+	out := d.release(d.red.formStart(d.buf))
 	if out == "" {
 		return "", false
 	}
 	d.last = now
 	return out, true
 }
+
+// waiting reports whether text could be released now: more than the
+// tail that may begin a secret's form.
+func (d *deltaWriter) waiting() bool { return len(d.buf) > d.red.formStart(d.buf) }
 
 // flush returns all the text not yet emitted, redacted.
 func (d *deltaWriter) flush() string {
@@ -61,12 +66,18 @@ func (d *deltaWriter) release(hold int) string {
 	}
 	if hold > 0 {
 		// Move the cut back while a form crosses it: the text around
-		// the cut then redacts differently in two parts than whole. A
-		// form is at most hold+1 bytes, so the window sees all of it.
-		lo := max(0, cut-2*(hold+1))
+		// the cut then redacts differently in two parts than whole.
+		// The window starts a form's length before the earliest cut
+		// tried, so no form crossing a cut tried starts before it.
+		longest := d.red.longestForm()
+		lo := max(0, cut-2*longest)
+		stop := lo
+		if lo > 0 {
+			stop = lo + longest
+		}
 		whole := d.red.String(buf[lo:])
 		found := false
-		for c := cut; c > lo; c-- {
+		for c := cut; c > stop; c-- {
 			if !utf8.RuneStart(buf[c]) {
 				continue
 			}
@@ -92,8 +103,22 @@ func (d *deltaWriter) release(hold int) string {
 
 // longestForm is the length of the longest text r replaces (0: none).
 func (r *redactor) longestForm() int {
-	if r == nil || r.r == nil {
+	if r == nil || len(r.forms) == 0 {
 		return 0
 	}
-	return r.longest
+	return len(r.forms[0])
+}
+
+// formStart is the length of the longest tail of b that is the beginning
+// (not the whole) of a text r replaces.
+func (r *redactor) formStart(b []byte) int {
+	for k := min(len(b), r.longestForm()-1); k > 0; k-- {
+		tail := string(b[len(b)-k:])
+		for _, f := range r.forms {
+			if len(f) > k && strings.HasPrefix(f, tail) {
+				return k
+			}
+		}
+	}
+	return 0
 }

@@ -67,8 +67,8 @@ func nameList(names []string) string {
 // redactor replaces every secret value of a user, and its common
 // encodings, with [secret:NAME].
 type redactor struct {
-	r       *strings.Replacer // nil: nothing to redact
-	longest int               // bytes of the longest form replaced
+	r     *strings.Replacer // nil: nothing to redact
+	forms []string          // the texts r replaces, longest first
 }
 
 // newRedactor builds the redactor for secrets (name → value).
@@ -133,10 +133,12 @@ func newRedactor(secrets map[string]string) *redactor {
 	// one that it contains.
 	slices.SortFunc(forms, func(a, b form) int { return len(b.s) - len(a.s) })
 	args := make([]string, 0, 2*len(forms))
+	texts := make([]string, 0, len(forms))
 	for _, f := range forms {
 		args = append(args, f.s, "[secret:"+f.name+"]")
+		texts = append(texts, f.s)
 	}
-	return &redactor{r: strings.NewReplacer(args...), longest: len(forms[0].s)}
+	return &redactor{r: strings.NewReplacer(args...), forms: texts}
 }
 
 func (r *redactor) String(s string) string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
 )
@@ -29,6 +30,10 @@ func (l *chunkLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore
 	return &sliceStream{ctx: ctx, chunks: append(chunks, agentcore.Chunk{FinishReason: "stop"})}, nil
 }
 
+// stall, as a chunk's FinishReason, makes the stream wait for its
+// context there.
+const stall = "test-stall"
+
 type sliceStream struct {
 	ctx    context.Context
 	chunks []agentcore.Chunk
@@ -43,6 +48,10 @@ func (s *sliceStream) Next() (agentcore.Chunk, error) {
 	}
 	c := s.chunks[0]
 	s.chunks = s.chunks[1:]
+	if c.FinishReason == stall {
+		<-s.ctx.Done()
+		return agentcore.Chunk{}, s.ctx.Err()
+	}
 	return c, nil
 }
 
@@ -131,4 +140,29 @@ func TestTextDeltasCoalesced(t *testing.T) {
 	if n > 200 {
 		t.Errorf("%d text_delta events for %d one-byte pieces", n, len(pieces))
 	}
+}
+
+// Text that arrives in a burst before the model pauses (as it does while
+// it writes a tool call's arguments) is shown during the pause, not held
+// until the next piece.
+func TestTextDeltaBeforePause(t *testing.T) {
+	model := &chunkLLM{replies: [][]agentcore.Chunk{append(textPieces("Let", " me", " think", " about it."), agentcore.Chunk{FinishReason: stall})}}
+	h := newHarness(t, nil, func(c *agentcore.Config) {
+		c.LLM = model
+		c.Secrets = secrets{"alice": {"PW": "a-secret-value"}}
+	})
+	turn := h.start("c", "think")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got, _ := deltas(t, h, "c"); got == "Let me think about it." {
+			break
+		}
+		if time.Now().After(deadline) {
+			got, _ := deltas(t, h, "c")
+			t.Fatalf("during the pause the deltas show %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	turn.Cancel()
+	h.wait(turn)
 }

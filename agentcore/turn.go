@@ -277,8 +277,37 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": s})
 		}
 	}
+	// Next runs in its own goroutine so that text held for coalescing
+	// is shown while the model pauses; it ends at Next's first error,
+	// which the loop below always waits for, so Close follows it.
+	type next struct {
+		ch  Chunk
+		err error
+	}
+	chunks := make(chan next)
+	go func() {
+		for {
+			ch, err := s.Next()
+			chunks <- next{ch, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	pause := time.NewTimer(deltaInterval)
+	pause.Stop()
+	defer pause.Stop()
 	for {
-		ch, err := s.Next()
+		var ch Chunk
+		select {
+		case n := <-chunks:
+			ch, err = n.ch, n.err
+		case <-pause.C:
+			if d, ok := deltas.write("", time.Now()); ok {
+				emitText(d)
+			}
+			continue
+		}
 		if err == io.EOF {
 			break
 		}
@@ -291,6 +320,9 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 			text.WriteString(ch.Text)
 			if d, ok := deltas.write(ch.Text, time.Now()); ok {
 				emitText(d)
+			}
+			if deltas.waiting() {
+				pause.Reset(deltaInterval)
 			}
 		case ch.ToolCall != nil:
 			emitText(deltas.flush())
