@@ -42,6 +42,7 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 		Tool: call.Name, Command: a.Command, Cwd: a.Cwd, Background: a.Background,
 		Created: now, Expires: now.Add(e.cfg.ApprovalTimeout), Status: ApprovalPending,
 	}}
+	p.a.Invisible, p.a.CommandShown = invisibleChars(a.Command)
 	if err := e.cfg.Store.SaveApproval(t.ctx, p.a); err != nil {
 		return fmt.Errorf("recording the approval request failed, so the command was not run: %w", err)
 	}

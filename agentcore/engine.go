@@ -75,6 +75,15 @@ type Config struct {
 	MaxOutput int
 	// MaxFileSize caps file tools' reads and writes (default 1 MiB).
 	MaxFileSize int64
+	// MaxToolArguments caps the bytes of one tool call's arguments: a
+	// larger call is refused as it arrives, before an approval or any
+	// record of its arguments exists (default 2×MaxFileSize + 64 KiB, so
+	// write_file of a MaxFileSize file fits).
+	MaxToolArguments int
+	// MaxToolCalls caps the tool calls run per model reply (default 16);
+	// the rest are answered with an error, so the next request stays
+	// bounded.
+	MaxToolCalls int
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
@@ -105,7 +114,15 @@ type Engine struct {
 	closed   bool
 	convs    map[string]*conv
 	awaiting map[string]*pending // approvals waiting, by ID
+	// forgotten are the conversations Forget ended, newest last: bounded,
+	// because a tombstone only has to outlive the requests that checked
+	// ownership before the conversation's row was deleted.
+	forgotten    map[string]bool
+	forgottenIDs []string
 }
+
+// forgottenKept bounds Engine.forgotten.
+const forgottenKept = 4096
 
 // conv is the engine's state of one conversation.
 type conv struct {
@@ -113,6 +130,9 @@ type conv struct {
 
 	mu   sync.Mutex
 	turn *Turn
+	// gone: Forget ended the conversation; no turn starts and event
+	// streams end.
+	gone bool
 	// alwaysAllow: the tools the owner always allows here; nil until
 	// loaded from the Store.
 	alwaysAllow map[string]bool
@@ -156,11 +176,17 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxFileSize <= 0 {
 		cfg.MaxFileSize = 1 << 20
 	}
+	if cfg.MaxToolArguments <= 0 {
+		cfg.MaxToolArguments = int(2*cfg.MaxFileSize) + 64<<10
+	}
+	if cfg.MaxToolCalls <= 0 {
+		cfg.MaxToolCalls = 16
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}}
+	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}, forgotten: map[string]bool{}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if !cfg.NoWorkspaceTools {
 		for _, t := range append(e.shellTools(), e.fileTools()...) {
@@ -204,7 +230,7 @@ func (e *Engine) conv(id string) *conv {
 	defer e.mu.Unlock()
 	c := e.convs[id]
 	if c == nil {
-		c = &conv{id: id, subs: map[chan struct{}]struct{}{}}
+		c = &conv{id: id, subs: map[chan struct{}]struct{}{}, gone: e.forgotten[id]}
 		e.convs[id] = c
 	}
 	return c
@@ -254,15 +280,20 @@ const subscribeBatch = 256
 // after: first those already stored, then new ones as they happen, in
 // order, without gaps or duplicates. The channel is closed when ctx ends
 // (or the Store fails, which is logged; subscribe again from the last Seq
-// received). Each subscriber reads from the Store at its own pace, so a
-// slow one never holds up a turn.
+// received), and when Forget ends the conversation. Each subscriber reads
+// from the Store at its own pace, so a slow one never holds up a turn.
 func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64) <-chan Event {
 	c := e.conv(conversation)
 	wake := make(chan struct{}, 1)
+	out := make(chan Event)
 	c.mu.Lock()
+	gone := c.gone
 	c.subs[wake] = struct{}{}
 	c.mu.Unlock()
-	out := make(chan Event)
+	if gone {
+		close(out)
+		return out
+	}
 	go func() {
 		defer close(out)
 		defer func() {
@@ -292,6 +323,12 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 			select {
 			case <-wake:
 			case <-ctx.Done():
+				return
+			}
+			c.mu.Lock()
+			gone := c.gone
+			c.mu.Unlock()
+			if gone {
 				return
 			}
 		}

@@ -167,6 +167,9 @@ func newHarness(t testing.TB, s *llmtest.Script, configure func(*agentcore.Confi
 		Workspaces: lowers(lower),
 		Layers:     layers,
 		Logger:     slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Tests run a table of calls in one step; TestToolCallCaps
+		// tests the default.
+		MaxToolCalls: 256,
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -28,7 +28,7 @@ const secretEnvPrefix = "CODUMENTOR_SECRET_"
 const minRedact = 4
 
 // substituteSecrets turns the placeholders of command into quoted
-// variable references and returns the environment entries that carry
+// variable references (see placeSecrets) and returns the environment entries that carry
 // the values (from secrets, name → value): the text given to sh never
 // holds a value, and no argv or log line does either.
 func substituteSecrets(command string, secrets map[string]string) (string, []string, error) {
@@ -51,7 +51,11 @@ func substituteSecrets(command string, secrets map[string]string) (string, []str
 	if missing != nil {
 		return "", nil, missing
 	}
-	return secretRef.ReplaceAllString(command, `"$$`+secretEnvPrefix+`$1"`), env, nil
+	text, err := placeSecrets(command, secretRef.FindAllStringSubmatchIndex(command, -1))
+	if err != nil {
+		return "", nil, err
+	}
+	return text, env, nil
 }
 
 func nameList(names []string) string {
@@ -64,7 +68,8 @@ func nameList(names []string) string {
 // redactor replaces every secret value of a user, and its common
 // encodings, with [secret:NAME].
 type redactor struct {
-	r *strings.Replacer // nil: nothing to redact
+	r     *strings.Replacer // nil: nothing to redact
+	forms []string          // the texts r replaces, longest first
 	// wrapped are the forms that encoders wrap into lines (base64 and
 	// base32 at 76 or 64 columns, hex at 60), looked for again with
 	// the line breaks between their characters taken out.
@@ -168,14 +173,16 @@ func newRedactor(secrets map[string]string) *redactor {
 	slices.SortFunc(forms, func(a, b redactForm) int { return len(b.s) - len(a.s) })
 	slices.SortFunc(wrapped, func(a, b redactForm) int { return len(b.s) - len(a.s) })
 	args := make([]string, 0, 2*len(forms))
+	texts := make([]string, 0, len(forms))
 	for _, f := range forms {
 		args = append(args, f.s, "[secret:"+f.name+"]")
+		texts = append(texts, f.s)
 	}
 	var wargs []string
 	for _, f := range wrapped {
 		wargs = append(wargs, f.s, "")
 	}
-	return &redactor{r: strings.NewReplacer(args...), wrapped: wrapped, w: strings.NewReplacer(wargs...)}
+	return &redactor{r: strings.NewReplacer(args...), forms: texts, wrapped: wrapped, w: strings.NewReplacer(wargs...)}
 }
 
 var lowerPercent = regexp.MustCompile(`%[0-9A-F]{2}`)

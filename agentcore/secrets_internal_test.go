@@ -124,7 +124,7 @@ func TestSubstituteSecrets(t *testing.T) {
 		err       string
 	}{
 		{"echo hi", "echo hi", nil, ""},
-		{"curl -H {{secret:A}} x{{secret:B_2}}y {{secret:A}}", `curl -H "$CODUMENTOR_SECRET_A" x"$CODUMENTOR_SECRET_B_2"y "$CODUMENTOR_SECRET_A"`,
+		{"curl -H {{secret:A}} x{{secret:B_2}}y {{secret:A}}", `curl -H "${CODUMENTOR_SECRET_A}" x"${CODUMENTOR_SECRET_B_2}"y "${CODUMENTOR_SECRET_A}"`,
 			[]string{"CODUMENTOR_SECRET_A=va", "CODUMENTOR_SECRET_B_2=vb"}, ""},
 		{"echo {{secret:C}}", "", nil, `unknown secret "C"`},
 		{"echo {{secret:a b}}", "echo {{secret:a b}}", nil, ""}, // not a placeholder
@@ -178,4 +178,56 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
+}
+
+func TestSubstituteSecretsQuoting(t *testing.T) {
+	secrets := map[string]string{"PW": "correct horse battery *", "K": "k-value"}
+	const v, k = `"${CODUMENTOR_SECRET_PW}"`, `"${CODUMENTOR_SECRET_K}"`
+	good := []struct{ in, want string }{
+		{`echo {{secret:PW}}`, `echo ` + v},
+		{`echo "{{secret:PW}}"`, `echo "${CODUMENTOR_SECRET_PW}"`},
+		{`echo "a {{secret:PW}} b"`, `echo "a ${CODUMENTOR_SECRET_PW} b"`},
+		{`echo x{{secret:PW}}y`, `echo x` + v + `y`},
+		{`echo 'a'{{secret:PW}}'b'`, `echo 'a'` + v + `'b'`},
+		{`echo "$(printf %s {{secret:PW}})"`, `echo "$(printf %s ` + v + `)"`},
+		{`echo "$(printf %s "{{secret:PW}}")" {{secret:K}}`, `echo "$(printf %s "${CODUMENTOR_SECRET_PW}")" ` + k},
+		{`echo "\"" {{secret:PW}} "\\" "{{secret:K}}"`, `echo "\"" ` + v + ` "\\" "${CODUMENTOR_SECRET_K}"`},
+		{`echo it\'s {{secret:PW}}`, `echo it\'s ` + v},
+		{"echo hi # it's {{secret:PW}}\necho {{secret:K}}", "echo hi # it's {{secret:PW}}\necho " + k},
+		{"cat <<EOF\nplain\nEOF\necho {{secret:PW}}", "cat <<EOF\nplain\nEOF\necho " + v},
+		{"cat <<-'E' > f; echo {{secret:PW}}\n\tbody\n\tE\necho \"{{secret:K}}\"", "cat <<-'E' > f; echo " + v + "\n\tbody\n\tE\necho \"${CODUMENTOR_SECRET_K}\""},
+		{`x=$((1+2)); echo $x {{secret:PW}}`, `x=$((1+2)); echo $x ` + v},
+		{"x=$((1 << 2))\necho {{secret:PW}}", "x=$((1 << 2))\necho " + v},
+		{`echo ${HOME:-/} {{secret:PW}}`, `echo ${HOME:-/} ` + v},
+	}
+	for _, tt := range good {
+		got, env, err := substituteSecrets(tt.in, secrets)
+		if err != nil || got != tt.want {
+			t.Errorf("substituteSecrets(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			continue
+		}
+		if len(env) == 0 || !strings.HasPrefix(env[0], "CODUMENTOR_SECRET_") {
+			t.Errorf("substituteSecrets(%q): env %q", tt.in, env)
+		}
+	}
+	bad := []struct{ in, want string }{
+		{`echo '{{secret:PW}}'`, "single quotes"},
+		{`echo "it's" '{{secret:PW}}'`, "single quotes"},
+		{`echo $'{{secret:PW}}'`, "single quotes"},
+		{"cat <<EOF\n{{secret:PW}}\nEOF", "here-document"},
+		{"cat <<'EOF'\n{{secret:PW}}\nEOF", "here-document"},
+		{"echo `echo {{secret:PW}}`", "backquotes"},
+		{`echo ${X:-{{secret:PW}}}`, "${"},
+		{`echo ${{secret:PW}}`, "after"},
+		{`echo \{{secret:PW}}`, "after"},
+		{`echo "\{{secret:PW}}"`, "after"},
+		{`echo $(( {{secret:PW}} + 1 ))`, "arithmetic"},
+		{`echo $(case x in x) echo {{secret:PW}};; esac)`, "case"},
+	}
+	for _, tt := range bad {
+		got, _, err := substituteSecrets(tt.in, secrets)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "nothing was run") {
+			t.Errorf("substituteSecrets(%q) = %q, %v; want a refusal naming %q", tt.in, got, err, tt.want)
+		}
+	}
 }

@@ -114,6 +114,15 @@ type Approval struct {
 	// Command is the command line as the model wrote it, with secret
 	// placeholders, never their values.
 	Command string `json:"command"`
+	// Invisible lists the characters of Command that a browser or
+	// terminal would not show as themselves (bidirectional controls,
+	// zero-width and other format or control characters): what a person
+	// reads can differ from what runs, so a UI must show CommandShown
+	// or mark these. Empty for most commands.
+	Invisible []InvisibleChar `json:"invisible,omitempty"`
+	// CommandShown is Command with each Invisible character written as
+	// [U+XXXX]; set only when Invisible is not empty.
+	CommandShown string `json:"command_shown,omitempty"`
 	// Cwd is the working directory inside the sandbox.
 	Cwd        string         `json:"cwd"`
 	Background bool           `json:"background,omitempty"`

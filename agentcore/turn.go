@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
 )
@@ -81,7 +82,7 @@ func (e *Engine) Turn(conversation string) *Turn {
 
 // StartTurn stores the user's message and starts the turn in its own
 // goroutine. It returns ErrTurnInProgress while the conversation has a
-// running turn. ctx bounds only the start; the turn runs until it ends,
+// running turn, and an error wrapping ErrNotFound once Forget ended it. ctx bounds only the start; the turn runs until it ends,
 // is cancelled, or Close.
 func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	if r.User == "" || r.Conversation == "" {
@@ -98,6 +99,11 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		e.wg.Done()
+		return nil, fmt.Errorf("agentcore: conversation %q is deleted: %w", r.Conversation, ErrNotFound)
+	}
 	if c.turn != nil {
 		c.mu.Unlock()
 		e.wg.Done()
@@ -182,7 +188,7 @@ func (e *Engine) run(t *Turn) {
 			err = cause // the time budget
 		}
 		t.log.Warn("turn failed", "err", err)
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": t.red.String(err.Error())})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": capError(t.red.String(err.Error()), maxErrorText)})
 	}
 	t.err = err
 	t.c.mu.Lock()
@@ -205,7 +211,7 @@ func (e *Engine) loop(t *Turn) error {
 		if e.cfg.SystemPrompt != "" {
 			msgs = append([]Message{{Role: RoleSystem, Content: e.cfg.SystemPrompt}}, msgs...)
 		}
-		reply, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
+		reply, refused, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
 		if err != nil {
 			return err
 		}
@@ -216,7 +222,18 @@ func (e *Engine) loop(t *Turn) error {
 			return nil
 		}
 		for i, call := range reply.ToolCalls {
-			result := e.runTool(t, call)
+			if i == e.cfg.MaxToolCalls {
+				// The rest are answered, not run, in one write.
+				var answers []Message
+				for _, rest := range reply.ToolCalls[i:] {
+					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: fmt.Sprintf("error: not run: a step may make at most %d tool calls; make the rest in your next step", e.cfg.MaxToolCalls)})
+				}
+				if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, answers...); err != nil {
+					return fmt.Errorf("storing a tool result: %w", err)
+				}
+				break
+			}
+			result := e.runTool(t, call, refused[call.ID])
 			if ctx.Err() != nil {
 				// The model's history must answer every call it made.
 				var answers []Message
@@ -238,39 +255,102 @@ func (e *Engine) loop(t *Turn) error {
 	}
 }
 
-// stream receives one model reply, emitting its text as it arrives.
-func (e *Engine) stream(t *Turn, req Request) (Message, error) {
+// maxToolName bounds a tool call's name: no tool has a longer one.
+const maxToolName = 128
+
+// stream receives one model reply, emitting its text as it arrives. It
+// returns the calls refused before anything about them is stored (their
+// arguments over MaxToolArguments, or a name no tool can have) by ID:
+// their arguments are dropped.
+func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error) {
 	s, err := e.cfg.LLM.Stream(t.ctx, req)
 	if err != nil {
-		return Message{}, fmt.Errorf("model: %w", err)
+		return Message{}, nil, fmt.Errorf("model: %w", err)
 	}
+	refused := map[string]error{}
 	defer s.Close()
 	reply := Message{Role: RoleAssistant}
 	var text strings.Builder
+	deltas := deltaWriter{red: t.red}
+	emitText := func(s string) {
+		if s != "" {
+			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": s})
+		}
+	}
+	// Next runs in its own goroutine so that text held for coalescing
+	// is shown while the model pauses; it ends at Next's first error,
+	// which the loop below always waits for, so Close follows it.
+	type next struct {
+		ch  Chunk
+		err error
+	}
+	chunks := make(chan next)
+	go func() {
+		for {
+			ch, err := s.Next()
+			chunks <- next{ch, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	pause := time.NewTimer(deltaInterval)
+	pause.Stop()
+	defer pause.Stop()
 	for {
-		ch, err := s.Next()
+		var ch Chunk
+		select {
+		case n := <-chunks:
+			ch, err = n.ch, n.err
+		case <-pause.C:
+			if d, ok := deltas.write("", time.Now()); ok {
+				emitText(d)
+			}
+			continue
+		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return Message{}, fmt.Errorf("model: %w", err)
+			emitText(deltas.flush())
+			return Message{}, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
 		case ch.Text != "":
 			text.WriteString(ch.Text)
-			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": ch.Text})
+			if d, ok := deltas.write(ch.Text, time.Now()); ok {
+				emitText(d)
+			}
+			if deltas.waiting() {
+				pause.Reset(deltaInterval)
+			}
 		case ch.ToolCall != nil:
+			emitText(deltas.flush())
 			tc := *ch.ToolCall
-			if tc.ID == "" {
+			if tc.ID == "" || len(tc.ID) > maxToolName {
 				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
 			}
+			switch {
+			case len(tc.Name) > maxToolName:
+				refused[tc.ID] = fmt.Errorf("a tool name of %d bytes: no tool has a name longer than %d", len(tc.Name), maxToolName)
+				tc.Name, tc.Arguments = capError(tc.Name, maxToolName), "{}"
+			case len(tc.Arguments) > e.cfg.MaxToolArguments:
+				refused[tc.ID] = fmt.Errorf("the arguments are %d bytes; the limit is %d: nothing was run. Split the work into smaller calls (e.g. write a large file in parts)", len(tc.Arguments), e.cfg.MaxToolArguments)
+				tc.Arguments = "{}"
+			}
 			tc.Arguments = t.red.String(tc.Arguments)
+			if len(reply.ToolCalls) >= e.cfg.MaxToolCalls {
+				// Not run (see loop): neither stored nor announced.
+				tc.Arguments = "{}"
+			} else {
+				e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
+			}
 			reply.ToolCalls = append(reply.ToolCalls, tc)
-			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
 		}
 	}
+	emitText(deltas.flush())
 	reply.Content = t.red.String(text.String())
-	return reply, nil
+	return reply, refused, nil
 }
 
 // specs lists the tools for the model; shell's description names the
@@ -281,7 +361,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 		s := tool.Spec()
 		if s.Name == "shell" {
 			names := slices.Sorted(maps.Keys(t.secrets))
-			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, outside single quotes; the value is passed in the environment and never shown): " + nameList(names) + "."
+			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, unquoted or inside double quotes, not in single quotes, backquotes or here-documents; the value is passed in the environment as one word and never shown): " + nameList(names) + "."
 		}
 		specs = append(specs, s)
 	}
@@ -289,26 +369,34 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 }
 
 // runTool runs one call through the approval gate and returns what the
-// model sees: redacted and capped.
-func (e *Engine) runTool(t *Turn, tc ToolCall) string {
+// model sees: redacted and capped. A call refused while it streamed
+// (refusal) is answered with its reason and nothing else happens.
+func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 	ctx := t.ctx
 	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
-	out, err := e.execute(ctx, t, call)
+	out, err := "", refusal
+	if refusal == nil {
+		out, err = e.execute(ctx, t, call)
+	}
+	errText := ""
+	if err != nil {
+		errText = capError(err.Error(), maxErrorText)
+	}
 	if err != nil && errors.Is(err, sandboxkit.ErrUnavailable) {
-		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": err.Error()})
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": errText})
 	}
 	if err != nil {
 		t.log.Info("tool failed", "tool", tc.Name, "err", err)
 		if out != "" && !strings.HasSuffix(out, "\n") {
 			out += "\n"
 		}
-		out += "error: " + err.Error()
+		out += "error: " + errText
 	}
 	out = capOutput(t.red.String(out), e.cfg.MaxOutput)
 	e.emit(t.c, t.ID, t.red, t.log, EventToolOutput, map[string]string{"id": tc.ID, "name": tc.Name, "output": out})
 	fin := map[string]string{"id": tc.ID, "name": tc.Name}
 	if err != nil {
-		fin["error"] = err.Error()
+		fin["error"] = errText
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventToolFinished, fin)
 	return out
@@ -334,6 +422,23 @@ func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, erro
 		call.Action = &a
 	}
 	return tool.Run(ctx, call)
+}
+
+// maxErrorText bounds an error's text in events and tool results.
+const maxErrorText = 1 << 10
+
+// capError makes s valid UTF-8 and cuts it to at most max bytes (plus a
+// note of what was cut), at a character boundary.
+func capError(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… [%d bytes cut]", s[:cut], len(s)-cut)
 }
 
 // capOutput keeps the head and tail of long output.

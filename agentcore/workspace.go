@@ -134,17 +134,35 @@ func hidePaths(err error, lower, layer string) error {
 }
 
 // Forget ends everything the engine holds for a conversation being
-// deleted: its turn is cancelled (and waited for) and its sandbox closed,
-// so its layer can be removed. A later turn in the same ID starts afresh.
+// deleted: its turn is cancelled (and waited for), its sandbox closed, so
+// its layer can be removed, and its event streams end. It is final: call
+// it before deleting the conversation, and StartTurn refuses the ID from
+// then on (ErrNotFound), also for a request that checked ownership before
+// the deletion; so does Subscribe (a closed channel).
 func (e *Engine) Forget(conversation string) {
 	e.mu.Lock()
+	if !e.forgotten[conversation] {
+		e.forgotten[conversation] = true
+		e.forgottenIDs = append(e.forgottenIDs, conversation)
+		if len(e.forgottenIDs) > forgottenKept {
+			delete(e.forgotten, e.forgottenIDs[0])
+			e.forgottenIDs = e.forgottenIDs[1:]
+		}
+	}
 	c := e.convs[conversation]
 	e.mu.Unlock()
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
+	c.gone = true
 	t := c.turn
+	for wake := range c.subs {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	c.mu.Unlock()
 	if t != nil {
 		t.Cancel()

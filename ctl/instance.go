@@ -88,6 +88,13 @@ func checkOwner(dir string) error {
 // openDatabase opens the instance's database, which must exist unless
 // create is set: commands that only read should not leave an empty
 // database behind a mistyped --instance.
+//
+// codumentorctl does not take the instance lock (config.Instance.Lock)
+// that the server holds, so it works beside a running server: its writes
+// (users, secrets rotate --reencrypt) are short transactions under
+// SQLite's own locking that never touch what the server keeps in memory
+// (conversations, turns, approvals), it never runs crash recovery, and gc
+// skips layers a sandbox has locked.
 func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm.DB, error) {
 	if !create {
 		if _, err := os.Stat(inst.Database()); err != nil {

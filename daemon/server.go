@@ -82,7 +82,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkListen(cfg); err != nil {
 		return err
 	}
-
+	// One server per instance, before the database is opened; then the
+	// log and the address, so that a server that cannot serve never runs
+	// recovery.
+	lock, err := inst.Lock()
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	logFile, err := os.OpenFile(inst.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening the log: %w", err)
@@ -93,6 +100,11 @@ func Run(ctx context.Context, o Options) error {
 		out = io.MultiWriter(logFile, o.Stderr)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "codumentor", Level: hclog.LevelFromString(cfg.Log.Level), Output: out, JSONFormat: false})
+	ln, scheme, err := listen(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	if cfg.Auth.JWTSecret == "" {
 		log.Error("*** auth.jwt_secret is not set: secrets are stored in PLAINTEXT and login tokens die with this process. Set auth.jwt_secret (or " + config.EnvJWTSecret + ") to at least 32 random bytes: codumentorctl secrets rotate --instance " + inst.Dir + " writes one. ***")
@@ -111,7 +123,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer s.engine.Close()
-	return s.serve(ctx, cfg, inst, o)
+	return s.serve(ctx, ln, scheme, inst, o)
 }
 
 // server is one running codumentor api.
@@ -259,24 +271,30 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 	return r
 }
 
-func (s *server) serve(ctx context.Context, cfg config.Config, inst config.Instance, o Options) error {
+// listen opens the configured address, with TLS when configured.
+func listen(cfg config.Config, log hclog.Logger) (net.Listener, string, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return nil, "", fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	lo, _ := limits(cfg.Server)
-	lo.Log = s.log.Named("listener").Warn
+	lo.Log = log.Named("listener").Warn
 	ln = connlimit.New(ln, lo)
 	scheme := "http"
 	if cfg.TLS.Enabled() {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("tls: %w", err)
+			return nil, "", fmt.Errorf("tls: %w", err)
 		}
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 		scheme = "https"
 	}
+	return ln, scheme, nil
+}
+
+func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst config.Instance, o Options) error {
+	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	queueDone := make(chan error, 1)

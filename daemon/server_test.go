@@ -122,6 +122,7 @@ func TestOwnershipIs404(t *testing.T) {
 			{"GET", c, ""},
 			{"DELETE", c, ""},
 			{"POST", c + "/messages", `{"content":"hello"}`},
+			{"POST", c + "/cancel", ""},
 			{"GET", c + "/events", ""},
 			{"GET", c + "/approvals", ""},
 			{"POST", c + "/approvals/" + aid, `{"decision":"approve"}`},

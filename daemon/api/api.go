@@ -207,6 +207,7 @@ func (s *Server) routes() {
 	conv.Get("", s.getConversation)
 	conv.Delete("", s.deleteConversation)
 	conv.Post("/messages", s.postMessage)
+	conv.Post("/cancel", s.cancelTurn)
 	conv.Get("/events", s.events)
 	conv.Get("/approvals", s.listApprovals)
 	conv.Post("/approvals/:aid", s.decide)

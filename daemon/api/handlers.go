@@ -205,11 +205,39 @@ func (s *Server) postMessage(c *fiber.Ctx) error {
 		return apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running; wait for its turn_finished event")
 	case errors.Is(err, agentcore.ErrClosed):
 		return apiError(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down; retry shortly")
+	case errors.Is(err, agentcore.ErrNotFound):
+		// Deleted since the ownership check.
+		return errNotFound
 	case err != nil:
 		return err
 	}
 	s.metrics.turns.Inc()
 	return c.Status(http.StatusAccepted).JSON(fiber.Map{"turn_id": t.ID})
+}
+
+// cancelWait bounds how long POST …/cancel waits for the turn to end.
+const cancelWait = 10 * time.Second
+
+// cancelTurn ends the conversation's running turn: its model stream and
+// commands are stopped, a pending approval is withdrawn, and
+// turn_cancelled is its last event. It answers 200 once the turn has
+// ended (202 if it is still ending after cancelWait), 409 without a
+// running turn.
+func (s *Server) cancelTurn(c *fiber.Ctx) error {
+	t := s.d.Engine.Turn(conversation(c).ID)
+	if t == nil {
+		return apiError(http.StatusConflict, "no_turn", "no turn is running in this conversation")
+	}
+	t.Cancel()
+	wait := time.NewTimer(cancelWait)
+	defer wait.Stop()
+	select {
+	case <-t.Done():
+		return c.JSON(fiber.Map{"turn_id": t.ID, "status": "cancelled"})
+	case <-wait.C:
+	case <-c.UserContext().Done():
+	}
+	return c.Status(http.StatusAccepted).JSON(fiber.Map{"turn_id": t.ID, "status": "cancelling"})
 }
 
 // events streams the conversation's events as server-sent events: the

@@ -18,11 +18,18 @@ type eventCache struct {
 	mu    sync.Mutex
 	convs map[string]*eventRun
 	tick  uint64
+	bytes int // eventSize of every event held
 }
 
 type eventRun struct {
 	evs  []agentcore.Event // contiguous Seq, oldest first
 	used uint64
+}
+
+// eventSize is what an event is counted as against cacheBytes: its
+// variable parts plus the fixed ones.
+func eventSize(e agentcore.Event) int {
+	return len(e.Data) + len(e.Type) + len(e.Conversation) + len(e.Turn) + 128
 }
 
 const (
@@ -31,6 +38,11 @@ const (
 	// cacheConversations bounds the conversations kept; the least
 	// recently used one is dropped beyond it.
 	cacheConversations = 1024
+	// cacheBytes bounds the events kept, all conversations together:
+	// beyond it the least recently used conversations are dropped, then
+	// the oldest events of the one being appended to. An event larger
+	// than this is not kept at all.
+	cacheBytes = 64 << 20
 )
 
 func newEventCache() *eventCache { return &eventCache{convs: map[string]*eventRun{}} }
@@ -40,33 +52,69 @@ func (c *eventCache) add(e agentcore.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
+	size := eventSize(e)
 	r := c.convs[e.Conversation]
+	if size > cacheBytes {
+		// Kept nowhere; the run would no longer end at the newest
+		// event, so it goes too.
+		c.removeLocked(e.Conversation)
+		return
+	}
 	if r == nil || len(r.evs) > 0 && r.evs[len(r.evs)-1].Seq+1 != e.Seq {
-		// New, or not contiguous (cannot happen while one process
-		// appends): start over from this event.
-		if r == nil && len(c.convs) >= cacheConversations {
-			c.evictLocked()
+		// New, or not contiguous (after an event too big to keep):
+		// start over from this event.
+		c.removeLocked(e.Conversation)
+		if len(c.convs) >= cacheConversations {
+			c.evictLocked(e.Conversation)
 		}
 		r = &eventRun{}
 		c.convs[e.Conversation] = r
 	}
 	if len(r.evs) == cachePerConversation {
-		copy(r.evs, r.evs[1:])
-		r.evs = r.evs[:len(r.evs)-1]
+		c.dropOldestLocked(r)
 	}
 	r.evs = append(r.evs, e)
+	c.bytes += size
 	r.used = c.tick
+	for c.bytes > cacheBytes && c.evictLocked(e.Conversation) {
+	}
+	for c.bytes > cacheBytes && len(r.evs) > 1 {
+		c.dropOldestLocked(r)
+	}
 }
 
-func (c *eventCache) evictLocked() {
+// dropOldestLocked drops the oldest event of r.
+func (c *eventCache) dropOldestLocked(r *eventRun) {
+	c.bytes -= eventSize(r.evs[0])
+	r.evs[0] = agentcore.Event{}
+	r.evs = r.evs[1:]
+}
+
+// removeLocked drops a conversation's run.
+func (c *eventCache) removeLocked(conversation string) {
+	if r := c.convs[conversation]; r != nil {
+		for _, e := range r.evs {
+			c.bytes -= eventSize(e)
+		}
+		delete(c.convs, conversation)
+	}
+}
+
+// evictLocked drops the least recently used conversation but keep, and
+// reports whether there was one.
+func (c *eventCache) evictLocked(keep string) bool {
 	var oldest string
 	var min uint64
 	for id, r := range c.convs {
-		if oldest == "" || r.used < min {
+		if id != keep && (oldest == "" || r.used < min) {
 			oldest, min = id, r.used
 		}
 	}
-	delete(c.convs, oldest)
+	if oldest == "" {
+		return false
+	}
+	c.removeLocked(oldest)
+	return true
 }
 
 // after returns the cached events with Seq > after, if the cache holds
@@ -93,6 +141,6 @@ func (c *eventCache) after(conversation string, after int64, limit int) ([]agent
 
 func (c *eventCache) drop(conversation string) {
 	c.mu.Lock()
-	delete(c.convs, conversation)
+	c.removeLocked(conversation)
 	c.mu.Unlock()
 }
