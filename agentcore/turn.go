@@ -361,7 +361,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 		s := tool.Spec()
 		if s.Name == "shell" {
 			names := slices.Sorted(maps.Keys(t.secrets))
-			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, unquoted or inside double quotes, not in single quotes, backquotes or here-documents; the value is passed in the environment as one word and never shown): " + nameList(names) + "."
+			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, unquoted or inside double quotes, not in single quotes, backquotes or here-documents; the value reaches the command as one word through its environment, never through your context): " + nameList(names) + "."
 		}
 		specs = append(specs, s)
 	}
