@@ -48,8 +48,9 @@ Without --workspace, the sandbox has no workspace at all: the MCP server profile
 
 The overlay's scratch (work) dir is created fresh in the upper dir's parent, which
 is on the same filesystem as the upper dir and where the overlay check probes, and
-removed after the run. Without --upper, a new temp dir holds upper and work; the
-upper dir's path is printed on stderr and kept.
+removed after the run. UPPER.lock beside the upper dir marks it in use while a
+sandbox runs (one sandbox per upper dir) and stays. Without --upper, a new temp dir
+holds upper and work; the upper dir's path is printed on stderr and kept.
 
 Before starting, the sandbox pre-flight checks run ("codumentorctl check"); when one
 fails nothing runs: exit 125 with the failed check and its remedy.

@@ -31,9 +31,10 @@ func TestExecWorkspaceWritesLandInUpper(t *testing.T) {
 		t.Errorf("upper/f = %q, %v; want %q", b, err, "new\n")
 	}
 	before.Unchanged(t, lower)
-	// The per-run work dir is gone; only the upper dir remains.
-	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper"}) {
-		t.Errorf("upper's parent holds %v, want only upper", got)
+	// The per-run work dir is gone; only the upper dir and its lock file
+	// (overlay.Lock: beside it, so that a chmod inside cannot break it) remain.
+	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper", "upper.lock"}) {
+		t.Errorf("upper's parent holds %v, want only upper and upper.lock", got)
 	}
 	assertNothingLeft(t, lower)
 
@@ -61,8 +62,8 @@ func TestExecTempUpper(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(upper, "made-here")); err != nil || string(b) != "hi\n" {
 		t.Errorf("%s/made-here = %q, %v; want %q", upper, b, err, "hi\n")
 	}
-	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper"}) {
-		t.Errorf("temp dir holds %v, want only upper (work removed)", got)
+	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper", "upper.lock"}) {
+		t.Errorf("temp dir holds %v, want only upper and upper.lock (work removed)", got)
 	}
 	before.Unchanged(t, lower)
 }
@@ -350,9 +351,10 @@ func TestExecUpperInUse(t *testing.T) {
 	if r.code != 125 || !strings.Contains(r.stderr, "in use by another sandbox") {
 		t.Errorf("want exit 125 and an in-use message, got %v", r)
 	}
-	if got := listDir(t, filepath.Dir(upper)); len(got) != 2 {
-		// upper and the first run's work dir; the refused run left none.
-		t.Errorf("upper's parent holds %v, want upper and one work dir", got)
+	if got := listDir(t, filepath.Dir(upper)); len(got) != 3 {
+		// upper, its lock file and the first run's work dir; the refused
+		// run left none.
+		t.Errorf("upper's parent holds %v, want upper, upper.lock and one work dir", got)
 	}
 
 	io.WriteString(stdin, "go\n")
@@ -378,8 +380,8 @@ func TestExecInterruptKillsSandbox(t *testing.T) {
 	}
 	// bwrap and the shell inside are gone (both argvs name the lower dir).
 	assertNothingLeft(t, lower)
-	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper"}) {
-		t.Errorf("upper's parent holds %v, want only upper", got)
+	if got := listDir(t, filepath.Dir(upper)); !slices.Equal(got, []string{"upper", "upper.lock"}) {
+		t.Errorf("upper's parent holds %v, want only upper and upper.lock", got)
 	}
 }
 
