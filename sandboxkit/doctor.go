@@ -28,14 +28,17 @@ const MinBwrapVersion = "0.12.0"
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
-	// "seccomp"; and "main" when the program did not call Main, without
+	// "seccomp", "limits" (with DoctorOptions.Limits); and "main" when the program did not call Main, without
 	// which no sandbox can start.
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says what was found.
 	Detail string `json:"detail"`
-	// Remedy says what to do when the check fails.
+	// Remedy says what to do when the check fails, or warns.
 	Remedy string `json:"remedy,omitempty"`
+	// Warning marks a check that passed with less protection than it
+	// could have ("limits": rlimits only); Remedy says how to get it.
+	Warning bool `json:"warning,omitempty"`
 }
 
 // Report is the Doctor's verdict for one bwrap on one filesystem.
@@ -54,7 +57,11 @@ func (r *Report) Err() error { return r.errFor(true) }
 func (r *Report) errFor(filtered bool) error {
 	for _, c := range r.Checks {
 		if !c.OK && (filtered || c.Name != "seccomp") {
-			return &UnavailableError{Check: c}
+			e := &UnavailableError{Check: c}
+			if c.Name == "limits" {
+				e.err = ErrLimitsUnavailable
+			}
+			return e
 		}
 	}
 	return nil
@@ -68,6 +75,10 @@ type DoctorOptions struct {
 	// will live; the overlay check mounts one there. Empty means
 	// os.TempDir().
 	ProbeDir string
+	// Limits, when set, adds the "limits" check: whether a delegated
+	// cgroup enforces them, "rlimits only" (a warning) if not, a failure
+	// if they Require it. Not cached: delegation may be set up meanwhile.
+	Limits *Limits
 }
 
 // doctorCache holds one Report per (bwrap, probe filesystem) for the life
@@ -80,6 +91,16 @@ var doctorCache struct {
 
 // Doctor runs the pre-flight checks, or returns the cached Report.
 func Doctor(ctx context.Context, o DoctorOptions) *Report {
+	r := doctor(ctx, o)
+	if o.Limits == nil {
+		return r
+	}
+	c := *r
+	c.Checks = append(append([]Check(nil), r.Checks...), limitsCheck(*o.Limits))
+	return &c
+}
+
+func doctor(ctx context.Context, o DoctorOptions) *Report {
 	name := o.Bwrap
 	if name == "" {
 		name = "bwrap"
@@ -114,13 +135,17 @@ func Doctor(ctx context.Context, o DoctorOptions) *Report {
 
 // Available returns nil when p can be sandboxed here, else an
 // *UnavailableError. It is what Run and Session call before starting.
-// The seccomp check counts only for a Policy with a filter.
+// The seccomp check counts only for a Policy with a filter; the limits
+// only when the Policy's Limits.Require them.
 func Available(ctx context.Context, p *Policy) error {
 	o := DoctorOptions{Bwrap: p.Bwrap}
 	if p.Workspace != nil {
 		o.ProbeDir = filepath.Dir(p.Workspace.Upper)
 	}
-	return Doctor(ctx, o).errFor(p.Seccomp != nil)
+	if err := Doctor(ctx, o).errFor(p.Seccomp != nil); err != nil {
+		return err
+	}
+	return limitsErr(p.Limits)
 }
 
 func doctorKey(bwrap, dir string) string {
