@@ -144,10 +144,10 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		policy:  &pc,
 		idle:    o.IdleTimeout,
 		maxJobs: o.MaxJobs,
-		done:   make(chan struct{}),
-		jobs:   map[int]*job{},
-		fg:     map[*sessionCmd]bool{},
-		limits: sl,
+		done:    make(chan struct{}),
+		jobs:    map[int]*job{},
+		fg:      map[*sessionCmd]bool{},
+		limits:  sl,
 		// Released at the end once launched: the group once the sandbox
 		// is gone, then the workspace.
 		unlock: func() error { return errors.Join(sl.close(), unlock()) },
