@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -315,9 +316,10 @@ func (t *Tree) sweep() {
 
 // Group is one sandbox's cgroup.
 type Group struct {
-	t    *Tree
-	name string
-	dirs []string // in the order of the tree's
+	t      *Tree
+	name   string
+	dirs   []string // in the order of the tree's
+	closed atomic.Bool
 }
 
 // New creates a group with limits l. The caller moves the sandbox into it
@@ -491,7 +493,7 @@ const closeWait = 5 * time.Second
 // Close kills what is left in the group and removes it. The sandbox's
 // pid namespace normally took everything with it already.
 func (g *Group) Close() error {
-	if len(g.dirs) == 0 {
+	if len(g.dirs) == 0 || g.closed.Swap(true) {
 		return nil
 	}
 	deadline := time.Now().Add(closeWait)
@@ -531,7 +533,6 @@ func (g *Group) Close() error {
 			break
 		}
 	}
-	g.dirs = nil
 	return errors.Join(errs...)
 }
 
