@@ -71,6 +71,12 @@ type Config struct {
 	// SessionIdle closes a conversation's sandbox after this long without
 	// a command (default 15 min); the next command starts a new one.
 	SessionIdle time.Duration
+	// Limits bound each conversation's sandbox (processes, memory, CPU,
+	// tmpfs, files, disk budget); nil means sandboxkit.DefaultLimits.
+	Limits *sandboxkit.Limits
+	// MaxJobs caps a conversation's running background jobs (default
+	// sandboxkit.DefaultMaxJobs, 8).
+	MaxJobs int
 	// MaxOutput caps the bytes of one tool result sent to the model
 	// (default 32 KiB).
 	MaxOutput int
@@ -337,11 +343,12 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		Bwrap:     e.cfg.Bwrap,
 		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
 		Seccomp:   e.cfg.Seccomp,
+		Limits:    e.cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
-	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle})
+	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
 	if err != nil {
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return nil, fmt.Errorf("%w; nothing was run", err)

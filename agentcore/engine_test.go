@@ -16,6 +16,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -513,5 +514,42 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := h.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: "c"}); !errors.Is(err, agentcore.ErrClosed) {
 		t.Errorf("StartTurn after Close = %v", err)
+	}
+}
+
+// TestSandboxLimitReported: a command stopped by a sandbox limit tells
+// the model which limit, and an event records it; background jobs are
+// capped per conversation.
+func TestSandboxLimitReported(t *testing.T) {
+	l := sandboxkit.DefaultLimits()
+	l.Disk = 16 << 20
+	script := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("c1", "yes > big")}},
+		{Expect: "disk budget (16 MiB) is used up", ToolCalls: []agentcore.ToolCall{
+			{ID: "j1", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
+			{ID: "j2", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
+		}},
+		{Expect: "too many background jobs running: 1 of 1", Text: "Done."},
+	}}
+	h := newHarness(t, script, func(cfg *agentcore.Config) {
+		cfg.ShellAlwaysAllow, cfg.Seccomp, cfg.Limits, cfg.MaxJobs = true, seccomp.Enforce, &l, 1
+	})
+	if err := h.wait(h.start("c", "fill the disk")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if !hasAll(res["c1"], "[exit status 137]", "[sandbox limit: the command was stopped: the workspace's disk budget (16 MiB) is used up") {
+		t.Errorf("shell result %q", res["c1"])
+	}
+	var limits []string
+	for _, ev := range h.store.AllEvents("c") {
+		if ev.Type == agentcore.EventSandboxLimit {
+			var d map[string]string
+			json.Unmarshal(ev.Data, &d)
+			limits = append(limits, d["id"]+":"+d["limit"])
+		}
+	}
+	if !slices.Equal(limits, []string{"c1:disk"}) {
+		t.Errorf("sandbox_limit events %v, want c1:disk", limits)
 	}
 }

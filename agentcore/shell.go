@@ -93,16 +93,43 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	if err == nil {
 		err = cmd.Wait()
 	}
+	limit := ""
+	if cmd != nil && cmd.State != nil && cmd.State.Limit != "" {
+		limit = "\n[" + limitMessage(err, cmd.State.Limit) + "]"
+		e.limitHit(c, cmd.State.Limit, limitMessage(err, cmd.State.Limit))
+	}
 	var ee *sandboxkit.ExitError
+	var le *sandboxkit.LimitError
 	switch {
 	case err == nil:
-		return out.String() + "[exit status 0]", nil
+		return out.String() + "[exit status 0]" + limit, nil
 	case errors.As(err, &ee):
-		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code), nil
+		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
+	case errors.As(err, &le):
+		// Stopped by the disk budget or the timeout, with a limit hit.
+		return out.String() + "[killed]" + limit, nil
 	case ctx.Err() != nil:
 		return out.String(), context.Cause(ctx)
 	}
 	return out.String(), err
+}
+
+// limitMessage says which sandbox limit a command hit, for the model.
+func limitMessage(err error, l sandboxkit.Limit) string {
+	var le *sandboxkit.LimitError
+	if errors.As(err, &le) {
+		return "sandbox limit: " + strings.TrimPrefix(le.Message, "sandboxkit: ")
+	}
+	return "sandbox limit reached: " + string(l)
+}
+
+// limitHit records that a command of call c hit a sandbox limit.
+func (e *Engine) limitHit(c *Call, l sandboxkit.Limit, msg string) {
+	t := c.turn
+	if t == nil {
+		return
+	}
+	e.emit(t.c, t.ID, t.red, t.log, EventSandboxLimit, map[string]string{"id": c.ID, "name": c.Name, "limit": string(l), "message": msg})
 }
 
 // jobTool is shell_output or shell_kill.
@@ -131,6 +158,9 @@ func jobState(s *sandboxkit.Session, id int) string {
 		if j.ID == id {
 			if j.Running {
 				return "running"
+			}
+			if j.Limit != "" {
+				return fmt.Sprintf("exited with status %d; sandbox limit: %s", j.ExitCode, strings.TrimPrefix(j.LimitMessage, "sandboxkit: "))
 			}
 			return fmt.Sprintf("exited with status %d", j.ExitCode)
 		}
