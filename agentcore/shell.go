@@ -95,8 +95,9 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	}
 	limit := ""
 	if cmd != nil && cmd.State != nil && cmd.State.Limit != "" {
-		limit = "\n[" + limitMessage(err, cmd.State.Limit) + "]"
-		e.limitHit(c, cmd.State.Limit, limitMessage(err, cmd.State.Limit))
+		msg := "sandbox limit: " + cmd.State.LimitMessage
+		limit = "\n[" + msg + "]"
+		e.limitHit(c, cmd.State.Limit, msg)
 	}
 	var ee *sandboxkit.ExitError
 	var le *sandboxkit.LimitError
@@ -112,15 +113,6 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		return out.String(), context.Cause(ctx)
 	}
 	return out.String(), err
-}
-
-// limitMessage says which sandbox limit a command hit, for the model.
-func limitMessage(err error, l sandboxkit.Limit) string {
-	var le *sandboxkit.LimitError
-	if errors.As(err, &le) {
-		return "sandbox limit: " + strings.TrimPrefix(le.Message, "sandboxkit: ")
-	}
-	return "sandbox limit reached: " + string(l)
 }
 
 // limitHit records that a command of call c hit a sandbox limit.
@@ -160,7 +152,7 @@ func jobState(s *sandboxkit.Session, id int) string {
 				return "running"
 			}
 			if j.Limit != "" {
-				return fmt.Sprintf("exited with status %d; sandbox limit: %s", j.ExitCode, strings.TrimPrefix(j.LimitMessage, "sandboxkit: "))
+				return fmt.Sprintf("exited with status %d; sandbox limit: %s", j.ExitCode, j.LimitMessage)
 			}
 			return fmt.Sprintf("exited with status %d", j.ExitCode)
 		}

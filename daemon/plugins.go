@@ -32,8 +32,14 @@ var plugins = map[string]plugin{
 func startWorkspaceIsolation(ctx context.Context, s *server, cfg config.Config) error {
 	s.queue.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(s.layers, cfg.Sandbox.WorkspaceTTL.Std()))
 	s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
-	if err := sandboxReport(ctx, s, cfg).Err(); err != nil {
+	rep := sandboxReport(ctx, s, cfg)
+	if err := rep.Err(); err != nil {
 		s.log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", err)
+	}
+	for _, c := range rep.Checks {
+		if c.Name == "limits" && c.OK && c.Warning {
+			s.log.Warn("sandbox limits: "+c.Detail, "fix", c.Remedy)
+		}
 	}
 	return nil
 }
@@ -53,5 +59,17 @@ func workspaceIsolationChecks(ctx context.Context, s *server, cfg config.Config)
 }
 
 func sandboxReport(ctx context.Context, s *server, cfg config.Config) *sandboxkit.Report {
-	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base()})
+	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base(), Limits: new(cfg.Sandbox.SandboxLimits())})
+}
+
+// limitsWarnings is "limits: rlimits only" with its remedy when the
+// sandbox limits check passed without a delegated cgroup.
+func limitsWarnings(checks []api.Check) []string {
+	var out []string
+	for _, c := range checks {
+		if c.Name == "sandbox/limits" && c.OK && c.Remedy != "" {
+			out = append(out, "limits: "+c.Detail+"; fix: "+c.Remedy)
+		}
+	}
+	return out
 }

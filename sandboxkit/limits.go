@@ -107,7 +107,8 @@ type LimitError struct {
 func (e *LimitError) Error() string { return e.Message }
 func (e *LimitError) Unwrap() error { return e.Err }
 
-func (l Limits) validate() error {
+// Validate reports a limit that is negative or too small for a sandbox to start.
+func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64

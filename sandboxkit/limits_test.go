@@ -58,7 +58,7 @@ func TestLimitsValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := DefaultLimits().validate(); err != nil {
+	if err := DefaultLimits().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 }

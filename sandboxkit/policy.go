@@ -366,7 +366,7 @@ func (p *Policy) validate() error {
 			return err
 		}
 	}
-	if err := p.Limits.validate(); err != nil {
+	if err := p.Limits.Validate(); err != nil {
 		return err
 	}
 	if p.Seccomp != nil {

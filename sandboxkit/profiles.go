@@ -84,7 +84,7 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 	if o.Limits != nil {
 		p.Limits = *o.Limits
 	}
-	if err := p.Limits.validate(); err != nil {
+	if err := p.Limits.Validate(); err != nil {
 		return nil, err
 	}
 	mode, err := seccomp.ParseMode(string(o.Seccomp))

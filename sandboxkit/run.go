@@ -84,7 +84,9 @@ type State struct {
 	// the out-of-memory killer struck, a fork was refused, or the disk
 	// budget stopped it. In a Session the cgroup is the session's, so a
 	// limit hit by a background job running meanwhile shows here too.
-	Limit Limit
+	// LimitMessage says what it means and what to do, for the model.
+	Limit        Limit
+	LimitMessage string
 }
 
 // Command returns a Cmd that runs argv under p. The context kills the
@@ -281,8 +283,8 @@ func (c *Cmd) Wait() error {
 	if err := c.unlock(); err != nil {
 		waitErr = err
 	}
-	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit}
 	lim := c.Policy.Limits
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit, LimitMessage: lim.message(hit, used)}
 	switch {
 	case killed != nil:
 		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: sandbox killed: %w", killed))

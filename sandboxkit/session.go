@@ -503,9 +503,9 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 		hit = LimitDisk
 	}
 	s.end()
-	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit}
-	p := rc.proc
 	lim := s.policy.Limits
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit, LimitMessage: lim.message(hit, used)}
+	p := rc.proc
 	switch {
 	case p.err != nil:
 		return p.err
@@ -617,7 +617,7 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		if j.diskUsed > 0 {
 			hit = LimitDisk
 		}
-		if hit != "" && (p.err != nil || p.code != 0) {
+		if hit != "" {
 			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.diskUsed)
 		}
 		s.mu.Unlock()
