@@ -20,6 +20,9 @@ type checkOptions struct {
 	workspaceBase string
 	// instance, when set, adds the instance directory's checks.
 	instance string
+	// limits are the sandbox limits checked ("limits": a delegated
+	// cgroup, or rlimits only): the instance's, else the defaults.
+	limits sandboxkit.Limits
 }
 
 // checkSources produce the checks of `codumentorctl check`, in order.
@@ -41,7 +44,7 @@ type checkReport struct {
 
 func sandboxChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	// A copy: the Doctor caches its Report, and later sources append.
-	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase})
+	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase, Limits: &o.limits})
 	rep.Checks = slices.Clone(rep.Checks)
 	r.Report = &rep
 }
@@ -53,7 +56,9 @@ func checkCommand() *cli.Command {
 		Description: "Runs the sandbox pre-flight checks (the same the server runs before starting any\n" +
 			"sandbox): bwrap present, version >= " + sandboxkit.MinBwrapVersion + ", not setuid, user namespaces,\n" +
 			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace,\n" +
-			"and this architecture's seccomp filters (digests verified, the enforce filter loaded).\n" +
+			"and this architecture's seccomp filters (digests verified, the enforce filter loaded),\n" +
+			"and the resource limits: a cgroup subtree delegated to this user, or a warning\n" +
+			"(\"limits: rlimits only\", not a failure unless sandbox.require_limits is set).\n" +
 			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
@@ -79,14 +84,17 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance")}
+	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: sandboxkit.DefaultLimits()}
 	if o.instance != "" {
 		// Check the sandbox the server will run: its bwrap, and overlays on
 		// the filesystem of its workspaces. A config that does not load is
 		// reported by the instance's config check.
 		inst := config.Instance{Dir: o.instance}
-		if cfg, err := inst.Load(""); err == nil && o.bwrap == "" {
-			o.bwrap = cfg.Sandbox.Bwrap
+		if cfg, err := inst.Load(""); err == nil {
+			if o.bwrap == "" {
+				o.bwrap = cfg.Sandbox.Bwrap
+			}
+			o.limits = cfg.Sandbox.SandboxLimits()
 		}
 		if o.workspaceBase == "" {
 			o.workspaceBase = inst.WorkspacesDir()
@@ -142,11 +150,14 @@ func printChecks(out io.Writer, r *checkReport) {
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
 	for _, c := range r.Checks {
 		status := "ok"
-		if !c.OK {
+		switch {
+		case !c.OK:
 			status = "FAIL"
+		case c.Warning:
+			status = "WARN"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, oneLine(c.Detail))
-		if !c.OK && c.Remedy != "" {
+		if (!c.OK || c.Warning) && c.Remedy != "" {
 			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Remedy)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,7 +93,8 @@ var doctorCache struct {
 // Doctor runs the pre-flight checks, or returns the cached Report.
 func Doctor(ctx context.Context, o DoctorOptions) *Report {
 	r := doctor(ctx, o)
-	if o.Limits == nil {
+	// Like every check, it runs only when those before it passed.
+	if o.Limits == nil || slices.ContainsFunc(r.Checks, func(c Check) bool { return !c.OK }) {
 		return r
 	}
 	c := *r
