@@ -65,7 +65,7 @@ func TestLimitsValidate(t *testing.T) {
 
 // requireCgroups returns the delegated tree, skipping (failing under
 // CI) without one: scripts/install-prereqs delegates it to the test user.
-func requireCgroups(t *testing.T) *cgroup.Tree {
+func requireCgroups(t testing.TB) *cgroup.Tree {
 	t.Helper()
 	requireSandbox(t)
 	tr, err := cgroupTree("")
