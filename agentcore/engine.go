@@ -124,6 +124,8 @@ type conv struct {
 	// loaded from the Store.
 	alwaysAllow map[string]bool
 	subs        map[chan struct{}]struct{}
+	// limitSeen: background jobs whose limit has had its event.
+	limitSeen map[string]bool
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order
 

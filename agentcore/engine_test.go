@@ -529,7 +529,13 @@ func TestSandboxLimitReported(t *testing.T) {
 			{ID: "j1", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
 			{ID: "j2", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
 		}},
-		{Expect: "too many background jobs running: 1 of 1", Text: "Done."},
+		{Expect: "too many background jobs running: 1 of 1", ToolCalls: []agentcore.ToolCall{
+			{ID: "k1", Name: "shell_kill", Arguments: `{"job":1}`},
+			{ID: "b1", Name: "shell", Arguments: `{"command":"yes > big2","background":true}`},
+		}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("w1", "sleep 2")}},
+		{ToolCalls: []agentcore.ToolCall{{ID: "o1", Name: "shell_kill", Arguments: `{"job":2}`}, {ID: "o2", Name: "shell_output", Arguments: `{"job":2}`}}},
+		{Expect: "sandbox limit: the command was stopped", Text: "Done."},
 	}}
 	h := newHarness(t, script, func(cfg *agentcore.Config) {
 		cfg.ShellAlwaysAllow, cfg.Seccomp, cfg.Limits, cfg.MaxJobs = true, seccomp.Enforce, &l, 1
@@ -549,7 +555,15 @@ func TestSandboxLimitReported(t *testing.T) {
 			limits = append(limits, d["id"]+":"+d["limit"])
 		}
 	}
-	if !slices.Equal(limits, []string{"c1:disk"}) {
-		t.Errorf("sandbox_limit events %v, want c1:disk", limits)
+	// The background job's limit: in its output, one event.
+	// shell_kill returns once the job's end is known.
+	if !hasAll(res["o1"], "job 2 exited with status 137; sandbox limit: the command was stopped: the workspace's disk budget (16 MiB)") || !hasAll(res["o2"], "[job 2 exited with status 137; sandbox limit") {
+		t.Errorf("shell_kill %q, shell_output %q", res["o1"], res["o2"])
+	}
+	// Every command running when the budget is crossed is stopped (which
+	// one wrote is not known): the foreground sleep too, if it had started
+	// by then. o2 reads the same job again: no second event.
+	if !slices.Equal(limits, []string{"c1:disk", "w1:disk", "o1:disk"}) && !slices.Equal(limits, []string{"c1:disk", "o1:disk"}) {
+		t.Errorf("sandbox_limit events %v, want c1:disk [w1:disk] o1:disk", limits)
 	}
 }

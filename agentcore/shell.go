@@ -142,7 +142,33 @@ func (j *jobTool) Run(ctx context.Context, c *Call) (string, error) {
 	if s == nil {
 		return "", fmt.Errorf("%w: %d (no background job was started in this conversation's sandbox)", sandboxkit.ErrNoJob, a.Job)
 	}
-	return j.run(s, a.Job)
+	out, err := j.run(s, a.Job)
+	if err == nil {
+		j.e.jobLimitHit(c, s, a.Job)
+	}
+	return out, err
+}
+
+// jobLimitHit records, once per job, that a background job ended by a
+// sandbox limit: when a job tool first shows that end.
+func (e *Engine) jobLimitHit(c *Call, s *sandboxkit.Session, id int) {
+	for _, j := range s.Jobs() {
+		if j.ID != id || j.Limit == "" {
+			continue
+		}
+		cv := e.conv(c.Conversation)
+		key := fmt.Sprintf("%p/%d", s, id)
+		cv.mu.Lock()
+		seen := cv.limitSeen[key]
+		if cv.limitSeen == nil {
+			cv.limitSeen = map[string]bool{}
+		}
+		cv.limitSeen[key] = true
+		cv.mu.Unlock()
+		if !seen {
+			e.limitHit(c, j.Limit, "sandbox limit: "+j.LimitMessage)
+		}
+	}
 }
 
 func jobState(s *sandboxkit.Session, id int) string {
