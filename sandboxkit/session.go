@@ -152,12 +152,14 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		// is gone, then the workspace.
 		unlock: func() error { return errors.Join(sl.close(), unlock()) },
 	}
-	if err := s.launch(); err != nil {
-		s.unlock()
-		return nil, err
-	}
+	// Before launch: the session's end closes it.
 	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
 		s.disk = watchDisk(w, budget, s.running, s.overDisk)
+	}
+	if err := s.launch(); err != nil {
+		s.disk.close()
+		s.unlock()
+		return nil, err
 	}
 
 	timer := time.NewTimer(sessionStartTimeout)
