@@ -70,6 +70,12 @@ type Config struct {
 	// SessionIdle closes a conversation's sandbox after this long without
 	// a command (default 15 min); the next command starts a new one.
 	SessionIdle time.Duration
+	// Limits bound each conversation's sandbox (processes, memory, CPU,
+	// tmpfs, files, disk budget); nil means sandboxkit.DefaultLimits.
+	Limits *sandboxkit.Limits
+	// MaxJobs caps a conversation's running background jobs (default
+	// sandboxkit.DefaultMaxJobs, 8).
+	MaxJobs int
 	// MaxOutput caps the bytes of one tool result sent to the model
 	// (default 32 KiB).
 	MaxOutput int
@@ -137,6 +143,8 @@ type conv struct {
 	// loaded from the Store.
 	alwaysAllow map[string]bool
 	subs        map[chan struct{}]struct{}
+	// limitSeen: background jobs whose limit has had its event.
+	limitSeen map[string]bool
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order
 
@@ -370,11 +378,12 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		Bwrap:     e.cfg.Bwrap,
 		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
 		Seccomp:   e.cfg.Seccomp,
+		Limits:    e.cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
-	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle})
+	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
 	if err != nil {
 		err = hidePaths(err, lower, layer.Dir)
 		if errors.Is(err, sandboxkit.ErrUnavailable) {

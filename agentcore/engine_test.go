@@ -16,6 +16,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -513,5 +514,56 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := h.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: "c"}); !errors.Is(err, agentcore.ErrClosed) {
 		t.Errorf("StartTurn after Close = %v", err)
+	}
+}
+
+// TestSandboxLimitReported: a command stopped by a sandbox limit tells
+// the model which limit, and an event records it; background jobs are
+// capped per conversation.
+func TestSandboxLimitReported(t *testing.T) {
+	l := sandboxkit.DefaultLimits()
+	l.Disk = 16 << 20
+	script := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("c1", "yes > big")}},
+		{Expect: "disk budget (16 MiB) is used up", ToolCalls: []agentcore.ToolCall{
+			{ID: "j1", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
+			{ID: "j2", Name: "shell", Arguments: `{"command":"sleep 60","background":true}`},
+		}},
+		{Expect: "too many background jobs running: 1 of 1", ToolCalls: []agentcore.ToolCall{
+			{ID: "k1", Name: "shell_kill", Arguments: `{"job":1}`},
+			{ID: "b1", Name: "shell", Arguments: `{"command":"yes > big2","background":true}`},
+		}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("w1", "sleep 2")}},
+		{ToolCalls: []agentcore.ToolCall{{ID: "o1", Name: "shell_kill", Arguments: `{"job":2}`}, {ID: "o2", Name: "shell_output", Arguments: `{"job":2}`}}},
+		{Expect: "sandbox limit: the command was stopped", Text: "Done."},
+	}}
+	h := newHarness(t, script, func(cfg *agentcore.Config) {
+		cfg.ShellAlwaysAllow, cfg.Seccomp, cfg.Limits, cfg.MaxJobs = true, seccomp.Enforce, &l, 1
+	})
+	if err := h.wait(h.start("c", "fill the disk")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if !hasAll(res["c1"], "[exit status 137]", "[sandbox limit: the command was stopped: the workspace's disk budget (16 MiB) is used up") {
+		t.Errorf("shell result %q", res["c1"])
+	}
+	var limits []string
+	for _, ev := range h.store.AllEvents("c") {
+		if ev.Type == agentcore.EventSandboxLimit {
+			var d map[string]string
+			json.Unmarshal(ev.Data, &d)
+			limits = append(limits, d["id"]+":"+d["limit"])
+		}
+	}
+	// The background job's limit: in its output, one event.
+	// shell_kill returns once the job's end is known.
+	if !hasAll(res["o1"], "job 2 exited with status 137; sandbox limit: the command was stopped: the workspace's disk budget (16 MiB)") || !hasAll(res["o2"], "[job 2 exited with status 137; sandbox limit") {
+		t.Errorf("shell_kill %q, shell_output %q", res["o1"], res["o2"])
+	}
+	// Every command running when the budget is crossed is stopped (which
+	// one wrote is not known): the foreground sleep too, if it had started
+	// by then. o2 reads the same job again: no second event.
+	if !slices.Equal(limits, []string{"c1:disk", "w1:disk", "o1:disk"}) && !slices.Equal(limits, []string{"c1:disk", "o1:disk"}) {
+		t.Errorf("sandbox_limit events %v, want c1:disk [w1:disk] o1:disk", limits)
 	}
 }

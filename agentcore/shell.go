@@ -94,16 +94,35 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	if err == nil {
 		err = cmd.Wait()
 	}
+	limit := ""
+	if cmd != nil && cmd.State != nil && cmd.State.Limit != "" {
+		msg := "sandbox limit: " + cmd.State.LimitMessage
+		limit = "\n[" + msg + "]"
+		e.limitHit(c, cmd.State.Limit, msg)
+	}
 	var ee *sandboxkit.ExitError
+	var le *sandboxkit.LimitError
 	switch {
 	case err == nil:
-		return out.String() + "[exit status 0]", nil
+		return out.String() + "[exit status 0]" + limit, nil
 	case errors.As(err, &ee):
-		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code), nil
+		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
+	case errors.As(err, &le):
+		// Stopped by the disk budget or the timeout, with a limit hit.
+		return out.String() + "[killed]" + limit, nil
 	case ctx.Err() != nil:
 		return out.String(), context.Cause(ctx)
 	}
 	return out.String(), err
+}
+
+// limitHit records that a command of call c hit a sandbox limit.
+func (e *Engine) limitHit(c *Call, l sandboxkit.Limit, msg string) {
+	t := c.turn
+	if t == nil {
+		return
+	}
+	e.emit(t.c, t.ID, t.red, t.log, EventSandboxLimit, map[string]string{"id": c.ID, "name": c.Name, "limit": string(l), "message": msg})
 }
 
 // jobTool is shell_output or shell_kill.
@@ -124,7 +143,33 @@ func (j *jobTool) Run(ctx context.Context, c *Call) (string, error) {
 	if s == nil {
 		return "", fmt.Errorf("%w: %d (no background job was started in this conversation's sandbox)", sandboxkit.ErrNoJob, a.Job)
 	}
-	return j.run(s, a.Job)
+	out, err := j.run(s, a.Job)
+	if err == nil {
+		j.e.jobLimitHit(c, s, a.Job)
+	}
+	return out, err
+}
+
+// jobLimitHit records, once per job, that a background job ended by a
+// sandbox limit: when a job tool first shows that end.
+func (e *Engine) jobLimitHit(c *Call, s *sandboxkit.Session, id int) {
+	for _, j := range s.Jobs() {
+		if j.ID != id || j.Limit == "" {
+			continue
+		}
+		cv := e.conv(c.Conversation)
+		key := fmt.Sprintf("%p/%d", s, id)
+		cv.mu.Lock()
+		seen := cv.limitSeen[key]
+		if cv.limitSeen == nil {
+			cv.limitSeen = map[string]bool{}
+		}
+		cv.limitSeen[key] = true
+		cv.mu.Unlock()
+		if !seen {
+			e.limitHit(c, j.Limit, "sandbox limit: "+j.LimitMessage)
+		}
+	}
 }
 
 func jobState(s *sandboxkit.Session, id int) string {
@@ -132,6 +177,9 @@ func jobState(s *sandboxkit.Session, id int) string {
 		if j.ID == id {
 			if j.Running {
 				return "running"
+			}
+			if j.Limit != "" {
+				return fmt.Sprintf("exited with status %d; sandbox limit: %s", j.ExitCode, j.LimitMessage)
 			}
 			return fmt.Sprintf("exited with status %d", j.ExitCode)
 		}

@@ -55,6 +55,7 @@ const (
 	EventToolOutput         = "tool_output"         // {"id","name","output"}
 	EventToolFinished       = "tool_finished"       // {"id","name","error"?}
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
+	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}

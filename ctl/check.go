@@ -20,6 +20,9 @@ type checkOptions struct {
 	workspaceBase string
 	// instance, when set, adds the instance directory's checks.
 	instance string
+	// limits are the sandbox limits checked ("limits": a delegated
+	// cgroup, or rlimits only): the instance's, else the defaults.
+	limits sandboxkit.Limits
 }
 
 // checkSources produce the checks of `codumentorctl check`, in order.
@@ -41,7 +44,7 @@ type checkReport struct {
 
 func sandboxChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	// A copy: the Doctor caches its Report, and later sources append.
-	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase})
+	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase, Limits: &o.limits})
 	rep.Checks = slices.Clone(rep.Checks)
 	r.Report = &rep
 }
@@ -53,9 +56,11 @@ func checkCommand() *cli.Command {
 		Description: "Runs the sandbox pre-flight checks (the same the server runs before starting any\n" +
 			"sandbox): bwrap present, version >= " + sandboxkit.MinBwrapVersion + ", not setuid, user namespaces,\n" +
 			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace,\n" +
-			"and this architecture's seccomp filters (digests verified, the enforce filter loaded);\n" +
-			"then, advisory (WARN, not a failure), Landlock's abstract UNIX socket scope, without\n" +
-			"which sandboxes that share the host network reach the host's abstract sockets.\n" +
+			"and this architecture's seccomp filters (digests verified, the enforce filter loaded),\n" +
+			"and the resource limits: a cgroup subtree delegated to this user, or a warning\n" +
+			"(\"limits: rlimits only\", not a failure unless sandbox.require_limits is set);\n" +
+			"and Landlock's abstract UNIX socket scope, without which sandboxes that share the\n" +
+			"host network reach the host's abstract sockets (a warning, not a failure).\n" +
 			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
@@ -64,7 +69,7 @@ func checkCommand() *cli.Command {
 			"With --instance DIR it also checks the server's instance directory (modes,\n" +
 			"config.yaml, auth.jwt_secret, the database in WAL mode), without changing it, and\n" +
 			"runs the sandbox checks with its sandbox.bwrap and on its workspaces' filesystem.\n" +
-			"Every check but an advisory one is required: exit status 1 when any fails.",
+			"Every check is required (a warning is not a failure): exit status 1 when any fails.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "probe", Usage: "also run the seccomp probe suite and print its matrix"},
@@ -82,14 +87,17 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance")}
+	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: sandboxkit.DefaultLimits()}
 	if o.instance != "" {
 		// Check the sandbox the server will run: its bwrap, and overlays on
 		// the filesystem of its workspaces. A config that does not load is
 		// reported by the instance's config check.
 		inst := config.Instance{Dir: o.instance}
-		if cfg, err := inst.Load(""); err == nil && o.bwrap == "" {
-			o.bwrap = cfg.Sandbox.Bwrap
+		if cfg, err := inst.Load(""); err == nil {
+			if o.bwrap == "" {
+				o.bwrap = cfg.Sandbox.Bwrap
+			}
+			o.limits = cfg.Sandbox.SandboxLimits()
 		}
 		if o.workspaceBase == "" {
 			o.workspaceBase = inst.WorkspacesDir()
@@ -101,7 +109,7 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 	}
 	var failed []string
 	for _, c := range r.Checks {
-		if !c.OK && !c.Advisory {
+		if !c.OK {
 			failed = append(failed, c.Name)
 		}
 	}
@@ -146,18 +154,18 @@ func printChecks(out io.Writer, r *checkReport) {
 	for _, c := range r.Checks {
 		status := "ok"
 		switch {
-		case !c.OK && c.Advisory:
-			status = "WARN"
 		case !c.OK:
 			status = "FAIL"
+		case c.Warning:
+			status = "WARN"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, oneLine(c.Detail))
-		if !c.OK && c.Remedy != "" {
+		if (!c.OK || c.Warning) && c.Remedy != "" {
 			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Remedy)
 		}
 	}
 	tw.Flush()
-	if !slices.ContainsFunc(r.Checks, func(c sandboxkit.Check) bool { return !c.OK && !c.Advisory }) {
+	if !slices.ContainsFunc(r.Checks, func(c sandboxkit.Check) bool { return !c.OK }) {
 		fmt.Fprintln(out, "\nall checks passed")
 	} else {
 		fmt.Fprintln(out, "\ncheck failed: fix the failed checks above (the sandbox checks after a failed one do not run)")

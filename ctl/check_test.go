@@ -37,7 +37,7 @@ func TestCheckPassesHere(t *testing.T) {
 			t.Errorf("check %s failed: %s", c.Name, c.Detail)
 		}
 	}
-	for _, name := range []string{"bwrap", "bwrap-version", "bwrap-not-setuid", "userns", "proc", "overlay", "loopback", "seccomp"} {
+	for _, name := range []string{"bwrap", "bwrap-version", "bwrap-not-setuid", "userns", "proc", "overlay", "loopback", "seccomp", "limits"} {
 		if !got[name] {
 			t.Errorf("check %s missing or failed", name)
 		}

@@ -83,6 +83,7 @@ func New() *cli.Command {
 			usersCommand(),
 			secretsCommand(),
 			gcCommand(),
+			setupCgroupsCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

@@ -81,7 +81,7 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 	r.AbstractUnix = sandboxkit.ProbeAbstractUnix(ctx, p)
 	for _, c := range r.AbstractUnix {
 		// Where the kernel cannot scope them, the exposure is the
-		// Doctor's advisory landlock check, shown as WARN.
+		// Doctor's landlock check, a warning (WARN).
 		if !c.OK && sandboxkit.AbstractUnixScoped() {
 			r.Failures = append(r.Failures, fmt.Sprintf("shared network: %s: %s", c.Name, c.Detail))
 		}

@@ -95,6 +95,12 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 	fmt.Fprint(out, "# Each bwrap is started with an empty environment and only the descriptors listed,\n"+
 		"# by sandboxkit's spawner, as pid 1 of a pid namespace of its own: when bwrap dies,\n"+
 		"# at any moment, the kernel kills everything in its sandbox.\n")
+	d := sandboxkit.DefaultLimits()
+	// Nor the limits outside the argv (defaults; the server's sandbox.limits).
+	fmt.Fprintf(out, "# Each runs in a cgroup of its own (pids %d, memory %d MiB without swap, cpu %g) when\n"+
+		"# one is delegated, with hard rlimits set by the spawner (file size %d MiB, open files %d,\n"+
+		"# no core dumps) and a disk budget of %d MiB on its workspace's changes.\n",
+		d.Pids, d.Memory>>20, d.CPU, d.FileSize>>20, d.OpenFiles, d.Disk>>20)
 	for i, n := range names {
 		fmt.Fprintf(out, "\n# profile %s\n", n)
 		printArgv(out, launches[i])

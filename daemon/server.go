@@ -209,6 +209,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
 		NoWorkspaceTools: !isolation,
+		Limits:           new(cfg.Sandbox.SandboxLimits()),
+		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 	})
 	if err != nil {
 		return nil, err
@@ -268,6 +270,7 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 	if cfg.LLM.BaseURL == "" {
 		r.Warnings = append(r.Warnings, "llm.base_url is not set: turns fail until a model endpoint is configured")
 	}
+	r.Warnings = append(r.Warnings, sandboxWarnings(r.Checks)...)
 	return r
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -179,8 +180,9 @@ type proc struct {
 }
 
 // startProc asks the supervisor to start argv with files as descriptors
-// 0, 1, 2, ..., and waits until it has.
-func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir string, files []*os.File) (*proc, error) {
+// 0, 1, 2, ..., and waits until it has. join, for the spawner only, puts
+// the process in its cgroup.
+func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir string, files []*os.File, join *cgroup.Join) (*proc, error) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -190,7 +192,13 @@ func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir strin
 	p := &proc{id: c.nextID, started: make(chan struct{}), done: make(chan struct{})}
 	c.procs[p.id] = p
 	c.mu.Unlock()
-	if err := c.send(ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}, files); err != nil {
+	req := ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}
+	if join != nil {
+		cg := join.Files()
+		files = append(slices.Clip(files), cg...)
+		req.Cgroup, req.CgroupV2 = len(cg), join.Version == cgroup.V2
+	}
+	if err := c.send(req, files); err != nil {
 		c.mu.Lock()
 		closing := c.closing
 		delete(c.procs, p.id)
@@ -238,7 +246,7 @@ func (c *ctlClient) send(req ctlRequest, files []*os.File) error {
 		}
 		defer blob.Close()
 		files = append(slices.Clip(files), blob)
-		b, _ = json.Marshal(ctlRequest{Op: req.Op, ID: req.ID, Blob: true})
+		b, _ = json.Marshal(ctlRequest{Op: req.Op, ID: req.ID, Blob: true, Cgroup: req.Cgroup, CgroupV2: req.CgroupV2})
 	}
 	if len(files) > maxRequestFds {
 		return fmt.Errorf("sandboxkit: %d descriptors for one command, more than %d", len(files), maxRequestFds)
@@ -271,6 +279,9 @@ func (c *ctlClient) send(req ctlRequest, files []*os.File) error {
 // supervisor with the host's stdio: the pipes and their copying, the
 // context that kills it, and waiting for its end.
 type remoteCmd struct {
+	// join, set before start, puts a bwrap started by the spawner in its
+	// sandbox's cgroup.
+	join      *cgroup.Join
 	proc      *proc
 	watchDone chan struct{}
 	killErr   error // why it was killed; written before watchDone closes
@@ -355,7 +366,7 @@ func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string
 		return err
 	}
 
-	p, err := c.startProc(ctx, argv, env, dir, append([]*os.File{in, out, errf}, extra...))
+	p, err := c.startProc(ctx, argv, env, dir, append([]*os.File{in, out, errf}, extra...), rc.join)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,16 @@
 // The sandbox dies with the process that started it, at any moment, even
 // while bwrap is still setting it up.
 //
+// What it may consume. Policy.Limits (profiles: DefaultLimits) puts each
+// Run and each Session in a cgroup of its own under a subtree delegated to
+// the service user (package cgroup): a fork bomb stops at its pids limit,
+// an allocation beyond its memory is OOM-killed inside it, its CPU is a
+// quota. /tmp and HOME are sized tmpfs; file size, open files and core
+// dumps are hard rlimits; a disk budget stops the command that fills the
+// workspace. Without a delegated cgroup the Doctor's "limits" check warns
+// "rlimits only"; Limits.Require makes that a refusal (ErrUnavailable,
+// ErrLimitsUnavailable).
+//
 // What is not. The command runs as the same user id as its caller: the
 // kernel is the boundary, and a kernel bug reachable from inside the
 // namespaces is an escape. The seccomp blocklist (package seccomp, loaded

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,18 +29,20 @@ const MinBwrapVersion = "0.12.0"
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
-	// "seccomp", "landlock" (advisory: see AbstractUnixScoped); and
-	// "main" when the program did not call Main, without which no
-	// sandbox can start.
+	// "seccomp", "landlock" (a warning without the abstract socket
+	// scope: see AbstractUnixScoped), "limits" (with
+	// DoctorOptions.Limits); and "main" when the program did not call
+	// Main, without which no sandbox can start.
 	Name string `json:"name"`
 	OK   bool   `json:"ok"`
 	// Detail says what was found.
 	Detail string `json:"detail"`
-	// Remedy says what to do when the check fails.
+	// Remedy says what to do when the check fails, or warns.
 	Remedy string `json:"remedy,omitempty"`
-	// Advisory marks a check whose failure leaves sandboxes available
-	// and weaker in the way Detail says ("landlock").
-	Advisory bool `json:"advisory,omitempty"`
+	// Warning marks a check that passed with less protection than it
+	// could have ("limits": rlimits only; "landlock": no abstract socket
+	// scope); Detail says what is exposed and Remedy how to close it.
+	Warning bool `json:"warning,omitempty"`
 }
 
 // Report is the Doctor's verdict for one bwrap on one filesystem.
@@ -49,7 +52,7 @@ type Report struct {
 	Checks  []Check `json:"checks"`
 }
 
-// Err returns nil when every check passed but advisory ones, else an
+// Err returns nil when every check passed (warnings included), else an
 // *UnavailableError (errors.Is ErrUnavailable) for the first failed
 // check.
 func (r *Report) Err() error { return r.errFor(true) }
@@ -58,8 +61,12 @@ func (r *Report) Err() error { return r.errFor(true) }
 // no filter.
 func (r *Report) errFor(filtered bool) error {
 	for _, c := range r.Checks {
-		if !c.OK && !c.Advisory && (filtered || c.Name != "seccomp") {
-			return &UnavailableError{Check: c}
+		if !c.OK && (filtered || c.Name != "seccomp") {
+			e := &UnavailableError{Check: c}
+			if c.Name == "limits" {
+				e.err = ErrLimitsUnavailable
+			}
+			return e
 		}
 	}
 	return nil
@@ -73,6 +80,10 @@ type DoctorOptions struct {
 	// will live; the overlay check mounts one there. Empty means
 	// os.TempDir().
 	ProbeDir string
+	// Limits, when set, adds the "limits" check: whether a delegated
+	// cgroup enforces them, "rlimits only" (a warning) if not, a failure
+	// if they Require it. Not cached: delegation may be set up meanwhile.
+	Limits *Limits
 }
 
 // doctorCache holds one Report per (bwrap, probe filesystem) for the life
@@ -85,6 +96,17 @@ var doctorCache struct {
 
 // Doctor runs the pre-flight checks, or returns the cached Report.
 func Doctor(ctx context.Context, o DoctorOptions) *Report {
+	r := doctor(ctx, o)
+	// Like every check, it runs only when those before it passed.
+	if o.Limits == nil || slices.ContainsFunc(r.Checks, func(c Check) bool { return !c.OK }) {
+		return r
+	}
+	c := *r
+	c.Checks = append(append([]Check(nil), r.Checks...), limitsCheck(*o.Limits))
+	return &c
+}
+
+func doctor(ctx context.Context, o DoctorOptions) *Report {
 	name := o.Bwrap
 	if name == "" {
 		name = "bwrap"
@@ -119,13 +141,17 @@ func Doctor(ctx context.Context, o DoctorOptions) *Report {
 
 // Available returns nil when p can be sandboxed here, else an
 // *UnavailableError. It is what Run and Session call before starting.
-// The seccomp check counts only for a Policy with a filter.
+// The seccomp check counts only for a Policy with a filter; the limits
+// only when the Policy's Limits.Require them.
 func Available(ctx context.Context, p *Policy) error {
 	o := DoctorOptions{Bwrap: p.Bwrap}
 	if p.Workspace != nil {
 		o.ProbeDir = filepath.Dir(p.Workspace.Upper)
 	}
-	return Doctor(ctx, o).errFor(p.Seccomp != nil)
+	if err := Doctor(ctx, o).errFor(p.Seccomp != nil); err != nil {
+		return err
+	}
+	return limitsErr(p.Limits)
 }
 
 func doctorKey(bwrap, dir string) string {

@@ -110,20 +110,20 @@ func runScoped(args []string) int {
 	return fail("exec %s: %v", args[0], err)
 }
 
-// landlockCheck is the Doctor's report on the abstract-socket scope. It
-// is advisory: a kernel without it runs sandboxes, and those that share
-// the network reach the host's abstract sockets.
+// landlockCheck is the Doctor's report on the abstract-socket scope. A
+// kernel without it is a warning, not a failure: sandboxes run, and those
+// that share the network reach the host's abstract sockets.
 func landlockCheck() Check {
 	const name = "landlock"
 	abi := landlockABI()
 	if abi >= landlockScopeABI {
-		return Check{Name: name, OK: true, Advisory: true, Detail: fmt.Sprintf("Landlock ABI %d: sandboxes that share the host network are scoped away from its abstract UNIX sockets", abi)}
+		return Check{Name: name, OK: true, Detail: fmt.Sprintf("Landlock ABI %d: sandboxes that share the host network are scoped away from its abstract UNIX sockets", abi)}
 	}
 	have := "no Landlock"
 	if abi > 0 {
 		have = fmt.Sprintf("Landlock ABI %d", abi)
 	}
-	return Check{Name: name, Advisory: true,
+	return Check{Name: name, OK: true, Warning: true,
 		Detail: fmt.Sprintf("%s (the abstract UNIX socket scope needs ABI %d, Linux 6.12): sandboxes that share the host network can connect to the host's abstract UNIX sockets", have, landlockScopeABI),
 		Remedy: "run Linux 6.12 or newer with Landlock enabled (CONFIG_SECURITY_LANDLOCK, \"landlock\" in the lsm= boot list), or keep the network unshared"}
 }

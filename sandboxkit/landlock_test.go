@@ -85,10 +85,10 @@ func TestAbstractUnixSession(t *testing.T) {
 	}
 }
 
-// The landlock check is advisory: a kernel without the scope still runs
+// The landlock check is a warning: a kernel without the scope still runs
 // sandboxes, and the report says what is exposed.
-func TestLandlockCheckAdvisory(t *testing.T) {
-	bad := Check{Name: "landlock", Detail: "no Landlock", Advisory: true}
+func TestLandlockCheckWarning(t *testing.T) {
+	bad := Check{Name: "landlock", OK: true, Detail: "no Landlock", Warning: true}
 	r := &Report{Checks: []Check{{Name: "bwrap", OK: true}, bad}}
 	if err := r.Err(); err != nil {
 		t.Errorf("Err = %v; the landlock check must not make sandboxes unavailable", err)
@@ -99,7 +99,7 @@ func TestLandlockCheckAdvisory(t *testing.T) {
 		t.Errorf("Err = %v; want the userns check", err)
 	}
 	c := landlockCheck()
-	if c.Name != "landlock" || !c.Advisory || c.OK != AbstractUnixScoped() || c.Detail == "" || (!c.OK && c.Remedy == "") {
+	if c.Name != "landlock" || !c.OK || c.Warning == AbstractUnixScoped() || c.Detail == "" || (c.Warning && c.Remedy == "") {
 		t.Errorf("landlockCheck = %+v (scoped: %v)", c, AbstractUnixScoped())
 	}
 }

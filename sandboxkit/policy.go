@@ -81,6 +81,11 @@ type Policy struct {
 	// name "sandbox". bwrap maps the caller's ids to themselves, so these
 	// should be os.Getuid() and os.Getgid(); profiles fill them in.
 	UID, GID int
+
+	// Limits bound the processes, memory, CPU, tmpfs, files and disk the
+	// sandbox may use; the zero value bounds nothing (profiles set
+	// DefaultLimits). See Limits.
+	Limits Limits
 }
 
 // Workspace is a copy-on-write view of a host tree.
@@ -221,11 +226,8 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 		)
 	}
 	// A fresh /proc for the new pid namespace, a minimal /dev, empty /tmp.
-	a = append(a,
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
-	)
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = appendTmpfs(a, p.Limits.TmpSize, "/tmp")
 	if !p.HostView {
 		a = append(a, "--dir", "/var/tmp", "--dir", "/run")
 		for _, f := range etcFiles {
@@ -258,10 +260,10 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 		a = append(a, "--bind", b.Src, b.dst())
 	}
 	for _, t := range p.Tmpfs {
-		a = append(a, "--tmpfs", t)
+		a = appendTmpfs(a, p.Limits.TmpSize, t)
 	}
 	// HOME last, so no mask hides it.
-	a = append(a, "--tmpfs", HomeDir)
+	a = appendTmpfs(a, p.Limits.HomeSize, HomeDir)
 	dir := p.Dir
 	if w := p.Workspace; w != nil {
 		a = append(a, "--overlay-src", w.Lower, "--overlay", w.Upper, w.Work, WorkspaceDir)
@@ -287,6 +289,15 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	a = append(a, argv...)
 	l.Args = a
 	return l, nil
+}
+
+// appendTmpfs mounts a tmpfs at dir, of at most size bytes when size > 0:
+// without --size a tmpfs may grow to half the host's memory.
+func appendTmpfs(a []string, size int64, dir string) []string {
+	if size > 0 {
+		a = append(a, "--size", strconv.FormatInt(size, 10))
+	}
+	return append(a, "--tmpfs", dir)
 }
 
 // fd records data as the next inherited file and returns its number.
@@ -360,6 +371,9 @@ func (p *Policy) validate() error {
 		if err := abs("working directory", p.Dir); err != nil {
 			return err
 		}
+	}
+	if err := p.Limits.Validate(); err != nil {
+		return err
 	}
 	if p.Seccomp != nil {
 		// A filter that bwrap would refuse, or one that was damaged,

@@ -59,6 +59,9 @@ type ProfileOptions struct {
 	// A filter that cannot be loaded makes Profile fail with
 	// ErrUnavailable, never a Policy without it.
 	Seccomp seccomp.Mode
+	// Limits are the sandbox's resource limits (all profiles); nil
+	// means DefaultLimits.
+	Limits *Limits
 }
 
 // hostMasks are hidden in the host-readonly view: other users' files,
@@ -77,7 +80,13 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		}
 		return nil
 	}
-	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid()}
+	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid(), Limits: DefaultLimits()}
+	if o.Limits != nil {
+		p.Limits = *o.Limits
+	}
+	if err := p.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	mode, err := seccomp.ParseMode(string(o.Seccomp))
 	if err != nil {
 		return nil, fmt.Errorf("sandboxkit: %w", err)

@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -59,6 +61,11 @@ type Cmd struct {
 	started time.Time
 	// sess is set for a command of a Session (Session.Command).
 	sess *sessionCmd
+	// limits are a one-shot sandbox's cgroup; disk watches its
+	// workspace, and diskUsed is the usage that made it kill the sandbox.
+	limits   *sandboxLimits
+	disk     *diskWatch
+	diskUsed atomic.Int64
 	// self runs this program's own binary (Args follow argv[0]),
 	// passed in as a descriptor like the Session supervisor.
 	self bool
@@ -73,6 +80,13 @@ type State struct {
 	Truncated bool
 	// Duration is the wall-clock time from Start to the end of Wait.
 	Duration time.Duration
+	// Limit names the sandbox limit hit while the command ran, if any:
+	// the out-of-memory killer struck, a fork was refused, or the disk
+	// budget stopped it. In a Session the cgroup is the session's, so a
+	// limit hit by a background job running meanwhile shows here too.
+	// LimitMessage says what it means and what to do, for the model.
+	Limit        Limit
+	LimitMessage string
 }
 
 // Command returns a Cmd that runs argv under p. The context kills the
@@ -135,6 +149,14 @@ func (c *Cmd) launch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sl, err := startLimits(c.Policy)
+	if err != nil {
+		unlock()
+		return err
+	}
+	release := unlock
+	unlock = func() error { return errors.Join(sl.close(), release()) }
+	c.limits = sl
 	p := *c.Policy
 	p.Bwrap = bwrap
 	p.Env = append(append([]string(nil), p.Env...), c.Env...)
@@ -165,6 +187,13 @@ func (c *Cmd) launch(ctx context.Context) error {
 		c.cancel()
 		unlock()
 		return err
+	}
+	sl.started()
+	if w, budget := p.Workspace, p.Limits.Disk; w != nil && budget > 0 {
+		c.disk = watchDisk(w, budget, func() bool { return true }, func(used int64) {
+			c.diskUsed.Store(used)
+			c.cancel()
+		})
 	}
 	return nil
 }
@@ -212,7 +241,7 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 	if c.Stdout != nil {
 		out = c.cap.wrap(stdout)
 	}
-	rc := &remoteCmd{}
+	rc := &remoteCmd{join: c.limits.join}
 	if err := rc.start(c.ctx, sp.cl, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
 		sr.Close()
 		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
@@ -237,6 +266,7 @@ func (c *Cmd) Wait() error {
 	// Pipes close when bwrap and everything in its pid namespace are
 	// gone; the delay only guards against a bug there.
 	c.rc.wait(5 * time.Second)
+	c.disk.close()
 	p := c.rc.proc
 	// Whether the context killed the sandbox, asked before our own
 	// cancel (which only releases the context's resources).
@@ -244,22 +274,29 @@ func (c *Cmd) Wait() error {
 	c.cancel()
 	st := c.status.result()
 	bwrapSaid := c.stderr.finish(!st.ran)
+	// Read before the group goes with unlock; a fresh group counts from 0.
+	hit := c.limits.hit(cgroup.Events{})
+	used := c.diskUsed.Load()
+	if used > 0 {
+		hit = LimitDisk
+	}
 	var waitErr error
 	if err := c.unlock(); err != nil {
 		waitErr = err
 	}
-	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
+	lim := c.Policy.Limits
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit, LimitMessage: lim.message(hit, used)}
 	switch {
 	case killed != nil:
-		return fmt.Errorf("sandboxkit: sandbox killed: %w", killed)
+		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: sandbox killed: %w", killed))
 	case p.err != nil:
 		return p.err
 	case !st.ran:
-		return setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.code))
+		return lim.limitError(hit, used, setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.code)))
 	}
 	c.State.ExitCode = st.exitCode
 	if st.exitCode != 0 {
-		return &ExitError{Code: st.exitCode}
+		return lim.limitError(hit, used, &ExitError{Code: st.exitCode})
 	}
 	if waitErr != nil {
 		return waitErr

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 )
 
 // ErrSessionClosed is wrapped by the errors of a Session that has ended:
@@ -20,6 +22,13 @@ var ErrSessionClosed = errors.New("sandboxkit: session closed")
 
 // ErrNoJob means Output or Kill named a job the Session does not have.
 var ErrNoJob = errors.New("sandboxkit: no such background job")
+
+// ErrTooManyJobs refuses a background job while SessionOptions.MaxJobs
+// run: wait for one to end, or Kill one.
+var ErrTooManyJobs = errors.New("sandboxkit: too many background jobs running")
+
+// DefaultMaxJobs is SessionOptions.MaxJobs's default.
+const DefaultMaxJobs = 8
 
 const (
 	// jobOutputMax is how much of a background job's output is kept: the
@@ -44,6 +53,9 @@ type SessionOptions struct {
 	// since. Running background jobs do not keep it open, so a forgotten
 	// server never pins a sandbox and its workspace. Zero means never.
 	IdleTimeout time.Duration
+	// MaxJobs caps the background jobs running at once (each holds its
+	// output buffer and processes). Zero means DefaultMaxJobs.
+	MaxJobs int
 }
 
 // Session is a long-lived sandbox (one per conversation): one bwrap whose
@@ -63,14 +75,17 @@ type SessionOptions struct {
 //
 // A Session is safe for concurrent use.
 type Session struct {
-	policy *Policy
-	idle   time.Duration
+	policy  *Policy
+	idle    time.Duration
+	maxJobs int
 
 	cl      *ctlClient // to the supervisor
 	sp      *spawner
 	bwrap   *remoteCmd // started through the spawner
 	errHead *headWriter
 	unlock  func() error
+	limits  *sandboxLimits // the session's cgroup
+	disk    *diskWatch
 
 	done     chan struct{}
 	err      error // why the session ended; set before done closes
@@ -81,6 +96,8 @@ type Session struct {
 	nextJob   int
 	jobs      map[int]*job
 	active    int // foreground commands running
+	starting  int // background jobs being started (hold a slot)
+	fg        map[*sessionCmd]bool
 	lastUse   time.Time
 	idleTimer *time.Timer
 }
@@ -100,6 +117,12 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	if o.IdleTimeout < 0 {
 		return nil, fmt.Errorf("sandboxkit: negative IdleTimeout %v", o.IdleTimeout)
 	}
+	if o.MaxJobs < 0 {
+		return nil, fmt.Errorf("sandboxkit: negative MaxJobs %d", o.MaxJobs)
+	}
+	if o.MaxJobs == 0 {
+		o.MaxJobs = DefaultMaxJobs
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -112,15 +135,30 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	if err != nil {
 		return nil, err
 	}
+	sl, err := startLimits(&pc)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
 	s := &Session{
-		policy: &pc,
-		idle:   o.IdleTimeout,
-		done:   make(chan struct{}),
-		jobs:   map[int]*job{},
-		unlock: unlock, // released at the end once launched
+		policy:  &pc,
+		idle:    o.IdleTimeout,
+		maxJobs: o.MaxJobs,
+		done:    make(chan struct{}),
+		jobs:    map[int]*job{},
+		fg:      map[*sessionCmd]bool{},
+		limits:  sl,
+		// Released at the end once launched: the group once the sandbox
+		// is gone, then the workspace.
+		unlock: func() error { return errors.Join(sl.close(), unlock()) },
+	}
+	// Before launch: the session's end closes it.
+	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
+		s.disk = watchDisk(w, budget, s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
-		unlock()
+		s.disk.close()
+		s.unlock()
 		return nil, err
 	}
 
@@ -193,7 +231,7 @@ func (s *Session) launch() error {
 	// Only bwrap and the supervisor write here (commands get their own
 	// descriptors): keep the head to say why a session failed.
 	s.errHead = &headWriter{max: 4096}
-	s.bwrap = &remoteCmd{}
+	s.bwrap = &remoteCmd{join: s.limits.join}
 	// Not bound by a context: it lives until the session ends.
 	err = s.bwrap.start(context.Background(), sp.cl, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
 	if err != nil {
@@ -203,10 +241,12 @@ func (s *Session) launch() error {
 	// Our copy of the supervisor's end must go now: its EOF is how the
 	// host learns that the supervisor died.
 	child.Close()
+	s.limits.started()
 	s.sp = sp
 	s.cl = newCtlClient(ctl, ErrSessionClosed)
 	go func() {
 		s.cl.run(s.ended)
+		s.disk.close()
 		if s.unlock != nil {
 			s.closeErr = s.unlock()
 		}
@@ -344,6 +384,43 @@ func (s *Session) idleCheck() {
 	}
 }
 
+// running reports whether a command or a job runs: only then can the
+// workspace grow.
+func (s *Session) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active > 0 {
+		return true
+	}
+	for _, j := range s.jobs {
+		if j.info.Running {
+			return true
+		}
+	}
+	return false
+}
+
+// overDisk kills the running commands and jobs: the workspace crossed
+// its disk budget while they ran, so one of them wrote it full.
+func (s *Session) overDisk(used int64) {
+	var ids []uint64
+	s.mu.Lock()
+	for sc := range s.fg {
+		sc.diskUsed = used
+		ids = append(ids, sc.rc.proc.id)
+	}
+	for _, j := range s.jobs {
+		if j.info.Running {
+			j.diskUsed = used
+			ids = append(ids, j.proc.id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.cl.kill(id)
+	}
+}
+
 // Command returns a Cmd that runs argv in the session, as a foreground
 // command: set its fields, then Run (or Start and Wait). Env and Dir
 // apply to this command only; Timeout and the context kill the command
@@ -363,6 +440,10 @@ type sessionCmd struct {
 	s     *Session
 	begun bool
 	rc    *remoteCmd
+	// before are the cgroup's counters at the start; diskUsed, under
+	// Session.mu, is set when the disk budget killed the command.
+	before   cgroup.Events
+	diskUsed int64
 }
 
 // start runs after Cmd.Start's checks of Args and ctx.
@@ -379,6 +460,7 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 		return err
 	}
 	sc.begun = true
+	sc.before = s.limits.events()
 	c.begin(ctx)
 	var stdout, stderr io.Writer
 	if c.Stdout != nil {
@@ -398,6 +480,9 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 		return err
 	}
 	sc.rc = rc
+	s.mu.Lock()
+	s.fg[sc] = true
+	s.mu.Unlock()
 	return nil
 }
 
@@ -411,18 +496,28 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 	rc := sc.rc
 	rc.wait(sessionWaitDelay)
 	c.cancel()
-	sc.s.end()
-	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated()}
+	s := sc.s
+	s.mu.Lock()
+	delete(s.fg, sc)
+	used := sc.diskUsed
+	s.mu.Unlock()
+	hit := s.limits.hit(sc.before)
+	if used > 0 {
+		hit = LimitDisk
+	}
+	s.end()
+	lim := s.policy.Limits
+	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit, LimitMessage: lim.message(hit, used)}
 	p := rc.proc
 	switch {
 	case p.err != nil:
 		return p.err
 	case rc.killErr != nil:
-		return fmt.Errorf("sandboxkit: command killed: %w", rc.killErr)
+		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: command killed: %w", rc.killErr))
 	}
 	c.State.ExitCode = p.code
 	if p.code != 0 {
-		return &ExitError{Code: p.code}
+		return lim.limitError(hit, used, &ExitError{Code: p.code})
 	}
 	return rc.outputErr()
 }
@@ -441,13 +536,19 @@ type JobInfo struct {
 	Started  time.Time
 	// Ended is zero while the job runs.
 	Ended time.Time
+	// Limit names the sandbox limit hit while the job ran, if any (see
+	// State.Limit); LimitMessage says what it means and what to do.
+	Limit        Limit
+	LimitMessage string
 }
 
 type job struct {
-	info   JobInfo // guarded by Session.mu
-	out    *tailBuffer
-	proc   *proc
-	exited chan struct{}
+	info     JobInfo // guarded by Session.mu
+	out      *tailBuffer
+	proc     *proc
+	exited   chan struct{}
+	before   cgroup.Events
+	diskUsed int64 // guarded by Session.mu
 }
 
 // StartBackground starts argv in the session as a background job and
@@ -471,6 +572,14 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 	if err := s.begin(false); err != nil {
 		return JobInfo{}, err
 	}
+	if err := s.jobSlot(); err != nil {
+		return JobInfo{}, err
+	}
+	defer func() {
+		s.mu.Lock()
+		s.starting--
+		s.mu.Unlock()
+	}()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return JobInfo{}, err
@@ -480,13 +589,14 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 	if err != nil {
 		return JobInfo{}, err
 	}
-	p, err := s.cl.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w})
+	before := s.limits.events()
+	p, err := s.cl.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w}, nil)
 	w.Close()
 	if err != nil {
 		r.Close()
 		return JobInfo{}, err
 	}
-	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{})}
+	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{}), before: before}
 	go func() {
 		// Ends when the last writer is gone, at the latest with the session.
 		io.Copy(j.out, r)
@@ -501,16 +611,40 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 	s.mu.Unlock()
 	go func() {
 		<-p.done
+		hit := s.limits.hit(j.before)
 		s.mu.Lock()
 		j.info.Running, j.info.Ended = false, time.Now()
 		if p.err == nil {
 			j.info.ExitCode = p.code
+		}
+		if j.diskUsed > 0 {
+			hit = LimitDisk
+		}
+		if hit != "" {
+			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.diskUsed)
 		}
 		s.mu.Unlock()
 		close(j.exited)
 	}()
 	info.Args = slices.Clone(info.Args)
 	return info, nil
+}
+
+// jobSlot reserves a place for one more running job, or refuses it.
+func (s *Session) jobSlot() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.starting
+	for _, j := range s.jobs {
+		if j.info.Running {
+			n++
+		}
+	}
+	if n >= s.maxJobs {
+		return fmt.Errorf("%w: %d of %d; wait for one to end or kill one", ErrTooManyJobs, n, s.maxJobs)
+	}
+	s.starting++
+	return nil
 }
 
 // forgetJobsLocked drops the oldest finished jobs beyond maxJobs.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,10 +42,19 @@ var errSpawnerDied = errors.New("sandboxkit: the sandbox spawner died")
 // the Doctor's probes) when the program did not call Main.
 var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner (and a Session its supervisor): call sandboxkit.Main() first in main (and in TestMain)")
 
-// spawners holds the process-wide spawner, started on first use.
+// spawners holds the process-wide spawners, started on first use: one
+// per set of rlimits, which a spawner sets on itself once (hard and soft,
+// beyond the sandbox's reach) and every bwrap it starts inherits. In
+// practice one or two: the profiles' and the Doctor's (none).
 var spawners struct {
-	mu  sync.Mutex
-	cur *spawner
+	mu sync.Mutex
+	m  map[rlimits]*spawner
+}
+
+// rlimits are the resource limits a spawner passes on (0: inherited).
+// RLIMIT_CORE is always 0.
+type rlimits struct {
+	fileSize, openFiles int64
 }
 
 type spawner struct {
@@ -52,28 +62,31 @@ type spawner struct {
 	pid int // host pid
 }
 
-// theSpawner returns the running spawner, or starts one.
-func theSpawner() (*spawner, error) {
+// theSpawner returns the running spawner for rl, or starts one.
+func theSpawner(rl rlimits) (*spawner, error) {
 	if !mainCalled.Load() {
 		return nil, errNoMain
 	}
 	spawners.mu.Lock()
 	defer spawners.mu.Unlock()
-	if sp := spawners.cur; sp != nil && sp.cl.closed() == nil {
+	if sp := spawners.m[rl]; sp != nil && sp.cl.closed() == nil {
 		return sp, nil
 	}
-	sp, err := startSpawner()
+	sp, err := startSpawner(rl)
 	if err != nil {
 		return nil, err
 	}
-	spawners.cur = sp
+	if spawners.m == nil {
+		spawners.m = map[rlimits]*spawner{}
+	}
+	spawners.m[rl] = sp
 	return sp, nil
 }
 
 // spawnerFor returns the spawner and the absolute path of p's bwrap,
 // resolved on the host: the spawner executes exactly that.
 func spawnerFor(p *Policy) (*spawner, string, error) {
-	sp, err := theSpawner()
+	sp, err := theSpawner(rlimits{fileSize: p.Limits.FileSize, openFiles: p.Limits.OpenFiles})
 	if err != nil {
 		return nil, "", err
 	}
@@ -81,13 +94,13 @@ func spawnerFor(p *Policy) (*spawner, string, error) {
 	return sp, bwrap, err
 }
 
-func startSpawner() (*spawner, error) {
+func startSpawner(rl rlimits) (*spawner, error) {
 	host, child, err := controlPair()
 	if err != nil {
 		return nil, err
 	}
 	defer child.Close()
-	cmd := exec.Command("/proc/self/exe", spawnerFlag, "3")
+	cmd := exec.Command("/proc/self/exe", spawnerFlag, "3", strconv.FormatInt(rl.fileSize, 10), strconv.FormatInt(rl.openFiles, 10))
 	cmd.Env = []string{}
 	// Keep the head: it says why a spawner failed.
 	out := &headWriter{max: 4096}

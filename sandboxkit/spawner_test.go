@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,11 +48,14 @@ func TestSpawnerDies(t *testing.T) {
 	if n := len(sandboxProcesses(marker)); n < 2 {
 		t.Fatalf("%d sandboxed processes are running, want the Run's and the Session's", n)
 	}
-	spawners := spawnerPids()
-	if len(spawners) != 1 {
-		t.Fatalf("spawners of this process: %v, want one", spawners)
+	// One spawner per set of rlimits: both sandboxes have none.
+	spawners.mu.Lock()
+	sp := spawners.m[rlimits{}]
+	spawners.mu.Unlock()
+	if !slices.Contains(spawnerPids(), sp.pid) {
+		t.Fatalf("spawners of this process: %v, want %d among them", spawnerPids(), sp.pid)
 	}
-	syscall.Kill(spawners[0], syscall.SIGKILL)
+	syscall.Kill(sp.pid, syscall.SIGKILL)
 
 	err := run.Wait()
 	t.Logf("Run: %v", err)
@@ -81,8 +85,11 @@ func TestSpawnerDies(t *testing.T) {
 	if err := next.Run(); err != nil || again.String() != "again\n" {
 		t.Fatalf("Run after the spawner died: %q %v", again.String(), err)
 	}
-	if now := spawnerPids(); len(now) != 1 || now[0] == spawners[0] {
-		t.Errorf("spawners after the next Run: %v (the dead one was %d)", now, spawners[0])
+	spawners.mu.Lock()
+	now := spawners.m[rlimits{}]
+	spawners.mu.Unlock()
+	if now.pid == sp.pid || !slices.Contains(spawnerPids(), now.pid) || slices.Contains(spawnerPids(), sp.pid) {
+		t.Errorf("spawners after the next Run: %v (the dead one was %d, the new one %d)", spawnerPids(), sp.pid, now.pid)
 	}
 }
 

@@ -52,6 +52,11 @@ type ctlRequest struct {
 	Dir  string   `json:"dir,omitempty"`
 	// Blob says the request is in the memfd passed after the stdio fds.
 	Blob bool `json:"blob,omitempty"`
+	// Cgroup (spawner only) is how many of the fds, at the end, put the
+	// new process in its cgroup (cgroup.Join.Files); CgroupV2 says which
+	// kind.
+	Cgroup   int  `json:"cgroup,omitempty"`
+	CgroupV2 bool `json:"cgroup_v2,omitempty"`
 }
 
 type ctlReply struct {
@@ -93,14 +98,34 @@ func supervise(args []string) int {
 	return serveControl(ctl, false)
 }
 
-// spawn runs the spawner (spawner.go); args is the control fd.
+// spawn runs the spawner (spawner.go); args are the control fd, then
+// RLIMIT_FSIZE and RLIMIT_NOFILE (0: inherited).
 func spawn(args []string) int {
-	if len(args) != 1 {
-		return supervisorFail("want the control descriptor, got %q", args)
+	if len(args) != 3 {
+		return supervisorFail("want the control descriptor and two rlimits, got %q", args)
 	}
 	ctl, err := strconv.Atoi(args[0])
 	if err != nil || ctl < 3 {
 		return supervisorFail("bad descriptor %q", args)
+	}
+	// Hard and soft, so that nothing below can raise them; every bwrap
+	// and sandbox inherits them. syscall.Setrlimit, not x/sys: for
+	// RLIMIT_NOFILE it stops Go from restoring the original in children.
+	set := []struct {
+		res int
+		arg string
+	}{{unix.RLIMIT_CORE, "0"}, {unix.RLIMIT_FSIZE, args[1]}, {unix.RLIMIT_NOFILE, args[2]}}
+	for i, r := range set {
+		n, err := strconv.ParseUint(r.arg, 10, 64)
+		if err != nil {
+			return supervisorFail("bad rlimit %q", r.arg)
+		}
+		if n == 0 && i > 0 {
+			continue
+		}
+		if err := syscall.Setrlimit(r.res, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			return supervisorFail("setrlimit %d to %d: %v", r.res, n, err)
+		}
 	}
 	return serveControl(ctl, true)
 }
@@ -303,6 +328,14 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	failed := func(err, cause string) {
 		sv.send(ctlReply{Op: "failed", ID: req.ID, Err: err, Cause: cause})
 	}
+	var cg []int
+	if req.Cgroup > 0 {
+		if !sv.spawner || req.Cgroup > len(fds) || (!req.CgroupV2 && req.Cgroup%2 != 0) || (req.CgroupV2 && req.Cgroup != 1) {
+			failed(fmt.Sprintf("bad cgroup request: %d descriptors", req.Cgroup), "")
+			return
+		}
+		cg, fds = fds[len(fds)-req.Cgroup:], fds[:len(fds)-req.Cgroup]
+	}
 	if len(fds) < 3 || (!sv.spawner && len(fds) != 3) || len(req.Args) == 0 {
 		failed(fmt.Sprintf("bad start request: %d descriptors, %d args", len(fds), len(req.Args)), "")
 		return
@@ -341,7 +374,12 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
-	pid, err := syscall.ForkExec(path, req.Args, attr)
+	var pid int
+	if len(cg) > 0 {
+		pid, err = forkInCgroup(path, req.Args, attr, cg, req.CgroupV2)
+	} else {
+		pid, err = syscall.ForkExec(path, req.Args, attr)
+	}
 	if err != nil {
 		cause := ""
 		switch {
@@ -356,6 +394,43 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	sv.procs[pid] = req.ID
 	sv.byID[req.ID] = pid
 	sv.send(ctlReply{Op: "started", ID: req.ID, Pid: pid})
+}
+
+// forkInCgroup starts the child inside its cgroup from its first
+// instruction, so that nothing it forks escapes the group. v2: clone3's
+// CLONE_INTO_CGROUP with the group's directory (cg[0]). v1: writing "0"
+// to a tasks file moves the writing thread alone; this thread (locked:
+// serveControl) enters the group's tasks files (the first half of cg),
+// forks, and leaves to the subtree's root (the second half).
+func forkInCgroup(path string, argv []string, attr *syscall.ProcAttr, cg []int, v2 bool) (int, error) {
+	if v2 {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, cg[0]
+		return syscall.ForkExec(path, argv, attr)
+	}
+	enter, leave := cg[:len(cg)/2], cg[len(cg)/2:]
+	move := func(fds []int) error {
+		for _, fd := range fds {
+			if _, err := unix.Write(fd, []byte("0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := move(enter)
+	pid := 0
+	if err == nil {
+		pid, err = syscall.ForkExec(path, argv, attr)
+	} else {
+		err = fmt.Errorf("enter the sandbox's cgroup: %w", err)
+	}
+	if lerr := move(leave); lerr != nil {
+		// This thread stays in the group: whatever it starts next would
+		// too. Dying kills every sandbox of this spawner; the host starts
+		// a new one.
+		fmt.Fprintf(os.Stderr, "sandboxkit spawner: cannot leave a sandbox's cgroup: %v\n", lerr)
+		os.Exit(3)
+	}
+	return pid, err
 }
 
 // kill kills a command's process group; the spawner kills bwrap alone

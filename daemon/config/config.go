@@ -141,6 +141,13 @@ type Sandbox struct {
 	ShellAlwaysAllow bool `yaml:"shell_always_allow"`
 	// ApprovalTimeout is how long an approval waits (default 10 min).
 	ApprovalTimeout Duration `yaml:"approval_timeout"`
+	// Limits bound each sandbox's processes, memory, CPU, tmpfs and disk
+	// (see limits.go for the keys and defaults).
+	Limits Limits `yaml:"limits"`
+	// RequireLimits refuses to start sandboxes when no delegated cgroup
+	// can enforce the process, memory and CPU limits, instead of running
+	// them with rlimits only.
+	RequireLimits bool `yaml:"require_limits"`
 }
 
 // Log configures logs/codumentor.log (and stderr).
@@ -209,6 +216,7 @@ func Default() Config {
 			WorkspaceTTL:    Duration(30 * 24 * time.Hour),
 			GCInterval:      Duration(time.Hour),
 			ApprovalTimeout: Duration(10 * time.Minute),
+			Limits:          DefaultLimits(),
 		},
 		Log: Log{Level: "info"},
 		Server: Server{
@@ -270,6 +278,7 @@ func (c Config) Validate() error {
 	if c.Sandbox.GCInterval <= 0 {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
+	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for _, p := range c.Plugins {
 		if p != PluginWorkspaceIsolation {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))

@@ -1,0 +1,129 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+	"gopkg.in/yaml.v3"
+)
+
+// Limits is sandbox.limits: what one conversation's sandbox may consume.
+// Sizes are bytes or "512MiB", "2GiB"; 0 means no limit of that kind.
+type Limits struct {
+	// Processes caps processes and threads (cgroup pids; default 512).
+	Processes int64 `yaml:"processes"`
+	// Memory caps memory, tmpfs included, no swap beyond (default 2GiB).
+	Memory Size `yaml:"memory"`
+	// CPU caps CPU time in cores' worth (default 1).
+	CPU float64 `yaml:"cpu"`
+	// TmpSize and HomeSize cap the /tmp and $HOME tmpfs (default 512MiB).
+	TmpSize  Size `yaml:"tmp_size"`
+	HomeSize Size `yaml:"home_size"`
+	// FileSize caps one written file (RLIMIT_FSIZE; default 4GiB).
+	FileSize Size `yaml:"file_size"`
+	// OpenFiles caps each process's descriptors (RLIMIT_NOFILE; 4096).
+	OpenFiles int64 `yaml:"open_files"`
+	// Disk is a conversation's budget for its workspace changes (5GiB).
+	Disk Size `yaml:"disk"`
+	// BackgroundJobs caps a conversation's running background jobs (8).
+	BackgroundJobs int `yaml:"background_jobs"`
+	// Cgroup is the delegated cgroup subtree; empty finds it (the
+	// service's own cgroup on v2, codumentor/USER on v1).
+	Cgroup string `yaml:"cgroup"`
+}
+
+// DefaultLimits are sandboxkit's defaults.
+func DefaultLimits() Limits {
+	d := sandboxkit.DefaultLimits()
+	return Limits{
+		Processes: d.Pids, Memory: Size(d.Memory), CPU: d.CPU, TmpSize: Size(d.TmpSize), HomeSize: Size(d.HomeSize),
+		FileSize: Size(d.FileSize), OpenFiles: d.OpenFiles, Disk: Size(d.Disk), BackgroundJobs: sandboxkit.DefaultMaxJobs,
+	}
+}
+
+// SandboxLimits returns sandbox.limits and require_limits as sandboxkit takes them.
+func (s Sandbox) SandboxLimits() sandboxkit.Limits {
+	l := s.Limits
+	return sandboxkit.Limits{
+		Pids: l.Processes, Memory: int64(l.Memory), CPU: l.CPU, TmpSize: int64(l.TmpSize), HomeSize: int64(l.HomeSize),
+		FileSize: int64(l.FileSize), OpenFiles: l.OpenFiles, Disk: int64(l.Disk), Cgroup: l.Cgroup, Require: s.RequireLimits,
+	}
+}
+
+func (l Limits) validate() []error {
+	var errs []error
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{{"processes", l.Processes}, {"memory", int64(l.Memory)}, {"tmp_size", int64(l.TmpSize)}, {"home_size", int64(l.HomeSize)},
+		{"file_size", int64(l.FileSize)}, {"open_files", l.OpenFiles}, {"disk", int64(l.Disk)}, {"background_jobs", int64(l.BackgroundJobs)}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("sandbox.limits.%s must not be negative (0 means no limit)", f.key))
+		}
+	}
+	if l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0) {
+		errs = append(errs, errors.New("sandbox.limits.cpu must be a number of cores, 0 for no limit"))
+	}
+	if len(errs) == 0 {
+		if err := (Sandbox{Limits: l}).SandboxLimits().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox.limits: %w", err))
+		}
+	}
+	return errs
+}
+
+// Size is a byte count written as 1048576, "512MiB", "2GiB" or "1.5GB".
+type Size int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+
+// ParseSize reads a size like "512MiB".
+func ParseSize(s string) (Size, error) {
+	t := strings.TrimSpace(s)
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if v, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || math.IsNaN(f) || f*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%q is not a size like 512MiB or 2GiB", s)
+	}
+	return Size(f * mult), nil
+}
+
+// UnmarshalYAML reads a number of bytes or a size string.
+func (z *Size) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := ParseSize(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*z = v
+	return nil
+}
+
+// MarshalYAML writes the size in the largest binary unit that is exact.
+func (z Size) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if z != 0 && int64(z)%u.m == 0 {
+			return strconv.FormatInt(int64(z)/u.m, 10) + u.s, nil
+		}
+	}
+	return strconv.FormatInt(int64(z), 10), nil
+}

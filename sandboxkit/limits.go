@@ -1,0 +1,374 @@
+package sandboxkit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+)
+
+// Limits bound what one sandbox (a Run, or a whole Session) may consume,
+// so that one user's fork bomb, memory hog or disk filler cannot take the
+// server or other users down. A zero field sets no limit of its kind.
+//
+// Processes, memory and CPU are enforced by a cgroup of the sandbox's own
+// under a subtree delegated to the service user (package cgroup). Without
+// one, the sandbox runs with the rlimits and tmpfs sizes only ("rlimits
+// only" in the Doctor), unless Require refuses it.
+type Limits struct {
+	// Pids caps processes and threads together (cgroup pids.max): a fork
+	// bomb stops there instead of exhausting the host's pid table.
+	Pids int64
+	// Memory caps memory in bytes, tmpfs and page cache included, with
+	// no swap beyond it (cgroup memory): an allocation beyond it is
+	// OOM-killed inside the sandbox, not in the server.
+	Memory int64
+	// CPU caps CPU time in cores' worth (cgroup CPU quota): spinning
+	// sandboxes leave the rest of the machine to the server.
+	CPU float64
+	// TmpSize and HomeSize cap the tmpfs at /tmp and HOME in bytes (bwrap
+	// --size; TmpSize also caps Policy.Tmpfs mounts): writes beyond fail
+	// with ENOSPC. Without them a tmpfs may grow to half the host's RAM.
+	TmpSize, HomeSize int64
+	// FileSize caps the size of one written file in bytes (RLIMIT_FSIZE):
+	// beyond it a write fails with EFBIG (the process gets SIGXFSZ).
+	FileSize int64
+	// OpenFiles caps each process's open descriptors (RLIMIT_NOFILE).
+	// At least 64 when set.
+	OpenFiles int64
+	// Disk caps the blocks the workspace's upper layer (and overlayfs's
+	// work dir) occupy, in bytes: the command running when it is crossed
+	// is killed (LimitError{Limit: LimitDisk}). Sparse files count what
+	// they occupy, not their apparent size.
+	Disk int64
+
+	// Cgroup is the delegated subtree (cgroup.Options.Path); empty means
+	// this process's own cgroup on v2, codumentor/USER on v1.
+	Cgroup string
+	// Require refuses to start a sandbox whose Pids, Memory or CPU cannot
+	// be enforced, with an *UnavailableError (errors.Is ErrUnavailable
+	// and ErrLimitsUnavailable), instead of running it with rlimits only.
+	Require bool
+}
+
+// Core dumps are always off (RLIMIT_CORE 0): a dump lands in the
+// workspace or, with a piped core_pattern, starts a helper on the host.
+
+// DefaultLimits are the limits profiles apply unless told otherwise.
+func DefaultLimits() Limits {
+	return Limits{
+		Pids:      512,
+		Memory:    2 << 30,
+		CPU:       1,
+		TmpSize:   512 << 20,
+		HomeSize:  512 << 20,
+		FileSize:  4 << 30,
+		OpenFiles: 4096,
+		Disk:      5 << 30,
+	}
+}
+
+// ErrLimitsUnavailable means Limits.Require asked for process, memory and
+// CPU limits that no delegated cgroup can enforce here; nothing ran.
+var ErrLimitsUnavailable = errors.New("sandbox resource limits unavailable")
+
+// Limit names a limit that ended or hampered a command.
+type Limit string
+
+const (
+	// LimitMemory: the out-of-memory killer killed a process of the
+	// sandbox at Limits.Memory.
+	LimitMemory Limit = "memory"
+	// LimitPids: Limits.Pids refused a fork.
+	LimitPids Limit = "pids"
+	// LimitDisk: the workspace crossed Limits.Disk and the command was
+	// killed.
+	LimitDisk Limit = "disk"
+)
+
+// LimitError reports a command that failed while one of its sandbox's
+// limits was hit. Err is what the command's end would have been
+// otherwise (an *ExitError, or the context's error), so errors.As still
+// finds the *ExitError.
+type LimitError struct {
+	Limit Limit
+	// Message says which limit, its value, and what to do; it is meant
+	// for the person or the model that ran the command.
+	Message string
+	Err     error
+}
+
+func (e *LimitError) Error() string { return e.Message }
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// Validate reports a limit that is negative or too small for a sandbox to start.
+func (l Limits) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"Pids", l.Pids}, {"Memory", l.Memory}, {"TmpSize", l.TmpSize}, {"HomeSize", l.HomeSize}, {"FileSize", l.FileSize}, {"OpenFiles", l.OpenFiles}, {"Disk", l.Disk}} {
+		if f.v < 0 {
+			return fmt.Errorf("sandboxkit: negative limit %s %d", f.name, f.v)
+		}
+	}
+	if l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0) || (l.CPU > 0 && l.CPU*100000 < 1000) {
+		return fmt.Errorf("sandboxkit: CPU limit %v must be at least 0.01 cores (0 means none)", l.CPU)
+	}
+	if l.OpenFiles > 0 && l.OpenFiles < 64 {
+		return fmt.Errorf("sandboxkit: OpenFiles limit %d is below 64: the sandbox itself needs some", l.OpenFiles)
+	}
+	if l.Memory > 0 && l.Memory < 16<<20 {
+		return fmt.Errorf("sandboxkit: Memory limit %d is below 16 MiB: the sandbox cannot start", l.Memory)
+	}
+	if l.Pids > 0 && l.Pids < 8 {
+		return fmt.Errorf("sandboxkit: Pids limit %d is below 8: the sandbox cannot start", l.Pids)
+	}
+	return nil
+}
+
+func (l Limits) needsCgroup() bool { return l.Pids > 0 || l.Memory > 0 || l.CPU > 0 }
+
+func (l Limits) cgroup() cgroup.Limits {
+	return cgroup.Limits{Pids: l.Pids, Memory: l.Memory, CPU: l.CPU}
+}
+
+// cgroupTrees caches the opened subtree per configured path for the life
+// of the process (its groups' sequence and one-time preparation live in
+// it). A failure is not cached: an operator may delegate one meanwhile.
+var cgroupTrees struct {
+	sync.Mutex
+	m map[string]*cgroup.Tree
+}
+
+func cgroupTree(path string) (*cgroup.Tree, error) {
+	cgroupTrees.Lock()
+	defer cgroupTrees.Unlock()
+	if t := cgroupTrees.m[path]; t != nil {
+		return t, nil
+	}
+	t, err := cgroup.Open(cgroup.Options{Path: path})
+	if err != nil {
+		return nil, err
+	}
+	if cgroupTrees.m == nil {
+		cgroupTrees.m = map[string]*cgroup.Tree{}
+	}
+	cgroupTrees.m[path] = t
+	return t, nil
+}
+
+// limitsCheck is the Doctor's "limits" check for l. Without a delegated
+// cgroup it passes with a warning ("rlimits only"), or fails when l
+// requires cgroup limits.
+func limitsCheck(l Limits) Check {
+	const name = "limits"
+	if !l.needsCgroup() {
+		return Check{Name: name, OK: true, Detail: "no process, memory or CPU limits configured"}
+	}
+	t, err := cgroupTree(l.Cgroup)
+	if err != nil {
+		c := Check{Name: name, Warning: true, OK: !l.Require, Detail: "rlimits only: processes, memory and CPU are not bounded per sandbox (" + err.Error() + ")", Remedy: cgroup.Remedy()}
+		if l.Require {
+			c.Detail = "sandbox.require_limits is set and " + c.Detail
+		}
+		return c
+	}
+	return Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: each sandbox in its own group (pids %d, memory %s, cpu %g)", t, l.Pids, sizeString(l.Memory), l.CPU)}
+}
+
+// limitsErr is the fail-closed error of a Policy that requires cgroup
+// limits this machine cannot enforce, else nil.
+func limitsErr(l Limits) error {
+	if !l.Require || !l.needsCgroup() {
+		return nil
+	}
+	if _, err := cgroupTree(l.Cgroup); err != nil {
+		return &UnavailableError{Check: limitsCheck(l), err: fmt.Errorf("%w: %w", ErrLimitsUnavailable, err)}
+	}
+	return nil
+}
+
+// sandboxLimits are one sandbox's cgroup and disk watch.
+type sandboxLimits struct {
+	lim   Limits
+	group *cgroup.Group // nil: rlimits only
+	join  *cgroup.Join  // until the sandbox started
+}
+
+// startLimits creates p's cgroup, when it asks for one and the machine
+// delegates one. Without a delegated subtree it returns rlimits only
+// (Available has refused a Policy that requires more).
+func startLimits(p *Policy) (*sandboxLimits, error) {
+	sl := &sandboxLimits{lim: p.Limits}
+	if !p.Limits.needsCgroup() {
+		return sl, nil
+	}
+	t, err := cgroupTree(p.Limits.Cgroup)
+	if err != nil {
+		if p.Limits.Require {
+			return nil, limitsErr(p.Limits)
+		}
+		return sl, nil
+	}
+	g, err := t.New(p.Limits.cgroup())
+	if err != nil {
+		return nil, fmt.Errorf("sandboxkit: the sandbox's cgroup: %w", err)
+	}
+	j, err := g.Join()
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("sandboxkit: the sandbox's cgroup: %w", err)
+	}
+	sl.group, sl.join = g, j
+	return sl, nil
+}
+
+// started drops the descriptors that moved the sandbox into its group.
+func (sl *sandboxLimits) started() {
+	if sl.join != nil {
+		sl.join.Close()
+		sl.join = nil
+	}
+}
+
+func (sl *sandboxLimits) events() cgroup.Events {
+	if sl == nil || sl.group == nil {
+		return cgroup.Events{}
+	}
+	return sl.group.Events()
+}
+
+// hit names the cgroup limit hit between two readings of the counters.
+func (sl *sandboxLimits) hit(before cgroup.Events) Limit {
+	after := sl.events()
+	switch {
+	case after.OOMKills > before.OOMKills:
+		return LimitMemory
+	case after.PidsMax > before.PidsMax:
+		return LimitPids
+	}
+	return ""
+}
+
+// close removes the group once the sandbox is gone.
+func (sl *sandboxLimits) close() error {
+	if sl == nil {
+		return nil
+	}
+	sl.started()
+	if sl.group == nil {
+		return nil
+	}
+	return sl.group.Close()
+}
+
+// message describes limit l for the model and the person.
+func (l Limits) message(hit Limit, used int64) string {
+	switch hit {
+	case LimitMemory:
+		return fmt.Sprintf("the sandbox's memory limit (%s, no swap) was reached and the out-of-memory killer killed a process; use less memory (smaller inputs, fewer parallel jobs)", sizeString(l.Memory))
+	case LimitPids:
+		return fmt.Sprintf("the sandbox's process limit (%d processes and threads) was reached and a fork failed; run fewer processes at once", l.Pids)
+	case LimitDisk:
+		return fmt.Sprintf("the command was stopped: the workspace's disk budget (%s) is used up (%s used); delete files in the workspace to free space", sizeString(l.Disk), sizeString(used))
+	}
+	return ""
+}
+
+// limitError wraps err, the end of a command, with the limit it hit.
+func (l Limits) limitError(hit Limit, used int64, err error) error {
+	if hit == "" {
+		return err
+	}
+	return &LimitError{Limit: hit, Message: "sandboxkit: " + l.message(hit, used), Err: err}
+}
+
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// diskWatch measures a workspace's upper layer while commands run, and
+// calls over when the usage crosses the budget and is still growing: a
+// command started after the budget was reached may delete files (rm
+// shrinks the layer) without being killed, one that writes more is.
+type diskWatch struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+const (
+	diskPollMin = 100 * time.Millisecond
+	diskPollMax = 5 * time.Second
+)
+
+func watchDisk(w *Workspace, budget int64, active func() bool, over func(used int64)) *diskWatch {
+	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		last := int64(-1)
+		interval := diskPollMin
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.stop:
+				return
+			case <-t.C:
+			}
+			if active() {
+				start := time.Now()
+				used := diskUsage(w.Upper) + diskUsage(w.Work)
+				// The walk is the cost: poll at most a tenth of the time.
+				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
+				if used > budget && last >= 0 && used > last {
+					over(used)
+				}
+				last = used
+			}
+			t.Reset(interval)
+		}
+	}()
+	return d
+}
+
+func (d *diskWatch) close() {
+	if d != nil {
+		close(d.stop)
+		<-d.done
+	}
+}
+
+// diskUsage sums the blocks the tree at dir occupies. It never follows a
+// symlink; entries that vanish while it walks (the sandbox runs
+// concurrently) are skipped.
+func diskUsage(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,388 @@
+package sandboxkit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+func TestBuildTmpfsSizes(t *testing.T) {
+	p := Policy{UID: 1000, GID: 1000, HostView: true, Tmpfs: []string{"/home"}, Limits: Limits{TmpSize: 1 << 20, HomeSize: 2 << 20}}
+	l, err := p.Build("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(l.Args, " ")
+	for _, want := range []string{
+		"--dev /dev --size 1048576 --tmpfs /tmp ",
+		"--size 1048576 --tmpfs /home --size 2097152 --tmpfs " + HomeDir + " ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("argv lacks %q:\n%s", want, got)
+		}
+	}
+	// No size, no --size: the zero Policy's argv is unchanged.
+	l, _ = (&Policy{}).Build("true")
+	if slices.Contains(l.Args, "--size") {
+		t.Errorf("zero Limits added --size: %q", l.Args)
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    Limits
+		want string
+	}{
+		{"negative pids", Limits{Pids: -1}, "negative limit Pids"},
+		{"tiny nofile", Limits{OpenFiles: 10}, "below 64"},
+		{"tiny cpu", Limits{CPU: 0.001}, "0.01 cores"},
+		{"tiny memory", Limits{Memory: 1 << 20}, "16 MiB"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := (&Policy{Limits: c.l}).Build("true")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	if err := DefaultLimits().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// requireCgroups returns the delegated tree, skipping (failing under
+// CI) without one: scripts/install-prereqs delegates it to the test user.
+func requireCgroups(t testing.TB) *cgroup.Tree {
+	t.Helper()
+	requireSandbox(t)
+	tr, err := cgroupTree("")
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "%v", err)
+	}
+	return tr
+}
+
+// enforcePolicy is the workspace profile under seccomp enforce with l.
+func enforcePolicy(t *testing.T, l Limits) *Policy {
+	t.Helper()
+	w := sessionPolicy(t).Workspace
+	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w, Seccomp: seccomp.Enforce, Limits: &l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// groups lists the sandbox groups in the tree.
+func groups(t *testing.T, tr *cgroup.Tree) []string {
+	ents, err := os.ReadDir(tr.Dirs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "sbx-"+strconv.Itoa(os.Getpid())+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func countProcs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLimitsForkBomb: a fork bomb stops at the sandbox's pid limit, the
+// host's process count stays below the limit + 50, the tool learns which
+// limit it was, and another sandbox's command completes meanwhile.
+func TestLimitsForkBomb(t *testing.T) {
+	tr := requireCgroups(t)
+	l := DefaultLimits()
+	bomb := startSession(t, enforcePolicy(t, l), SessionOptions{})
+	other := startSession(t, enforcePolicy(t, l), SessionOptions{})
+	base := countProcs(t)
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	peak := 0
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			peak = max(peak, countProcs(t)-base)
+		}
+	})
+	// The sleep keeps the command, and so its process group, alive.
+	c := bomb.Command(t.Context(), "bash", "-c", ":(){ :|:& };:; sleep 10")
+	c.Timeout = 4 * time.Second
+	var out bytes.Buffer
+	c.Stderr = &out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	// A second user's command completes while the bomb runs.
+	start := time.Now()
+	got, _, err := inSession(t, other, "echo alive")
+	if err != nil || got != "alive\n" {
+		t.Fatalf("other session during the bomb: %q %v", got, err)
+	}
+	t.Logf("other session's command took %v during the bomb", time.Since(start))
+	err = c.Wait()
+	close(stop)
+	wg.Wait()
+
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != LimitPids || c.State.Limit != LimitPids {
+		t.Fatalf("bomb ended with %v (state %+v), want a pids LimitError", err, c.State)
+	}
+	if !strings.Contains(le.Error(), "process limit (512 processes") {
+		t.Errorf("message: %q", le.Error())
+	}
+	if peak >= int(l.Pids)+50 {
+		t.Errorf("host processes grew by %d during the bomb, want < %d", peak, l.Pids+50)
+	}
+	t.Logf("host processes grew by at most %d during the bomb (limit %d)", peak, l.Pids)
+	// The session survives and is usable; its group is the same.
+	if got, _, err := inSession(t, bomb, "echo after"); err != nil || got != "after\n" {
+		t.Fatalf("bomb session after the bomb: %q %v", got, err)
+	}
+	if n := len(groups(t, tr)); n != 2 {
+		t.Errorf("%d sandbox groups for 2 sessions", n)
+	}
+	bomb.Close()
+	other.Close()
+	if g := groups(t, tr); len(g) != 0 {
+		t.Errorf("groups left after Close: %v", g)
+	}
+}
+
+// TestLimitsMemory: allocating 4 GiB is killed inside the sandbox by the
+// OOM killer of its cgroup, and Wait says so. (512 MiB rather than the
+// default 2 GiB: the same path, in a fraction of the time.)
+func TestLimitsMemory(t *testing.T) {
+	requireCgroups(t)
+	l := DefaultLimits()
+	l.Memory = 512 << 20
+	p := enforcePolicy(t, l)
+	var out bytes.Buffer
+	c := Command(t.Context(), p, "python3", "-c", "b = b'x' * (4 << 30); print('allocated')")
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	var le *LimitError
+	var ee *ExitError
+	if !errors.As(err, &le) || le.Limit != LimitMemory || !errors.As(err, &ee) || ee.Code != 137 {
+		t.Fatalf("4 GiB allocation: %v (%q), want a memory LimitError over exit 137", err, out.String())
+	}
+	if !strings.Contains(le.Error(), "memory limit (512 MiB, no swap)") || strings.Contains(out.String(), "allocated") {
+		t.Fatalf("message %q, output %q", le.Error(), out.String())
+	}
+}
+
+// TestLimitsTmpfs: /tmp is 512 MiB; writing 1 GiB there fails with
+// ENOSPC, and HOME likewise.
+func TestLimitsTmpfs(t *testing.T) {
+	requireSandbox(t)
+	p := enforcePolicy(t, DefaultLimits())
+	for _, dir := range []string{"/tmp", HomeDir} {
+		var out bytes.Buffer
+		c := Command(t.Context(), p, "sh", "-c", "head -c 1073741824 /dev/zero > "+dir+"/f; echo rc=$?; stat -c %s "+dir+"/f")
+		c.Stdout, c.Stderr = &out, &out
+		if err := c.Run(); err != nil {
+			t.Fatalf("%s: %v %s", dir, err, out.String())
+		}
+		lines := strings.Fields(out.String())
+		size, _ := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+		if !strings.Contains(out.String(), "No space left on device") || !strings.Contains(out.String(), "rc=1") || size > 512<<20 || size < 500<<20 {
+			t.Fatalf("%s: %q (size %d), want ENOSPC at 512 MiB", dir, out.String(), size)
+		}
+	}
+}
+
+// TestLimitsDiskBudget: yes > big in the workspace stops at the disk
+// budget, in a Session and in a one-shot Run; the model is told why, and
+// a later rm is not stopped.
+func TestLimitsDiskBudget(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Disk = 64 << 20
+	p := enforcePolicy(t, l)
+	check := func(what string, err error, st *State) {
+		t.Helper()
+		var le *LimitError
+		if !errors.As(err, &le) || le.Limit != LimitDisk || st.Limit != LimitDisk {
+			t.Fatalf("%s: %v (state %+v), want a disk LimitError", what, err, st)
+		}
+		if !strings.Contains(le.Error(), "disk budget (64 MiB) is used up") {
+			t.Errorf("%s: message %q", what, le.Error())
+		}
+		used := diskUsage(p.Workspace.Upper)
+		// Stopped near the budget: yes alone would fill the disk.
+		if used < l.Disk || used > l.Disk+768<<20 {
+			t.Errorf("%s: upper layer holds %d bytes, want just over %d", what, used, l.Disk)
+		}
+		t.Logf("%s: stopped at %d MiB for a %d MiB budget", what, used>>20, l.Disk>>20)
+	}
+
+	s := startSession(t, p, SessionOptions{})
+	_, c, err := inSession(t, s, "yes > big")
+	check("session", err, c.State)
+	// Deleting is not writing: it runs to the end.
+	if out, _, err := inSession(t, s, "rm big && echo freed"); err != nil || out != "freed\n" {
+		t.Fatalf("rm after the budget: %q %v", out, err)
+	}
+	s.Close()
+
+	c = Command(t.Context(), p, "sh", "-c", "yes > big2")
+	check("run", c.Run(), c.State)
+}
+
+// TestLimitsRlimits: the rlimits hold inside, hard, and no core dumps.
+func TestLimitsRlimits(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.OpenFiles, l.FileSize = 200, 1<<20
+	p := enforcePolicy(t, l)
+	var out bytes.Buffer
+	c := Command(t.Context(), p, "bash", "-c", "echo $(ulimit -Sn) $(ulimit -Hn) $(ulimit -Hf) $(ulimit -Hc) $(cat /proc/self/cgroup); ulimit -Hn 300 2>/dev/null || echo cannot-raise; head -c 2000000 /dev/zero > f; echo rc=$?")
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Run(); err != nil {
+		t.Fatalf("%v %s", err, out.String())
+	}
+	got := out.String()
+	// ulimit -f counts 1024-byte blocks; the sandbox's cgroup namespace
+	// shows its own group as the root.
+	if !strings.HasPrefix(got, "200 200 1024 0 ") || !strings.Contains(got, "cannot-raise") || !strings.Contains(got, "File size limit exceeded") {
+		t.Fatalf("inside: %q", got)
+	}
+	for line := range strings.SplitSeq(got, " ") {
+		if strings.Contains(line, "codumentor") || strings.Contains(line, "sbx-") {
+			t.Fatalf("the sandbox sees its cgroup path: %q", got)
+		}
+	}
+}
+
+// TestLimitsCPU: spinning processes run in their sandbox's CPU group,
+// under its quota. (That the quota keeps the server responsive is
+// measured by scripts/bench, not by a timed test.)
+func TestLimitsCPU(t *testing.T) {
+	tr := requireCgroups(t)
+	if tr.Version() != cgroup.V1 {
+		t.Skip("reads the v1 cpu layout")
+	}
+	l := DefaultLimits()
+	l.CPU = 0.5
+	s := startSession(t, enforcePolicy(t, l), SessionOptions{})
+	var pids []int
+	for range 2 {
+		j, err := s.StartBackground(t.Context(), []string{"sh", "-c", "while :; do :; done"}, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, j.Pid)
+	}
+	dir := s.limits.group.Dirs()[2]
+	quota, _ := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	// The supervisor, bwrap and its child, the two jobs.
+	if strings.TrimSpace(string(quota)) != "50000" || len(strings.Fields(string(procs))) < 4 {
+		t.Fatalf("quota %q, processes %q", quota, procs)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stat, _ := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	t.Logf("cpu.stat after 300 ms:\n%s", stat)
+}
+
+// TestLimitsRequire: without a delegated cgroup, the Doctor says "rlimits
+// only" and sandboxes still start; with Require they refuse, before
+// anything runs, with an errors.Is-able error.
+func TestLimitsRequire(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Cgroup = "codumentor/no-such-user"
+	rep := Doctor(t.Context(), DoctorOptions{Limits: &l})
+	lc := rep.Checks[len(rep.Checks)-1]
+	if lc.Name != "limits" || !lc.OK || !lc.Warning || !strings.HasPrefix(lc.Detail, "rlimits only") || !strings.Contains(lc.Remedy, "setup-cgroups") || rep.Err() != nil {
+		t.Fatalf("doctor without delegation: %+v, %v", lc, rep.Err())
+	}
+	p := enforcePolicy(t, l)
+	if out, err := exec1(t, p, "echo ran"); err != nil || out != "ran\n" {
+		t.Fatalf("rlimits only: %q %v", out, err)
+	}
+
+	l.Require = true
+	rep = Doctor(t.Context(), DoctorOptions{Limits: &l})
+	if err := rep.Err(); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrLimitsUnavailable) {
+		t.Fatalf("doctor with require_limits: %v", err)
+	}
+	p = enforcePolicy(t, l)
+	marker := filepath.Join(p.Workspace.Upper, "ran")
+	_, err := exec1(t, p, "touch ran")
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrLimitsUnavailable) || !errors.Is(err, cgroup.ErrNotDelegated) {
+		t.Fatalf("Run with Require: %v", err)
+	}
+	if _, err := StartSession(t.Context(), p, SessionOptions{}); !errors.Is(err, ErrLimitsUnavailable) {
+		t.Fatalf("StartSession with Require: %v", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+}
+
+func exec1(t *testing.T, p *Policy, script string) (string, error) {
+	var out bytes.Buffer
+	c := Command(t.Context(), p, "sh", "-c", script)
+	c.Stdout, c.Stderr = &out, &out
+	err := c.Run()
+	return out.String(), err
+}
+
+// TestSessionMaxJobs: background jobs beyond MaxJobs are refused until
+// one ends.
+func TestSessionMaxJobs(t *testing.T) {
+	requireSandbox(t)
+	s := startSession(t, sessionPolicy(t), SessionOptions{MaxJobs: 2})
+	var ids []int
+	for range 2 {
+		j, err := s.StartBackground(t.Context(), []string{"sleep", "60"}, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	if _, err := s.StartBackground(t.Context(), []string{"true"}, nil, ""); !errors.Is(err, ErrTooManyJobs) {
+		t.Fatalf("third job: %v, want ErrTooManyJobs", err)
+	}
+	if err := s.Kill(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartBackground(context.Background(), []string{"true"}, nil, ""); err != nil {
+		t.Fatalf("after a kill: %v", err)
+	}
+}
