@@ -268,22 +268,7 @@ func (t *Tree) prepareV2() error {
 			}
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-	if err != nil {
-		return fmt.Errorf("cgroup: %w", err)
-	}
-	var enable []string
-	for _, c := range Controllers {
-		if !slices.Contains(strings.Fields(string(b)), c) {
-			enable = append(enable, "+"+c)
-		}
-	}
-	if len(enable) > 0 {
-		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(enable, " ")); err != nil {
-			return fmt.Errorf("cgroup: enable %s in %s: %w", strings.Join(enable, " "), dir, err)
-		}
-	}
-	return nil
+	return enableControllers(dir)
 }
 
 // groupPrefix names sandbox groups: sbx-PID-N, PID the creating process.
