@@ -111,22 +111,34 @@ func TestLimitsWithoutDelegation(t *testing.T) {
 		Warnings []string
 	}
 	in := newInstance(t, llm(t, shellCall("echo ran"), llmtest.Step{Text: "Done."})+cfg)
+	in.addUser("root", pw, true)
 	p := in.start()
+	// The public /readyz says ready; the warning and its remedy are the
+	// admin's (admin/doctor), as are all details.
 	var r readiness
 	p.anon().must(http.StatusOK, "GET", "/readyz", nil, &r)
+	if !r.Ready {
+		t.Fatalf("readyz without delegation: %+v", r)
+	}
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, &r)
 	if !r.Ready || !slices.ContainsFunc(r.Warnings, func(w string) bool {
 		return strings.HasPrefix(w, "limits: rlimits only") && strings.Contains(w, "setup-cgroups")
 	}) {
-		t.Fatalf("readyz without delegation: %+v", r)
+		t.Fatalf("admin/doctor without delegation: %+v", r)
 	}
 	p.stop()
 
 	in = newInstance(t, llm(t, shellCall("echo ran"), llmtest.Step{Text: "Done."})+cfg+"  require_limits: true\n")
 	in.addUser("alice", pw, false)
+	in.addUser("root", pw, true)
 	p = in.start()
 	status, body, _ := p.anon().do("GET", "/readyz", nil)
-	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "sandbox/limits") || !strings.Contains(string(body), "require_limits") {
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "sandbox/limits") {
 		t.Fatalf("readyz with require_limits: %d %s", status, body)
+	}
+	body = p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, nil)
+	if !strings.Contains(string(body), "require_limits") {
+		t.Fatalf("admin/doctor with require_limits: %s", body)
 	}
 	a := p.login("alice", pw)
 	conv := a.newConversation()
