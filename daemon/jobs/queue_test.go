@@ -340,11 +340,14 @@ func TestLeaseRenewed(t *testing.T) {
 	var runs atomic.Int32
 	var queues []*Queue
 	for range 2 {
-		q := newQueue(t, openDB(t, path), Options{Lease: 100 * time.Millisecond})
+		// A lease short against the job, long against a renewal's
+		// database write on a loaded 2-core machine under -race (a 100 ms
+		// lease renewed every 33 ms was taken over there now and then).
+		q := newQueue(t, openDB(t, path), Options{Lease: 600 * time.Millisecond})
 		q.Handle("slow", func(ctx context.Context, j *Job) (any, error) {
 			runs.Add(1)
 			select {
-			case <-time.After(400 * time.Millisecond):
+			case <-time.After(2 * time.Second):
 				return "slow", nil
 			case <-ctx.Done():
 				return nil, ctx.Err()
