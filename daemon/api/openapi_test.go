@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -79,5 +81,51 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if !slices.Contains(served, r) {
 			t.Errorf("in openapi.json but not served: %s", r)
 		}
+	}
+}
+
+// The document has no object with a key twice: a JSON decoder keeps one
+// of them silently, so a merge that adds the same response twice would
+// hide a description.
+func TestOpenAPINoDuplicateKeys(t *testing.T) {
+	dec := json.NewDecoder(bytes.NewReader(openAPI))
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				key := k.(string)
+				if seen[key] {
+					t.Errorf("openapi.json: %s has the key %q twice", path, key)
+				}
+				seen[key] = true
+				if err := walk(path + "/" + key); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token() // '}'
+			return err
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if err := walk(path + "/" + strconv.Itoa(i)); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token() // ']'
+			return err
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		t.Fatal(err)
 	}
 }
