@@ -92,6 +92,10 @@ type Config struct {
 	MaxToolCalls int
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
+	// Programs are host programs shown read-only in every conversation
+	// sandbox (e.g. external coding agents' binaries): whatever runs there
+	// can read and run them.
+	Programs []sandboxkit.Bind
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
@@ -374,12 +378,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
-		Bwrap:     e.cfg.Bwrap,
-		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
-		Seccomp:   e.cfg.Seccomp,
-		Limits:    e.cfg.Limits,
-	})
+	p, err := e.policy(sandboxkit.ProfileWorkspace, &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work}, false)
 	if err != nil {
 		return nil, err
 	}

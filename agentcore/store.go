@@ -54,6 +54,7 @@ const (
 	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
 	EventToolOutput         = "tool_output"         // {"id","name","output"}
 	EventToolFinished       = "tool_finished"       // {"id","name","error"?}
+	EventToolOutputDelta    = "tool_output_delta"   // {"id","name","text"}: output of a running tool (an external agent), redacted, before its tool_output
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
 	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
