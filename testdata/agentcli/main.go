@@ -8,7 +8,8 @@
 //
 // AGENTCLI_DIAL (host:port) is the address it tries to reach;
 // AGENTCLI_HOST_FILE a host file it tries to read; AGENTCLI_HOST_HOME
-// the host home whose .ssh it lists (besides $HOME/.ssh).
+// the host home whose .ssh it lists (besides $HOME/.ssh); AGENTCLI_MARKER
+// a file it creates (to prove where it ran).
 package main
 
 import (
@@ -68,6 +69,13 @@ func main() {
 			fmt.Printf("host file: unreadable (%v)\n", err)
 		} else {
 			fmt.Printf("host file: READ %q\n", b)
+		}
+	}
+	if m := os.Getenv("AGENTCLI_MARKER"); m != "" {
+		if err := os.WriteFile(m, []byte("agentcli ran here\n"), 0o644); err != nil {
+			fmt.Printf("marker: not written (%v)\n", err)
+		} else {
+			fmt.Println("marker: wrote " + m)
 		}
 	}
 	fmt.Println("report: done")
