@@ -88,7 +88,7 @@ func (e *Engine) startWorkspaceCommand(cmd *sandboxkit.Cmd, w WorkspaceCommand) 
 // starts until w ends: the conversation's workspace lock is held.
 // The returned release ends that, once the command was waited for.
 func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand) (*sandboxkit.Cmd, func(), error) {
-	cv := e.conv(c.Conversation)
+	cv := e.conv(c.wsKey())
 	cv.wsMu.Lock()
 	started := false
 	defer func() {
@@ -105,15 +105,11 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 		cv.ws.sess.Close()
 		cv.ws = nil
 	}
-	lower, err := e.cfg.Workspaces.Lower(ctx, c.User, c.Conversation)
-	if err != nil {
-		return nil, nil, fmt.Errorf("workspace of this conversation: %w", err)
-	}
-	layer, err := e.layer(c.Conversation)
+	sw, _, layer, lower, err := e.workspaceLayers(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := e.policy(sandboxkit.ProfileExternalAgent, &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work}, true)
+	p, err := e.policy(sandboxkit.ProfileExternalAgent, sw, true)
 	if err != nil {
 		return nil, nil, err
 	}
