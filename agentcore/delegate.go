@@ -157,6 +157,11 @@ func (d *delegateTool) Run(ctx context.Context, c *Call) (string, error) {
 	if sub.isolated {
 		mode = SubagentsIsolated
 		defer e.endIsolated(self)
+		// Its sandbox first: without one, the subagent does not start
+		// (fail closed; the error wraps sandboxkit.ErrUnavailable).
+		if _, err := e.workspace(ctx, self); err != nil {
+			return "", fmt.Errorf("the isolated subagent needs its own sandbox: %w", err)
+		}
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventSubagentStarted, map[string]string{"id": c.ID, "subagent": sub.id, "task": a.Task, "isolation": mode})
 	err := e.loop(t)

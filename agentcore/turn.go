@@ -34,8 +34,8 @@ type Turn struct {
 	done   chan struct{}
 	err    error
 
-	c       *conv
-	hist    history
+	c    *conv
+	hist history
 	// sub is set for a subagent's turn (see delegate).
 	sub     *subagent
 	secrets map[string]string // the user's secrets, name → value

@@ -26,6 +26,18 @@ func agentCLI(t *testing.T) string {
 	return bin
 }
 
+// llmScript starts the scripted model with s and returns the YAML that
+// points the server at it.
+func llmScript(t testing.TB, s *llmtest.Script) string {
+	t.Helper()
+	srv, err := llmtest.StartServer(s, llmtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL())
+}
+
 func toolCall(name string, args any) llmtest.Step {
 	b, _ := json.Marshal(args)
 	return llmtest.Step{ToolCalls: []agentcore.ToolCall{{Name: name, Arguments: string(b)}}}
@@ -100,9 +112,10 @@ func TestExternalAgentTier0NeedsOverride(t *testing.T) {
 
 // The fail-closed matrix: with workspace isolation enabled but no
 // sandbox (bwrap missing; a kernel that refuses the seccomp filter), the
-// shell and file tools and a tier-1 external agent refuse with a clear
-// error, and the marker file each would write proves nothing ran on the
-// host. (Setup scripts and sandboxed MCP servers are other issues' rows.)
+// shell and file tools, tier-1 external agents (with and without
+// network) and an isolated subagent refuse with a clear error, and the
+// marker file each would write proves nothing ran on the host. (Setup
+// scripts and sandboxed MCP servers are other issues' rows.)
 func TestFailClosedMatrix(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
 	bin := agentCLI(t)
@@ -133,9 +146,12 @@ func TestFailClosedMatrix(t *testing.T) {
 				toolCall("list_files", map[string]string{}),
 				toolCall("external_agent", map[string]string{"agent": "fake", "task": "touch the marker"}),
 				toolCall("external_agent", map[string]string{"agent": "net", "task": "touch the marker"}),
+				toolCall("delegate", map[string]string{"task": "SUBTASK: touch the marker"}),
 				{Text: "Nothing ran."},
 			}
-			cfg := llm(t, steps...) + externalAgentYAML(bin, marker("agent"), "") +
+			sub := []llmtest.Step{toolCall("shell", map[string]string{"command": "touch " + marker("subagent")}), {Text: "touched"}}
+			cfg := llmScript(t, &llmtest.Script{Steps: steps, Branches: []llmtest.Branch{{Match: "SUBTASK", Steps: sub}}}) +
+				"subagent_isolation: isolated\n" + externalAgentYAML(bin, marker("agent"), "") +
 				fmt.Sprintf("  - name: net\n    command: %s\n    egress_allowlist: [127.0.0.1]\n    env: {AGENTCLI_MARKER: %q}\n", bin, marker("agent-net")) +
 				fmt.Sprintf("sandbox:\n  bwrap: %s\n  shell_always_allow: true\n", tc.bwrap)
 			in := newInstance(t, cfg)
@@ -162,8 +178,8 @@ func TestFailClosedMatrix(t *testing.T) {
 					finished[d["name"]+"#"+d["id"]] = d["error"]
 				}
 			}
-			if len(finished) != 6 {
-				t.Fatalf("%d tools finished, want 6: %v", len(finished), finished)
+			if len(finished) != 7 {
+				t.Fatalf("%d tools finished, want 7: %v", len(finished), finished)
 			}
 			for tool, e := range finished {
 				t.Logf("%s: %s", tool, e)
@@ -171,11 +187,42 @@ func TestFailClosedMatrix(t *testing.T) {
 					t.Errorf("%s: error %q; want a sandbox error naming %s, saying nothing ran, without host paths", tool, e, tc.why)
 				}
 			}
-			for _, m := range []string{"shell", "agent", "agent-net"} {
+			for _, m := range []string{"shell", "agent", "agent-net", "subagent"} {
 				if _, err := os.Stat(marker(m)); err == nil {
 					t.Errorf("%s ran on the host: its marker exists", m)
 				}
 			}
 		})
+	}
+}
+
+// An isolated subagent through the API: its approval names it, its
+// changes come back as a diff, and the conversation's workspace (its
+// diff route) does not have them.
+func TestDelegateIsolatedThroughAPI(t *testing.T) {
+	needSandbox(t)
+	script := &llmtest.Script{
+		Steps: []llmtest.Step{toolCall("delegate", map[string]string{"task": "SUBTASK: write notes.txt"}), {Expect: "+from the subagent", Text: "Got its diff."}},
+		Branches: []llmtest.Branch{{Match: "SUBTASK", Steps: []llmtest.Step{
+			toolCall("shell", map[string]string{"command": "echo from the subagent > notes.txt"}), {Expect: "exit status 0", Text: "wrote notes.txt"},
+		}}},
+	}
+	in := newInstance(t, llmScript(t, script)+"subagent_isolation: isolated\n")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	a := p.login("alice", pw)
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	a.send(conv, "delegate it")
+	evs := s.until(agentcore.EventApprovalPending, 30*time.Second)
+	var ap agentcore.Approval
+	json.Unmarshal(eventData(t, evs[len(evs)-1]), &ap)
+	if !strings.HasPrefix(ap.Agent, "sub_") || ap.Command != "echo from the subagent > notes.txt" {
+		t.Fatalf("approval: %+v", ap)
+	}
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/approvals/"+ap.ID, map[string]string{"decision": "approve"}, nil)
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if diff := string(a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/diff", nil, nil)); strings.Contains(diff, "notes.txt") {
+		t.Fatalf("the subagent's file reached the conversation's workspace:\n%s", diff)
 	}
 }

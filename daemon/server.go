@@ -214,6 +214,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 		Programs:         externalAgentPrograms(cfg),
+		Subagents:        cfg.SubagentIsolation,
 	})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -83,6 +84,11 @@ type Config struct {
 	// run unconfined on the host while workspace isolation is enabled;
 	// without it such an agent stops the server from starting.
 	AllowUnsandboxedExternalAgents bool `yaml:"allow_unsandboxed_external_agents"`
+	// SubagentIsolation offers the model the delegate tool: "shared" (the
+	// subagent works in the conversation's workspace) or "isolated" (its
+	// own sandbox and layer; its changes come back as a diff). Empty: no
+	// delegate tool.
+	SubagentIsolation string `yaml:"subagent_isolation"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -298,6 +304,11 @@ func (c Config) Validate() error {
 		if !slices.Contains(knownPlugins, p) {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))
 		}
+	}
+	switch c.SubagentIsolation {
+	case "", agentcore.SubagentsShared, agentcore.SubagentsIsolated:
+	default:
+		errs = append(errs, fmt.Errorf("subagent_isolation: %q is not %s or %s", c.SubagentIsolation, agentcore.SubagentsShared, agentcore.SubagentsIsolated))
 	}
 	if err := externalagent.Validate(c.ExternalAgents); err != nil {
 		errs = append(errs, err)
