@@ -157,6 +157,17 @@ func (d *delegateTool) Run(ctx context.Context, c *Call) (string, error) {
 	if sub.isolated {
 		mode = SubagentsIsolated
 		defer e.endIsolated(self)
+		// The parent's upper layer becomes a lower layer of the
+		// subagent's overlay, and overlayfs leaves changes to a lower
+		// layer of a mounted overlay undefined: the parent's sandbox
+		// (blocked in this call but for its background jobs) is closed.
+		pc := e.conv(c.wsKey())
+		pc.wsMu.Lock()
+		err := pc.closeIdleLocked("an isolated subagent reads your workspace's layer, which must not change meanwhile")
+		pc.wsMu.Unlock()
+		if err != nil {
+			return "", err
+		}
 		// Its sandbox first: without one, the subagent does not start
 		// (fail closed; the error wraps sandboxkit.ErrUnavailable).
 		if _, err := e.workspace(ctx, self); err != nil {

@@ -159,3 +159,26 @@ func TestDelegateIsolated(t *testing.T) {
 		t.Errorf("approvals: %+v", rec.seen)
 	}
 }
+
+// An isolated subagent reads its parent's layer, which must not change
+// under it: while a background job of the parent runs, delegate refuses,
+// and no subagent starts.
+func TestDelegateIsolatedRefusesWhileJobsRun(t *testing.T) {
+	s := &llmtest.Script{
+		Steps: []llmtest.Step{
+			{ToolCalls: []agentcore.ToolCall{call("j", "shell", map[string]any{"command": "sleep 300", "background": true})}},
+			{ToolCalls: []agentcore.ToolCall{call("d1", "delegate", map[string]string{"task": "SUBTASK: anything"})}},
+			{Expect: "stop the job first", Text: "It refused."},
+		},
+		Branches: []llmtest.Branch{{Match: "SUBTASK", Steps: []llmtest.Step{{Text: "must not run"}}}},
+	}
+	h := newHarness(t, s, func(c *agentcore.Config) {
+		c.Subagents, c.ShellAlwaysAllow = agentcore.SubagentsIsolated, true
+	})
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	if types := strings.Join(h.types("c"), " "); strings.Contains(types, "subagent_started") {
+		t.Fatalf("a subagent started: %s", types)
+	}
+}

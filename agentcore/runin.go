@@ -96,14 +96,8 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 			cv.wsMu.Unlock()
 		}
 	}()
-	if cv.ws != nil {
-		for _, j := range cv.ws.sess.Jobs() {
-			if j.Running {
-				return nil, nil, fmt.Errorf("background job %d runs in this conversation's sandbox; a command with network runs in a sandbox of its own over the same workspace, so stop the job first (shell_kill)", j.ID)
-			}
-		}
-		cv.ws.sess.Close()
-		cv.ws = nil
+	if err := cv.closeIdleLocked("a command with network runs in a sandbox of its own over the same workspace"); err != nil {
+		return nil, nil, err
 	}
 	sw, _, layer, lower, err := e.workspaceLayers(ctx, c)
 	if err != nil {
@@ -204,4 +198,21 @@ func (e *Engine) policy(name string, ws *sandboxkit.Workspace, shareNet bool) (*
 	}
 	p.ReadOnly = append(p.ReadOnly, e.cfg.Programs...)
 	return p, nil
+}
+
+// closeIdleLocked closes the workspace's sandbox unless a background job
+// runs in it, which is an error saying why (reason) it must stop. The
+// caller holds c.wsMu.
+func (c *conv) closeIdleLocked(reason string) error {
+	if c.ws == nil {
+		return nil
+	}
+	for _, j := range c.ws.sess.Jobs() {
+		if j.Running {
+			return fmt.Errorf("background job %d runs in this workspace's sandbox and %s, so stop the job first (shell_kill)", j.ID, reason)
+		}
+	}
+	c.ws.sess.Close()
+	c.ws = nil
+	return nil
 }
