@@ -92,6 +92,13 @@ type Config struct {
 	MaxToolCalls int
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
+	// Programs are host programs shown read-only in every conversation
+	// sandbox (e.g. external coding agents' binaries): whatever runs there
+	// can read and run them.
+	Programs []sandboxkit.Bind
+	// Subagents offers the delegate tool: SubagentsShared or
+	// SubagentsIsolated; empty means no delegate tool.
+	Subagents string
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
@@ -202,6 +209,13 @@ func New(cfg Config) (*Engine, error) {
 				return nil, err
 			}
 		}
+	}
+	switch cfg.Subagents {
+	case "":
+	case SubagentsShared, SubagentsIsolated:
+		e.tools.add(&delegateTool{e: e})
+	default:
+		return nil, fmt.Errorf("agentcore: Config.Subagents is %q; want %q, %q or empty", cfg.Subagents, SubagentsShared, SubagentsIsolated)
 	}
 	return e, nil
 }
@@ -354,7 +368,7 @@ type workspace struct {
 // none runs. When the sandbox is unavailable it returns the sandbox's
 // error (errors.Is sandboxkit.ErrUnavailable) and nothing is started.
 func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) {
-	c := e.conv(call.Conversation)
+	c := e.conv(call.wsKey())
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
 	if c.ws != nil && c.ws.sess.Err() == nil {
@@ -366,20 +380,11 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if closed {
 		return nil, ErrClosed
 	}
-	lower, err := e.cfg.Workspaces.Lower(ctx, call.User, call.Conversation)
-	if err != nil {
-		return nil, fmt.Errorf("workspace of this conversation: %w", err)
-	}
-	layer, err := e.layer(call.Conversation)
+	sw, v, layer, lower, err := e.workspaceLayers(ctx, call)
 	if err != nil {
 		return nil, err
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
-		Bwrap:     e.cfg.Bwrap,
-		Workspace: &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work},
-		Seccomp:   e.cfg.Seccomp,
-		Limits:    e.cfg.Limits,
-	})
+	p, err := e.policy(sandboxkit.ProfileWorkspace, sw, false)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +397,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		return nil, fmt.Errorf("starting the sandbox: %w", err)
 	}
 	layer.Touch(time.Now())
-	ws := &workspace{view: view{lower: lower, upper: layer.Upper}, sess: sess}
+	ws := &workspace{view: v, sess: sess}
 	c.ws = ws
 	go func() {
 		// An ended sandbox is kept only for its jobs' output.
@@ -421,7 +426,7 @@ func (e *Engine) startIn(ctx context.Context, call *Call, start func(*workspace)
 		if attempt > 0 || !errors.Is(err, sandboxkit.ErrSessionClosed) {
 			return err
 		}
-		c := e.conv(call.Conversation)
+		c := e.conv(call.wsKey())
 		c.wsMu.Lock()
 		if c.ws == ws {
 			c.ws = nil

@@ -61,45 +61,47 @@ func cleanRel(p string) (string, error) {
 // Errors name workspace paths only, never a host path.
 type view struct {
 	lower, upper string
+	// mid are read-only layers between upper and lower, top first: an
+	// isolated subagent's view stacks its own upper on its parent's
+	// upper and lower.
+	mid []string
+}
+
+// layers are v's layer directories, top (upper) first.
+func (v *view) layers() []string {
+	return append(append([]string{v.upper}, v.mid...), v.lower)
 }
 
 // entry is a path found in the view.
 type entry struct {
-	fi    fs.FileInfo
-	upper bool // it lives in the upper layer (else in lower)
-	// lowerDir says that lower has a real directory here too, which
-	// shows through an upper directory unless that one is opaque.
-	lowerDir bool
+	fi fs.FileInfo
+	// layer is the index of the layer it lives in (0: upper).
+	layer int
+	// shows, for a directory, marks the layers (layer and below) that
+	// have a real directory here, which merge unless a higher one of
+	// them is opaque.
+	shows []bool
 }
 
 func (e entry) isLink() bool { return e.fi.Mode()&fs.ModeSymlink != 0 }
 
-// mdir is a directory of the merged view, open in each layer that has
-// it: up where upper has a real directory at its path, low where lower's
-// shows through. Close it after use.
+// mdir is a directory of the merged view, open in each layer whose
+// directory at its path shows through (dirs[i] for layer i, nil where
+// none does). Close it after use.
 type mdir struct {
-	rel     string // its workspace path, for messages
-	up, low *os.File
+	rel  string // its workspace path, for messages
+	dirs []*os.File
 }
 
 func (d *mdir) close() {
 	if d == nil {
 		return
 	}
-	if d.up != nil {
-		d.up.Close()
+	for _, f := range d.dirs {
+		if f != nil {
+			f.Close()
+		}
 	}
-	if d.low != nil {
-		d.low.Close()
-	}
-}
-
-// layer returns d's descriptor in upper or lower.
-func (d *mdir) layer(upper bool) *os.File {
-	if upper {
-		return d.up
-	}
-	return d.low
 }
 
 // maxDepth bounds how deep a walk descends (each level holds two
@@ -205,22 +207,17 @@ func openDirAt(f *os.File, name, rel string) (*os.File, error) {
 // openRoot opens the workspace root: upper's root, and lower's unless
 // upper's is opaque.
 func (v *view) openRoot() (*mdir, error) {
-	open := func(p string) (*os.File, error) {
+	layers := v.layers()
+	d := &mdir{dirs: make([]*os.File, len(layers))}
+	for i, p := range layers {
 		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			d.close()
 			return nil, wsErr("", err)
 		}
-		return os.NewFile(uintptr(fd), "."), nil
-	}
-	up, err := open(v.upper)
-	if err != nil {
-		return nil, err
-	}
-	d := &mdir{up: up}
-	if !isOpaque(up) {
-		if d.low, err = open(v.lower); err != nil {
-			d.close()
-			return nil, err
+		d.dirs[i] = os.NewFile(uintptr(fd), ".")
+		if isOpaque(d.dirs[i]) {
+			break
 		}
 	}
 	return d, nil
@@ -229,32 +226,44 @@ func (v *view) openRoot() (*mdir, error) {
 // child looks name up in d.
 func (d *mdir) child(name string) (entry, error) {
 	rel := path.Join(d.rel, name)
-	var up, low *statInfo
-	var ok bool
-	var err error
-	if d.up != nil {
-		if up, ok, err = statAt(d.up, name); err != nil {
+	e := entry{layer: -1}
+	for i, f := range d.dirs {
+		if f == nil {
+			continue
+		}
+		st, ok, err := statAt(f, name)
+		if err != nil {
 			return entry{}, wsErr(rel, err)
 		}
-		if ok && isWhiteout(&up.st) {
-			return entry{}, fs.ErrNotExist
+		if !ok {
+			continue
 		}
-	}
-	if d.low != nil && (up == nil || up.IsDir()) {
-		if low, _, err = statAt(d.low, name); err != nil {
-			return entry{}, wsErr(rel, err)
+		if isWhiteout(&st.st) {
+			// Deleted here: nothing below shows.
+			break
 		}
+		if e.layer < 0 {
+			e.fi, e.layer = st, i
+			if !st.IsDir() {
+				return e, nil
+			}
+			e.shows = make([]bool, len(d.dirs))
+			e.shows[i] = true
+			continue
+		}
+		// Lower layers show through a directory only where they have a
+		// directory too (and none above is opaque, which enter checks);
+		// a lower symlink or file there is hidden, as overlayfs hides it,
+		// and hides what is below it.
+		if !st.IsDir() {
+			break
+		}
+		e.shows[i] = true
 	}
-	switch {
-	case up != nil:
-		// Lower shows through an upper directory only where it has a
-		// directory too (and upper's is not opaque, which enter checks);
-		// a lower symlink or file there is hidden, as overlayfs hides it.
-		return entry{fi: up, upper: true, lowerDir: up.IsDir() && low != nil && low.IsDir()}, nil
-	case low != nil:
-		return entry{fi: low, lowerDir: low.IsDir()}, nil
+	if e.layer < 0 {
+		return entry{}, fs.ErrNotExist
 	}
-	return entry{}, fs.ErrNotExist
+	return e, nil
 }
 
 // enter opens the directory name of d, which child found as e.
@@ -266,21 +275,20 @@ func (d *mdir) enter(name string, e entry) (*mdir, error) {
 		}
 		return nil, fmt.Errorf("%q is not a directory", rel)
 	}
-	c := &mdir{rel: rel}
-	var err error
-	if e.upper {
-		if c.up, err = openDirAt(d.up, name, rel); err != nil {
+	c := &mdir{rel: rel, dirs: make([]*os.File, len(d.dirs))}
+	for i := e.layer; i < len(d.dirs); i++ {
+		if !e.shows[i] {
+			continue
+		}
+		f, err := openDirAt(d.dirs[i], name, rel)
+		if err != nil {
+			c.close()
 			return nil, err
 		}
-		if e.lowerDir && !isOpaque(c.up) {
-			c.low, err = openDirAt(d.low, name, rel)
+		c.dirs[i] = f
+		if isOpaque(f) {
+			break
 		}
-	} else {
-		c.low, err = openDirAt(d.low, name, rel)
-	}
-	if err != nil {
-		c.close()
-		return nil, err
 	}
 	return c, nil
 }
@@ -318,10 +326,14 @@ func (v *view) find(rel string) (e entry, parent *mdir, err error) {
 		}
 		defer d.close()
 		st := &statInfo{name: "."}
-		if err := unix.Fstat(int(d.up.Fd()), &st.st); err != nil {
+		if err := unix.Fstat(int(d.dirs[0].Fd()), &st.st); err != nil {
 			return entry{}, nil, wsErr("", err)
 		}
-		return entry{fi: st, upper: true, lowerDir: d.low != nil}, nil, nil
+		shows := make([]bool, len(d.dirs))
+		for i, f := range d.dirs {
+			shows[i] = f != nil
+		}
+		return entry{fi: st, shows: shows}, nil, nil
 	}
 	dir, name := path.Split(rel)
 	parent, err = v.open(strings.TrimSuffix(dir, "/"))
@@ -374,7 +386,7 @@ func (v *view) resolve(rel string, followLast bool) (string, error) {
 			return "", fmt.Errorf("too many levels of symlinks in %q", rel)
 		}
 		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(int(parent.layer(e.upper).Fd()), comp, buf)
+		n, err := unix.Readlinkat(int(parent.dirs[e.layer].Fd()), comp, buf)
 		parent.close()
 		if err != nil {
 			return "", errChanged(next)
@@ -414,7 +426,7 @@ func (v *view) readFile(rel string, max int64) ([]byte, error) {
 	}
 	// Opened relative to the parent's descriptor, never through a
 	// symlink; O_NONBLOCK keeps a FIFO swapped in from blocking us.
-	fd, err := unix.Openat(int(parent.layer(e.upper).Fd()), path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(int(parent.dirs[e.layer].Fd()), path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, wsErr(rel, err)
 	}
@@ -491,34 +503,26 @@ func (d *mdir) list(after string, limit int) ([]dirEntry, bool, error) {
 			}
 		}
 	}
-	if d.up != nil {
-		err := scan(d.up, func(name string) error {
-			st, ok, err := statAt(d.up, name)
+	for i, f := range d.dirs {
+		if f == nil {
+			continue
+		}
+		err := scan(f, func(name string) error {
+			for _, above := range d.dirs[:i] {
+				// Anything in a higher layer (an entry, or a whiteout)
+				// hides it.
+				if above == nil {
+					continue
+				}
+				if _, ok, err := statAt(above, name); ok || err != nil {
+					return nil
+				}
+			}
+			st, ok, err := statAt(f, name)
 			if err != nil {
 				return wsErr(path.Join(d.rel, name), err)
 			}
 			if ok && !isWhiteout(&st.st) {
-				keep(name, st)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, false, err
-		}
-	}
-	if d.low != nil {
-		err := scan(d.low, func(name string) error {
-			if d.up != nil {
-				// Anything in upper (an entry, or a whiteout) hides it.
-				if _, ok, err := statAt(d.up, name); ok || err != nil {
-					return nil
-				}
-			}
-			st, ok, err := statAt(d.low, name)
-			if err != nil {
-				return wsErr(path.Join(d.rel, name), err)
-			}
-			if ok {
 				keep(name, st)
 			}
 			return nil

@@ -139,7 +139,7 @@ func (j *jobTool) Run(ctx context.Context, c *Call) (string, error) {
 	if err := c.Args(&a); err != nil {
 		return "", err
 	}
-	s := j.e.currentSession(c.Conversation)
+	s := j.e.currentSession(c.wsKey())
 	if s == nil {
 		return "", fmt.Errorf("%w: %d (no background job was started in this conversation's sandbox)", sandboxkit.ErrNoJob, a.Job)
 	}

@@ -54,6 +54,9 @@ const (
 	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
 	EventToolOutput         = "tool_output"         // {"id","name","output"}
 	EventToolFinished       = "tool_finished"       // {"id","name","error"?}
+	EventToolOutputDelta    = "tool_output_delta"   // {"id","name","text"}: output of a running tool (an external agent), redacted, before its tool_output
+	EventSubagentStarted    = "subagent_started"    // {"id","subagent","task","isolation"}: a delegate call (id) started subagent; its tool calls' IDs begin with "<subagent>."
+	EventSubagentFinished   = "subagent_finished"   // {"id","subagent","error"?}
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
 	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
@@ -111,7 +114,10 @@ type Approval struct {
 	Conversation string `json:"conversation"`
 	Turn         string `json:"turn"`
 	ToolCallID   string `json:"tool_call_id"`
-	Tool         string `json:"tool"`
+	// Agent names the subagent whose call this is; empty for the
+	// conversation's own agent.
+	Agent string `json:"agent,omitempty"`
+	Tool  string `json:"tool"`
 	// Command is the command line as the model wrote it, with secret
 	// placeholders, never their values.
 	Command string `json:"command"`

@@ -34,7 +34,10 @@ type Turn struct {
 	done   chan struct{}
 	err    error
 
-	c       *conv
+	c    *conv
+	hist history
+	// sub is set for a subagent's turn (see delegate).
+	sub     *subagent
 	secrets map[string]string // the user's secrets, name → value
 	red     *redactor
 	log     *slog.Logger
@@ -110,6 +113,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		return nil, ErrTurnInProgress
 	}
 	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{})}
+	t.hist = storeHistory{e.cfg.Store, r.Conversation}
 	c.turn = t
 	c.mu.Unlock()
 
@@ -204,7 +208,7 @@ func (e *Engine) loop(t *Turn) error {
 		if step == e.cfg.MaxSteps {
 			return fmt.Errorf("%w: %d model calls", ErrBudget, e.cfg.MaxSteps)
 		}
-		msgs, err := e.cfg.Store.Messages(ctx, t.Conversation)
+		msgs, err := t.hist.messages(ctx)
 		if err != nil {
 			return fmt.Errorf("reading the conversation: %w", err)
 		}
@@ -215,7 +219,7 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return err
 		}
-		if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, reply); err != nil {
+		if err := t.hist.append(ctx, reply); err != nil {
 			return fmt.Errorf("storing the reply: %w", err)
 		}
 		if len(reply.ToolCalls) == 0 {
@@ -228,7 +232,7 @@ func (e *Engine) loop(t *Turn) error {
 				for _, rest := range reply.ToolCalls[i:] {
 					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: fmt.Sprintf("error: not run: a step may make at most %d tool calls; make the rest in your next step", e.cfg.MaxToolCalls)})
 				}
-				if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, answers...); err != nil {
+				if err := t.hist.append(ctx, answers...); err != nil {
 					return fmt.Errorf("storing a tool result: %w", err)
 				}
 				break
@@ -241,14 +245,14 @@ func (e *Engine) loop(t *Turn) error {
 					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: "error: the turn was cancelled before this call finished"})
 				}
 				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := e.cfg.Store.AppendMessages(sctx, t.Conversation, answers...)
+				err := t.hist.append(sctx, answers...)
 				cancel()
 				if err != nil {
 					t.log.Error("storing the answers of cancelled tool calls failed", "err", err)
 				}
 				return ctx.Err()
 			}
-			if err := e.cfg.Store.AppendMessages(ctx, t.Conversation, Message{Role: RoleTool, ToolCallID: call.ID, Content: result}); err != nil {
+			if err := t.hist.append(ctx, Message{Role: RoleTool, ToolCallID: call.ID, Content: result}); err != nil {
 				return fmt.Errorf("storing a tool result: %w", err)
 			}
 		}
@@ -330,6 +334,9 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 			if tc.ID == "" || len(tc.ID) > maxToolName {
 				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
 			}
+			if t.sub != nil {
+				tc.ID = t.sub.id + "." + tc.ID
+			}
 			switch {
 			case len(tc.Name) > maxToolName:
 				refused[tc.ID] = fmt.Errorf("a tool name of %d bytes: no tool has a name longer than %d", len(tc.Name), maxToolName)
@@ -359,6 +366,9 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 	var specs []ToolSpec
 	for _, tool := range e.tools.sorted() {
 		s := tool.Spec()
+		if t.sub != nil && s.Name == "delegate" {
+			continue // one level: a subagent does not delegate
+		}
 		if s.Name == "shell" {
 			names := slices.Sorted(maps.Keys(t.secrets))
 			s.Description += " Secrets available to you (write {{secret:NAME}} in the command, unquoted or inside double quotes, not in single quotes, backquotes or here-documents; the value reaches the command as one word through its environment, never through your context): " + nameList(names) + "."

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -24,6 +26,36 @@ type plugin struct {
 // plugins are the known plugins by name; config.Validate refuses others.
 var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
+	config.PluginExternalAgent:      {start: startExternalAgent, checks: noChecks},
+}
+
+func noChecks(context.Context, *server, config.Config) []api.Check { return nil }
+
+// startExternalAgent registers the external_agent tool. A tier-0 agent
+// while isolation is enabled, without allow_unsandboxed_external_agents,
+// stops the server from starting (the error names the setting).
+func startExternalAgent(ctx context.Context, s *server, cfg config.Config) error {
+	tool, err := externalagent.New(externalagent.Options{
+		Agents:           cfg.ExternalAgents,
+		Isolation:        cfg.Enabled(config.PluginWorkspaceIsolation),
+		AllowUnsandboxed: cfg.AllowUnsandboxedExternalAgents,
+		Engine:           s.engine,
+		Workspaces:       s.trees,
+		Logger:           slog.New(slogHandler{log: s.log.Named("external_agent")}),
+	})
+	if err != nil {
+		return err
+	}
+	return s.engine.Register(tool)
+}
+
+// externalAgentPrograms are the agents' programs the conversation
+// sandboxes show (engine Config.Programs).
+func externalAgentPrograms(cfg config.Config) []sandboxkit.Bind {
+	if !cfg.Enabled(config.PluginExternalAgent) {
+		return nil
+	}
+	return externalagent.Programs(cfg.ExternalAgents, cfg.Enabled(config.PluginWorkspaceIsolation))
 }
 
 // startWorkspaceIsolation: the engine's shell and file tools run in a

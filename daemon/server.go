@@ -136,6 +136,7 @@ type server struct {
 	secrets *secrets.Store
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
+	trees   *trees
 	cfg     atomic.Pointer[config.Config]
 }
 
@@ -185,6 +186,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		return nil, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees")}
+	s.trees = trees
 	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
@@ -211,6 +213,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		NoWorkspaceTools: !isolation,
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
+		Programs:         externalAgentPrograms(cfg),
+		Subagents:        cfg.SubagentIsolation,
 	})
 	if err != nil {
 		return nil, err

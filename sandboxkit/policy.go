@@ -56,6 +56,10 @@ type Policy struct {
 	// change them on the host. Prefer Workspace.
 	ReadWrite []Bind
 
+	// ReadOnlyOverlays mount read-only overlays of host trees: whatever
+	// runs inside can read them (e.g. a parent's view to diff against).
+	ReadOnlyOverlays []ReadOnlyOverlay
+
 	// Tmpfs mounts empty, writable tmpfs directories (besides /tmp and
 	// HOME), e.g. to mask a directory inside a ReadOnly bind.
 	Tmpfs []string
@@ -92,10 +96,21 @@ type Policy struct {
 type Workspace struct {
 	// Lower is the host tree shown at /workspace, never written.
 	Lower string
+	// Layers are read-only host trees stacked over Lower, bottom first
+	// (e.g. a parent conversation's upper layer under a subagent's own),
+	// never written.
+	Layers []string
 	// Upper receives every write, creation and deletion (as a whiteout).
 	Upper string
 	// Work is overlayfs's scratch dir, on the same filesystem as Upper.
 	Work string
+}
+
+// ReadOnlyOverlay shows the union of Layers (bottom first) read-only at
+// Dst.
+type ReadOnlyOverlay struct {
+	Layers []string
+	Dst    string
 }
 
 // Bind maps host path Src to Dst inside the sandbox (Dst "" means Src).
@@ -266,10 +281,25 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	a = appendTmpfs(a, p.Limits.HomeSize, HomeDir)
 	dir := p.Dir
 	if w := p.Workspace; w != nil {
-		a = append(a, "--overlay-src", w.Lower, "--overlay", w.Upper, w.Work, WorkspaceDir)
+		a = append(a, "--overlay-src", w.Lower)
+		for _, l := range w.Layers {
+			a = append(a, "--overlay-src", l)
+		}
+		a = append(a, "--overlay", w.Upper, w.Work, WorkspaceDir)
 		if dir == "" {
 			dir = WorkspaceDir
 		}
+	}
+	for _, o := range p.ReadOnlyOverlays {
+		if len(o.Layers) == 1 {
+			// bwrap's --ro-overlay takes two layers or more.
+			a = append(a, "--ro-bind", o.Layers[0], o.Dst)
+			continue
+		}
+		for _, l := range o.Layers {
+			a = append(a, "--overlay-src", l)
+		}
+		a = append(a, "--ro-overlay", o.Dst)
 	}
 	if dir == "" {
 		dir = HomeDir
@@ -350,6 +380,21 @@ func (p *Policy) validate() error {
 	if w := p.Workspace; w != nil {
 		for _, c := range []struct{ what, p string }{{"workspace lower dir", w.Lower}, {"workspace upper dir", w.Upper}, {"workspace work dir", w.Work}} {
 			if err := abs(c.what, c.p); err != nil {
+				return err
+			}
+		}
+		for _, l := range w.Layers {
+			if err := abs("workspace layer", l); err != nil {
+				return err
+			}
+		}
+	}
+	for _, o := range p.ReadOnlyOverlays {
+		if len(o.Layers) == 0 {
+			return fmt.Errorf("sandboxkit: read-only overlay %q has no layers", o.Dst)
+		}
+		for _, l := range append([]string{o.Dst}, o.Layers...) {
+			if err := abs("read-only overlay", l); err != nil {
 				return err
 			}
 		}

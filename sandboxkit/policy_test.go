@@ -109,6 +109,22 @@ func TestBuildExactArgv(t *testing.T) {
 			files: 3,
 		},
 		{
+			name: "stacked workspace and read-only overlays",
+			policy: Policy{
+				Workspace:        &Workspace{Lower: "/srv/repo", Layers: []string{"/var/ws/c1/upper"}, Upper: "/var/ws/c1.sub/upper", Work: "/var/ws/c1.sub/work"},
+				ReadOnlyOverlays: []ReadOnlyOverlay{{Layers: []string{"/srv/repo", "/var/ws/c1/upper"}, Dst: "/base"}, {Layers: []string{"/srv/other"}, Dst: "/other"}},
+				UID:              1000, GID: 1000,
+			},
+			argv: []string{"true"},
+			want: cat([]string{"bwrap"}, base, hardening, usrFS, etcArgs(false),
+				[]string{"--file", "3", "/etc/passwd", "--file", "4", "/etc/group", "--tmpfs", HomeDir,
+					"--overlay-src", "/srv/repo", "--overlay-src", "/var/ws/c1/upper", "--overlay", "/var/ws/c1.sub/upper", "/var/ws/c1.sub/work", "/workspace",
+					"--overlay-src", "/srv/repo", "--overlay-src", "/var/ws/c1/upper", "--ro-overlay", "/base",
+					"--ro-bind", "/srv/other", "/other",
+					"--chdir", "/workspace"}, defaultEnv, []string{"--", "true"}),
+			files: 2,
+		},
+		{
 			name:   "host view",
 			policy: Policy{HostView: true, Tmpfs: []string{"/home"}},
 			argv:   []string{"ls"},
@@ -195,6 +211,9 @@ func TestBuildRejects(t *testing.T) {
 		{"bad env", Policy{Env: []string{"NOVALUE"}}, []string{"true"}, "not KEY=value"},
 		{"relative dir", Policy{Dir: "src"}, []string{"true"}, "working directory"},
 		{"relative tmpfs", Policy{Tmpfs: []string{"x"}}, []string{"true"}, "tmpfs"},
+		{"relative layer", Policy{Workspace: &Workspace{Lower: "/r", Layers: []string{"l"}, Upper: "/u", Work: "/w"}}, []string{"true"}, "workspace layer"},
+		{"empty read-only overlay", Policy{ReadOnlyOverlays: []ReadOnlyOverlay{{Dst: "/base"}}}, []string{"true"}, "no layers"},
+		{"relative read-only overlay", Policy{ReadOnlyOverlays: []ReadOnlyOverlay{{Layers: []string{"a"}, Dst: "/base"}}}, []string{"true"}, "read-only overlay"},
 		{"empty seccomp", Policy{Seccomp: []byte{}}, []string{"true"}, "seccomp"},
 		{"ragged seccomp", Policy{Seccomp: make([]byte, 12)}, []string{"true"}, "seccomp"},
 	}

@@ -311,7 +311,11 @@ func prepareWorkspace(p *Policy) (func() error, error) {
 	if w == nil {
 		return func() error { return nil }, nil
 	}
-	for _, d := range []struct{ what, path string }{{"lower", w.Lower}, {"upper", w.Upper}, {"work", w.Work}} {
+	dirs := []struct{ what, path string }{{"lower", w.Lower}, {"upper", w.Upper}, {"work", w.Work}}
+	for _, l := range w.Layers {
+		dirs = append(dirs, struct{ what, path string }{"layer", l})
+	}
+	for _, d := range dirs {
 		fi, err := os.Stat(d.path)
 		if err != nil {
 			return nil, fmt.Errorf("sandboxkit: workspace %s dir: %w", d.what, err)

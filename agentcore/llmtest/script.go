@@ -58,6 +58,17 @@ type Step struct {
 // how a request picks its Step. A Script must not be changed while in use.
 type Script struct {
 	Steps []Step `json:"steps"`
+	// Branches answer other conversations held in the same requests'
+	// stream, e.g. a subagent's own history: a request whose first user
+	// message contains a Branch's Match is answered from its Steps (the
+	// first matching Branch; counted the same way) instead of Steps.
+	Branches []Branch `json:"branches,omitempty"`
+}
+
+// Branch is a separate transcript within a Script; see Script.Branches.
+type Branch struct {
+	Match string `json:"match"`
+	Steps []Step `json:"steps"`
 }
 
 var (
@@ -118,15 +129,26 @@ func (s *Script) check() error {
 // IDs and arguments filled in, and its index. The Script is not changed.
 func (s *Script) reply(req agentcore.Request) (Step, int, error) {
 	n := 0
+	first := ""
 	for _, m := range req.Messages {
 		if m.Role == agentcore.RoleAssistant {
 			n++
 		}
+		if m.Role == agentcore.RoleUser && first == "" {
+			first = m.Content
+		}
 	}
-	if n >= len(s.Steps) {
-		return Step{}, n, fmt.Errorf("%w: the conversation holds %d assistant messages, the script has %d steps", ErrExhausted, n, len(s.Steps))
+	steps := s.Steps
+	for _, b := range s.Branches {
+		if b.Match != "" && strings.Contains(first, b.Match) {
+			steps = b.Steps
+			break
+		}
 	}
-	st := s.Steps[n]
+	if n >= len(steps) {
+		return Step{}, n, fmt.Errorf("%w: the conversation holds %d assistant messages, the script has %d steps", ErrExhausted, n, len(steps))
+	}
+	st := steps[n]
 	if st.Expect != "" {
 		last := ""
 		if len(req.Messages) > 0 {

@@ -16,12 +16,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -46,6 +49,13 @@ var envOverrides = []struct {
 // in a per-conversation bubblewrap sandbox over a copy-on-write workspace.
 const PluginWorkspaceIsolation = "workspace_isolation"
 
+// PluginExternalAgent offers the model the external_agent tool: the
+// coding-agent CLIs of external_agents, run in the conversation's sandbox.
+const PluginExternalAgent = "external_agent"
+
+// knownPlugins are the plugins Validate accepts.
+var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent}
+
 // Config is config.yaml. Zero values mean the defaults of Default.
 type Config struct {
 	// Listen is the HTTP address; loopback unless TLS or InsecureListen.
@@ -68,6 +78,17 @@ type Config struct {
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
 	Server  Server   `yaml:"server"`
+	// ExternalAgents are the external_agent plugin's agents.
+	ExternalAgents []externalagent.Config `yaml:"external_agents"`
+	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
+	// run unconfined on the host while workspace isolation is enabled;
+	// without it such an agent stops the server from starting.
+	AllowUnsandboxedExternalAgents bool `yaml:"allow_unsandboxed_external_agents"`
+	// SubagentIsolation offers the model the delegate tool: "shared" (the
+	// subagent works in the conversation's workspace) or "isolated" (its
+	// own sandbox and layer; its changes come back as a diff). Empty: no
+	// delegate tool.
+	SubagentIsolation string `yaml:"subagent_isolation"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -280,9 +301,20 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for _, p := range c.Plugins {
-		if p != PluginWorkspaceIsolation {
-			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
+		if !slices.Contains(knownPlugins, p) {
+			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))
 		}
+	}
+	switch c.SubagentIsolation {
+	case "", agentcore.SubagentsShared, agentcore.SubagentsIsolated:
+	default:
+		errs = append(errs, fmt.Errorf("subagent_isolation: %q is not %s or %s", c.SubagentIsolation, agentcore.SubagentsShared, agentcore.SubagentsIsolated))
+	}
+	if err := externalagent.Validate(c.ExternalAgents); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.ExternalAgents) > 0 && !c.Enabled(PluginExternalAgent) {
+		errs = append(errs, fmt.Errorf("external_agents: configured, but the %s plugin is not enabled: add it to plugins", PluginExternalAgent))
 	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))

@@ -1,0 +1,314 @@
+package externalagent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/agentcoretest"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/integrations/externalagent"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	sandboxkit.Main()
+	os.Exit(m.Run())
+}
+
+// buildAgent builds testdata/agentcli, the stand-in agent CLI.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "agentcli")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/codumentor/codumentor/testdata/agentcli").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building agentcli: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type lowerDir string
+
+func (l lowerDir) Lower(ctx context.Context, user, conversation string) (string, error) {
+	return string(l), nil
+}
+
+type approveAll struct{}
+
+func (approveAll) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
+	return agentcore.DecisionApprove, nil
+}
+
+// env is one run of the external_agent tool through a real Engine with
+// the scripted model.
+type env struct {
+	t       *testing.T
+	e       *agentcore.Engine
+	store   *agentcoretest.MemStore
+	dir     string
+	lower   string
+	hostF   string
+	dials   *atomic.Int32
+	addr    string
+	logs    *syncWriter
+	toolErr error
+}
+
+func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, steps ...llmtest.Step) *env {
+	t.Helper()
+	dir := t.TempDir()
+	t.Cleanup(func() { overlay.RemoveAll(dir) })
+	lower := filepath.Join(dir, "lower")
+	os.MkdirAll(lower, 0o755)
+	if err := os.WriteFile(filepath.Join(lower, "README.md"), []byte("# project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostF := filepath.Join(dir, "host-secret.txt")
+	os.WriteFile(hostF, []byte("host-secret-value"), 0o600)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	dials := &atomic.Int32{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			c.Close()
+		}
+	}()
+	home, _ := os.UserHomeDir()
+	for i := range agents {
+		agents[i].Env = map[string]string{"AGENTCLI_DIAL": ln.Addr().String(), "AGENTCLI_HOST_FILE": hostF, "AGENTCLI_HOST_HOME": home}
+	}
+	layers, err := overlay.Open(filepath.Join(dir, "layers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := agentcoretest.NewMemStore()
+	logs := &syncWriter{b: &strings.Builder{}}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	e, err := agentcore.New(agentcore.Config{
+		LLM: (&llmtest.Script{Steps: steps}).LLM(), Store: store, Workspaces: lowerDir(lower), Layers: layers,
+		Approver: approveAll{}, Logger: log, NoWorkspaceTools: !isolation,
+		Programs: externalagent.Programs(agents, isolation),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	ev := &env{t: t, e: e, store: store, dir: dir, lower: lower, hostF: hostF, dials: dials, addr: ln.Addr().String(), logs: logs}
+	tool, err := externalagent.New(externalagent.Options{Agents: agents, Isolation: isolation, AllowUnsandboxed: allow, Engine: e, Workspaces: lowerDir(lower), Logger: log})
+	if err != nil {
+		ev.toolErr = err
+		return ev
+	}
+	if err := e.Register(tool); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// run runs one turn of conv and returns its tool output, the streamed
+// deltas, and the approval's command.
+func (ev *env) run(conv string) (output, streamed, approved string) {
+	t := ev.t
+	t.Helper()
+	turn, err := ev.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: conv, Content: "delegate it"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	if err := turn.Wait(ctx); err != nil {
+		t.Fatalf("turn: %v", err)
+	}
+	for _, e := range ev.store.AllEvents(conv) {
+		var d map[string]any
+		json.Unmarshal(e.Data, &d)
+		switch e.Type {
+		case agentcore.EventToolOutput:
+			output, _ = d["output"].(string)
+		case agentcore.EventToolOutputDelta:
+			s, _ := d["text"].(string)
+			streamed += s
+		case agentcore.EventApprovalPending:
+			approved, _ = d["command"].(string)
+		}
+	}
+	return output, streamed, approved
+}
+
+func agentCall(task string) llmtest.Step {
+	b, _ := json.Marshal(map[string]string{"agent": "fake", "task": task})
+	return llmtest.Step{ToolCalls: []agentcore.ToolCall{{Name: "external_agent", Arguments: string(b)}}}
+}
+
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	sandboxtest.RequireUnprivileged(t)
+	if err := sandboxkit.Doctor(t.Context(), sandboxkit.DoctorOptions{}).Err(); err != nil {
+		sandboxtest.SkipOrFail(t, "%v", err)
+	}
+}
+
+func has(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// The agent CLI runs in the conversation's sandbox: its edits land in the
+// conversation's upper layer (never the project tree), it reaches no
+// network, no ~/.ssh and no host file, and its output streams as events.
+// With an egress allow-list it reaches the host network.
+func TestTier1(t *testing.T) {
+	requireSandbox(t)
+	bin := buildAgent(t)
+	for _, tc := range []struct {
+		name      string
+		allowlist []string
+		network   string
+	}{
+		{"no network", nil, "network: blocked"},
+		{"egress allow-list", []string{"127.0.0.1"}, "network: reached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agents := []externalagent.Config{{Name: "fake", Command: bin, EgressAllowlist: tc.allowlist}}
+			ev := newEnv(t, agents, true, false, agentCall("add a marker file"), llmtest.Step{Expect: "report: done", Text: "Done."})
+			if ev.toolErr != nil {
+				t.Fatal(ev.toolErr)
+			}
+			out, streamed, approved := ev.run("conv1")
+			if !has(out, "task: add a marker file", "cwd: /workspace", "edit: wrote AGENT_DONE.txt", tc.network, "host file: unreadable", "report: done", "[exit status 0]") ||
+				strings.Contains(out, "READABLE") || strings.Contains(out, "host-secret-value") {
+				t.Fatalf("agent output:\n%s", out)
+			}
+			if strings.Count(out, "ssh ") != 2 || strings.Count(out, ": unreadable") != 3 {
+				t.Fatalf("want both .ssh dirs and the host file unreadable:\n%s", out)
+			}
+			if !strings.Contains(streamed, "report: done") {
+				t.Errorf("streamed output: %q", streamed)
+			}
+			if !has(approved, "external agent fake (sandboxed", "'add a marker file'") {
+				t.Errorf("approval command: %q", approved)
+			}
+			if got := ev.dials.Load(); (got > 0) != (tc.allowlist != nil) {
+				t.Errorf("%d connections reached the host listener", got)
+			}
+			// The edits are in the upper layer; the project tree is untouched.
+			upper := filepath.Join(ev.dir, "layers", "conv1", "upper")
+			if b, err := os.ReadFile(filepath.Join(upper, "AGENT_DONE.txt")); err != nil || string(b) != "task: add a marker file\n" {
+				t.Errorf("AGENT_DONE.txt in the upper layer: %q, %v", b, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(upper, "README.md")); !strings.Contains(string(b), "edited by agentcli") {
+				t.Errorf("README.md in the upper layer: %q", b)
+			}
+			if b, _ := os.ReadFile(filepath.Join(ev.lower, "README.md")); string(b) != "# project\n" {
+				t.Errorf("the project tree was written: %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(ev.lower, "AGENT_DONE.txt")); err == nil {
+				t.Error("the project tree was written")
+			}
+			if tc.allowlist != nil && !strings.Contains(ev.logs.String(), "network enabled") {
+				t.Errorf("no \"network enabled\" in the log:\n%s", ev.logs)
+			}
+		})
+	}
+}
+
+// A run longer than the agent's timeout is killed, and says so.
+func TestTier1Timeout(t *testing.T) {
+	requireSandbox(t)
+	bin := buildAgent(t)
+	agents := []externalagent.Config{{Name: "fake", Command: bin, Args: []string{"-sleep", "1m"}, Timeout: 2 * time.Second}}
+	ev := newEnv(t, agents, true, false, agentCall("slow"), llmtest.Step{Expect: "report: done", Text: "Done."})
+	start := time.Now()
+	out, _, _ := ev.run("conv1")
+	if !has(out, "report: done", "killed") || time.Since(start) > 45*time.Second {
+		t.Fatalf("after %v:\n%s", time.Since(start), out)
+	}
+}
+
+// Tier 0 while isolation is enabled needs allow_unsandboxed_external_agents;
+// with it (or without isolation) the agent runs on the host, with a
+// warning at each start.
+func TestTier0(t *testing.T) {
+	bin := buildAgent(t)
+	agents := func() []externalagent.Config {
+		return []externalagent.Config{{Name: "fake", Command: bin, SandboxTier: externalagent.Tier0}}
+	}
+	ev := newEnv(t, agents(), true, false)
+	if !errors.Is(ev.toolErr, externalagent.ErrUnsandboxed) || !strings.Contains(ev.toolErr.Error(), "allow_unsandboxed_external_agents") {
+		t.Fatalf("tier 0 with isolation: %v", ev.toolErr)
+	}
+	for _, isolation := range []bool{true, false} {
+		ev := newEnv(t, agents(), isolation, isolation, agentCall("host work"), llmtest.Step{Expect: "report: done", Text: "Done."})
+		if ev.toolErr != nil {
+			t.Fatal(ev.toolErr)
+		}
+		out, _, approved := ev.run("conv1")
+		if !has(out, "cwd: "+ev.lower, "host file: READ", "[exit status 0]") || !strings.Contains(approved, "UNSANDBOXED") {
+			t.Fatalf("isolation %v: approval %q, output:\n%s", isolation, approved, out)
+		}
+		if strings.Count(ev.logs.String(), "UNSANDBOXED") < 2 {
+			t.Errorf("want a warning at start and at the run:\n%s", ev.logs)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  externalagent.Config
+		want string
+	}{
+		{externalagent.Config{Name: "a b", Command: "x"}, "external_agents[0].name"},
+		{externalagent.Config{Name: "a", Command: "rel/x"}, "external_agents[0].command"},
+		{externalagent.Config{Name: "a", Command: "x", SandboxTier: "2"}, "external_agents[0].sandbox_tier"},
+		{externalagent.Config{Name: "a", Command: "x", Env: map[string]string{"A=B": "c"}}, "external_agents[0].env"},
+	} {
+		if err := externalagent.Validate([]externalagent.Config{tc.cfg}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v; want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	if err := externalagent.Validate([]externalagent.Config{{Name: "a", Command: "/usr/bin/true", SandboxTier: "1"}}); err != nil {
+		t.Error(err)
+	}
+}
