@@ -211,6 +211,10 @@ func New(cfg Config) (*Engine, error) {
 // run are offered from their next model call on.
 func (e *Engine) Register(t Tool) error { return e.tools.add(t) }
 
+// AddSource adds tools known only at run time (see ToolSource), offered
+// from the next model call on.
+func (e *Engine) AddSource(s ToolSource) { e.tools.addSource(s) }
+
 // Close cancels every turn, waits for them to end and closes every
 // sandbox. The Engine cannot be used afterwards.
 func (e *Engine) Close() error {
