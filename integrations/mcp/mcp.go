@@ -383,8 +383,13 @@ func (s *server) launch(ctx context.Context) (*sdk.ClientSession, *process, []*s
 	}
 	// No handlers and empty capabilities: the client advertises neither
 	// sampling nor elicitation nor roots, and the SDK answers such
-	// requests from the server with an error.
-	client := sdk.NewClient(&sdk.Implementation{Name: "codumentor", Version: "1"}, &sdk.ClientOptions{Capabilities: &sdk.ClientCapabilities{}})
+	// requests from the server with an error. Multi round-trip requests
+	// (a result asking for input) come back to callTool, which refuses
+	// them, instead of being fulfilled by the SDK.
+	client := sdk.NewClient(&sdk.Implementation{Name: "codumentor", Version: "1"}, &sdk.ClientOptions{
+		Capabilities:   &sdk.ClientCapabilities{},
+		MultiRoundTrip: &sdk.MultiRoundTripOptions{Disabled: true},
+	})
 	sess, err := client.Connect(ctx, &sdk.IOTransport{Reader: p.stdout, Writer: p.stdin, MaxLineLength: maxMessage}, nil)
 	if err != nil {
 		p.kill()

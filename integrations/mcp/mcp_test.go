@@ -47,6 +47,17 @@ func testServer() {
 		out = append(out, fmt.Sprintf("elicitation refused=%v (%v)", err != nil, err))
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Join(out, "\n")}}}, nil, nil
 	})
+	// ask-mrtr asks the way protocol 2026-07-28 wants: a result that
+	// needs input, answered by a retry of the call.
+	sdk.AddTool(s, &sdk.Tool{Name: "ask-mrtr"}, func(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
+		if len(req.Params.InputResponses) > 0 {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "the client answered"}}}, nil, nil
+		}
+		return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{
+			"s": &sdk.CreateMessageParams{MaxTokens: 10, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}},
+			"e": &sdk.ElicitParams{Message: "your password?", RequestedSchema: &jsonschemaObject},
+		}}, nil, nil
+	})
 	sdk.AddTool(s, &sdk.Tool{Name: "crash"}, func(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
 		os.Exit(3)
 		return nil, nil, nil
@@ -271,7 +282,7 @@ func TestSamplingAndElicitationRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newManager(t, Options{Servers: []ServerConfig{{Name: "own", Command: exe, Env: map[string]string{envTestServer: "1"}, AutoApprove: []string{"ask"}}}})
+	m := newManager(t, Options{Servers: []ServerConfig{{Name: "own", Command: exe, Env: map[string]string{envTestServer: "1"}, AutoApprove: []string{"ask", "ask-mrtr"}}}})
 	tools := toolsByName(ctx, m)
 	ask := tools["mcp__own__ask"]
 	if ask == nil {
@@ -283,6 +294,10 @@ func TestSamplingAndElicitationRefused(t *testing.T) {
 	}
 	if !strings.Contains(out, "sampling refused=true") || !strings.Contains(out, "elicitation refused=true") {
 		t.Errorf("the server's requests were not refused:\n%s", out)
+	}
+	out, err = call(ctx, tools["mcp__own__ask-mrtr"], map[string]string{})
+	if err == nil || !strings.Contains(err.Error(), "refuses") || !strings.Contains(err.Error(), "sampling") || !strings.Contains(err.Error(), "elicitation") {
+		t.Errorf("a result asking for sampling and elicitation: %q, %v; want the call refused", out, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,11 +59,32 @@ func (t *callTool) call(ctx context.Context, args map[string]any) (string, error
 		}
 		return "", fmt.Errorf("MCP server %s: %v", t.s.cfg.Name, err)
 	}
+	if res.NeedsInput() {
+		var asked []string
+		for _, r := range res.InputRequests {
+			asked = append(asked, inputKind(r))
+		}
+		slices.Sort(asked)
+		return "", fmt.Errorf("MCP server %s asked for %s before it answers; Codumentor refuses servers' sampling, elicitation and roots requests, so the call did not complete", t.s.cfg.Name, cmpOr(strings.Join(slices.Compact(asked), " and "), "more input"))
+	}
 	text := resultText(res)
 	if res.IsError {
 		return "", fmt.Errorf("the tool reported an error: %s", text)
 	}
 	return text, nil
+}
+
+// inputKind names what a server's input request asks for.
+func inputKind(r sdk.InputRequest) string {
+	switch r.(type) {
+	case *sdk.CreateMessageParams, *sdk.CreateMessageWithToolsParams:
+		return "sampling (a completion from our model)"
+	case *sdk.ElicitParams:
+		return "elicitation (input from the user)"
+	case *sdk.ListRootsParams:
+		return "roots"
+	}
+	return "input"
 }
 
 // gatedTool is a server's tool that needs the user's approval for every
