@@ -24,6 +24,7 @@ type plugin struct {
 // plugins are the known plugins by name; config.Validate refuses others.
 var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
+	config.PluginMCP:                {start: startMCP, checks: mcpChecks},
 }
 
 // startWorkspaceIsolation: the engine's shell and file tools run in a

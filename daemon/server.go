@@ -35,6 +35,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -137,6 +138,7 @@ type server struct {
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
 	cfg     atomic.Pointer[config.Config]
+	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -239,6 +241,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
+		MCP:           s.mcp,
 
 		TrustedProxies: proxies,
 	})

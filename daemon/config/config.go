@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,10 @@ type Config struct {
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
 	Server  Server   `yaml:"server"`
+	// MCP configures the mcp plugin's servers (integrations.go).
+	MCP MCP `yaml:"mcp"`
+	// Investigation allows host read-only conversations (integrations.go).
+	Investigation Investigation `yaml:"investigation"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -280,10 +285,11 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for _, p := range c.Plugins {
-		if p != PluginWorkspaceIsolation {
-			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
+		if !slices.Contains(knownPlugins, p) {
+			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))
 		}
 	}
+	errs = append(errs, c.validateIntegrations()...)
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))
 	}
