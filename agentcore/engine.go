@@ -92,6 +92,11 @@ type Config struct {
 	MaxToolCalls int
 	// SystemPrompt, if set, is sent first in every request.
 	SystemPrompt string
+	// HostReadOnly, if set, says which conversations are host read-only
+	// investigations (see hostview.go): their sandbox sees the host
+	// read-only, with HostMasks hidden besides the profile's own masks.
+	HostReadOnly func(ctx context.Context, user, conversation string) (bool, error)
+	HostMasks    []string
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
@@ -150,6 +155,9 @@ type conv struct {
 
 	wsMu sync.Mutex
 	ws   *workspace
+	// hostNet: a host read-only investigation's network decision, once
+	// known (nil: not asked yet).
+	hostNet *bool
 }
 
 // New returns an Engine with the built-in tools registered: shell,
@@ -352,6 +360,8 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 type workspace struct {
 	view view
 	sess *sandboxkit.Session
+	// host: a host read-only investigation's sandbox; no view.
+	host bool
 }
 
 // workspace returns the conversation's workspace, starting its sandbox if
@@ -369,6 +379,12 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	e.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if host, err := e.isHostView(ctx, call); err != nil || host {
+		if err != nil {
+			return nil, err
+		}
+		return e.hostWorkspace(ctx, c, call)
 	}
 	lower, err := e.cfg.Workspaces.Lower(ctx, call.User, call.Conversation)
 	if err != nil {

@@ -45,6 +45,8 @@ type Action struct {
 	// Cwd is the working directory inside the sandbox.
 	Cwd        string
 	Background bool
+	// Kind is the approval's Kind (empty: a command).
+	Kind string
 }
 
 // Call is one tool call of a turn.

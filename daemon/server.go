@@ -213,6 +213,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		NoWorkspaceTools: !isolation,
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
+		HostReadOnly:     hostReadOnly(cfg, convs),
+		HostMasks:        hostMasks(inst),
 	})
 	if err != nil {
 		return nil, err
@@ -242,6 +244,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
 		MCP:           s.mcp,
+		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
 
 		TrustedProxies: proxies,
 	})

@@ -66,7 +66,14 @@ func TestHostReadOnlyView(t *testing.T) {
 	defer l.Close()
 	secretDir := t.TempDir()
 	home, _ := os.UserHomeDir()
-	p, err := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{secretDir}})
+	// /usr/share/doc stands for an instance directory outside the
+	// profile's own masks (e.g. under /opt): readable on the host, so
+	// only the Mask hides it.
+	exposed := "/usr/share/doc"
+	if ents, err := os.ReadDir(exposed); err != nil || len(ents) == 0 {
+		t.Fatalf("%s is not a readable, non-empty directory here: %v", exposed, err)
+	}
+	p, err := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{secretDir, exposed}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +92,7 @@ func TestHostReadOnlyView(t *testing.T) {
 	if strings.Contains(out, "CONNECTED") {
 		t.Errorf("the sandbox reached a host UNIX socket under /run")
 	}
-	for _, d := range []string{home, secretDir, "/root"} {
+	for _, d := range []string{home, secretDir, exposed, "/root"} {
 		if out, _ := run("ls -A " + d + " 2>/dev/null"); strings.TrimSpace(out) != "" {
 			t.Errorf("%s is visible in the view: %q", d, out)
 		}

@@ -69,6 +69,8 @@ type Deps struct {
 	Limits Limits
 	// MCP runs the mcp plugin's servers; nil when it is not enabled.
 	MCP *mcp.Manager
+	// Investigation allows host read-only conversations.
+	Investigation Investigation
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
