@@ -143,7 +143,10 @@ func TestEverythingThroughSandbox(t *testing.T) {
 	t.Setenv("CODUMENTOR_LLM_API_KEY", "llm-key-of-the-server-fedcba9876543210")
 	ctx := t.Context()
 	m := newManager(t, Options{Servers: []ServerConfig{everything(nm)}})
-	tools := toolsByName(ctx, m)
+	// The server outlives the turn that started it.
+	turn, endTurn := context.WithCancel(ctx)
+	tools := toolsByName(turn, m)
+	endTurn()
 	echo, env := tools["mcp__everything__echo"], tools["mcp__everything__get-env"]
 	if echo == nil || env == nil {
 		t.Fatalf("tools = %v, want mcp__everything__echo and mcp__everything__get-env", slices.Sorted(mapsKeys(tools)))
