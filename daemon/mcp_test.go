@@ -1,8 +1,10 @@
 package daemon_test
 
 import (
+	"errors"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +112,44 @@ mcp:
 			t.Errorf("no warning for mode: off:\n%s", p.stderr)
 		}
 		p.stop()
+	}
+}
+
+// TestMCPFailsClosed: with the sandbox unavailable (a bwrap older than
+// sandboxkit accepts), a sandboxed MCP server does not start: a marker it
+// would write stays absent, and the model's call of its tool says why.
+func TestMCPFailsClosed(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	old := sandboxtest.OldBwrap(t)
+	marker := filepath.Join(t.TempDir(), "ran-on-the-host")
+	in := newInstance(t, llm(t,
+		llmtest.Step{Text: "Try it.", ToolCalls: []agentcore.ToolCall{{Name: "mcp__marker", Arguments: `{}`}}},
+		llmtest.Step{Text: "Done."},
+	)+`plugins: [workspace_isolation, mcp]
+sandbox:
+  bwrap: `+old+`
+mcp:
+  servers:
+    - {name: marker, command: /bin/sh, args: [-c, "touch `+marker+`"]}
+`)
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	conv := admin.newConversation()
+	s := admin.follow(conv, "")
+	admin.send(conv, "go")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if !slices.ContainsFunc(evs, func(e sseEvent) bool {
+		return e.Type == agentcore.EventToolOutput && strings.Contains(string(e.Data), "sandbox unavailable") && strings.Contains(string(e.Data), "nothing ran unsandboxed")
+	}) || !slices.ContainsFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventSandboxUnavailable }) {
+		t.Errorf("the tool did not say why it is unavailable: %v", evs)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the MCP server ran on the host: %v", err)
+	}
+	var st struct{ Servers []mcp.Status }
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/mcp", nil, &st)
+	if len(st.Servers) != 1 || st.Servers[0].State != mcp.StateStopped || !strings.Contains(st.Servers[0].LastError, "unavailable") {
+		t.Errorf("admin/mcp: %+v", st)
 	}
 }
