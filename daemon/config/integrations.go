@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/codumentor/codumentor/integrations/mcp"
 )
@@ -34,15 +33,8 @@ type Investigation struct {
 // validateIntegrations checks the mcp and investigation sections.
 func (c Config) validateIntegrations() []error {
 	var errs []error
-	seen := map[string]bool{}
-	for _, s := range c.MCP.Servers {
-		if err := s.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-		if seen[s.Name] {
-			errs = append(errs, fmt.Errorf("mcp.servers: name %q is used twice", s.Name))
-		}
-		seen[s.Name] = true
+	if err := mcp.ValidateServers(c.MCP.Servers); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.MCP.Servers) > 0 && !c.Enabled(PluginMCP) {
 		errs = append(errs, errors.New("mcp.servers is set but the mcp plugin is not enabled: add mcp to plugins, or remove mcp.servers"))

@@ -112,6 +112,22 @@ func (c ServerConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ValidateServers checks each server and that no two share a name.
+func ValidateServers(servers []ServerConfig) error {
+	seen := map[string]bool{}
+	var errs []error
+	for _, c := range servers {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[c.Name] {
+			errs = append(errs, fmt.Errorf("mcp.servers: name %q is used twice", c.Name))
+		}
+		seen[c.Name] = true
+	}
+	return errors.Join(errs...)
+}
+
 // Options configure a Manager.
 type Options struct {
 	Servers []ServerConfig
@@ -165,24 +181,14 @@ func New(o Options) (*Manager, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	seen := map[string]bool{}
-	var errs []error
+	if err := ValidateServers(o.Servers); err != nil {
+		return nil, err
+	}
 	for _, c := range o.Servers {
-		if err := c.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if seen[c.Name] {
-			errs = append(errs, fmt.Errorf("mcp.servers: name %q is used twice", c.Name))
-		}
-		seen[c.Name] = true
 		if c.Mode == ModeOff {
 			m.log.Warn("MCP server runs UNSANDBOXED (mode: off in config.yaml): it can read everything the service user can, including the instance's database and keys, and reach the network", "server", c.Name)
 		}
 		m.servers = append(m.servers, &server{m: m, cfg: c, state: StateIdle, backoff: time.Second})
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -269,7 +275,8 @@ type server struct {
 	state   State
 	sess    *sdk.ClientSession
 	proc    *process
-	tools   []*sdk.Tool // the last list; kept while it restarts
+	tools   []*sdk.Tool      // the last list; kept while it restarts
+	offered []agentcore.Tool // tools as the engine gets them
 	starts  int
 	lastErr string
 	err     error         // why it is not running, for its tools
@@ -325,6 +332,7 @@ func (s *server) start(ctx context.Context) {
 		return
 	}
 	s.state, s.sess, s.proc, s.tools, s.err, s.started = StateRunning, sess, p, tools, nil, time.Now()
+	s.offered = s.offer(tools)
 	s.m.log.Info("MCP server started", "server", s.cfg.Name, "tools", len(tools), "sandboxed", s.cfg.Mode != ModeOff)
 	go s.watch(sess, p)
 }
@@ -441,16 +449,20 @@ func listTools(ctx context.Context, sess *sdk.ClientSession) ([]*sdk.Tool, error
 func (s *server) toolList() []agentcore.Tool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.tools) == 0 {
-		if s.err == nil {
-			return nil
-		}
+	if len(s.offered) == 0 && s.err != nil {
 		return []agentcore.Tool{&downTool{s: s}}
 	}
+	return s.offered
+}
+
+// offer turns the server's list into the engine's tools: gated unless
+// auto_approve names them, without those the model cannot be offered.
+func (s *server) offer(tools []*sdk.Tool) []agentcore.Tool {
 	var out []agentcore.Tool
-	for _, t := range s.tools {
+	for _, t := range tools {
 		spec, ok := s.spec(t)
 		if !ok {
+			s.m.log.Warn("MCP tool not offered: its name does not fit [A-Za-z0-9_-] (64 with the prefix), or its input schema is not a JSON object schema of at most 16 KiB", "server", s.cfg.Name, "tool", t.Name)
 			continue
 		}
 		ct := &callTool{s: s, remote: t.Name, spec: spec}
