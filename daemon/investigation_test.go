@@ -121,3 +121,22 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 		}
 	}
 }
+
+// TestInvestigationDisabled: without investigation.enabled nobody, not
+// even an admin, creates a host_readonly conversation.
+func TestInvestigationDisabled(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	_, body, _ := admin.do("POST", "/api/v1/conversations", map[string]string{"mode": "host_readonly"})
+	code, _, _ := admin.do("POST", "/api/v1/conversations", map[string]string{"mode": "host_readonly"})
+	if code != http.StatusForbidden || !strings.Contains(string(body), "investigation_disabled") {
+		t.Errorf("host_readonly while disabled: %d %s", code, body)
+	}
+	var list struct{ Conversations []struct{ ID string } }
+	admin.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
+	if len(list.Conversations) != 0 {
+		t.Errorf("a refused request created conversations: %+v", list)
+	}
+}
