@@ -39,7 +39,7 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 	now := time.Now().UTC()
 	p := &pending{t: t, done: make(chan struct{}), a: Approval{
 		ID: newID("appr_"), User: t.User, Conversation: t.Conversation, Turn: t.ID, ToolCallID: call.ID,
-		Tool: call.Name, Agent: t.agent(), Command: a.Command, Cwd: a.Cwd, Background: a.Background,
+		Tool: call.Name, Agent: t.agent(), Command: a.Command, Kind: a.Kind, Cwd: a.Cwd, Background: a.Background,
 		Created: now, Expires: now.Add(e.cfg.ApprovalTimeout), Status: ApprovalPending,
 	}}
 	p.a.Invisible, p.a.CommandShown = invisibleChars(a.Command)

@@ -99,6 +99,11 @@ type Config struct {
 	// Subagents offers the delegate tool: SubagentsShared or
 	// SubagentsIsolated; empty means no delegate tool.
 	Subagents string
+	// HostReadOnly, if set, says which conversations are host read-only
+	// investigations (see hostview.go): their sandbox sees the host
+	// read-only, with HostMasks hidden besides the profile's own masks.
+	HostReadOnly func(ctx context.Context, user, conversation string) (bool, error)
+	HostMasks    []string
 	// NoWorkspaceTools leaves out the built-in shell and file tools: a
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
@@ -157,6 +162,9 @@ type conv struct {
 
 	wsMu sync.Mutex
 	ws   *workspace
+	// hostNet: a host read-only investigation's network decision, once
+	// known (nil: not asked yet).
+	hostNet *bool
 }
 
 // New returns an Engine with the built-in tools registered: shell,
@@ -224,6 +232,10 @@ func New(cfg Config) (*Engine, error) {
 // fails with ErrToolExists for a taken name. Tools registered while turns
 // run are offered from their next model call on.
 func (e *Engine) Register(t Tool) error { return e.tools.add(t) }
+
+// AddSource adds tools known only at run time (see ToolSource), offered
+// from the next model call on.
+func (e *Engine) AddSource(s ToolSource) { e.tools.addSource(s) }
 
 // Close cancels every turn, waits for them to end and closes every
 // sandbox. The Engine cannot be used afterwards.
@@ -362,6 +374,8 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 type workspace struct {
 	view view
 	sess *sandboxkit.Session
+	// host: a host read-only investigation's sandbox; no view.
+	host bool
 }
 
 // workspace returns the conversation's workspace, starting its sandbox if
@@ -379,6 +393,12 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	e.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if host, err := e.isHostView(ctx, call); err != nil || host {
+		if err != nil {
+			return nil, err
+		}
+		return e.hostWorkspace(ctx, c, call)
 	}
 	sw, v, layer, lower, err := e.workspaceLayers(ctx, call)
 	if err != nil {

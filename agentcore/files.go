@@ -646,6 +646,9 @@ func (t *fileTool) Run(ctx context.Context, c *Call) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if ws.host {
+		return "", errHostFiles
+	}
 	return t.run(ctx, ws, c)
 }
 

@@ -48,8 +48,15 @@ func (s *shellTool) Prepare(ctx context.Context, c *Call) (Action, error) {
 		return Action{}, fmt.Errorf("cwd: %w", err)
 	}
 	cwd := sandboxkit.WorkspaceDir
+	if host, err := s.e.isHostView(ctx, c); err != nil {
+		return Action{}, err
+	} else if host {
+		cwd = "" // an investigation has no workspace: its cwd is under /
+	}
 	if rel != "" {
 		cwd += "/" + rel
+	} else if cwd == "" {
+		cwd = "/"
 	}
 	if _, _, err := substituteSecrets(a.Command, c.secrets()); err != nil {
 		return Action{}, err

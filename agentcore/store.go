@@ -130,6 +130,9 @@ type Approval struct {
 	// CommandShown is Command with each Invisible character written as
 	// [U+XXXX]; set only when Invisible is not empty.
 	CommandShown string `json:"command_shown,omitempty"`
+	// Kind is what is approved: empty for a command (or tool call), or
+	// ApprovalHostNetwork.
+	Kind string `json:"kind,omitempty"`
 	// Cwd is the working directory inside the sandbox.
 	Cwd        string         `json:"cwd"`
 	Background bool           `json:"background,omitempty"`
@@ -141,6 +144,11 @@ type Approval struct {
 	DecidedBy string    `json:"decided_by,omitempty"`
 	Decided   time.Time `json:"decided,omitzero"`
 }
+
+// ApprovalHostNetwork is the Kind of the approval a host read-only
+// investigation asks before its first command: approved, its sandbox
+// shares the host's network; denied or expired, it stays isolated.
+const ApprovalHostNetwork = "host_network"
 
 // Approver decides approvals by policy before a person is asked, e.g. an
 // operator's allow-list of commands. Review returns "" to leave the

@@ -45,6 +45,8 @@ type Action struct {
 	// Cwd is the working directory inside the sandbox.
 	Cwd        string
 	Background bool
+	// Kind is the approval's Kind (empty: a command).
+	Kind string
 }
 
 // Call is one tool call of a turn.
@@ -74,10 +76,27 @@ func (c *Call) Args(v any) error {
 	return nil
 }
 
+// ToolSource offers tools known only at run time, e.g. those an MCP
+// server lists once it runs. The engine calls Tools before every model
+// request and to find a called tool it has not registered; it must
+// return quickly once it knows its tools, honour ctx while it learns
+// them, and be safe for concurrent use. A name taken by a registered tool
+// or an earlier source is skipped: the first one keeps it.
+type ToolSource interface {
+	Tools(ctx context.Context) []Tool
+}
+
 // registry holds an Engine's tools.
 type registry struct {
-	mu    sync.RWMutex
-	tools map[string]Tool
+	mu      sync.RWMutex
+	tools   map[string]Tool
+	sources []ToolSource
+}
+
+func (r *registry) addSource(s ToolSource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sources = append(r.sources, s)
 }
 
 func (r *registry) add(t Tool) error {
@@ -97,21 +116,37 @@ func (r *registry) add(t Tool) error {
 	return nil
 }
 
-func (r *registry) get(name string) Tool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.tools[name]
+func (r *registry) get(ctx context.Context, name string) Tool {
+	return r.all(ctx)[name]
 }
 
 // sorted returns the tools by name, so requests are deterministic.
-func (r *registry) sorted() []Tool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
+func (r *registry) sorted(ctx context.Context) []Tool {
+	all := r.all(ctx)
 	var out []Tool
-	for _, n := range slices.Sorted(maps.Keys(r.tools)) {
-		out = append(out, r.tools[n])
+	for _, n := range slices.Sorted(maps.Keys(all)) {
+		out = append(out, all[n])
 	}
 	return out
+}
+
+// all is the registered tools and the sources' by name.
+func (r *registry) all(ctx context.Context) map[string]Tool {
+	r.mu.RLock()
+	all := maps.Clone(r.tools)
+	sources := slices.Clone(r.sources)
+	r.mu.RUnlock()
+	if all == nil {
+		all = map[string]Tool{}
+	}
+	for _, s := range sources {
+		for _, t := range s.Tools(ctx) {
+			if n := t.Spec().Name; n != "" && all[n] == nil {
+				all[n] = t
+			}
+		}
+	}
+	return all
 }
 
 // schema is a small helper for tool parameter schemas.

@@ -170,3 +170,59 @@ func TestApprover(t *testing.T) {
 		t.Errorf("a: %q", got)
 	}
 }
+
+// toolSource offers tools learned at run time; shell clashes with the
+// built-in one.
+type toolSource struct {
+	calls atomic.Int32
+	tools []agentcore.Tool
+}
+
+func (s *toolSource) Tools(ctx context.Context) []agentcore.Tool {
+	s.calls.Add(1)
+	return s.tools
+}
+
+type fakeShell struct{ echoTool }
+
+func (fakeShell) Spec() agentcore.ToolSpec {
+	return agentcore.ToolSpec{Name: "shell", Parameters: []byte(`{"type":"object"}`)}
+}
+
+func (fakeShell) Run(ctx context.Context, c *agentcore.Call) (string, error) {
+	return "the source's shell ran", nil
+}
+
+// TestAddSource: a source's tools are offered and run like registered
+// ones (an ExecTool behind the approval gate); a name taken by a
+// registered tool stays the registered tool's.
+func TestAddSource(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{
+			call("e", "echo", map[string]string{"x": "y"}),
+			call("d", "deploy", map[string]string{"target": "staging"}),
+			shellCall("sh", "echo built-in"),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	d := &deployTool{}
+	src := &toolSource{tools: []agentcore.Tool{echoTool{}, d, fakeShell{}}}
+	h.e.AddSource(src)
+	turn := h.start("c", "go")
+	a, _ := h.pendingApproval("c", 0)
+	if a.Tool != "deploy" || a.Command != "deploy staging" {
+		t.Errorf("approval %+v", a)
+	}
+	h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionApprove)
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if res["e"] != `echo {"x":"y"} for alice` || res["d"] != "deployed: deploy staging" || !strings.Contains(res["sh"], "built-in") {
+		t.Errorf("results %q", res)
+	}
+	if src.calls.Load() == 0 {
+		t.Error("the source was never asked for its tools")
+	}
+}

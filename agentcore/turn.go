@@ -364,7 +364,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 // user's secrets (names only).
 func (e *Engine) specs(t *Turn) []ToolSpec {
 	var specs []ToolSpec
-	for _, tool := range e.tools.sorted() {
+	for _, tool := range e.tools.sorted(t.ctx) {
 		s := tool.Spec()
 		if t.sub != nil && s.Name == "delegate" {
 			continue // one level: a subagent does not delegate
@@ -413,10 +413,10 @@ func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 }
 
 func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, error) {
-	tool := e.tools.get(call.Name)
+	tool := e.tools.get(ctx, call.Name)
 	if tool == nil {
 		var names []string
-		for _, t := range e.tools.sorted() {
+		for _, t := range e.tools.sorted(ctx) {
 			names = append(names, t.Spec().Name)
 		}
 		return "", fmt.Errorf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", "))

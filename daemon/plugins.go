@@ -27,6 +27,7 @@ type plugin struct {
 var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
 	config.PluginExternalAgent:      {start: startExternalAgent, checks: noChecks},
+	config.PluginMCP:                {start: startMCP, checks: mcpChecks},
 }
 
 func noChecks(context.Context, *server, config.Config) []api.Check { return nil }

@@ -35,6 +35,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -138,6 +139,7 @@ type server struct {
 	layers  *overlay.Store
 	trees   *trees
 	cfg     atomic.Pointer[config.Config]
+	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -215,6 +217,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 		Programs:         externalAgentPrograms(cfg),
 		Subagents:        cfg.SubagentIsolation,
+		HostReadOnly:     hostReadOnly(cfg, convs),
+		HostMasks:        hostMasks(inst),
 	})
 	if err != nil {
 		return nil, err
@@ -243,6 +247,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
+		MCP:           s.mcp,
+		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
 
 		TrustedProxies: proxies,
 	})

@@ -70,8 +70,9 @@ type Policy struct {
 
 	// HostView binds the whole host filesystem read-only instead of /usr
 	// and a curated /etc: everything the server's user can read becomes
-	// readable inside, except what Tmpfs masks. Only for the host
-	// read-only investigation profile.
+	// readable inside, except what Tmpfs masks. /dev, /tmp, HOME and the
+	// Tmpfs masks are read-only too: nothing inside can write. Only for
+	// the host read-only investigation profile.
 	HostView bool
 
 	// Seccomp is a BPF program (struct sock_filter array) loaded by bwrap
@@ -279,6 +280,12 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	}
 	// HOME last, so no mask hides it.
 	a = appendTmpfs(a, p.Limits.HomeSize, HomeDir)
+	if p.HostView {
+		// A host view is read-only everywhere: its scratch mounts too.
+		for _, d := range append(append([]string{"/dev", "/tmp"}, p.Tmpfs...), HomeDir) {
+			a = append(a, "--remount-ro", d)
+		}
+	}
 	dir := p.Dir
 	if w := p.Workspace; w != nil {
 		a = append(a, "--overlay-src", w.Lower)

@@ -130,7 +130,9 @@ func TestBuildExactArgv(t *testing.T) {
 			argv:   []string{"ls"},
 			want: cat([]string{"bwrap"}, base, hardening,
 				[]string{"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-					"--tmpfs", "/home", "--tmpfs", HomeDir, "--chdir", HomeDir}, defaultEnv, []string{"--", "ls"}),
+					"--tmpfs", "/home", "--tmpfs", HomeDir,
+					"--remount-ro", "/dev", "--remount-ro", "/tmp", "--remount-ro", "/home", "--remount-ro", HomeDir,
+					"--chdir", HomeDir}, defaultEnv, []string{"--", "ls"}),
 		},
 	}
 	for _, tt := range tests {

@@ -132,6 +132,18 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		if home, err := os.UserHomeDir(); err == nil && home != "/" {
 			p.Tmpfs = append(p.Tmpfs, home)
 		}
+		// /var/run is usually a symlink to /run (masked); where it is a
+		// directory of its own, it holds sockets too.
+		if fi, err := os.Lstat("/var/run"); err == nil && fi.IsDir() {
+			p.Tmpfs = append(p.Tmpfs, "/var/run")
+		}
+		// Sockets elsewhere in the view: hidden one by one, and the
+		// directories the scan could not cover masked whole.
+		socks, unscanned := hostSockets("/", append(slices.Clone(hostViewSkipped), p.Tmpfs...), hostScanBudget)
+		for _, s := range socks {
+			p.ReadOnly = append(p.ReadOnly, Bind{Src: "/dev/null", Dst: s})
+		}
+		p.Tmpfs = append(p.Tmpfs, unscanned...)
 		slices.Sort(p.Tmpfs)
 		p.Tmpfs = slices.Compact(p.Tmpfs)
 		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("Input", o.Input != ""))

@@ -32,6 +32,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -66,6 +67,10 @@ type Deps struct {
 	TrustedProxies []netip.Prefix
 	// Limits bound what clients hold open.
 	Limits Limits
+	// MCP runs the mcp plugin's servers; nil when it is not enabled.
+	MCP *mcp.Manager
+	// Investigation allows host read-only conversations.
+	Investigation Investigation
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -200,6 +205,7 @@ func (s *Server) routes() {
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
 	authed.Get("/admin/doctor", s.admin, s.doctor)
+	authed.Get("/admin/mcp", s.admin, s.adminMCP)
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)

@@ -130,11 +130,15 @@ func (s *Server) listUsers(c *fiber.Ctx) error {
 func (s *Server) createConversation(c *fiber.Ctx) error {
 	var req struct {
 		Title string `json:"title"`
+		Mode  string `json:"mode"`
 	}
 	if len(c.Body()) > 0 {
 		if err := decode(c, &req); err != nil {
 			return err
 		}
+	}
+	if err := s.checkMode(user(c), req.Mode); err != nil {
+		return err
 	}
 	conv, err := s.d.Conversations.Create(c.UserContext(), user(c).ID, req.Title)
 	if errors.Is(err, store.ErrBadTitle) {
@@ -142,6 +146,14 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	}
 	if err != nil {
 		return err // the store's failure is for the log only
+	}
+	if req.Mode == store.ModeHostReadOnly {
+		if err := s.d.Conversations.SetMode(c.UserContext(), user(c).ID, conv.ID, req.Mode); err != nil {
+			s.d.Conversations.Delete(c.UserContext(), user(c).ID, conv.ID)
+			return err
+		}
+		conv.Mode = req.Mode
+		s.log.Info("host read-only investigation created", "conversation", conv.ID, "user", user(c).Name)
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/mcp"
 )
 
 // The schemas of openapi.json name exactly the JSON fields of the Go
@@ -38,6 +39,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SecretMeta":   secrets.Meta{},
 		"Job":          jobs.Job{},
 		"Readiness":    Readiness{},
+		"MCPServers":   MCPServers{},
+		"MCPServer":    mcp.Status{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -54,7 +54,7 @@ const PluginWorkspaceIsolation = "workspace_isolation"
 const PluginExternalAgent = "external_agent"
 
 // knownPlugins are the plugins Validate accepts.
-var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent}
+var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent, PluginMCP}
 
 // Config is config.yaml. Zero values mean the defaults of Default.
 type Config struct {
@@ -89,6 +89,10 @@ type Config struct {
 	// own sandbox and layer; its changes come back as a diff). Empty: no
 	// delegate tool.
 	SubagentIsolation string `yaml:"subagent_isolation"`
+	// MCP configures the mcp plugin's servers (integrations.go).
+	MCP MCP `yaml:"mcp"`
+	// Investigation allows host read-only conversations (integrations.go).
+	Investigation Investigation `yaml:"investigation"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -316,6 +320,7 @@ func (c Config) Validate() error {
 	if len(c.ExternalAgents) > 0 && !c.Enabled(PluginExternalAgent) {
 		errs = append(errs, fmt.Errorf("external_agents: configured, but the %s plugin is not enabled: add it to plugins", PluginExternalAgent))
 	}
+	errs = append(errs, c.validateIntegrations()...)
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))
 	}

@@ -34,10 +34,28 @@ subagent_isolation: isolated
 		{"subagent_isolation: yes\n", "subagent_isolation"},
 		{"plugins: [external_agent]\nexternal_agents: [{name: a, command: x, sandbox_tier: 2}]\n", "external_agents[0].sandbox_tier"},
 		{"external_agents: [{name: a, command: x}]\n", "external_agent plugin is not enabled"},
-		{"plugins: [mystery]\n", "known: workspace_isolation, external_agent"},
+		{"plugins: [mystery]\n", "known: workspace_isolation, external_agent, mcp"},
 	} {
 		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v; want an error naming %s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestIntegrationsValidate(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"plugins: [mcp]\nmcp:\n  servers:\n    - {name: fs, command: node}\n", ""},
+		{"mcp:\n  servers:\n    - {name: fs, command: node}\n", "mcp plugin is not enabled"},
+		{"plugins: [mcp]\nmcp:\n  servers:\n    - {name: fs, command: node}\n    - {name: fs, command: node}\n", "used twice"},
+		{"plugins: [mcp]\nmcp:\n  servers:\n    - {name: fs, command: node, mode: yolo}\n", "mode"},
+		{"plugins: [mcp]\nmcp:\n  servers:\n    - {name: fs, command: node, sandbox: none}\n", "sandbox"},
+		{"plugins: [nope]\n", "unknown plugin"},
+		{"investigation: {enabled: true, users: [carol]}\n", ""},
+		{"investigation: {users: [carol]}\n", "investigation.enabled is false"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
 		}
 	}
 }

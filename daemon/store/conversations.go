@@ -34,6 +34,9 @@ type Conversation struct {
 	ActiveTurn string `json:"active_turn,omitempty"`
 	// LastSeq is the sequence number of the conversation's last event.
 	LastSeq int64 `json:"last_seq"`
+	// Mode is "" for a workspace conversation or ModeHostReadOnly (see
+	// mode.go).
+	Mode string `json:"mode,omitempty"`
 }
 
 type messageRow struct {
