@@ -20,6 +20,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
@@ -130,9 +131,21 @@ func (s *Server) listUsers(c *fiber.Ctx) error {
 func (s *Server) createConversation(c *fiber.Ctx) error {
 	var req struct {
 		Title string `json:"title"`
+		// Repository (ID or name) and Ref (branch or commit; default the
+		// branch head) start the conversation on a repository.
+		Repository string `json:"repository"`
+		Ref        string `json:"ref"`
 	}
 	if len(c.Body()) > 0 {
 		if err := decode(c, &req); err != nil {
+			return err
+		}
+	}
+	var repo repos.Repository
+	var commit string
+	if req.Repository != "" || req.Ref != "" {
+		var err error
+		if repo, commit, err = s.startOnRepository(c, req.Repository, req.Ref); err != nil {
 			return err
 		}
 	}
@@ -142,6 +155,11 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	}
 	if err != nil {
 		return err // the store's failure is for the log only
+	}
+	if commit != "" {
+		if err := s.attachRepository(c, &conv, repo, commit); err != nil {
+			return err
+		}
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }
@@ -465,6 +483,7 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentType, "text/x-diff; charset=utf-8")
 	layer, err := s.d.Layers.Get(conv.ID)
 	if errors.Is(err, fs.ErrNotExist) {
+		c.Set(HeaderPatchSHA256, emptyPatchSHA256)
 		return c.SendString("") // nothing changed yet
 	}
 	if err != nil {
@@ -483,8 +502,8 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	}
 	// Streamed: a patch can hold a large binary literal. Written after
 	// the handler returns; an error then can only end the body early,
-	// with a comment line that says so.
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	// with a comment line that says so. Its digest follows as a trailer.
+	streamPatch(c, func(w *bufio.Writer) {
 		defer p.Close()
 		if _, err := p.WriteTo(w); err != nil {
 			s.log.Warn("writing a workspace patch failed", "conversation", conv.ID, "err", err)

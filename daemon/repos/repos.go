@@ -166,6 +166,12 @@ func newID() string {
 	return "repo_" + hex.EncodeToString(b)
 }
 
+// TempFile creates a private temporary file (0600) in the repositories'
+// scratch directory; the caller removes it.
+func (s *Service) TempFile() (*os.File, error) {
+	return os.CreateTemp(filepath.Join(s.o.Dir, "tmp"), "patch-")
+}
+
 // Mirror is the bare mirror of repository id.
 func (s *Service) Mirror(id string) string { return filepath.Join(s.o.Dir, id+".git") }
 
@@ -397,8 +403,10 @@ func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, erro
 	}
 	if err := s.o.Sandbox.Checkout(ctx, s.Mirror(id), commit, tmp); err != nil {
 		overlay.RemoveAll(tmp)
+		// The model and clients see this error: the details (host
+		// paths, bwrap's words) go to the log only.
 		s.log.Error("checking out a repository snapshot failed", "repository", id, "commit", commit, "err", err)
-		return "", fmt.Errorf("%w: %w", ErrSnapshot, err)
+		return "", ErrSnapshot
 	}
 	if err := os.Rename(tmp, d); err != nil {
 		overlay.RemoveAll(tmp)
