@@ -10,6 +10,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 )
@@ -38,6 +39,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SecretMeta":   secrets.Meta{},
 		"Job":          jobs.Job{},
 		"Readiness":    Readiness{},
+		"Repository":   repos.Repository{},
+		"PushResult":   repos.PushResult{},
+		"Progress":     jobs.Progress{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {
