@@ -37,10 +37,10 @@ func CheckURL(raw string) error {
 		return bad(fmt.Sprintf("the URL is longer than %d bytes", maxURL))
 	case strings.HasPrefix(raw, "-"):
 		return bad("a URL cannot start with '-' (git would read it as an option)")
-	case strings.ContainsFunc(raw, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ' ' || r == '\t' }):
-		return bad("the URL contains a control character, NUL or whitespace")
 	case strings.Contains(raw, "::"):
 		return bad("remote helpers (transport::address, such as ext:: or fd::) are not allowed")
+	case strings.ContainsFunc(raw, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ' ' || r == '\t' }):
+		return bad("the URL contains a control character, NUL or whitespace")
 	}
 	if scpLike.MatchString(raw) && !strings.Contains(raw, "://") {
 		return nil
