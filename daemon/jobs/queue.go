@@ -76,13 +76,14 @@ type Job struct {
 	MaxAttempts int             `json:"max_attempts" gorm:"not null"`
 	LastError   string          `json:"last_error,omitempty" gorm:"not null"` // of the last failed attempt
 	Result      json.RawMessage `json:"result,omitempty"`
+	RunAt       time.Time       `json:"run_at" gorm:"not null;index:jobs_status_run_at,priority:2"` // earliest start of the next attempt
+	Created     time.Time       `json:"created" gorm:"not null"`
+	Updated     time.Time       `json:"updated" gorm:"not null"`
+	Started     time.Time       `json:"started,omitzero"`  // of the last attempt
+	Finished    time.Time       `json:"finished,omitzero"` // when it succeeded or failed for good
+
 	// Progress is what the running attempt last reported (SetProgress).
 	Progress *Progress `json:"progress,omitempty" gorm:"serializer:json"`
-	RunAt    time.Time `json:"run_at" gorm:"not null;index:jobs_status_run_at,priority:2"` // earliest start of the next attempt
-	Created  time.Time `json:"created" gorm:"not null"`
-	Updated  time.Time `json:"updated" gorm:"not null"`
-	Started  time.Time `json:"started,omitzero"`  // of the last attempt
-	Finished time.Time `json:"finished,omitzero"` // when it succeeded or failed for good
 
 	// Claim identifies the attempt that holds the job, so that a worker
 	// whose lease was taken over cannot record its outcome.
