@@ -156,6 +156,16 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.send(conv.ID, "say hello world")
 	s.until(agentcore.EventTurnFinished, 60*time.Second)
 
+	// The edit landed in the conversation's layer; the shared snapshot
+	// and the mirror (0700) are as they were.
+	snap := filepath.Join(in.dir, "repos", "snapshots", repo.ID+"-"+base)
+	if b, err := os.ReadFile(filepath.Join(snap, "README.md")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("snapshot README.md = %q, %v", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(in.dir, "repos", repo.ID+".git")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("mirror: %v %v", st, err)
+	}
+
 	diff, digest := a.readDiff(conv.ID)
 	if !strings.Contains(diff, "-hello\n+hello world\n") || len(digest) != 64 {
 		t.Fatalf("diff (digest %q):\n%s", digest, diff)

@@ -135,3 +135,42 @@ func TestRefusedBeforeGitRuns(t *testing.T) {
 		t.Fatalf("the recording git saw no call for a good input: %q", b)
 	}
 }
+
+// A credential reaches git only through the fixed helpers, for the one
+// command: GIT_ASKPASS answers with the token, GIT_SSH is the ssh helper
+// (never GIT_SSH_COMMAND), and the helpers' directory is gone after it.
+// The token is redacted from the error.
+func TestCredentialHelpers(t *testing.T) {
+	dir := t.TempDir()
+	path, log := filepath.Join(dir, "git"), filepath.Join(dir, "seen")
+	script := `#!/bin/sh
+case "$*" in *" fetch --progress"*)
+  { printf 'user=%s\n' "$("$GIT_ASKPASS" "Username for 'https://example.com': ")"
+    printf 'pass=%s\n' "$("$GIT_ASKPASS" "Password for 'https://u@example.com': ")"
+    printf 'ssh=%s sshcmd=%s nosystem=%s global=%s prompt=%s home=%s\n' "$(basename "$GIT_SSH")" "${GIT_SSH_COMMAND-unset}" "$GIT_CONFIG_NOSYSTEM" "$GIT_CONFIG_GLOBAL" "$GIT_TERMINAL_PROMPT" "$HOME"
+    printf 'helpers=%s\n' "$(dirname "$GIT_ASKPASS")"
+  } > ` + log + `
+  echo "fatal: auth failed for s3cr3t-token" >&2; exit 128;;
+esac
+exit 0
+`
+	if err := os.WriteFile(path, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	g := &Git{Path: path, TempDir: tmp}
+	_, err := g.Fetch(context.Background(), filepath.Join(dir, "m.git"), "https://example.com/r.git", "main", &Credential{Username: "bot", Password: "s3cr3t-token"}, nil)
+	if err == nil || strings.Contains(err.Error(), "s3cr3t-token") || !strings.Contains(err.Error(), "[redacted]") {
+		t.Fatalf("Fetch error %v: want the token redacted", err)
+	}
+	b, _ := os.ReadFile(log)
+	seen := string(b)
+	for _, want := range []string{"user=bot\n", "pass=s3cr3t-token\n", "ssh=ssh sshcmd=unset nosystem=1 global=/dev/null prompt=0 home=/nonexistent"} {
+		if !strings.Contains(seen, want) {
+			t.Errorf("git saw %q, missing %q", seen, want)
+		}
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("the helpers' directory outlived the command: %v", ents)
+	}
+}
