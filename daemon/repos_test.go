@@ -46,7 +46,11 @@ func (c *client) readDiff(conv string) (string, string) {
 	if err != nil || res.StatusCode != http.StatusOK {
 		c.t.Fatalf("diff: %d %v %s", res.StatusCode, err, b)
 	}
-	return string(b), res.Trailer.Get("X-Patch-SHA256")
+	digest := res.Trailer.Get("X-Patch-SHA256")
+	if digest == "" {
+		digest = res.Header.Get("X-Patch-SHA256") // an empty workspace's
+	}
+	return string(b), digest
 }
 
 func waitJobDone(t *testing.T, c *client, id string) jobs.Job {
@@ -94,7 +98,9 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 
 	edit := llmtest.Step{Text: "Editing.", ToolCalls: []agentcore.ToolCall{{Name: "edit_file", Arguments: `{"path":"README.md","old_string":"hello","new_string":"hello world"}`}}}
 	more := llmtest.Step{Text: "More.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"NEW.md","content":"new\n"}`}}}
-	in := newInstance(t, llm(t, edit, llmtest.Step{Text: "Done."}, more, llmtest.Step{Text: "Done."}))
+	big := llmtest.Step{Text: "Big.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"BIG.md","content":"` + strings.Repeat("x", 2000) + `"}`}}}
+	done := llmtest.Step{Text: "Done."}
+	in := newInstance(t, llm(t, edit, done, more, done, big, done)+"repositories:\n  max_push_bytes: 1000\n")
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
 	p := in.start("PATH=" + bin + ":" + os.Getenv("PATH"))
@@ -199,6 +205,17 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.send(conv.ID, "add a file")
 	s.until(agentcore.EventTurnFinished, 60*time.Second)
 	a.must(http.StatusConflict, "POST", path, push("codumentor/more", digest), nil)
+	// A diff over repositories.max_push_bytes.
+	a.send(conv.ID, "add a big file")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	_, digest = a.readDiff(conv.ID)
+	a.must(http.StatusRequestEntityTooLarge, "POST", path, push("codumentor/more", digest), nil)
+
+	// A conversation without changes has nothing to push.
+	var idle struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID, "ref": "main"}, &idle)
+	_, empty := a.readDiff(idle.ID)
+	a.must(http.StatusBadRequest, "POST", "/api/v1/conversations/"+idle.ID+"/workspace/push", push("codumentor/none", empty), nil)
 
 	var list struct {
 		Repositories []json.RawMessage `json:"repositories"`

@@ -128,6 +128,9 @@ func (s *Server) listInstanceSecrets(c *fiber.Ctx) error {
 // new conversation before it is created.
 func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.Repository, string, error) {
 	ctx := c.UserContext()
+	if repository == "" {
+		return repos.Repository{}, "", badRequest("ref needs a repository")
+	}
 	r, err := s.d.Repositories.Get(ctx, repository)
 	if errors.Is(err, repos.ErrNotFound) {
 		rs, lerr := s.d.Repositories.List(ctx)
@@ -209,6 +212,8 @@ func streamPatch(c *fiber.Ctx, w func(*bufio.Writer)) {
 // emptyPatchSHA256 is the digest of the empty patch.
 var emptyPatchSHA256 = func() string { h := sha256.Sum256(nil); return hex.EncodeToString(h[:]) }()
 
+var errRepositoryGone = &Error{Status: http.StatusConflict, Code: "repository_gone", Message: "the conversation's repository was deleted"}
+
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // push is POST …/workspace/push: the reviewed patch (its digest must be
@@ -234,6 +239,11 @@ func (s *Server) push(c *fiber.Ctx) error {
 	}
 	if err := s.d.Repositories.CheckPushBranch(req.Branch); err != nil {
 		return repoAnswer(err)
+	}
+	if _, err := s.d.Repositories.Get(ctx, conv.Repository); errors.Is(err, repos.ErrNotFound) {
+		return errRepositoryGone
+	} else if err != nil {
+		return err
 	}
 	if s.d.Engine.Turn(conv.ID) != nil {
 		return apiError(http.StatusConflict, "turn_in_progress", "a turn is running and may still change the workspace; push after its turn_finished event")
@@ -268,7 +278,7 @@ func (s *Server) push(c *fiber.Ctx) error {
 	var gerr *git.Error
 	switch {
 	case errors.Is(err, repos.ErrNotFound):
-		return apiError(http.StatusConflict, "repository_gone", "the conversation's repository was deleted")
+		return errRepositoryGone
 	case errors.Is(err, repos.ErrInvalid), errors.Is(err, repos.ErrProtected):
 		return repoAnswer(err)
 	case errors.As(err, &gerr) && gerr.Op == "push":
