@@ -83,6 +83,7 @@ func New() *cli.Command {
 			usersCommand(),
 			secretsCommand(),
 			gcCommand(),
+			reposCommand(),
 			setupCgroupsCommand(),
 		},
 		Action: groupAction,

@@ -54,6 +54,8 @@ func profileLaunch(name string) (*sandboxkit.Launch, error) {
 		o.Workspace = exampleWorkspace
 	case sandboxkit.ProfileOffice:
 		o.Input = exampleInput
+	case sandboxkit.ProfileGit:
+		o.Input, o.Output = "/srv/codumentor/repos/ID.git", "/srv/codumentor/repos/snapshots/ID-COMMIT"
 	}
 	p, err := sandboxkit.Profile(name, o)
 	if err != nil {

@@ -31,8 +31,10 @@ import (
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/connlimit"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/mcp"
@@ -138,6 +140,7 @@ type server struct {
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
 	trees   *trees
+	repos   *repos.Service
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 }
@@ -187,7 +190,10 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
-	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees")}
+	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log); err != nil {
+		return nil, err
+	}
+	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
 	s.trees = trees
 	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
@@ -242,6 +248,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Engine:        s.engine,
 		Workspaces:    trees,
 		Layers:        s.layers,
+		Repositories:  s.repos,
 		Ready:         s.ready,
 		Log:           log.Named("api"),
 		Registry:      prometheus.NewRegistry(),
@@ -412,15 +419,24 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// trees are the conversations' lower trees: an empty private directory
-// each until repositories can be attached.
-type trees struct{ dir string }
+// trees are the conversations' lower trees: the snapshot of its
+// repository at its base commit, or an empty private directory.
+type trees struct {
+	dir   string
+	convs *store.Conversations
+	repos *repos.Service
+}
 
 var conversationID = regexp.MustCompile(`^conv_[0-9a-f]{24}$`)
 
 func (t *trees) Lower(ctx context.Context, user, conversation string) (string, error) {
 	if !conversationID.MatchString(conversation) {
 		return "", fmt.Errorf("not a conversation ID: %q", conversation)
+	}
+	if c, err := t.convs.Get(ctx, user, conversation); err == nil && c.Repository != "" {
+		return t.repos.Snapshot(ctx, c.Repository, c.BaseCommit)
+	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return "", err
 	}
 	d := filepath.Join(t.dir, conversation)
 	if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
@@ -435,6 +451,28 @@ func (t *trees) Remove(conversation string) error {
 		return fmt.Errorf("not a conversation ID: %q", conversation)
 	}
 	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
+}
+
+// openRepos opens the repositories (mirrors under <instance>/repos) and
+// schedules the collection of snapshots no conversation uses. Indexer is
+// nil: it is set when retrieval is enabled.
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger) (*repos.Service, error) {
+	r, err := repos.Open(repos.Options{
+		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
+		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits())},
+		ProtectedBranches: cfg.Repositories.ProtectedBranches,
+		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
+		Log:               log.Named("repos"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	q.Handle(repos.KindSnapshotGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
+		removed, err := r.GCSnapshots(ctx, convs.RepositoryCommits)
+		return map[string][]string{"removed": removed}, err
+	})
+	q.Every("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil)
+	return r, nil
 }
 
 // unconfiguredLLM answers every turn with what to configure.

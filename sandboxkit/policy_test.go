@@ -244,6 +244,8 @@ func TestProfiles(t *testing.T) {
 			o.Workspace = ws
 		case ProfileOffice:
 			o.Input = "/srv/in/report.docx"
+		case ProfileGit:
+			o.Input, o.Output = "/srv/repos/r.git", "/srv/out"
 		}
 		p, err := Profile(name, o)
 		if err != nil {
@@ -275,6 +277,9 @@ func TestProfiles(t *testing.T) {
 		{ProfileOffice, ProfileOptions{Input: "/a.docx", Workspace: ws}, "Workspace"},
 		{ProfileMCP, ProfileOptions{Input: "/a"}, "Input"},
 		{ProfileHostReadOnly, ProfileOptions{Workspace: ws}, "Workspace"},
+		{ProfileGit, ProfileOptions{Input: "/m.git"}, "absolute"},
+		{ProfileGit, ProfileOptions{Input: "/m.git", Output: "/o", ShareNet: true}, "ShareNet"},
+		{ProfileOffice, ProfileOptions{Input: "/a.docx", Output: "/o"}, "Output"},
 	}
 	for _, b := range bad {
 		if _, err := Profile(b.name, b.o); err == nil || !strings.Contains(err.Error(), b.want) {

@@ -33,10 +33,16 @@ const (
 	// host with data directories masked; network only after the user
 	// agreed.
 	ProfileHostReadOnly = "host-readonly"
+	// ProfileGit runs git on a repository's bare mirror for the server
+	// (checkout of a snapshot, the push gateway's commit): the mirror
+	// read-only at /mirror, one output directory read-write at /out, no
+	// network, no credentials. Repository contents are hostile; git
+	// parses them in here.
+	ProfileGit = "git"
 )
 
 // ProfileNames lists the profiles in a stable order.
-var ProfileNames = []string{ProfileWorkspace, ProfileSetup, ProfileExternalAgent, ProfileOffice, ProfileMCP, ProfileHostReadOnly}
+var ProfileNames = []string{ProfileWorkspace, ProfileSetup, ProfileExternalAgent, ProfileOffice, ProfileMCP, ProfileHostReadOnly, ProfileGit}
 
 // ProfileOptions are the inputs a profile takes. Options a profile does
 // not take must be left zero: Profile rejects them rather than ignore
@@ -52,6 +58,9 @@ type ProfileOptions struct {
 	// Input is the host file an office worker parses, shown read-only at
 	// /input/<base name> (office only, required there).
 	Input string
+	// Output is the host directory shown read-write at /out (git only,
+	// required there, with Input the mirror shown read-only at /mirror).
+	Output string
 	// Mask lists extra host directories hidden behind empty tmpfs in the
 	// host-readonly view (e.g. the instance dir).
 	Mask []string
@@ -99,6 +108,9 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		p.Seccomp = f.Program
 	}
 	var errs []error
+	if name != ProfileGit {
+		errs = append(errs, reject("Output", o.Output != ""))
+	}
 	switch name {
 	case ProfileWorkspace, ProfileSetup, ProfileExternalAgent:
 		if o.Workspace == nil {
@@ -119,6 +131,14 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		}
 		p.ReadOnly = []Bind{{Src: o.Input, Dst: "/input/" + filepath.Base(o.Input)}}
 		p.Dir = "/input"
+		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("ShareNet", o.ShareNet), reject("Mask", len(o.Mask) > 0))
+	case ProfileGit:
+		if !filepath.IsAbs(o.Input) || !filepath.IsAbs(o.Output) {
+			return nil, fmt.Errorf("sandboxkit: profile %s needs absolute Input (the mirror) and Output paths", name)
+		}
+		p.ReadOnly = []Bind{{Src: o.Input, Dst: "/mirror"}}
+		p.ReadWrite = []Bind{{Src: o.Output, Dst: "/out"}}
+		p.Dir = "/out"
 		errs = append(errs, reject("Workspace", o.Workspace != nil), reject("ShareNet", o.ShareNet), reject("Mask", len(o.Mask) > 0))
 	case ProfileMCP:
 		p.ShareNet = o.ShareNet

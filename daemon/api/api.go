@@ -30,6 +30,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/mcp"
@@ -53,6 +54,8 @@ type Deps struct {
 	// Workspaces and Layers are the engine's: the diff reads them.
 	Workspaces agentcore.Workspaces
 	Layers     *overlay.Store
+	// Repositories are the instance's repositories and push gateway.
+	Repositories *repos.Service
 	// Ready reports readiness (GET /readyz).
 	Ready func(ctx context.Context) Readiness
 	Log   hclog.Logger
@@ -219,6 +222,15 @@ func (s *Server) routes() {
 	conv.Post("/approvals/:aid", s.decide)
 	conv.Get("/workspace/diff", s.diff)
 	conv.Get("/workspace/files", s.files)
+	conv.Post("/workspace/push", s.push)
+
+	authed.Post("/repositories", s.admin, s.createRepository)
+	authed.Get("/repositories", s.listRepositories)
+	authed.Get("/repositories/:id", s.getRepository)
+	authed.Delete("/repositories/:id", s.admin, s.deleteRepository)
+	authed.Post("/repositories/:id/sync", s.admin, s.syncRepository)
+	authed.Get("/admin/secrets", s.admin, s.listInstanceSecrets)
+	authed.Put("/admin/secrets/:name", s.admin, s.putInstanceSecret)
 
 	authed.Get("/secrets", s.listSecrets)
 	authed.Put("/secrets/:name", s.putSecret)

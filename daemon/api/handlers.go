@@ -20,6 +20,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
@@ -131,6 +132,10 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	var req struct {
 		Title string `json:"title"`
 		Mode  string `json:"mode"`
+		// Repository (ID or name) and Ref (branch or commit; default the
+		// branch head) start the conversation on a repository.
+		Repository string `json:"repository"`
+		Ref        string `json:"ref"`
 	}
 	if len(c.Body()) > 0 {
 		if err := decode(c, &req); err != nil {
@@ -139,6 +144,17 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	}
 	if err := s.checkMode(user(c), req.Mode); err != nil {
 		return err
+	}
+	if req.Mode != "" && (req.Repository != "" || req.Ref != "") {
+		return badRequest("a %s conversation has no workspace: leave out repository and ref", req.Mode)
+	}
+	var repo repos.Repository
+	var commit string
+	if req.Repository != "" || req.Ref != "" {
+		var err error
+		if repo, commit, err = s.startOnRepository(c, req.Repository, req.Ref); err != nil {
+			return err
+		}
 	}
 	conv, err := s.d.Conversations.Create(c.UserContext(), user(c).ID, req.Title)
 	if errors.Is(err, store.ErrBadTitle) {
@@ -154,6 +170,11 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 		}
 		conv.Mode = req.Mode
 		s.log.Info("host read-only investigation created", "conversation", conv.ID, "user", user(c).Name)
+	}
+	if commit != "" {
+		if err := s.attachRepository(c, &conv, repo, commit); err != nil {
+			return err
+		}
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }
@@ -477,6 +498,7 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentType, "text/x-diff; charset=utf-8")
 	layer, err := s.d.Layers.Get(conv.ID)
 	if errors.Is(err, fs.ErrNotExist) {
+		c.Set(HeaderPatchSHA256, emptyPatchSHA256)
 		return c.SendString("") // nothing changed yet
 	}
 	if err != nil {
@@ -495,8 +517,8 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	}
 	// Streamed: a patch can hold a large binary literal. Written after
 	// the handler returns; an error then can only end the body early,
-	// with a comment line that says so.
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	// with a comment line that says so. Its digest follows as a trailer.
+	streamPatch(c, func(w *bufio.Writer) {
 		defer p.Close()
 		if _, err := p.WriteTo(w); err != nil {
 			s.log.Warn("writing a workspace patch failed", "conversation", conv.ID, "err", err)

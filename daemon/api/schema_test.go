@@ -10,6 +10,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/mcp"
@@ -41,6 +42,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Readiness":    Readiness{},
 		"MCPServers":   MCPServers{},
 		"MCPServer":    mcp.Status{},
+		"Repository":   repos.Repository{},
+		"PushResult":   repos.PushResult{},
+		"Progress":     jobs.Progress{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -93,6 +93,16 @@ type Config struct {
 	MCP MCP `yaml:"mcp"`
 	// Investigation allows host read-only conversations (integrations.go).
 	Investigation Investigation `yaml:"investigation"`
+	// Repositories configures repositories and the push gateway.
+	Repositories Repositories `yaml:"repositories"`
+}
+
+// Repositories configures repositories and the push gateway.
+type Repositories struct {
+	// ProtectedBranches are never pushed to (default main, master).
+	ProtectedBranches []string `yaml:"protected_branches"`
+	// MaxPushBytes bounds a pushed patch (default 16 MiB).
+	MaxPushBytes int64 `yaml:"max_push_bytes"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -243,7 +253,8 @@ func Default() Config {
 			ApprovalTimeout: Duration(10 * time.Minute),
 			Limits:          DefaultLimits(),
 		},
-		Log: Log{Level: "info"},
+		Log:          Log{Level: "info"},
+		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
 			IdleTimeout:       Duration(2 * time.Minute),
@@ -327,6 +338,9 @@ func (c Config) Validate() error {
 	if c.Server.HeaderTimeout <= 0 || c.Server.IdleTimeout <= 0 {
 		errs = append(errs, errors.New("server.header_timeout and server.idle_timeout must be positive"))
 	}
+	if c.Repositories.MaxPushBytes <= 0 {
+		errs = append(errs, errors.New("repositories.max_push_bytes must be positive"))
+	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -373,6 +387,7 @@ func (i Instance) DataDir() string       { return filepath.Join(i.Dir, "data") }
 func (i Instance) Database() string      { return filepath.Join(i.Dir, "data", "codumentor.db") }
 func (i Instance) WorkspacesDir() string { return filepath.Join(i.Dir, "workspaces") }
 func (i Instance) LogsDir() string       { return filepath.Join(i.Dir, "logs") }
+func (i Instance) ReposDir() string      { return filepath.Join(i.Dir, "repos") }
 func (i Instance) LogFile() string       { return filepath.Join(i.Dir, "logs", "codumentor.log") }
 
 // dirs are the directories Init creates and Check inspects.

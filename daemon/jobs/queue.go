@@ -82,6 +82,9 @@ type Job struct {
 	Started     time.Time       `json:"started,omitzero"`  // of the last attempt
 	Finished    time.Time       `json:"finished,omitzero"` // when it succeeded or failed for good
 
+	// Progress is what the running attempt last reported (SetProgress).
+	Progress *Progress `json:"progress,omitempty" gorm:"serializer:json"`
+
 	// Claim identifies the attempt that holds the job, so that a worker
 	// whose lease was taken over cannot record its outcome.
 	Claim      string    `json:"-" gorm:"not null"`
@@ -89,6 +92,31 @@ type Job struct {
 }
 
 func (Job) TableName() string { return "jobs" }
+
+// Progress is how far a running job is: Done of Total Units (e.g.
+// "objects" while fetching, "files" while indexing).
+type Progress struct {
+	Done  int64  `json:"done"`
+	Total int64  `json:"total"`
+	Unit  string `json:"unit"`
+}
+
+// SetProgress records the progress of j's running attempt, for GET
+// /api/v1/jobs/{id}. A handler calls it with the Job it was given; an
+// attempt that lost its claim changes nothing.
+func (q *Queue) SetProgress(ctx context.Context, j *Job, p Progress) error {
+	// A map update bypasses the field's serializer: encode it here.
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	err = q.db.WithContext(ctx).Model(&Job{}).Where("id = ? AND claim = ?", j.ID, j.Claim).
+		Updates(map[string]any{"progress": string(b), "updated": q.now()}).Error
+	if err != nil {
+		return fmt.Errorf("jobs: recording the progress of %s: %w", j.ID, err)
+	}
+	return nil
+}
 
 // A Handler runs one attempt of a job. Its result is stored as JSON in
 // Job.Result. An error makes the attempt fail: the job is retried after a

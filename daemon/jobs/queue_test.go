@@ -591,3 +591,31 @@ func TestWorkspaceGC(t *testing.T) {
 		t.Errorf("second GC's result %s", j.Result)
 	}
 }
+
+// A running job's progress is visible while it runs, and stays.
+func TestProgress(t *testing.T) {
+	db, _ := tempDB(t)
+	q := newQueue(t, db, Options{})
+	reported := make(chan struct{})
+	release := make(chan struct{})
+	q.Handle("counted", func(ctx context.Context, j *Job) (any, error) {
+		if err := q.SetProgress(ctx, j, Progress{Done: 3, Total: 10, Unit: "files"}); err != nil {
+			return nil, err
+		}
+		close(reported)
+		<-release
+		return nil, q.SetProgress(ctx, j, Progress{Done: 10, Total: 10, Unit: "files"})
+	})
+	start(t, q)
+	j := mustEnqueue(t, q, "counted", nil, EnqueueOptions{})
+	<-reported
+	got, err := q.Get(context.Background(), j.ID)
+	if err != nil || got.Progress == nil || *got.Progress != (Progress{3, 10, "files"}) || got.Status != StatusRunning {
+		t.Fatalf("running job: %+v %v", got, err)
+	}
+	close(release)
+	got = waitJob(t, q, j.ID, hasStatus(StatusSucceeded))
+	if got.Progress == nil || got.Progress.Done != 10 {
+		t.Fatalf("finished job's progress: %+v", got.Progress)
+	}
+}

@@ -37,6 +37,10 @@ type Conversation struct {
 	// Mode is "" for a workspace conversation or ModeHostReadOnly (see
 	// mode.go).
 	Mode string `json:"mode,omitempty"`
+	// Repository and BaseCommit are what the workspace shows: the
+	// repository's tree at that commit ("" for an empty workspace).
+	Repository string `gorm:"not null;default:''" json:"repository,omitempty"`
+	BaseCommit string `gorm:"not null;default:''" json:"base_commit,omitempty"`
 }
 
 type messageRow struct {
@@ -121,6 +125,34 @@ func (s *Conversations) Create(ctx context.Context, user, title string) (Convers
 		return Conversation{}, fmt.Errorf("store: creating a conversation: %w", err)
 	}
 	return c, nil
+}
+
+// SetRepository records the repository and base commit that user's
+// conversation id starts on.
+func (s *Conversations) SetRepository(ctx context.Context, user, id, repository, commit string) error {
+	res := s.db.WithContext(ctx).Model(&Conversation{}).Where("id = ? AND user_id = ?", id, user).
+		Updates(map[string]any{"repository": repository, "base_commit": commit})
+	if res.Error != nil {
+		return fmt.Errorf("store: recording a conversation's repository: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// RepositoryCommits returns every (repository, base commit) pair that a
+// conversation uses, as "<repository>-<commit>".
+func (s *Conversations) RepositoryCommits(ctx context.Context) (map[string]bool, error) {
+	var rows []struct{ Repository, BaseCommit string }
+	if err := s.db.WithContext(ctx).Model(&Conversation{}).Distinct("repository", "base_commit").Where("repository != ''").Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("store: listing the conversations' repositories: %w", err)
+	}
+	m := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		m[r.Repository+"-"+r.BaseCommit] = true
+	}
+	return m, nil
 }
 
 // Get returns user's conversation id. Another user's conversation and an

@@ -1,0 +1,76 @@
+package ctl_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
+	"github.com/codumentor/codumentor/daemon/secrets"
+)
+
+// repos add, list and sync --wait: the sync is a job that a server's
+// queue runs (here the test's own queue, with the server's handler) and
+// codumentorctl follows with plain lines when not on a terminal.
+func TestRepos(t *testing.T) {
+	dir := initInstance(t)
+	ctl(t, "users", "add", "--instance", dir, "--password", "correct horse battery", "root") // creates the database
+	src := t.TempDir()
+	for _, args := range [][]string{
+		{"init", "-q", "-b", "main", "work"},
+		{"-C", "work", "commit", "-q", "--allow-empty", "-m", "first"},
+		{"clone", "-q", "--bare", "work", "remote.git"},
+	} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@x", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@x")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	url := "file://" + filepath.Join(src, "remote.git")
+
+	if r := ctl(t, "repos", "add", "--instance", dir, "hostile", "ext::sh -c touch% /tmp/x"); r.code != 1 || !strings.Contains(r.stderr, "remote helpers") {
+		t.Fatalf("hostile URL: %v", r)
+	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "--branch", "../x", "hostile", url); r.code != 1 || !strings.Contains(r.stderr, "branch") {
+		t.Fatalf("hostile branch: %v", r)
+	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "demo", url); r.code != 0 || !strings.Contains(r.stdout, "added repository demo") {
+		t.Fatalf("add: %v", r)
+	}
+	if r := ctl(t, "repos", "list", "--instance", dir); r.code != 0 || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, url) || strings.Contains(r.stdout, "hostile") {
+		t.Fatalf("list: %v", r)
+	}
+
+	// The server's side: its queue with the sync handler.
+	db := openDB(t, dir)
+	q, err := jobs.New(db, jobs.Options{Poll: 50e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.New(db, secrets.NewKeyring("", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repos.Open(repos.Options{DB: db, Queue: q, Secrets: sec, Dir: config.Instance{Dir: dir}.ReposDir()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	r := ctl(t, "repos", "sync", "--wait", "--instance", dir, "demo")
+	if r.code != 0 || !strings.Contains(r.stdout, "succeeded") || !strings.Contains(r.stdout, `"head":"`) || strings.Contains(r.stdout, "\r") {
+		t.Fatalf("sync --wait: %v", r)
+	}
+	if r := ctl(t, "repos", "sync", "--instance", dir, "nope"); r.code != 1 || !strings.Contains(r.stderr, "no repository") {
+		t.Fatalf("sync of an unknown repository: %v", r)
+	}
+}

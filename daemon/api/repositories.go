@@ -1,0 +1,369 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"regexp"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/codumentor/codumentor/daemon/repos"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// HeaderPatchSHA256 carries the hex SHA-256 of the patch GET
+// …/workspace/diff sent. The patch is streamed, so it comes as an HTTP
+// trailer (announced by "Trailer: X-Patch-SHA256"), computed over exactly
+// the bytes sent; an empty workspace's answer has it as a header. POST
+// …/workspace/push takes it as diff_sha256.
+const HeaderPatchSHA256 = "X-Patch-SHA256"
+
+// repoAnswer maps the repos package's errors to answers.
+func repoAnswer(err error) error {
+	switch {
+	case errors.Is(err, repos.ErrNotFound):
+		return errNotFound
+	case errors.Is(err, repos.ErrInvalid):
+		return badRequest("%v", err)
+	case errors.Is(err, repos.ErrExists):
+		return apiError(http.StatusConflict, "exists", "%v", err)
+	case errors.Is(err, repos.ErrNotSynced):
+		return apiError(http.StatusConflict, "not_synced", "the repository has no mirror yet: POST /api/v1/repositories/{id}/sync and wait for its job")
+	case errors.Is(err, repos.ErrProtected):
+		return apiError(http.StatusForbidden, "protected_branch", "%v", err)
+	}
+	return err
+}
+
+func (s *Server) createRepository(c *fiber.Ctx) error {
+	var req struct {
+		Name       string `json:"name"`
+		URL        string `json:"url"`
+		Branch     string `json:"branch"`
+		Credential string `json:"credential"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential})
+	if err != nil {
+		return repoAnswer(err)
+	}
+	s.log.Info("repository added", "repository", r.ID, "name", r.Name, "url", r.URL, "by", user(c).Name)
+	return c.Status(http.StatusCreated).JSON(r)
+}
+
+func (s *Server) listRepositories(c *fiber.Ctx) error {
+	rs, err := s.d.Repositories.List(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"repositories": rs})
+}
+
+func (s *Server) getRepository(c *fiber.Ctx) error {
+	r, err := s.d.Repositories.Get(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return repoAnswer(err)
+	}
+	return c.JSON(r)
+}
+
+func (s *Server) deleteRepository(c *fiber.Ctx) error {
+	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id")); err != nil {
+		return repoAnswer(err)
+	}
+	s.log.Info("repository deleted", "repository", c.Params("id"), "by", user(c).Name)
+	return c.SendStatus(http.StatusNoContent)
+}
+
+func (s *Server) syncRepository(c *fiber.Ctx) error {
+	j, err := s.d.Repositories.Sync(c.UserContext(), c.Params("id"), user(c).ID)
+	if err != nil {
+		return repoAnswer(err)
+	}
+	return c.Status(http.StatusAccepted).JSON(fiber.Map{"job": j})
+}
+
+// putInstanceSecret stores an instance secret (a repository credential).
+func (s *Server) putInstanceSecret(c *fiber.Ctx) error {
+	var req struct {
+		Value string `json:"value"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	m, err := s.d.Secrets.Put(c.UserContext(), repos.InstanceOwner, c.Params("name"), req.Value)
+	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
+		return badRequest("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("instance secret stored", "name", m.Name, "by", user(c).Name)
+	return c.JSON(m)
+}
+
+func (s *Server) listInstanceSecrets(c *fiber.Ctx) error {
+	ms, err := s.d.Secrets.List(c.UserContext(), repos.InstanceOwner)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"secrets": ms})
+}
+
+// startOnRepository resolves the repository (ID or name) and ref of a
+// new conversation before it is created.
+func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.Repository, string, error) {
+	ctx := c.UserContext()
+	if repository == "" {
+		return repos.Repository{}, "", badRequest("ref needs a repository")
+	}
+	r, err := s.d.Repositories.Get(ctx, repository)
+	if errors.Is(err, repos.ErrNotFound) {
+		rs, lerr := s.d.Repositories.List(ctx)
+		if lerr != nil {
+			return r, "", lerr
+		}
+		for _, x := range rs {
+			if x.Name == repository {
+				r, err = x, nil
+			}
+		}
+	}
+	if errors.Is(err, repos.ErrNotFound) {
+		return r, "", apiError(http.StatusNotFound, "not_found", "no repository %q", clip(repository))
+	}
+	if err != nil {
+		return r, "", err
+	}
+	commit, err := s.d.Repositories.Resolve(ctx, r, ref)
+	if err != nil {
+		return r, "", repoAnswer(err)
+	}
+	return r, commit, nil
+}
+
+// attachRepository records the conversation's repository and prepares
+// its snapshot; on failure the conversation is removed again.
+func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repos.Repository, commit string) error {
+	ctx := c.UserContext()
+	err := s.d.Conversations.SetRepository(ctx, conv.UserID, conv.ID, r.ID, commit)
+	if err == nil {
+		_, err = s.d.Repositories.Snapshot(ctx, r.ID, commit)
+	}
+	if err != nil {
+		if derr := s.d.Conversations.Delete(ctx, conv.UserID, conv.ID); derr != nil {
+			s.log.Warn("removing a conversation whose snapshot failed", "conversation", conv.ID, "err", derr)
+		}
+		if errors.Is(err, repos.ErrSnapshot) {
+			return apiError(http.StatusServiceUnavailable, "snapshot_failed", "%s", repos.ErrSnapshot.Error())
+		}
+		return err
+	}
+	conv.Repository, conv.BaseCommit = r.ID, commit
+	return nil
+}
+
+// patchDigest hashes what a streamed patch sends and, at its end, sets
+// the trailer: Read is called by the goroutine that writes the response,
+// which writes the trailer after the last Read.
+type patchDigest struct {
+	r    io.ReadCloser
+	h    hashWriter
+	resp *fasthttp.Response
+}
+
+type hashWriter interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+func (d *patchDigest) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	d.h.Write(p[:n])
+	if err == io.EOF {
+		d.resp.Header.Set(HeaderPatchSHA256, hex.EncodeToString(d.h.Sum(nil)))
+	}
+	return n, err
+}
+
+func (d *patchDigest) Close() error { return d.r.Close() }
+
+// streamPatch streams w's output as the body, with its digest trailer.
+func streamPatch(c *fiber.Ctx, w func(*bufio.Writer)) {
+	resp := &c.Context().Response
+	resp.Header.SetTrailer(HeaderPatchSHA256)
+	resp.SetBodyStream(&patchDigest{r: fasthttp.NewStreamReader(w), h: sha256.New(), resp: resp}, -1)
+}
+
+// emptyPatchSHA256 is the digest of the empty patch.
+var emptyPatchSHA256 = func() string { h := sha256.Sum256(nil); return hex.EncodeToString(h[:]) }()
+
+var errRepositoryGone = &Error{Status: http.StatusConflict, Code: "repository_gone", Message: "the conversation's repository was deleted"}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// push is POST …/workspace/push: the reviewed patch (its digest must be
+// the one GET …/workspace/diff sent) becomes one commit on the
+// conversation's base commit, pushed to a new or existing unprotected
+// branch.
+func (s *Server) push(c *fiber.Ctx) error {
+	var req struct {
+		Branch     string `json:"branch"`
+		Message    string `json:"message"`
+		DiffSHA256 string `json:"diff_sha256"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	conv := conversation(c)
+	ctx := c.UserContext()
+	switch {
+	case conv.Repository == "":
+		return apiError(http.StatusConflict, "no_repository", "this conversation was not started on a repository: there is nothing to push to")
+	case !sha256Hex.MatchString(req.DiffSHA256):
+		return badRequest("diff_sha256 must be the 64 lowercase hex digits of the %s that GET …/workspace/diff sent", HeaderPatchSHA256)
+	}
+	if err := s.d.Repositories.CheckPushBranch(req.Branch); err != nil {
+		return repoAnswer(err)
+	}
+	if _, err := s.d.Repositories.Get(ctx, conv.Repository); errors.Is(err, repos.ErrNotFound) {
+		return errRepositoryGone
+	} else if err != nil {
+		return err
+	}
+	if s.d.Engine.Turn(conv.ID) != nil {
+		return apiError(http.StatusConflict, "turn_in_progress", "a turn is running and may still change the workspace; push after its turn_finished event")
+	}
+	f, size, digest, err := s.writePatch(c, conv)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if digest != req.DiffSHA256 {
+		return apiError(http.StatusConflict, "diff_changed", "the workspace changed since that diff was read: read GET …/workspace/diff again, review it, and push with its %s", HeaderPatchSHA256)
+	}
+	if empty, err := noFiles(f); err != nil {
+		return err
+	} else if empty || size == 0 {
+		return apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
+	}
+	u := user(c)
+	email := u.Email
+	if email == "" {
+		email = u.Name + "@codumentor.invalid"
+	}
+	name := u.DisplayName
+	if name == "" {
+		name = u.Name
+	}
+	res, err := s.d.Repositories.Push(ctx, repos.Push{
+		Repository: conv.Repository, Base: conv.BaseCommit, Branch: req.Branch, Message: req.Message,
+		Author: git.Author{Name: name, Email: email}, User: u.ID, Conversation: conv.ID, Patch: f,
+	})
+	var gerr *git.Error
+	switch {
+	case errors.Is(err, repos.ErrNotFound):
+		return errRepositoryGone
+	case errors.Is(err, repos.ErrInvalid), errors.Is(err, repos.ErrProtected):
+		return repoAnswer(err)
+	case errors.As(err, &gerr) && gerr.Op == "push":
+		return apiError(http.StatusBadGateway, "push_failed", "the remote refused the push: %s", gerr.Stderr)
+	case err != nil:
+		s.log.Error("building a push commit failed", "conversation", conv.ID, "err", err)
+		return apiError(http.StatusUnprocessableEntity, "commit_failed", "the patch could not be committed on the conversation's base commit; the server log has the details")
+	}
+	return c.JSON(res)
+}
+
+// writePatch writes the conversation's patch to a private temporary file,
+// within the push size cap, and returns it (at offset 0), its size and
+// its SHA-256.
+func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, int64, string, error) {
+	max := s.d.Repositories.MaxPatchBytes()
+	tooLarge := func(err error) error {
+		return apiError(http.StatusRequestEntityTooLarge, "patch_too_large", "the patch is larger than the push limit of %d bytes (repositories.max_push_bytes): %v", max, err)
+	}
+	layer, err := s.d.Layers.Get(conv.ID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, "", apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
+	}
+	if err != nil {
+		return nil, 0, "", err
+	}
+	lower, err := s.d.Workspaces.Lower(c.UserContext(), user(c).ID, conv.ID)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	p, err := overlay.NewPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
+	if errors.Is(err, overlay.ErrPatchTooLarge) {
+		return nil, 0, "", tooLarge(err)
+	}
+	if err != nil {
+		return nil, 0, "", err
+	}
+	defer p.Close()
+	f, err := s.d.Repositories.TempFile()
+	if err != nil {
+		return nil, 0, "", err
+	}
+	h := sha256.New()
+	lw := &capped{w: io.MultiWriter(f, h), left: max}
+	n, err := p.WriteTo(lw)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		if lw.over {
+			return nil, 0, "", tooLarge(errors.New("the patch text is over the limit"))
+		}
+		return nil, 0, "", apiError(http.StatusConflict, "diff_changed", "the workspace changed while its patch was written; try again")
+	}
+	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// capped fails a write past left bytes.
+type capped struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.over = true
+		return 0, fmt.Errorf("over the size limit")
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}
+
+// noFiles reports whether the patch in f (read from its start, and
+// rewound) changes no file: only comment lines.
+func noFiles(f *os.File) (bool, error) {
+	defer f.Seek(0, io.SeekStart)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		if bytes.HasPrefix(sc.Bytes(), []byte("diff --git ")) {
+			return false, nil
+		}
+	}
+	return true, sc.Err()
+}

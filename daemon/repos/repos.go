@@ -1,0 +1,535 @@
+// Package repos keeps the repositories that conversations start on:
+// their rows in table repositories, their bare mirrors in
+// <instance>/repos/<id>.git, the sync job that fetches (and, when
+// retrieval is enabled, indexes) them, the read-only snapshots that
+// conversations' workspaces show, and the push gateway.
+//
+// Host-side git only transports (package integrations/git); checkouts
+// and the push commit are built in sandboxes. Credentials are instance
+// secrets (the users' secrets' keyring, owner InstanceOwner), referenced
+// by name, handed to git for one command.
+package repos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+)
+
+// InstanceOwner owns the instance secrets in the secrets table: no user
+// ID ("usr_…") can be it.
+const InstanceOwner = "instance"
+
+// Job kinds.
+const (
+	KindSync       = "repository_sync"
+	KindSnapshotGC = "snapshot_gc"
+)
+
+var (
+	// ErrNotFound wraps agentcore.ErrNotFound: no such repository.
+	ErrNotFound = fmt.Errorf("repos: %w", agentcore.ErrNotFound)
+	// ErrInvalid is wrapped by errors about a request's values (a URL or
+	// branch refused before git runs, a bad name or ref).
+	ErrInvalid = errors.New("repos: invalid request")
+	// ErrExists is wrapped by Add's error for a name already taken.
+	ErrExists = errors.New("repos: a repository of that name exists")
+	// ErrNotSynced means the repository has no mirror yet: sync it first.
+	ErrNotSynced = errors.New("repos: the repository has not been synced yet")
+	// ErrProtected is wrapped by Push's error for a protected branch.
+	ErrProtected = errors.New("repos: the branch is protected")
+)
+
+// Repository is one row of table repositories, as the API shows it.
+type Repository struct {
+	ID     string `gorm:"primaryKey" json:"id"`
+	Name   string `gorm:"uniqueIndex;not null" json:"name"`
+	URL    string `gorm:"not null" json:"url"`
+	Branch string `gorm:"not null" json:"branch"`
+	// Credential names the instance secret git authenticates with ("":
+	// none).
+	Credential string `gorm:"not null" json:"credential,omitempty"`
+	// Head is the branch's commit at the last sync; IndexedCommit the one
+	// the search index was last built for (only a successful index step
+	// sets it).
+	Head          string    `gorm:"not null" json:"head"`
+	IndexedCommit string    `gorm:"not null" json:"indexed_commit"`
+	Synced        time.Time `json:"synced,omitzero"`
+	Created       time.Time `gorm:"not null" json:"created"`
+	Updated       time.Time `gorm:"not null" json:"updated"`
+}
+
+func (Repository) TableName() string { return "repositories" }
+
+// Indexer indexes a repository's mirror gitDir from fromCommit ("" for
+// none) to toCommit, reporting files done of total. It is set when
+// retrieval is enabled (nil: syncs only fetch); the lead wires
+// retrieval.Ingest into it.
+type Indexer func(ctx context.Context, repoID, gitDir, fromCommit, toCommit string, progress func(done, total int64)) error
+
+// Options configure a Service.
+type Options struct {
+	DB      *gorm.DB
+	Queue   *jobs.Queue
+	Secrets *secrets.Store
+	// Dir is <instance>/repos: mirrors, snapshots and scratch space.
+	Dir string
+	// Git runs host-side git (its TempDir is set to Dir/tmp).
+	Git git.Git
+	// Sandbox runs checkouts and push commits.
+	Sandbox git.Sandbox
+	// Indexer is nil unless retrieval is enabled.
+	Indexer Indexer
+	// ProtectedBranches are refused by Push (default main, master).
+	ProtectedBranches []string
+	// MaxPatchBytes bounds a pushed patch (default 16 MiB).
+	MaxPatchBytes int64
+	Log           hclog.Logger
+}
+
+// Service is the repositories of an instance. Its methods are safe for
+// concurrent use.
+type Service struct {
+	o   Options
+	log hclog.Logger
+	// snapMu serializes making and collecting snapshots.
+	snapMu sync.Mutex
+}
+
+// DefaultMaxPatchBytes is Options.MaxPatchBytes's default.
+const DefaultMaxPatchBytes = 16 << 20
+
+// Open migrates table repositories, makes Dir's layout (0700) and
+// registers the job handlers on o.Queue.
+func Open(o Options) (*Service, error) {
+	if o.Log == nil {
+		o.Log = hclog.NewNullLogger()
+	}
+	if o.ProtectedBranches == nil {
+		o.ProtectedBranches = []string{"main", "master"}
+	}
+	if o.MaxPatchBytes <= 0 {
+		o.MaxPatchBytes = DefaultMaxPatchBytes
+	}
+	for _, d := range []string{o.Dir, filepath.Join(o.Dir, "snapshots"), filepath.Join(o.Dir, "tmp")} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("repos: %w", err)
+		}
+	}
+	o.Git.TempDir = filepath.Join(o.Dir, "tmp")
+	if o.Git.KnownHosts == "" {
+		o.Git.KnownHosts = filepath.Join(o.Dir, "known_hosts")
+	}
+	if err := o.DB.AutoMigrate(&Repository{}); err != nil {
+		return nil, fmt.Errorf("repos: migrating table repositories: %w", err)
+	}
+	s := &Service{o: o, log: o.Log}
+	if o.Queue != nil {
+		o.Queue.Handle(KindSync, s.sync)
+	}
+	return s, nil
+}
+
+// ProtectedBranches are the branches Push refuses.
+func (s *Service) ProtectedBranches() []string { return s.o.ProtectedBranches }
+
+// MaxPatchBytes bounds a pushed patch.
+func (s *Service) MaxPatchBytes() int64 { return s.o.MaxPatchBytes }
+
+var repoID = regexp.MustCompile(`^repo_[0-9a-f]{24}$`)
+
+func newID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "repo_" + hex.EncodeToString(b)
+}
+
+// TempFile creates a private temporary file (0600) in the repositories'
+// scratch directory; the caller removes it.
+func (s *Service) TempFile() (*os.File, error) {
+	return os.CreateTemp(filepath.Join(s.o.Dir, "tmp"), "patch-")
+}
+
+// Mirror is the bare mirror of repository id.
+func (s *Service) Mirror(id string) string { return filepath.Join(s.o.Dir, id+".git") }
+
+// Add is a new repository.
+type Add struct {
+	Name, URL, Branch, Credential string
+}
+
+const maxName = 100
+
+// Add records a repository; nothing is fetched until it is synced. The
+// URL and branch are checked here (git.CheckURL, git.CheckBranch), so a
+// refused one never reaches git; so is the credential's existence.
+func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
+	a.Name = strings.TrimSpace(a.Name)
+	if a.Branch == "" {
+		a.Branch = "main"
+	}
+	switch {
+	case a.Name == "" || len(a.Name) > maxName || !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl):
+		return Repository{}, fmt.Errorf("%w: name must be 1 to %d bytes of one-line text", ErrInvalid, maxName)
+	}
+	if err := git.CheckURL(a.URL); err != nil {
+		return Repository{}, fmt.Errorf("%w: url: %w", ErrInvalid, err)
+	}
+	if err := git.CheckBranch(a.Branch); err != nil {
+		return Repository{}, fmt.Errorf("%w: branch: %w", ErrInvalid, err)
+	}
+	if a.Credential != "" {
+		if _, err := s.o.Secrets.Meta(ctx, InstanceOwner, a.Credential); err != nil {
+			return Repository{}, fmt.Errorf("%w: credential %q is not an instance secret (PUT /api/v1/admin/secrets/{name} first)", ErrInvalid, a.Credential)
+		}
+	}
+	now := time.Now().UTC()
+	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, Created: now, Updated: now}
+	var n int64
+	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("name = ?", a.Name).Count(&n).Error; err != nil {
+		return Repository{}, fmt.Errorf("repos: %w", err)
+	}
+	if n > 0 {
+		return Repository{}, fmt.Errorf("%w: %q", ErrExists, a.Name)
+	}
+	if err := s.o.DB.WithContext(ctx).Create(&r).Error; err != nil {
+		return Repository{}, fmt.Errorf("repos: adding a repository: %w", err)
+	}
+	return r, nil
+}
+
+// List returns every repository, by name.
+func (s *Service) List(ctx context.Context) ([]Repository, error) {
+	rs := []Repository{}
+	if err := s.o.DB.WithContext(ctx).Order("name").Find(&rs).Error; err != nil {
+		return nil, fmt.Errorf("repos: listing: %w", err)
+	}
+	return rs, nil
+}
+
+// Get returns repository id, or an error wrapping ErrNotFound.
+func (s *Service) Get(ctx context.Context, id string) (Repository, error) {
+	var r Repository
+	if !repoID.MatchString(id) {
+		return r, ErrNotFound
+	}
+	err := s.o.DB.WithContext(ctx).Where("id = ?", id).Take(&r).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return r, ErrNotFound
+	}
+	if err != nil {
+		return r, fmt.Errorf("repos: reading %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Delete removes repository id's row and mirror. Conversations on it
+// keep their snapshots until they are deleted.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if _, err := s.Get(ctx, id); err != nil {
+		return err
+	}
+	if err := s.o.DB.WithContext(ctx).Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+		return fmt.Errorf("repos: deleting %s: %w", id, err)
+	}
+	if err := os.RemoveAll(s.Mirror(id)); err != nil {
+		s.log.Warn("removing a deleted repository's mirror failed", "repository", id, "err", err)
+	}
+	return nil
+}
+
+// Sync enqueues a sync job of repository id, owned by owner.
+func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return jobs.Job{}, err
+	}
+	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3})
+}
+
+type syncPayload struct {
+	Repository string `json:"repository"`
+}
+
+// SyncResult is a sync job's result.
+type SyncResult struct {
+	Head          string `json:"head"`
+	IndexedCommit string `json:"indexed_commit"`
+}
+
+// credential is repository r's credential for git, or nil.
+func (s *Service) credential(ctx context.Context, r Repository) (*git.Credential, error) {
+	if r.Credential == "" {
+		return nil, nil
+	}
+	v, err := s.o.Secrets.Value(ctx, InstanceOwner, r.Credential)
+	if err != nil {
+		return nil, fmt.Errorf("repos: the credential %q of %s: %w", r.Credential, r.Name, err)
+	}
+	return git.ParseCredential(v), nil
+}
+
+// sync is KindSync's handler: fetch into the mirror and record the head,
+// then index (when an Indexer is set) and record the indexed commit.
+func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
+	var p syncPayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil {
+		return nil, jobs.Permanent(fmt.Errorf("repos: sync payload: %w", err))
+	}
+	r, err := s.Get(ctx, p.Repository)
+	if err != nil {
+		return nil, jobs.Permanent(err)
+	}
+	cred, err := s.credential(ctx, r)
+	if err != nil {
+		return nil, jobs.Permanent(err)
+	}
+	report := s.reporter(ctx, j, "objects")
+	head, err := s.o.Git.Fetch(ctx, s.Mirror(r.ID), r.URL, r.Branch, cred, report)
+	if errors.Is(err, git.ErrBadURL) || errors.Is(err, git.ErrBadBranch) {
+		return nil, jobs.Permanent(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).
+		Updates(map[string]any{"head": head, "synced": now, "updated": now}).Error; err != nil {
+		return nil, fmt.Errorf("repos: recording the head: %w", err)
+	}
+	res := SyncResult{Head: head, IndexedCommit: r.IndexedCommit}
+	if s.o.Indexer == nil || head == r.IndexedCommit {
+		return res, nil
+	}
+	if err := s.o.Indexer(ctx, r.ID, s.Mirror(r.ID), r.IndexedCommit, head, s.reporter(ctx, j, "files")); err != nil {
+		return nil, fmt.Errorf("repos: indexing %s at %s: %w", r.Name, head, err)
+	}
+	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).
+		Updates(map[string]any{"indexed_commit": head, "updated": time.Now().UTC()}).Error; err != nil {
+		return nil, fmt.Errorf("repos: recording the indexed commit: %w", err)
+	}
+	res.IndexedCommit = head
+	return res, nil
+}
+
+// reporter returns a progress callback that records j's progress at most
+// every 200 ms, and always the last step.
+func (s *Service) reporter(ctx context.Context, j *jobs.Job, unit string) func(done, total int64) {
+	var last time.Time
+	return func(done, total int64) {
+		if done < total && time.Since(last) < 200*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		if err := s.o.Queue.SetProgress(ctx, j, jobs.Progress{Done: done, Total: total, Unit: unit}); err != nil {
+			s.log.Warn("recording a sync's progress", "job", j.ID, "err", err)
+		}
+	}
+}
+
+// Resolve returns the commit ref names in repository r's mirror: a
+// branch of the mirror or a full commit ID; "" is the repository's
+// branch head.
+func (s *Service) Resolve(ctx context.Context, r Repository, ref string) (string, error) {
+	if r.Head == "" {
+		return "", ErrNotSynced
+	}
+	switch {
+	case ref == "":
+		return r.Head, nil
+	case git.IsCommitID(ref):
+	case git.CheckBranch(ref) == nil:
+		ref = "refs/heads/" + ref
+	default:
+		return "", fmt.Errorf("%w: ref %q is neither a branch name nor a full commit ID", ErrInvalid, ref)
+	}
+	c, err := s.o.Git.Commit(ctx, s.Mirror(r.ID), ref)
+	if err != nil {
+		return "", fmt.Errorf("%w: ref %q is not in the repository's mirror (sync it, or name a fetched commit)", ErrInvalid, ref)
+	}
+	return c, nil
+}
+
+// snapshotDir is where the snapshot of a repository at commit lives.
+func (s *Service) snapshotDir(id, commit string) string {
+	return filepath.Join(s.o.Dir, "snapshots", id+"-"+commit)
+}
+
+// ErrSnapshot is wrapped by Snapshot's error; its text names no host path.
+var ErrSnapshot = errors.New("the repository snapshot could not be prepared; the server log has the details")
+
+// Snapshot returns the directory holding repository id's tree at commit,
+// checking it out in a sandbox first if missing. Snapshots are shared
+// read-only by every conversation on that commit (as their workspaces'
+// lower layer; nothing writes them) and removed by GCSnapshots when none
+// uses them.
+func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, error) {
+	if !repoID.MatchString(id) || !git.IsCommitID(commit) {
+		return "", fmt.Errorf("%w: not a repository and commit: %q %q", ErrInvalid, id, commit)
+	}
+	d := s.snapshotDir(id, commit)
+	if st, err := os.Lstat(d); err == nil && st.IsDir() {
+		return d, nil
+	}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if st, err := os.Lstat(d); err == nil && st.IsDir() {
+		return d, nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(s.o.Dir, "snapshots"), ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	if err := s.o.Sandbox.Checkout(ctx, s.Mirror(id), commit, tmp); err != nil {
+		overlay.RemoveAll(tmp)
+		// The model and clients see this error: the details (host
+		// paths, bwrap's words) go to the log only.
+		s.log.Error("checking out a repository snapshot failed", "repository", id, "commit", commit, "err", err)
+		return "", ErrSnapshot
+	}
+	if err := os.Rename(tmp, d); err != nil {
+		overlay.RemoveAll(tmp)
+		return "", err
+	}
+	return d, nil
+}
+
+// GCSnapshots removes the snapshots no conversation uses: inUse returns
+// the "<repository>-<commit>" names in use. It is called with the
+// snapshot lock held, so no snapshot is made meanwhile.
+func (s *Service) GCSnapshots(ctx context.Context, inUse func(context.Context) (map[string]bool, error)) ([]string, error) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	used, err := inUse(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.o.Dir, "snapshots")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	removed := []string{}
+	for _, e := range ents {
+		if used[e.Name()] {
+			continue
+		}
+		if err := overlay.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return removed, err
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, nil
+}
+
+// SnapshotName is the name GCSnapshots' inUse gives a snapshot.
+func SnapshotName(id, commit string) string { return id + "-" + commit }
+
+// Push is one push through the gateway.
+type Push struct {
+	Repository   string // ID
+	Base         string // the conversation's base commit
+	Branch       string
+	Message      string
+	Author       git.Author
+	User         string // ID, for the log
+	Conversation string
+	// Patch is the reviewed patch (its digest checked by the caller).
+	Patch io.Reader
+}
+
+// PushResult is the API's answer.
+type PushResult struct {
+	Branch string `json:"branch"`
+	Commit string `json:"commit"`
+	Remote string `json:"remote"`
+}
+
+// CheckPushBranch refuses a branch git would refuse (ErrInvalid) or a
+// protected one (ErrProtected).
+func (s *Service) CheckPushBranch(branch string) error {
+	if err := git.CheckBranch(branch); err != nil {
+		return fmt.Errorf("%w: branch: %w", ErrInvalid, err)
+	}
+	if slices.Contains(s.o.ProtectedBranches, branch) {
+		return fmt.Errorf("%w: %q is protected (protected_branches); push to another branch and open a merge request", ErrProtected, branch)
+	}
+	return nil
+}
+
+// Push builds the commit of p.Patch on p.Base inside a sandbox, brings it
+// into the mirror from the sandbox's bundle, and pushes exactly that
+// commit to the repository's branch with its credential.
+func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
+	if err := s.CheckPushBranch(p.Branch); err != nil {
+		return PushResult{}, err
+	}
+	r, err := s.Get(ctx, p.Repository)
+	if err != nil {
+		return PushResult{}, err
+	}
+	cred, err := s.credential(ctx, r)
+	if err != nil {
+		return PushResult{}, err
+	}
+	mirror := s.Mirror(r.ID)
+	out, err := os.MkdirTemp(filepath.Join(s.o.Dir, "tmp"), "push-")
+	if err != nil {
+		return PushResult{}, err
+	}
+	defer overlay.RemoveAll(out)
+	commit, err := s.o.Sandbox.Commit(ctx, mirror, p.Base, p.Patch, p.Author, p.Message, out)
+	if errors.Is(err, git.ErrBadMessage) {
+		return PushResult{}, fmt.Errorf("%w: message: %w", ErrInvalid, err)
+	}
+	if err != nil {
+		return PushResult{}, fmt.Errorf("repos: building the commit: %w", err)
+	}
+	ref := "refs/codumentor/push/" + strings.TrimPrefix(filepath.Base(out), "push-")
+	got, err := s.o.Git.FetchBundle(ctx, mirror, filepath.Join(out, git.BundleName), ref)
+	defer s.o.Git.DeleteRef(context.WithoutCancel(ctx), mirror, ref)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("repos: taking the commit into the mirror: %w", err)
+	}
+	parent, perr := s.o.Git.Commit(ctx, mirror, got+"^")
+	if got != commit || perr != nil || parent != p.Base {
+		return PushResult{}, fmt.Errorf("repos: the sandbox's bundle holds %s (parent %s), not %s on %s", got, parent, commit, p.Base)
+	}
+	if err := s.o.Git.Push(ctx, mirror, r.URL, commit, p.Branch, cred); err != nil {
+		s.recordPush(p, r, commit, err)
+		return PushResult{}, fmt.Errorf("repos: pushing: %w", err)
+	}
+	s.recordPush(p, r, commit, nil)
+	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
+}
+
+// recordPush is the one place a push is recorded (the log; an audit log
+// hooks in here).
+func (s *Service) recordPush(p Push, r Repository, commit string, err error) {
+	if err != nil {
+		s.log.Warn("push failed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit, "err", err)
+		return
+	}
+	s.log.Info("pushed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit)
+}

@@ -1,0 +1,229 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/jobs"
+)
+
+// git runs a test setup git command (trusted input).
+func gitCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=Setup", "GIT_AUTHOR_EMAIL=setup@example.com", "GIT_COMMITTER_NAME=Setup", "GIT_COMMITTER_EMAIL=setup@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// readDiff reads GET …/workspace/diff whole and returns it with the
+// digest its trailer carries.
+func (c *client) readDiff(conv string) (string, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest("GET", c.base+"/api/v1/conversations/"+conv+"/workspace/diff", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	observe("GET", "/api/v1/conversations/"+conv+"/workspace/diff", res.StatusCode)
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		c.t.Fatalf("diff: %d %v %s", res.StatusCode, err, b)
+	}
+	digest := res.Trailer.Get("X-Patch-SHA256")
+	if digest == "" {
+		digest = res.Header.Get("X-Patch-SHA256") // an empty workspace's
+	}
+	return string(b), digest
+}
+
+func waitJobDone(t *testing.T, c *client, id string) jobs.Job {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var j jobs.Job
+		c.must(http.StatusOK, "GET", "/api/v1/jobs/"+id, nil, &j)
+		if j.Status == jobs.StatusSucceeded || j.Status == jobs.StatusFailed {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still %s", id, j.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The issue's must-show path through the real server: hostile inputs
+// refused before any git runs; a file:// repository added and synced; a
+// conversation on it; the scripted model edits a file; the user reads the
+// diff and pushes with its digest; the remote's new branch has exactly
+// that change, authored by the user; a stale digest is 409, main is 403.
+func TestRepositoryPushEndToEnd(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "README.md"), []byte("hello\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "keep.txt"), []byte("unchanged\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "initial")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	base := gitCmd(t, bare, "rev-parse", "main")
+
+	// Every host-side git the server starts goes through this wrapper.
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	calls := filepath.Join(dir, "git-calls")
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(bin, "git"), []byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >> "+calls+"\nexec "+real+" \"$@\"\n"), 0o755)
+
+	edit := llmtest.Step{Text: "Editing.", ToolCalls: []agentcore.ToolCall{{Name: "edit_file", Arguments: `{"path":"README.md","old_string":"hello","new_string":"hello world"}`}}}
+	more := llmtest.Step{Text: "More.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"NEW.md","content":"new\n"}`}}}
+	big := llmtest.Step{Text: "Big.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"BIG.md","content":"` + strings.Repeat("x", 2000) + `"}`}}}
+	done := llmtest.Step{Text: "Done."}
+	in := newInstance(t, llm(t, edit, done, more, done, big, done)+"repositories:\n  max_push_bytes: 1000\n")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start("PATH=" + bin + ":" + os.Getenv("PATH"))
+	admin, a := p.login("root", pw), p.login("alice", pw)
+
+	url := "file://" + bare
+	for _, h := range []map[string]string{
+		{"url": "--upload-pack=touch /tmp/x"},
+		{"url": "ext::sh -c touch% /tmp/x"},
+		{"url": "-oProxyCommand=touch /tmp/x"},
+		{"url": "ssh://-oProxyCommand=x/r"},
+		{"url": url, "branch": "../x"},
+		{"url": url, "branch": "-x"},
+		{"url": url + "\x00"},
+		{"url": url, "branch": "ma\x00in"},
+	} {
+		h["name"] = "hostile"
+		admin.must(http.StatusBadRequest, "POST", "/api/v1/repositories", h, nil)
+	}
+	if b, err := os.ReadFile(calls); err == nil || len(b) > 0 {
+		t.Fatalf("git ran for a refused repository: %q", b)
+	}
+	a.must(http.StatusForbidden, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url}, nil)
+
+	var repo struct {
+		ID, Head string
+	}
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url, "branch": "main"}, &repo)
+	admin.must(http.StatusConflict, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url}, nil)
+	a.must(http.StatusConflict, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, nil)
+	var sync struct{ Job jobs.Job }
+	a.must(http.StatusForbidden, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, nil)
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	j := waitJobDone(t, admin, sync.Job.ID)
+	if j.Status != jobs.StatusSucceeded || j.Progress == nil || j.Progress.Unit != "objects" || j.Progress.Done != j.Progress.Total || j.Progress.Total == 0 {
+		t.Fatalf("sync job: %+v %+v", j, j.Progress)
+	}
+	a.must(http.StatusNotFound, "GET", "/api/v1/jobs/"+j.ID, nil, nil) // another user's job
+	a.must(http.StatusOK, "GET", "/api/v1/repositories/"+repo.ID, nil, &repo)
+	if repo.Head != base {
+		t.Fatalf("head %s, want %s", repo.Head, base)
+	}
+	a.must(http.StatusNotFound, "GET", "/api/v1/repositories/repo_000000000000000000000000", nil, nil)
+
+	var conv struct {
+		ID         string `json:"id"`
+		Repository string `json:"repository"`
+		BaseCommit string `json:"base_commit"`
+	}
+	a.must(http.StatusBadRequest, "POST", "/api/v1/conversations", map[string]string{"repository": "demo", "ref": "--output=/tmp/x"}, nil)
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": "demo"}, &conv)
+	if conv.Repository != repo.ID || conv.BaseCommit != base {
+		t.Fatalf("conversation: %+v", conv)
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=keep.txt", nil, nil); string(got) != "unchanged\n" {
+		t.Fatalf("the workspace does not show the repository: %q", got)
+	}
+	s := a.follow(conv.ID, "")
+	a.send(conv.ID, "say hello world")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+
+	// The edit landed in the conversation's layer; the shared snapshot
+	// and the mirror (0700) are as they were.
+	snap := filepath.Join(in.dir, "repos", "snapshots", repo.ID+"-"+base)
+	if b, err := os.ReadFile(filepath.Join(snap, "README.md")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("snapshot README.md = %q, %v", b, err)
+	}
+	if st, err := os.Stat(filepath.Join(in.dir, "repos", repo.ID+".git")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("mirror: %v %v", st, err)
+	}
+
+	diff, digest := a.readDiff(conv.ID)
+	if !strings.Contains(diff, "-hello\n+hello world\n") || len(digest) != 64 {
+		t.Fatalf("diff (digest %q):\n%s", digest, diff)
+	}
+	push := func(branch, digest string) map[string]string {
+		return map[string]string{"branch": branch, "message": "Say hello world", "diff_sha256": digest}
+	}
+	path := "/api/v1/conversations/" + conv.ID + "/workspace/push"
+	a.must(http.StatusForbidden, "POST", path, push("main", digest), nil)
+	a.must(http.StatusBadRequest, "POST", path, push("../x", digest), nil)
+	a.must(http.StatusConflict, "POST", path, push("codumentor/readme", strings.Repeat("0", 64)), nil)
+	var res struct{ Branch, Commit, Remote string }
+	a.must(http.StatusOK, "POST", path, push("codumentor/readme", digest), &res)
+	if res.Branch != "codumentor/readme" || res.Remote != url || gitCmd(t, bare, "rev-parse", "codumentor/readme") != res.Commit {
+		t.Fatalf("push answer %+v", res)
+	}
+	if got := gitCmd(t, bare, "log", "-1", "--format=%an <%ae>|%s|%P", res.Commit); got != "alice <alice@codumentor.invalid>|Say hello world|"+base {
+		t.Fatalf("pushed commit: %s", got)
+	}
+	if got := gitCmd(t, bare, "diff", "--name-only", base, res.Commit); got != "README.md" {
+		t.Fatalf("pushed change touches %q", got)
+	}
+	if got := gitCmd(t, bare, "show", res.Commit+":README.md"); got != "hello world" {
+		t.Fatalf("pushed README.md: %q", got)
+	}
+	if gitCmd(t, bare, "rev-parse", "main") != base {
+		t.Fatal("main moved")
+	}
+
+	// The workspace changes after the diff was read: the old digest is stale.
+	a.send(conv.ID, "add a file")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	a.must(http.StatusConflict, "POST", path, push("codumentor/more", digest), nil)
+	// A diff over repositories.max_push_bytes.
+	a.send(conv.ID, "add a big file")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	_, digest = a.readDiff(conv.ID)
+	a.must(http.StatusRequestEntityTooLarge, "POST", path, push("codumentor/more", digest), nil)
+
+	// A conversation without changes has nothing to push.
+	var idle struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID, "ref": "main"}, &idle)
+	_, empty := a.readDiff(idle.ID)
+	a.must(http.StatusBadRequest, "POST", "/api/v1/conversations/"+idle.ID+"/workspace/push", push("codumentor/none", empty), nil)
+
+	var list struct {
+		Repositories []json.RawMessage `json:"repositories"`
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/repositories", nil, &list)
+	if len(list.Repositories) != 1 {
+		t.Fatalf("repositories: %s", list.Repositories)
+	}
+	admin.must(http.StatusNoContent, "DELETE", "/api/v1/repositories/"+repo.ID, nil, nil)
+	a.must(http.StatusConflict, "POST", path, push("codumentor/more", digest), nil)
+}

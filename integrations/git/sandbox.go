@@ -1,0 +1,167 @@
+package git
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// Sandbox runs git on a mirror inside a sandbox (sandboxkit.ProfileGit):
+// the mirror read-only, one output directory read-write, no network, no
+// credentials. The program must call sandboxkit.Main first.
+type Sandbox struct {
+	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
+	Bwrap string
+	// Seccomp is the filter mode; empty means seccomp.Log.
+	Seccomp seccomp.Mode
+	// Limits bound the sandbox; nil means sandboxkit.DefaultLimits.
+	Limits *sandboxkit.Limits
+	// Timeout bounds one run (default 10 minutes).
+	Timeout time.Duration
+}
+
+// sandboxGit are the git options inside: no configuration but the
+// mirror's, no hooks, real symlinks (they stay inside the snapshot:
+// nothing on the host follows them).
+const sandboxGit = `git -c core.hooksPath=/dev/null -c core.symlinks=true -c core.fsmonitor=false -c submodule.recurse=false -c protocol.allow=never`
+
+// checkoutScript writes the tree of commit $1 to /out: read into an index
+// in the sandbox's /tmp, then checked out. Submodules stay empty
+// directories (never cloned).
+const checkoutScript = `set -e
+export GIT_DIR=/mirror GIT_WORK_TREE=/out GIT_INDEX_FILE=/tmp/index
+` + sandboxGit + ` read-tree "$1"
+` + sandboxGit + ` checkout-index --all --force
+`
+
+// commitScript builds a commit on base $1 from the patch on stdin without
+// a work tree: a scratch repository in /tmp borrows the mirror's objects,
+// the patch is applied to an index of the base tree, and the commit is
+// written to /out/push.bundle.
+const commitScript = `set -e
+git init --quiet --bare /tmp/scratch.git
+echo /mirror/objects > /tmp/scratch.git/objects/info/alternates
+export GIT_DIR=/tmp/scratch.git GIT_INDEX_FILE=/tmp/index
+` + sandboxGit + ` read-tree "$1"
+` + sandboxGit + ` apply --cached --whitespace=nowarn -
+tree=$(` + sandboxGit + ` write-tree)
+commit=$(` + sandboxGit + ` commit-tree "$tree" -p "$1" -m "$CODUMENTOR_MESSAGE")
+` + sandboxGit + ` update-ref ` + bundleRef + ` "$commit"
+` + sandboxGit + ` bundle create --quiet /out/push.bundle ` + bundleRef + ` "^$1"
+printf '%s\n' "$commit"
+`
+
+// bundleRef is the ref the push bundle carries.
+const bundleRef = "refs/heads/codumentor-push"
+
+// BundleName is the file Commit writes in its output directory.
+const BundleName = "push.bundle"
+
+func (sb Sandbox) run(ctx context.Context, mirror, out string, env []string, stdin io.Reader, argv ...string) (string, error) {
+	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: mirror, Output: out})
+	if err != nil {
+		return "", err
+	}
+	p.Env = append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0"}, env...)
+	timeout := sb.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := sandboxkit.Command(ctx, p, argv...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
+	cmd.OutputLimit = 64 << 10
+	cmd.Timeout = timeout
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 2048 {
+			msg = msg[len(msg)-2048:]
+		}
+		return "", fmt.Errorf("sandboxed git: %w: %s", err, strings.ToValidUTF8(msg, "?"))
+	}
+	return stdout.String(), nil
+}
+
+// Checkout writes the tree of commit (a full object name) of the bare
+// repository mirror into dest, an existing empty directory, inside a
+// sandbox. Symlinks are written as symlinks, submodules as empty
+// directories; the host reads nothing of the tree.
+func (sb Sandbox) Checkout(ctx context.Context, mirror, commit, dest string) error {
+	if !IsCommitID(commit) {
+		return fmt.Errorf("git checkout: %q is not a commit ID", commit)
+	}
+	_, err := sb.run(ctx, mirror, dest, nil, nil, "sh", "-c", checkoutScript, "checkout", commit)
+	return err
+}
+
+// Author names a commit's author (and committer).
+type Author struct{ Name, Email string }
+
+// maxMessage bounds a commit message, in bytes.
+const maxMessage = 64 << 10
+
+// ErrBadMessage is wrapped by Commit's error for a message it refuses.
+var ErrBadMessage = errors.New("git: refused commit message")
+
+// Commit builds, inside a sandbox, a commit whose parent is base and
+// whose tree is base's with patch applied, authored and committed by
+// author with message, and writes it as a bundle (BundleName) into out,
+// an existing empty directory. It returns the commit's ID. No credential
+// and no network is in the sandbox.
+func (sb Sandbox) Commit(ctx context.Context, mirror, base string, patch io.Reader, author Author, message, out string) (string, error) {
+	if !IsCommitID(base) {
+		return "", fmt.Errorf("git commit: %q is not a commit ID", base)
+	}
+	switch {
+	case strings.TrimSpace(message) == "":
+		return "", fmt.Errorf("%w: it is empty", ErrBadMessage)
+	case len(message) > maxMessage:
+		return "", fmt.Errorf("%w: it is longer than %d bytes", ErrBadMessage, maxMessage)
+	case !utf8.ValidString(message) || strings.ContainsRune(message, 0):
+		return "", fmt.Errorf("%w: it must be UTF-8 text without NUL", ErrBadMessage)
+	}
+	who := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f || r == '<' || r == '>' {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	name, email := who(author.Name), who(author.Email)
+	if name == "" {
+		name = "codumentor user"
+	}
+	env := []string{
+		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email,
+		"GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email,
+		"CODUMENTOR_MESSAGE=" + message,
+	}
+	stdout, err := sb.run(ctx, mirror, out, env, patch, "sh", "-c", commitScript, "commit", base)
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(stdout)
+	if i := strings.LastIndexByte(id, '\n'); i >= 0 {
+		id = id[i+1:]
+	}
+	if !IsCommitID(id) {
+		return "", fmt.Errorf("sandboxed git commit: unexpected answer %q", id)
+	}
+	// The sandbox has ended: nothing changes out any more. The bundle
+	// must be a regular file, not a link the host's git would follow.
+	if st, err := os.Lstat(filepath.Join(out, BundleName)); err != nil || !st.Mode().IsRegular() {
+		return "", fmt.Errorf("sandboxed git commit wrote no bundle file (%v)", err)
+	}
+	return id, nil
+}
