@@ -24,6 +24,7 @@ type plugin struct {
 // plugins are the known plugins by name; config.Validate refuses others.
 var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
+	config.PluginOffice:             {start: startOffice, checks: officeChecks},
 }
 
 // startWorkspaceIsolation: the engine's shell and file tools run in a

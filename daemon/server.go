@@ -137,6 +137,7 @@ type server struct {
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
 	cfg     atomic.Pointer[config.Config]
+	attach  *api.Attachments
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -215,6 +216,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
+	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Plugins {
 		if err := plugins[name].start(ctx, s, cfg); err != nil {
 			return nil, fmt.Errorf("plugin %s: %w", name, err)
@@ -239,6 +243,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
+		Attachments:   s.attach,
 
 		TrustedProxies: proxies,
 	})

@@ -64,6 +64,7 @@ type Config struct {
 	Auth           Auth      `yaml:"auth"`
 	LLM            LLM       `yaml:"llm"`
 	Sandbox        Sandbox   `yaml:"sandbox"`
+	Office         Office    `yaml:"office"`
 	// Plugins are enabled by name, in order.
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
@@ -218,7 +219,8 @@ func Default() Config {
 			ApprovalTimeout: Duration(10 * time.Minute),
 			Limits:          DefaultLimits(),
 		},
-		Log: Log{Level: "info"},
+		Office: DefaultOffice(),
+		Log:    Log{Level: "info"},
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
 			IdleTimeout:       Duration(2 * time.Minute),
@@ -279,9 +281,10 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
+	errs = append(errs, c.Office.validate()...)
 	for _, p := range c.Plugins {
-		if p != PluginWorkspaceIsolation {
-			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
+		if p != PluginWorkspaceIsolation && p != PluginOffice {
+			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s, %s)", p, PluginWorkspaceIsolation, PluginOffice))
 		}
 	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
