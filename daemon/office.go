@@ -80,7 +80,7 @@ func (*readAttachment) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{
 		Name:        "read_attachment",
 		Description: "Read a document the user attached to this conversation (spreadsheet, document, slides, PDF), one part at a time (a sheet, a slide, some pages). Without an id, lists the attachments and their parts.",
-		Parameters:  json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the attachment's id (att_…); omit to list the attachments"},"part":{"type":"integer","minimum":1,"description":"the part to read, from 1 (default 1)"}},"additionalProperties":false}`),
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the attachment's id (att_…) or its file name; omit to list the attachments"},"part":{"type":"integer","minimum":1,"description":"the part to read, from 1 (default 1)"}},"additionalProperties":false}`),
 	}
 }
 
@@ -106,7 +106,7 @@ func (t *readAttachment) Run(ctx context.Context, c *agentcore.Call) (string, er
 		}
 		return b.String(), nil
 	}
-	at, parts, err := t.store.Get(ctx, c.Conversation, args.ID)
+	at, parts, err := t.store.Find(ctx, c.Conversation, args.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", fmt.Errorf("no attachment %q in this conversation; call read_attachment without an id to list them", args.ID)
 	}

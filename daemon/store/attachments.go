@@ -101,8 +101,22 @@ func (a *Attachments) List(ctx context.Context, conversation string) ([]Attachme
 // Get returns an attachment of conversation and its parts' text;
 // ErrNotFound when the conversation has no such attachment.
 func (a *Attachments) Get(ctx context.Context, conversation, id string) (Attachment, []office.Part, error) {
+	return a.get(a.db.WithContext(ctx).Where("id = ? AND conversation_id = ?", id, conversation))
+}
+
+// Find is Get by ID, or else by file name (the latest of that name):
+// the model may name an attachment as the user does.
+func (a *Attachments) Find(ctx context.Context, conversation, idOrName string) (Attachment, []office.Part, error) {
+	at, parts, err := a.Get(ctx, conversation, idOrName)
+	if err == ErrNotFound {
+		return a.get(a.db.WithContext(ctx).Where("name = ? AND conversation_id = ?", idOrName, conversation).Order("created DESC, id DESC"))
+	}
+	return at, parts, err
+}
+
+func (a *Attachments) get(q *gorm.DB) (Attachment, []office.Part, error) {
 	var r attachmentRow
-	err := a.db.WithContext(ctx).Where("id = ? AND conversation_id = ?", id, conversation).Take(&r).Error
+	err := q.Take(&r).Error
 	if err == gorm.ErrRecordNotFound {
 		return Attachment{}, nil, ErrNotFound
 	}
