@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -199,7 +200,9 @@ func TestAttachmentsHostile(t *testing.T) {
 	for _, h := range officetest.Hostile() {
 		before := answered.Load()
 		status, body := alice.upload(conv, h.Name, h.Data())
-		var e struct{ Error struct{ Code, Message string } }
+		var e struct {
+			Error struct{ Code, Message string }
+		}
 		json.Unmarshal(body, &e)
 		if status != http.StatusUnprocessableEntity || e.Error.Code != "unparseable" || !strings.Contains(e.Error.Message, "(limit: "+h.Limit+")") {
 			t.Errorf("%s: %d %s, want 422 unparseable naming %s", h.Name, status, body, h.Limit)
@@ -265,4 +268,35 @@ func TestAttachmentsDisabled(t *testing.T) {
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"office_disabled"`) {
 		t.Fatalf("upload without the plugin: %d %s", status, body)
 	}
+}
+
+// TestCompressedBodyRefused: a gzip request body is refused (415) on
+// every route before anything inflates it; Fiber's c.Body() would
+// inflate it in memory without a bound.
+func TestCompressedBodyRefused(t *testing.T) {
+	in := newInstance(t, officePlugin)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	alice := p.login("alice", pw)
+	conv := alice.newConversation()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(bytes.Repeat([]byte{' '}, 8<<20))
+	zw.Close()
+	for _, path := range []string{"/api/v1/auth/login", "/api/v1/conversations/" + conv + "/messages", "/api/v1/conversations/" + conv + "/attachments"} {
+		req, _ := http.NewRequest("POST", p.URL+path, bytes.NewReader(gz.Bytes()))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", "gzip")
+		req.Header.Set("Authorization", "Bearer "+alice.token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(b), "unsupported_encoding") {
+			t.Errorf("%s: %d %s", path, res.StatusCode, b)
+		}
+	}
+	alice.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/attachments", nil, nil)
 }

@@ -56,8 +56,13 @@ func (d Deps) bodyLimit() int {
 }
 
 // limitBody refuses a body beyond defaultBodyLimit on every route but
-// the upload.
+// the upload, and a compressed body on every route: Fiber's c.Body()
+// would inflate it in memory without a bound (a 2 MiB gzip body of
+// zeros is 2 GiB).
 func (s *Server) limitBody(c *fiber.Ctx) error {
+	if enc := strings.TrimSpace(string(c.Request().Header.Peek(fiber.HeaderContentEncoding))); enc != "" && !strings.EqualFold(enc, "identity") {
+		return errCompressedBody
+	}
 	if len(c.Request().Body()) > defaultBodyLimit && !(c.Method() == fiber.MethodPost && strings.HasSuffix(c.Path(), "/attachments")) {
 		return fiber.ErrRequestEntityTooLarge
 	}
@@ -65,6 +70,7 @@ func (s *Server) limitBody(c *fiber.Ctx) error {
 }
 
 var (
+	errCompressedBody = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_encoding", Message: "request bodies are accepted without Content-Encoding only"}
 	errOfficeDisabled = &Error{Status: http.StatusServiceUnavailable, Code: "office_disabled", Message: "attachments need the office plugin, which is not enabled on this server (plugins in config.yaml)"}
 	errOfficeSandbox  = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
 )
@@ -114,7 +120,8 @@ func (a *Attachments) receive(c *fiber.Ctx) (path, name string, size int64, err 
 	if err != nil || mt != fiber.MIMEMultipartForm || params["boundary"] == "" {
 		return "", "", 0, badRequest("send the file as multipart/form-data in the field \"file\"")
 	}
-	mr := multipart.NewReader(bytes.NewReader(c.Body()), params["boundary"])
+	// The raw body: limitBody refused any Content-Encoding.
+	mr := multipart.NewReader(bytes.NewReader(c.Request().Body()), params["boundary"])
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
