@@ -69,11 +69,11 @@ func openPackage(f *os.File, size int64, lim Limits) (*pkg, error) {
 			return nil, refuse(LimitEntryName, "the archive has an entry named %q that points outside it (absolute, .. or backslash); refused", clip(name))
 		}
 		if zf.UncompressedSize64 > uint64(lim.MaxPartBytes) {
-			return nil, refuse(LimitPartSize, "the entry %q expands to %d bytes, more than the limit of %d per part", clip(name), zf.UncompressedSize64, lim.MaxPartBytes)
+			return nil, refuse(LimitPartSize, "the entry %q expands to %s, more than the limit of %s per part", clip(name), humanSize(int64(min(zf.UncompressedSize64, 1<<62))), humanSize(lim.MaxPartBytes))
 		}
 		total += zf.UncompressedSize64
 		if total > uint64(lim.MaxUnzipBytes) {
-			return nil, refuse(LimitUnzipSize, "the archive expands to more than %d bytes in all (a zip bomb?)", lim.MaxUnzipBytes)
+			return nil, refuse(LimitUnzipSize, "the archive expands to more than %s in all (a zip bomb?)", humanSize(lim.MaxUnzipBytes))
 		}
 		p.files[strings.ToLower(name)] = zf
 	}
@@ -151,7 +151,7 @@ func (p *pkg) checkNested(zf *zip.File, total *uint64, depth int) error {
 	for _, f := range inner.File {
 		*total += f.UncompressedSize64
 		if *total > uint64(p.lim.MaxUnzipBytes) {
-			return refuse(LimitUnzipSize, "the archive with the archives nested in it expands to more than %d bytes in all (a nested zip bomb?)", p.lim.MaxUnzipBytes)
+			return refuse(LimitUnzipSize, "the archive with the archives nested in it expands to more than %s in all (a nested zip bomb?)", humanSize(p.lim.MaxUnzipBytes))
 		}
 		if err := p.checkNested(f, total, depth+1); err != nil {
 			return err
@@ -300,6 +300,14 @@ func clip(s string) string {
 		return truncateUTF8(s, 80) + "…"
 	}
 	return s
+}
+
+// humanSize is n bytes for people.
+func humanSize(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // errf wraps an unexpected error of the parser.
