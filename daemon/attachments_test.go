@@ -272,7 +272,8 @@ func TestAttachmentsDisabled(t *testing.T) {
 
 // TestCompressedBodyRefused: a gzip request body is refused (415) on
 // every route before anything inflates it; Fiber's c.Body() would
-// inflate it in memory without a bound.
+// inflate it in memory without a bound. A body beyond 2 MiB is still
+// refused on routes other than the upload.
 func TestCompressedBodyRefused(t *testing.T) {
 	in := newInstance(t, officePlugin)
 	in.addUser("alice", pw, false)
@@ -299,4 +300,9 @@ func TestCompressedBodyRefused(t *testing.T) {
 		}
 	}
 	alice.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/attachments", nil, nil)
+	// Uploads may be larger than other bodies; those stay at 2 MiB.
+	big := `{"content":"` + strings.Repeat("x", 3<<20) + `"}`
+	if st, b, _ := alice.do("POST", "/api/v1/conversations/"+conv+"/messages", big); st != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 3 MiB message: %d %s", st, b)
+	}
 }
