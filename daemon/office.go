@@ -28,7 +28,11 @@ func openAttachments(db *gorm.DB, inst config.Instance, cfg config.Config) (*api
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(inst.Dir, "attachments")
+	// Absolute: the worker's sandbox binds the upload by its path.
+	dir, err := filepath.Abs(filepath.Join(inst.Dir, "attachments"))
+	if err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
