@@ -36,5 +36,17 @@ func BenchmarkParse(b *testing.B) {
 				}
 			}
 		})
+		// The same without a cgroup (rlimits only): the cgroup's share.
+		b.Run(f.name+"/worker-rlimits-only", func(b *testing.B) {
+			requireSandbox(b)
+			sl := WorkerLimits()
+			sl.Pids, sl.Memory, sl.CPU = 0, 0, 0
+			p := &Parser{Sandbox: &sl}
+			for b.Loop() {
+				if _, err := p.Parse(b.Context(), path); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -83,8 +83,9 @@ func (p *Parser) Parse(ctx context.Context, path string) (*Document, error) {
 	var stdout bytes.Buffer
 	var stderr bytes.Buffer
 	c := sandboxkit.SelfCommand(ctx, pol, workerFlag, string(limJSON), pol.ReadOnly[0].Dst)
-	// A short-lived process: collect garbage only near the memory limit.
-	c.Env = []string{"GOMAXPROCS=2", "GOTRACEBACK=single", "GOGC=off", fmt.Sprintf("GOMEMLIMIT=%dMiB", max(sl.Memory*3/4, 64<<20)>>20)}
+	// A short-lived process: collect garbage less often, and harder
+	// near the memory limit.
+	c.Env = []string{"GOMAXPROCS=2", "GOTRACEBACK=single", "GOGC=200", fmt.Sprintf("GOMEMLIMIT=%dMiB", max(sl.Memory*3/4, 64<<20)>>20)}
 	c.Stdout, c.Stderr = &stdout, &limitedWriter{w: &stderr, n: maxStderr}
 	// JSON escapes at most double clean text; the rest is titles.
 	c.OutputLimit = int64(2*lim.MaxText + 1<<20)
