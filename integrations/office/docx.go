@@ -103,7 +103,8 @@ func parseDOCX(p *pkg, b *builder) error {
 				}
 			}
 		case xml.CharData:
-			if inText {
+			// A paragraph beyond the text limit is not kept whole.
+			if inText && para.Len()+cell.Len() < b.lim.MaxText {
 				para.Write(t)
 			}
 		}

@@ -104,7 +104,7 @@ func (p *pkg) paragraphs(name string) (string, error) {
 				}
 			}
 		case xml.CharData:
-			if inText {
+			if inText && para.Len() < p.lim.MaxText {
 				para.Write(t)
 			}
 		}
