@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/urfave/cli/v3"
 )
@@ -103,6 +104,10 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 		"# one is delegated, with hard rlimits set by the spawner (file size %d MiB, open files %d,\n"+
 		"# no core dumps) and a disk budget of %d MiB on its workspace's changes.\n",
 		d.Pids, d.Memory>>20, d.CPU, d.FileSize>>20, d.OpenFiles, d.Disk>>20)
+	w := office.WorkerLimits()
+	fmt.Fprintf(out, "# The office worker's limits are its own (pids %d, memory %d MiB, cpu %g, file size %d MiB,\n"+
+		"# open files %d), and per sandbox: address space %d MiB, CPU time %s (RLIMIT_AS, RLIMIT_CPU).\n",
+		w.Pids, w.Memory>>20, w.CPU, w.FileSize>>20, w.OpenFiles, w.AddressSpace>>20, w.CPUTime)
 	for i, n := range names {
 		fmt.Fprintf(out, "\n# profile %s\n", n)
 		printArgv(out, launches[i])

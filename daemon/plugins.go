@@ -28,6 +28,7 @@ var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
 	config.PluginExternalAgent:      {start: startExternalAgent, checks: noChecks},
 	config.PluginMCP:                {start: startMCP, checks: mcpChecks},
+	config.PluginOffice:             {start: startOffice, checks: officeChecks},
 }
 
 func noChecks(context.Context, *server, config.Config) []api.Check { return nil }

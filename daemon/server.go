@@ -143,6 +143,7 @@ type server struct {
 	repos   *repos.Service
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
+	attach  *api.Attachments
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -229,6 +230,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
+	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Plugins {
 		if err := plugins[name].start(ctx, s, cfg); err != nil {
 			return nil, fmt.Errorf("plugin %s: %w", name, err)
@@ -256,6 +260,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Limits:        apiLimits,
 		MCP:           s.mcp,
 		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
+		Attachments:   s.attach,
 
 		TrustedProxies: proxies,
 	})

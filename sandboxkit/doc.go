@@ -19,8 +19,9 @@
 // the service user (package cgroup): a fork bomb stops at its pids limit,
 // an allocation beyond its memory is OOM-killed inside it, its CPU is a
 // quota. /tmp and HOME are sized tmpfs; file size, open files and core
-// dumps are hard rlimits; a disk budget stops the command that fills the
-// workspace. Without a delegated cgroup the Doctor's "limits" check warns
+// dumps are hard rlimits, and so, per sandbox, address space and CPU time
+// when set (Limits.AddressSpace, Limits.CPUTime); a disk budget stops the
+// command that fills the workspace. Without a delegated cgroup the Doctor's "limits" check warns
 // "rlimits only"; Limits.Require makes that a refusal (ErrUnavailable,
 // ErrLimitsUnavailable).
 //

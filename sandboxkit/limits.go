@@ -42,6 +42,17 @@ type Limits struct {
 	// OpenFiles caps each process's open descriptors (RLIMIT_NOFILE).
 	// At least 64 when set.
 	OpenFiles int64
+	// AddressSpace caps each process's virtual memory in bytes
+	// (RLIMIT_AS): an allocation beyond it fails inside the process (a
+	// Go program dies with "out of memory") before the cgroup's Memory
+	// is reached. Mappings count, not use: runtimes that reserve large
+	// ranges (the race detector's, the JVM's) cannot start under a small
+	// one. Meant for one-shot parsers.
+	AddressSpace int64
+	// CPUTime caps each process's CPU time (RLIMIT_CPU, whole seconds):
+	// SIGXCPU at the limit, SIGKILL a second later. It bounds work, where
+	// Cmd.Timeout bounds waiting.
+	CPUTime time.Duration
 	// Disk caps the blocks the workspace's upper layer (and overlayfs's
 	// work dir) occupy, in bytes: the command running when it is crossed
 	// is killed (LimitError{Limit: LimitDisk}). Sparse files count what
@@ -112,7 +123,7 @@ func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"Pids", l.Pids}, {"Memory", l.Memory}, {"TmpSize", l.TmpSize}, {"HomeSize", l.HomeSize}, {"FileSize", l.FileSize}, {"OpenFiles", l.OpenFiles}, {"Disk", l.Disk}} {
+	}{{"Pids", l.Pids}, {"Memory", l.Memory}, {"TmpSize", l.TmpSize}, {"HomeSize", l.HomeSize}, {"FileSize", l.FileSize}, {"OpenFiles", l.OpenFiles}, {"Disk", l.Disk}, {"AddressSpace", l.AddressSpace}, {"CPUTime", int64(l.CPUTime)}} {
 		if f.v < 0 {
 			return fmt.Errorf("sandboxkit: negative limit %s %d", f.name, f.v)
 		}
@@ -125,6 +136,9 @@ func (l Limits) Validate() error {
 	}
 	if l.Memory > 0 && l.Memory < 16<<20 {
 		return fmt.Errorf("sandboxkit: Memory limit %d is below 16 MiB: the sandbox cannot start", l.Memory)
+	}
+	if l.AddressSpace > 0 && l.AddressSpace < 64<<20 {
+		return fmt.Errorf("sandboxkit: AddressSpace limit %d is below 64 MiB: bwrap and a program's runtime cannot start", l.AddressSpace)
 	}
 	if l.Pids > 0 && l.Pids < 8 {
 		return fmt.Errorf("sandboxkit: Pids limit %d is below 8: the sandbox cannot start", l.Pids)

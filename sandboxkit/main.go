@@ -31,6 +31,8 @@ func Main() {
 			os.Exit(runAbstractProbe(os.Args[2:]))
 		case scopeFlag:
 			os.Exit(runScoped(os.Args[2:]))
+		case rlimitFlag:
+			os.Exit(runRlimited(os.Args[2:]))
 		}
 	}
 	mainCalled.Store(true)

@@ -180,7 +180,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
-	l.Args = scopedLaunch(&p, l.Args)
+	l.Args = rlimitLaunch(&p, scopedLaunch(&p, l.Args))
 	c.begin(ctx)
 	c.unlock = unlock
 	if err := c.start(sp, l, reserved); err != nil {

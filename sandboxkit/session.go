@@ -220,7 +220,7 @@ func (s *Session) launch() error {
 		ctl.Close()
 		return err
 	}
-	l.Args = scopedLaunch(&p, l.Args)
+	l.Args = rlimitLaunch(&p, scopedLaunch(&p, l.Args))
 	mem, err := memFiles(l)
 	if err != nil {
 		ctl.Close()

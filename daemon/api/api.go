@@ -74,6 +74,8 @@ type Deps struct {
 	MCP *mcp.Manager
 	// Investigation allows host read-only conversations.
 	Investigation Investigation
+	// Attachments serves conversations' attachments; nil: none.
+	Attachments *Attachments
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -151,7 +153,7 @@ func newServer(d Deps, immutable bool) *Server {
 		AppName:               "codumentor",
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
-		BodyLimit:             2 << 20,
+		BodyLimit:             d.bodyLimit(),
 		// Fiber's strings (c.Method, c.Params, c.Query, c.Get, c.Body)
 		// otherwise alias request buffers that the next request on any
 		// connection reuses: a metrics label kept c.Method() and later
@@ -191,6 +193,7 @@ type Route struct{ Method, Path string }
 func (s *Server) routes() {
 	app := s.app
 	app.Use(s.metrics.middleware)
+	app.Use(s.limitBody)
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.d.Registry, promhttp.HandlerOpts{})))
@@ -231,6 +234,9 @@ func (s *Server) routes() {
 	authed.Post("/repositories/:id/sync", s.admin, s.syncRepository)
 	authed.Get("/admin/secrets", s.admin, s.listInstanceSecrets)
 	authed.Put("/admin/secrets/:name", s.admin, s.putInstanceSecret)
+	conv.Post("/attachments", s.uploadAttachment)
+	conv.Get("/attachments", s.listAttachments)
+	conv.Get("/attachments/:aid/text", s.attachmentText)
 
 	authed.Get("/secrets", s.listSecrets)
 	authed.Put("/secrets/:name", s.putSecret)

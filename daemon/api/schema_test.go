@@ -45,6 +45,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Repository":   repos.Repository{},
 		"PushResult":   repos.PushResult{},
 		"Progress":     jobs.Progress{},
+		"Attachment":   store.Attachment{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

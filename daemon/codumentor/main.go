@@ -15,12 +15,15 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/codumentor/codumentor/daemon"
+	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 func main() {
 	// The sandbox supervisor and spawner are this binary re-executed.
 	sandboxkit.Main()
+	// So is the office worker, which parses one attachment in its sandbox.
+	office.WorkerMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := command().Run(ctx, os.Args); err != nil {

@@ -54,7 +54,7 @@ const PluginWorkspaceIsolation = "workspace_isolation"
 const PluginExternalAgent = "external_agent"
 
 // knownPlugins are the plugins Validate accepts.
-var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent, PluginMCP}
+var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent, PluginMCP, PluginOffice}
 
 // Config is config.yaml. Zero values mean the defaults of Default.
 type Config struct {
@@ -74,6 +74,7 @@ type Config struct {
 	Auth           Auth      `yaml:"auth"`
 	LLM            LLM       `yaml:"llm"`
 	Sandbox        Sandbox   `yaml:"sandbox"`
+	Office         Office    `yaml:"office"`
 	// Plugins are enabled by name, in order.
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
@@ -255,6 +256,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info"},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
+		Office:       DefaultOffice(),
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
 			IdleTimeout:       Duration(2 * time.Minute),
@@ -315,6 +317,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
+	errs = append(errs, c.Office.validate()...)
 	for _, p := range c.Plugins {
 		if !slices.Contains(knownPlugins, p) {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))

@@ -1,0 +1,5 @@
+//go:build !race
+
+package office
+
+const raceEnabled = false
