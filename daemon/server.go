@@ -35,6 +35,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -137,6 +138,7 @@ type server struct {
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
 	cfg     atomic.Pointer[config.Config]
+	search  *retrieval.Searcher // code search; its Index ingests
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -215,6 +217,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
+	if err := s.startRetrieval(ctx, cfg, db, log); err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Plugins {
 		if err := plugins[name].start(ctx, s, cfg); err != nil {
 			return nil, fmt.Errorf("plugin %s: %w", name, err)
@@ -239,6 +244,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
+		Search:        s.search,
 
 		TrustedProxies: proxies,
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -66,6 +67,8 @@ type Deps struct {
 	TrustedProxies []netip.Prefix
 	// Limits bound what clients hold open.
 	Limits Limits
+	// Search answers GET /api/v1/search; nil answers 503.
+	Search *retrieval.Searcher
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -220,6 +223,7 @@ func (s *Server) routes() {
 	authed.Delete("/secrets/:name", s.deleteSecret)
 
 	authed.Get("/jobs/:id", s.getJob)
+	authed.Get("/search", s.search)
 
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }

@@ -64,6 +64,7 @@ type Config struct {
 	Auth           Auth      `yaml:"auth"`
 	LLM            LLM       `yaml:"llm"`
 	Sandbox        Sandbox   `yaml:"sandbox"`
+	Retrieval      Retrieval `yaml:"retrieval"`
 	// Plugins are enabled by name, in order.
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
@@ -279,6 +280,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
+	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	for _, p := range c.Plugins {
 		if p != PluginWorkspaceIsolation {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
