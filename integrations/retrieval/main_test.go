@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -49,12 +50,10 @@ func TestMain(m *testing.M) {
 
 // git runs git in dir (GIT_DIR) with the same scrubbed environment as
 // the package, plus an identity for commits.
-func gitT(dir string, stdin []byte, args ...string) (string, error) {
+func gitT(dir string, stdin io.Reader, args ...string) (string, error) {
 	cmd := exec.Command("git", args...)
 	cmd.Env = append(gitEnv(dir), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.org", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.org", "GIT_INDEX_FILE="+filepath.Join(dir, "test-index"))
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -125,7 +124,7 @@ func buildGoTree() goTree {
 	stream.WriteString("commit refs/heads/main\nmark :2\ncommitter t <t@example.org> 1700000100 +0000\ndata 19\nchange 3, delete 1\nfrom :1\n")
 	stream.Write(second.Bytes())
 	fmt.Fprintf(&stream, "D %s\n", g.deleted)
-	if _, err := gitT(g.dir, stream.Bytes(), "-c", "pack.compression=1", "fast-import", "--quiet"); err != nil {
+	if _, err := gitT(g.dir, &stream, "-c", "pack.compression=1", "fast-import", "--quiet"); err != nil {
 		return goTree{err: err}
 	}
 	g.first, g.err = gitT(g.dir, nil, "rev-parse", "main~1")

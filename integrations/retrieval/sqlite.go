@@ -174,12 +174,16 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 }
 
 // ftsQuery is the FTS5 MATCH expression of a query: each word a quoted
-// phrase of its parts (letters and digits only, so nothing the user typed
-// is FTS5 syntax), any of them matching.
+// phrase of its parts, or (for an identifier of several parts) its
+// joined form, any of them matching. Parts are letters and digits only,
+// so nothing the user typed is FTS5 syntax.
 func ftsQuery(ws []queryWord) string {
-	parts := make([]string, len(ws))
-	for i, w := range ws {
-		parts[i] = `"` + strings.Join(w, " ") + `"`
+	parts := make([]string, 0, 2*len(ws))
+	for _, w := range ws {
+		parts = append(parts, `"`+strings.Join(w, " ")+`"`)
+		if len(w) > 1 {
+			parts = append(parts, `"`+strings.Join(w, "")+`"`)
+		}
 	}
 	return strings.Join(parts, " OR ")
 }

@@ -12,7 +12,8 @@ const maxToken = 64
 
 // words calls f with the lower-cased parts of each identifier or word of
 // s: "parseConfig", "parse_config" and "parse config" all give "parse",
-// "config"; "HTTPServer" gives "http", "server"; digits stay with the
+// "config" (the first two also "parseconfig" before them, see
+// identTerms); "HTTPServer" gives "http", "server"; digits stay with the
 // letters before them ("utf8", "sha256").
 func words(s string, f func(string)) {
 	start := -1
@@ -22,12 +23,12 @@ func words(s string, f func(string)) {
 			start = i
 		}
 		if !word && start >= 0 {
-			identParts(s[start:i], f)
+			identTerms(s[start:i], f)
 			start = -1
 		}
 	}
 	if start >= 0 {
-		identParts(s[start:], f)
+		identTerms(s[start:], f)
 	}
 }
 
@@ -36,6 +37,27 @@ func identParts(id string, f func(string)) {
 	if len(id) > maxToken {
 		return
 	}
+	splitIdent(id, f)
+}
+
+// identTerms is identParts with, first, the whole identifier lower-cased
+// without underscores when it has more than one part ("parseconfig"):
+// an exact identifier then also matches as one rare word.
+func identTerms(id string, f func(string)) {
+	if len(id) > maxToken {
+		return
+	}
+	var parts []string
+	splitIdent(id, func(p string) { parts = append(parts, p) })
+	if len(parts) > 1 {
+		f(strings.Join(parts, ""))
+	}
+	for _, p := range parts {
+		f(p)
+	}
+}
+
+func splitIdent(id string, f func(string)) {
 	for _, seg := range strings.Split(id, "_") {
 		if seg == "" {
 			continue

@@ -21,7 +21,8 @@ import (
 // with vectors we provide (no Weaviate vectorizer); the repository is a
 // filter. Their words are stored as our own tokens (terms) with
 // whitespace tokenization, so BM25 there matches what it matches here;
-// with a vector, queries are Weaviate's hybrid (BM25 + vector, fused).
+// with a vector, queries are Weaviate's hybrid, BM25 and vector fused
+// by reciprocal rank as the embedded backend does.
 type Weaviate struct {
 	c     *weaviate.Client
 	class string
@@ -172,6 +173,9 @@ func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	// Only our parsed words reach the query: letters, digits, spaces.
 	var words []string
 	for _, wd := range parseQuery(q.Text) {
+		if len(wd) > 1 {
+			words = append(words, strings.Join(wd, ""))
+		}
 		words = append(words, wd...)
 	}
 	text := strings.Join(words, " ")
@@ -183,7 +187,7 @@ func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 		graphql.Field{Name: "_additional", Fields: []graphql.Field{{Name: "score"}}},
 	)
 	if q.Vector != nil {
-		get = get.WithHybrid(w.c.GraphQL().HybridArgumentBuilder().WithQuery(text).WithVector(q.Vector).WithAlpha(0.5).WithProperties(props))
+		get = get.WithHybrid(w.c.GraphQL().HybridArgumentBuilder().WithQuery(text).WithVector(q.Vector).WithAlpha(0.5).WithFusionType(graphql.Ranked).WithProperties(props))
 	} else {
 		get = get.WithBM25(w.c.GraphQL().Bm25ArgBuilder().WithQuery(text).WithProperties(props...))
 	}
