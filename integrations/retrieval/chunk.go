@@ -167,9 +167,10 @@ func chunk(p string, data []byte) []Chunk {
 		if i < len(starts) {
 			end = starts[i]
 		}
-		if end-cur > chunkLines && starts[i-1] > cur {
+		if end-cur > chunkLines && starts[i-1]-cur >= chunkOverlap {
 			// The unit that begins at starts[i-1] does not fit with what
-			// came before: flush, and start over with it.
+			// came before: flush, and start over with it (a few lines
+			// before it, e.g. a package clause, go with it instead).
 			emit(cur, starts[i-1])
 			cur = starts[i-1]
 		}
