@@ -37,7 +37,7 @@ func TestParseQuery(t *testing.T) {
 		}
 	}
 	// What reaches FTS5: quoted phrases of letters and digits.
-	if got := ftsQuery(parseQuery(`parseConfig" OR x`)); got != `"parse config" OR "parseconfig" OR "x"` {
+	if got := ftsQuery(parseQuery(`parseConfig" OR x`), nil); got != `"parse config" OR "parseconfig" OR "x"` {
 		t.Errorf("ftsQuery = %s", got)
 	}
 }

@@ -3,8 +3,11 @@ package retrieval
 import (
 	"container/heap"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -42,7 +45,16 @@ var sqliteSchema = []string{
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
 	// The index holds our own tokens (terms): unicode61 only splits them
 	// at the spaces we put.
-	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, tokenize = 'unicode61 remove_diacritics 0')`,
+	// repo holds one token per chunk naming its repository (repoToken),
+	// so a search intersects posting lists instead of joining rows.
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'unicode61 remove_diacritics 0')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
+}
+
+// repoToken is the word that stands for a repository in the index.
+func repoToken(repository string) string {
+	sum := sha256.Sum256([]byte(repository))
+	return "r" + hex.EncodeToString(sum[:10])
 }
 
 // NewSQLite creates the tables (if missing) in db, the instance database
@@ -95,12 +107,13 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer ins.Close()
-	insFTS, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body) VALUES (?, ?, ?)`)
+	insFTS, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer insFTS.Close()
 	pathTerms := map[string]string{}
+	rt := repoToken(repository)
 	for _, c := range chunks {
 		var vec []byte
 		if c.Vector != nil {
@@ -119,7 +132,7 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			pt = terms(c.Path)
 			pathTerms[c.Path] = pt
 		}
-		if _, err := insFTS.ExecContext(ctx, id, pt, terms(c.Text)); err != nil {
+		if _, err := insFTS.ExecContext(ctx, id, pt, terms(c.Text), rt); err != nil {
 			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
 		}
 	}
@@ -175,9 +188,10 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 
 // ftsQuery is the FTS5 MATCH expression of a query: each word a quoted
 // phrase of its parts, or (for an identifier of several parts) its
-// joined form, any of them matching. Parts are letters and digits only,
-// so nothing the user typed is FTS5 syntax.
-func ftsQuery(ws []queryWord) string {
+// joined form, any of them matching; restricted to the repositories'
+// tokens. Parts are letters and digits only, so nothing the user typed
+// is FTS5 syntax.
+func ftsQuery(ws []queryWord, repos []string) string {
 	parts := make([]string, 0, 2*len(ws))
 	for _, w := range ws {
 		parts = append(parts, `"`+strings.Join(w, " ")+`"`)
@@ -185,19 +199,64 @@ func ftsQuery(ws []queryWord) string {
 			parts = append(parts, `"`+strings.Join(w, "")+`"`)
 		}
 	}
-	return strings.Join(parts, " OR ")
+	q := strings.Join(parts, " OR ")
+	if len(repos) == 0 {
+		return q
+	}
+	toks := make([]string, len(repos))
+	for i, r := range repos {
+		toks[i] = `"` + repoToken(r) + `"`
+	}
+	return "(" + q + ") AND repo : (" + strings.Join(toks, " OR ") + ")"
 }
 
-// repoFilter is the SQL condition and arguments restricting to repos.
-func repoFilter(repos []string) (string, []any) {
-	if len(repos) == 0 {
-		return "", nil
+// commonShare: a word in more than this share of the chunks is left out
+// of a query that has rarer words. It would barely change the ranking,
+// and scoring every chunk it matches is what makes a search slow.
+const commonShare = 0.1
+
+// pruneFrom is the index size (chunks) from which common words are
+// pruned: a small index is fast anyway, and there every word is common.
+const pruneFrom = 5000
+
+// pruneCommon drops the query's very common words (by the index's
+// document counts) unless that leaves none.
+func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, error) {
+	if len(ws) < 2 {
+		return ws, nil
 	}
-	args := make([]any, len(repos))
-	for i, r := range repos {
-		args[i] = r
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM retrieval_chunks`).Scan(&n); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
 	}
-	return ` AND c.repository IN (?` + strings.Repeat(",?", len(repos)-1) + `)`, args
+	if n < pruneFrom {
+		return ws, nil
+	}
+	limit := int64(float64(n) * commonShare)
+	var kept []queryWord
+	found := false
+	for _, w := range ws {
+		// A phrase is at most as common as its rarest part.
+		rarest := int64(-1)
+		for _, p := range w {
+			var df int64
+			err := s.db.QueryRowContext(ctx, `SELECT doc FROM retrieval_vocab WHERE term = ?`, p).Scan(&df)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("retrieval: %w", err)
+			}
+			if rarest < 0 || df < rarest {
+				rarest = df
+			}
+		}
+		if rarest <= limit {
+			kept = append(kept, w)
+			found = found || rarest > 0
+		}
+	}
+	if !found { // only common words, or only words nowhere
+		return ws, nil
+	}
+	return kept, nil
 }
 
 // Search implements Backend.
@@ -225,14 +284,15 @@ func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	return s.load(ctx, ranked)
 }
 
-// scored is a chunk's id and score before its row is loaded.
+// lexical ranks chunks by BM25 (path words weigh pathWeight, the
+// repository token nothing).
 func (s *SQLite) lexical(ctx context.Context, q Query, depth int) ([]Result, error) {
-	filter, args := repoFilter(q.Repositories)
-	args = append([]any{ftsQuery(parseQuery(q.Text))}, args...)
-	args = append(args, depth)
-	rows, err := s.db.QueryContext(ctx, `SELECT retrieval_fts.rowid, bm25(retrieval_fts, `+strconv.FormatFloat(pathWeight, 'f', 1, 64)+`, 1.0) AS rank
-		FROM retrieval_fts JOIN retrieval_chunks c ON c.id = retrieval_fts.rowid
-		WHERE retrieval_fts MATCH ?`+filter+` ORDER BY rank LIMIT ?`, args...)
+	ws, err := s.pruneCommon(ctx, parseQuery(q.Text))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT rowid, bm25(retrieval_fts, `+strconv.FormatFloat(pathWeight, 'f', 1, 64)+`, 1.0, 0.0) AS rank
+		FROM retrieval_fts WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?`, ftsQuery(ws, q.Repositories), depth)
 	if err != nil {
 		return nil, fmt.Errorf("retrieval: searching: %w", err)
 	}
@@ -247,6 +307,18 @@ func (s *SQLite) lexical(ctx context.Context, q Query, depth int) ([]Result, err
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// repoFilter is the SQL condition and arguments restricting to repos.
+func repoFilter(repos []string) (string, []any) {
+	if len(repos) == 0 {
+		return "", nil
+	}
+	args := make([]any, len(repos))
+	for i, r := range repos {
+		args[i] = r
+	}
+	return ` AND c.repository IN (?` + strings.Repeat(",?", len(repos)-1) + `)`, args
 }
 
 // nearest ranks chunks by cosine similarity to q.Vector, scanning them.
