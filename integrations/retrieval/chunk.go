@@ -20,6 +20,16 @@ type Chunk struct {
 	Text      string
 	// Vector is the chunk's embedding, when a model is configured.
 	Vector []float32
+
+	terms string // terms(Text), when computed ahead of the backend
+}
+
+// bodyTerms is terms(c.Text), computed once.
+func (c *Chunk) bodyTerms() string {
+	if c.terms == "" {
+		c.terms = terms(c.Text)
+	}
+	return c.terms
 }
 
 // Chunking limits.

@@ -178,30 +178,71 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		}
 	}()
 
+	// One batch is written (and embedded) while the next is read and
+	// chunked: the writer owns a batch once it is sent.
+	type batch struct {
+		remove []string
+		chunks []Chunk
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	batches := make(chan batch)
+	written := make(chan error, 1)
+	go func() {
+		var done int64
+		for b := range batches {
+			err := ix.embed(wctx, b.chunks)
+			if err == nil {
+				err = ix.o.Backend.Replace(wctx, repository, b.remove, b.chunks)
+			}
+			if err != nil {
+				stop()
+				for range batches { // let the reader finish
+				}
+				written <- err
+				return
+			}
+			done += int64(len(b.remove))
+			progress(done, total)
+		}
+		written <- nil
+	}()
 	var (
 		remove []string
 		chunks []Chunk
-		done   int64
 		buf    []byte
+		closed bool
 	)
+	finish := func() error { // ends the writer once; its error
+		if closed {
+			return nil
+		}
+		closed = true
+		close(batches)
+		return <-written
+	}
+	defer finish()
 	flush := func() error {
 		if len(remove) == 0 {
 			return nil
 		}
-		if err := ix.embed(ctx, chunks); err != nil {
-			return err
+		select {
+		case batches <- batch{remove, chunks}:
+		case <-wctx.Done():
+			if err := finish(); err != nil {
+				return err
+			}
+			return ctx.Err()
 		}
-		if err := ix.o.Backend.Replace(ctx, repository, remove, chunks); err != nil {
-			return err
-		}
-		done += int64(len(remove))
-		progress(done, total)
-		remove, chunks = remove[:0], chunks[:0]
+		remove, chunks = nil, nil
 		return nil
 	}
 	for _, c := range list {
-		if err := ctx.Err(); err != nil {
-			return st, err
+		if wctx.Err() != nil {
+			if err := finish(); err != nil {
+				return st, err // the writer's
+			}
+			return st, ctx.Err()
 		}
 		remove = append(remove, c.path)
 		switch {
@@ -228,6 +269,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			cs := chunk(c.path, data)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
+				cs[i].terms = terms(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++
@@ -240,6 +282,9 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		}
 	}
 	if err := flush(); err != nil {
+		return st, err
+	}
+	if err := finish(); err != nil {
 		return st, err
 	}
 	if err := <-fed; err != nil {

@@ -114,7 +114,8 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	defer insFTS.Close()
 	pathTerms := map[string]string{}
 	rt := repoToken(repository)
-	for _, c := range chunks {
+	for i := range chunks {
+		c := &chunks[i]
 		var vec []byte
 		if c.Vector != nil {
 			vec = encodeVector(c.Vector)
@@ -132,7 +133,7 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			pt = terms(c.Path)
 			pathTerms[c.Path] = pt
 		}
-		if _, err := insFTS.ExecContext(ctx, id, pt, terms(c.Text), rt); err != nil {
+		if _, err := insFTS.ExecContext(ctx, id, pt, c.bodyTerms(), rt); err != nil {
 			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
 		}
 	}

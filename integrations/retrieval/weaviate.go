@@ -124,9 +124,10 @@ func (w *Weaviate) Replace(ctx context.Context, repository string, remove []stri
 	for i := 0; i < len(chunks); i += weaviateBatch {
 		part := chunks[i:min(len(chunks), i+weaviateBatch)]
 		objs := make([]*models.Object, len(part))
-		for j, c := range part {
+		for j := range part {
+			c := &part[j]
 			objs[j] = &models.Object{Class: w.class, Vector: c.Vector, Properties: map[string]any{
-				"repository": repository, "path": c.Path, "path_terms": terms(c.Path), "body_terms": terms(c.Text),
+				"repository": repository, "path": c.Path, "path_terms": terms(c.Path), "body_terms": c.bodyTerms(),
 				"text": c.Text, "commit": c.Commit, "language": c.Language, "start_line": c.StartLine, "end_line": c.EndLine,
 			}}
 		}
@@ -170,13 +171,14 @@ func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
 		return nil, err
 	}
-	// Only our parsed words reach the query: letters, digits, spaces.
+	// Only our parsed words reach the query: letters, digits, spaces. An
+	// identifier of several parts is searched as its joined form (Weaviate
+	// has no phrases; its parts alone would match every chunk that has
+	// them anywhere), so parseConfig finds parseConfig and parse_config,
+	// and prose "parse config" finds all three.
 	var words []string
 	for _, wd := range parseQuery(q.Text) {
-		if len(wd) > 1 {
-			words = append(words, strings.Join(wd, ""))
-		}
-		words = append(words, wd...)
+		words = append(words, strings.Join(wd, ""))
 	}
 	text := strings.Join(words, " ")
 	props := []string{"path_terms^" + strconv.Itoa(int(pathWeight)), "body_terms"}
