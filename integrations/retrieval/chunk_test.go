@@ -36,6 +36,13 @@ func TestParseQuery(t *testing.T) {
 			t.Errorf("parseQuery(%q) = %s, want %s", tc.in, got, tc.want)
 		}
 	}
+	var many []string
+	for i := range 40 {
+		many = append(many, fmt.Sprintf("word%d", i))
+	}
+	if got := len(parseQuery(strings.Join(many, " "))); got != maxQueryWords {
+		t.Errorf("%d words kept of 40, want %d", got, maxQueryWords)
+	}
 	// What reaches FTS5: quoted phrases of letters and digits.
 	if got := ftsQuery(parseQuery(`parseConfig" OR x`), nil); got != `"parse config" OR "parseconfig" OR "x"` {
 		t.Errorf("ftsQuery = %s", got)

@@ -96,6 +96,10 @@ func terms(s string) string {
 	return b.String()
 }
 
+// maxQueryWords bounds the words of a query that are searched (each is
+// a term of the FTS5 query and a look-up of its frequency).
+const maxQueryWords = 32
+
 // queryWord is one word of a query: the parts of one identifier, which
 // must occur together, in order.
 type queryWord []string
@@ -116,6 +120,9 @@ func parseQuery(q string) []queryWord {
 			continue
 		}
 		seen[key] = true
+		if len(all) == maxQueryWords {
+			break
+		}
 		all = append(all, w)
 		if len(w) > 1 || !stopWords[w[0]] {
 			kept = append(kept, w)
