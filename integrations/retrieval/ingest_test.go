@@ -2,6 +2,7 @@ package retrieval
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -56,7 +57,7 @@ var backends = []backendKind{
 	{"weaviate", func(t testing.TB) Backend {
 		weaviateOnce.Do(func() { weaviateSrv, weaviateErr = weaviatetest.Launch() })
 		if weaviateErr != nil {
-			if strings.Contains(weaviateErr.Error(), "not installed") {
+			if errors.Is(weaviateErr, weaviatetest.ErrMissing) {
 				weaviatetest.Start(t) // skips, or fails under CI=true
 			}
 			t.Fatal(weaviateErr)

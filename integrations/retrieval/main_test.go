@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	}
 	testDir = d
 	code := m.Run()
+	if weaviateSrv != nil {
+		weaviateSrv.Close()
+	}
 	os.RemoveAll(d)
 	os.Exit(code)
 }
