@@ -38,6 +38,7 @@ import (
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/mcp"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -144,6 +145,7 @@ type server struct {
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 	attach  *api.Attachments
+	search  *retrieval.Searcher // code search; its Index ingests
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -233,6 +235,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
 		return nil, err
 	}
+	if err := s.startRetrieval(ctx, cfg, db, log); err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Plugins {
 		if err := plugins[name].start(ctx, s, cfg); err != nil {
 			return nil, fmt.Errorf("plugin %s: %w", name, err)
@@ -261,6 +266,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		MCP:           s.mcp,
 		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
 		Attachments:   s.attach,
+		Search:        s.search,
 
 		TrustedProxies: proxies,
 	})

@@ -34,6 +34,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/mcp"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -76,6 +77,8 @@ type Deps struct {
 	Investigation Investigation
 	// Attachments serves conversations' attachments; nil: none.
 	Attachments *Attachments
+	// Search answers GET /api/v1/search; nil answers 503.
+	Search *retrieval.Searcher
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -244,6 +247,7 @@ func (s *Server) routes() {
 	authed.Delete("/secrets/:name", s.deleteSecret)
 
 	authed.Get("/jobs/:id", s.getJob)
+	authed.Get("/search", s.search)
 
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }

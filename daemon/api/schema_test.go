@@ -46,6 +46,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"PushResult":   repos.PushResult{},
 		"Progress":     jobs.Progress{},
 		"Attachment":   store.Attachment{},
+		"SearchHit":    agentcore.Hit{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

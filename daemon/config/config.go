@@ -75,6 +75,7 @@ type Config struct {
 	LLM            LLM       `yaml:"llm"`
 	Sandbox        Sandbox   `yaml:"sandbox"`
 	Office         Office    `yaml:"office"`
+	Retrieval      Retrieval `yaml:"retrieval"`
 	// Plugins are enabled by name, in order.
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
@@ -318,6 +319,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	errs = append(errs, c.Office.validate()...)
+	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	for _, p := range c.Plugins {
 		if !slices.Contains(knownPlugins, p) {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))

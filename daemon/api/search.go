@@ -1,0 +1,50 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/integrations/retrieval"
+)
+
+// SearchResults is the body of GET /api/v1/search.
+type SearchResults struct {
+	Results []agentcore.Hit `json:"results"`
+}
+
+// search is GET /api/v1/search?q=&repository=&k=: code search over the
+// repositories the user may read (or the one named).
+func (s *Server) search(c *fiber.Ctx) error {
+	if s.d.Search == nil {
+		return apiError(http.StatusServiceUnavailable, "search_unavailable", "code search is not configured on this server")
+	}
+	q := c.Query("q")
+	if q == "" {
+		return badRequest("q is required: the words or identifiers to search for")
+	}
+	k := retrieval.DefaultLimit
+	if raw := c.Query("k"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > retrieval.MaxLimit {
+			return badRequest("k must be a whole number from 1 to %d, not %q", retrieval.MaxLimit, raw)
+		}
+		k = n
+	}
+	hits, err := s.d.Search.SearchIn(c.UserContext(), user(c).ID, c.Query("repository"), q, k)
+	switch {
+	case errors.Is(err, retrieval.ErrBadQuery):
+		return badRequest("%s", err.Error()[len("retrieval: "):])
+	case errors.Is(err, retrieval.ErrNoRepository):
+		return errNotFound
+	case err != nil:
+		return err
+	}
+	if hits == nil {
+		hits = []agentcore.Hit{}
+	}
+	return c.JSON(SearchResults{Results: hits})
+}

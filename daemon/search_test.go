@@ -1,0 +1,80 @@
+package daemon_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/retrieval"
+)
+
+// GET /api/v1/search finds what was ingested into the instance's
+// database, with paths and lines; bad parameters are 400s.
+func TestSearchRoute(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("alice", pw, false)
+	p := in.start()
+
+	// A repository, indexed into the running server's database as the
+	// sync job does.
+	repo := filepath.Join(t.TempDir(), "r.git")
+	stream := "commit refs/heads/main\ncommitter t <t@example.org> 1700000000 +0000\ndata 2\nr\n" +
+		"M 100644 inline conf/load.go\ndata 63\npackage conf\n\n// loadSettings reads it.\nfunc loadSettings() {}\n\n"
+	for _, args := range [][]string{{"init", "-q", "--bare", repo}, {"--git-dir", repo, "fast-import", "--quiet"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Stdin = strings.NewReader(stream)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+	head, err := exec.Command("git", "--git-dir", repo, "rev-parse", "main").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err := store.Open(ctx, in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	be, err := retrieval.NewSQLite(ctx, sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := retrieval.New(retrieval.Options{Backend: be})
+	if err := ix.Ingest(ctx, "repo1", repo, "", strings.TrimSpace(string(head)), nil); err != nil {
+		t.Fatal(err)
+	}
+	store.Close(db)
+
+	alice := p.login("alice", pw)
+	var res struct {
+		Results []struct {
+			Repository, Path, Snippet string
+			StartLine                 int `json:"start_line"`
+			EndLine                   int `json:"end_line"`
+			Score                     float64
+		}
+	}
+	alice.must(http.StatusOK, "GET", "/api/v1/search?q="+url.QueryEscape("load_settings")+"&repository=repo1&k=3", nil, &res)
+	if len(res.Results) != 1 {
+		t.Fatalf("results %+v, want conf/load.go", res.Results)
+	}
+	r := res.Results[0]
+	if r.Repository != "repo1" || r.Path != "conf/load.go" || r.StartLine != 1 || r.EndLine != 4 || !strings.Contains(r.Snippet, "func loadSettings()") || r.Score <= 0 {
+		t.Errorf("hit %+v", r)
+	}
+	alice.must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings&repository=another", nil, &res)
+	if len(res.Results) != 0 {
+		t.Errorf("another repository: %+v", res.Results)
+	}
+	for _, q := range []string{"", "?q=", "?q=%22%22", "?q=x&k=0", "?q=x&k=101", "?q=x&k=ten", "?q=" + strings.Repeat("a", 1025)} {
+		alice.must(http.StatusBadRequest, "GET", "/api/v1/search"+q, nil, nil)
+	}
+	p.anon().must(http.StatusUnauthorized, "GET", "/api/v1/search?q=x", nil, nil)
+}

@@ -1,0 +1,159 @@
+package retrieval
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// relevance is testdata/relevance.json: queries over Go's source tree,
+// each with the file that answers it.
+type relevance struct {
+	Query string `json:"query"`
+	File  string `json:"file"`
+}
+
+func loadRelevance(b testing.TB) []relevance {
+	data, err := os.ReadFile("testdata/relevance.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rs []relevance
+	if err := json.Unmarshal(data, &rs); err != nil {
+		b.Fatal(err)
+	}
+	return rs
+}
+
+// percentile of sorted durations, in milliseconds.
+func percentile(d []time.Duration, p float64) float64 {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := min(len(s)-1, int(float64(len(s))*p))
+	return float64(s[i].Microseconds()) / 1000
+}
+
+// BenchmarkIngest measures ingesting the Go tree into the embedded
+// backend against merely reading the same blobs with git cat-file
+// --batch, in the same run (scripts/bench: -benchtime 1x).
+func BenchmarkIngest(b *testing.B) {
+	g := goTreeRepo(b)
+	for b.Loop() {
+		// The baseline: list the tree, read every blob, nothing else.
+		start := time.Now()
+		list, err := changes(b.Context(), g.dir, "", g.first)
+		if err != nil {
+			b.Fatal(err)
+		}
+		br, err := newBlobReader(b.Context(), g.dir, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := make([]string, len(list))
+		for i, c := range list {
+			ids[i] = c.blob
+		}
+		fed := br.feed(ids)
+		var buf []byte
+		for range ids {
+			data, _, _, err := br.next(1<<40, buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf = data[:0]
+		}
+		<-fed
+		if err := br.close(); err != nil {
+			b.Fatal(err)
+		}
+		read := time.Since(start)
+
+		db := openTestDB(b, b.TempDir())
+		be, err := NewSQLite(b.Context(), db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ix, _ := New(Options{Backend: be})
+		start = time.Now()
+		st, err := ix.IngestStats(b.Context(), "go", g.dir, "", g.first, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ingest := time.Since(start)
+		db.Close()
+		b.ReportMetric(float64(st.Files)/ingest.Seconds(), "files/s")
+		b.ReportMetric(float64(st.Files)/read.Seconds(), "read-files/s")
+		b.ReportMetric(ingest.Seconds()/read.Seconds(), "ratio")
+		b.ReportMetric(float64(st.Chunks), "chunks")
+	}
+}
+
+// BenchmarkSearch measures search latency (p50/p95 over the relevance
+// set's queries) on the embedded backend and on Weaviate against git
+// grep for the same words over the same commit, and recall@5 of the
+// relevance set: lexical, hybrid (scripted embeddings) and Weaviate
+// (hybrid). One run ingests the Go tree three times.
+func BenchmarkSearch(b *testing.B) {
+	g := goTreeRepo(b)
+	rel := loadRelevance(b)
+	for b.Loop() {
+		type setup struct {
+			name     string
+			backend  Backend
+			embedder Embedder
+		}
+		emb := scriptedEmbedder(b)
+		setups := []setup{
+			{"lexical", backends[0].open(b), nil},
+			{"hybrid", backends[0].open(b), emb},
+			{"weaviate", backends[1].open(b), emb},
+		}
+		for _, s := range setups {
+			ix, _ := New(Options{Backend: s.backend, Embedder: s.embedder})
+			if err := ix.Ingest(b.Context(), "go", g.dir, "", g.first, nil); err != nil {
+				b.Fatal(err)
+			}
+			var lat []time.Duration
+			found := 0
+			for _, r := range rel {
+				start := time.Now()
+				rs, err := ix.Search(b.Context(), Query{Text: r.Query, Repositories: []string{"go"}, Limit: 5})
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+				if slices.Contains(paths(rs), r.File) {
+					found++
+				}
+			}
+			b.ReportMetric(float64(found)/float64(len(rel)), s.name+"-recall@5")
+			if s.name != "hybrid" {
+				b.ReportMetric(percentile(lat, 0.5), s.name+"-p50-ms")
+				b.ReportMetric(percentile(lat, 0.95), s.name+"-p95-ms")
+			}
+		}
+		// The brute-force baseline: git grep for the same words
+		// (any of them, case-insensitive) in the same commit.
+		var lat []time.Duration
+		for _, r := range rel {
+			args := []string{"grep", "-I", "-i", "-l", "-F"}
+			for _, w := range parseQuery(r.Query) {
+				args = append(args, "-e", strings.Join(w, ""))
+			}
+			args = append(args, g.first)
+			start := time.Now()
+			cmd := exec.Command("git", args...)
+			cmd.Env = gitEnv(g.dir)
+			if err := cmd.Run(); err != nil && cmd.ProcessState.ExitCode() != 1 {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		b.ReportMetric(percentile(lat, 0.5), "grep-p50-ms")
+		b.ReportMetric(percentile(lat, 0.95), "grep-p95-ms")
+	}
+}

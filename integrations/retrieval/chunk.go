@@ -1,0 +1,307 @@
+package retrieval
+
+import (
+	"bytes"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Chunk is a piece of one file as indexed and found.
+type Chunk struct {
+	Repository string
+	// Commit is the commit the chunk was indexed at: a file unchanged by
+	// later syncs keeps its chunks, and their commit.
+	Commit    string
+	Path      string
+	StartLine int // 1-based, inclusive
+	EndLine   int
+	Language  string
+	Text      string
+	// Vector is the chunk's embedding, when a model is configured.
+	Vector []float32
+
+	terms string // terms(Text), when computed ahead of the backend
+}
+
+// bodyTerms is terms(c.Text), computed once.
+func (c *Chunk) bodyTerms() string {
+	if c.terms == "" {
+		c.terms = terms(c.Text)
+	}
+	return c.terms
+}
+
+// Chunking limits.
+const (
+	chunkLines   = 60       // about this many lines per chunk
+	chunkOverlap = 10       // lines repeated between windows of a long block
+	chunkBytes   = 16 << 10 // and at most this many bytes
+	binaryProbe  = 8 << 10  // a NUL in the first 8 KiB: binary
+)
+
+// skipReason says why a file is not indexed, from its path and content
+// ("" = index it).
+func skipReason(p string, data []byte) string {
+	if vendored(p) {
+		return "vendored"
+	}
+	if bytes.IndexByte(data[:min(len(data), binaryProbe)], 0) >= 0 {
+		return "binary"
+	}
+	if generated(data) {
+		return "generated"
+	}
+	if minified(p, data) {
+		return "minified"
+	}
+	return ""
+}
+
+// vendored: third-party trees copied into the repository.
+func vendored(p string) bool {
+	for _, dir := range []string{"vendor", "node_modules"} {
+		if strings.HasPrefix(p, dir+"/") || strings.Contains(p, "/"+dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// generated: the convention of https://go.dev/s/generatedcode (and
+// others' tools), a line with "Code generated" and "DO NOT EDIT" near the
+// top of the file.
+func generated(data []byte) bool {
+	head := data[:min(len(data), binaryProbe)]
+	for len(head) > 0 {
+		line := head
+		if i := bytes.IndexByte(head, '\n'); i >= 0 {
+			line, head = head[:i], head[i+1:]
+		} else {
+			head = nil
+		}
+		if bytes.Contains(line, []byte("Code generated")) && bytes.Contains(line, []byte("DO NOT EDIT")) {
+			return true
+		}
+	}
+	return false
+}
+
+// minified: *.min.js, or JavaScript/CSS whose lines are mostly very long.
+func minified(p string, data []byte) bool {
+	if strings.HasSuffix(p, ".min.js") || strings.HasSuffix(p, ".min.css") {
+		return true
+	}
+	switch path.Ext(p) {
+	case ".js", ".mjs", ".cjs", ".css":
+	default:
+		return false
+	}
+	lines := bytes.Count(data, []byte("\n")) + 1
+	return len(data) > 4096 && len(data)/lines > 500
+}
+
+// language names a file's language by its name, or "" for plain text.
+func language(p string) string {
+	base := path.Base(p)
+	switch base {
+	case "Makefile", "makefile", "GNUmakefile":
+		return "make"
+	case "Dockerfile":
+		return "dockerfile"
+	}
+	if l, ok := languages[strings.ToLower(path.Ext(base))]; ok {
+		return l
+	}
+	return ""
+}
+
+var languages = map[string]string{
+	".go": "go", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cxx": "cpp",
+	".java": "java", ".kt": "kotlin", ".scala": "scala", ".cs": "csharp", ".rs": "rust", ".swift": "swift",
+	".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+	".ts": "typescript", ".tsx": "typescript", ".css": "css", ".scss": "css", ".html": "html",
+	".php": "php", ".s": "asm", ".proto": "protobuf", ".json": "json",
+	".py": "python", ".rb": "ruby", ".sh": "shell", ".bash": "shell", ".yaml": "yaml", ".yml": "yaml",
+	".toml": "toml", ".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".txt": "text",
+	".sql": "sql", ".lua": "lua", ".pl": "perl", ".r": "r", ".ex": "elixir", ".hs": "haskell",
+}
+
+// structure is how a language marks top-level declarations.
+type structure int
+
+const (
+	byBraces structure = iota
+	byIndent
+	byHeading
+	byParagraph
+)
+
+func structureOf(lang string) structure {
+	switch lang {
+	case "python", "yaml", "ruby", "make", "shell", "elixir", "haskell", "toml":
+		return byIndent
+	case "markdown", "rst":
+		return byHeading
+	case "text", "":
+		return byParagraph
+	}
+	return byBraces
+}
+
+// chunk splits a file into chunks: top-level declarations (a blank line
+// at brace depth 0 followed by an unindented line, or a Markdown
+// heading) start new units; units are packed into chunks of about
+// chunkLines lines; a longer unit is windowed with chunkOverlap lines of
+// overlap; no chunk exceeds chunkBytes (a longer line is cut). It is
+// linear in the file's size.
+func chunk(p string, data []byte) []Chunk {
+	text := string(data)
+	if !utf8.ValidString(text) {
+		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
+	lines := strings.SplitAfter(text, "\n")
+	if n := len(lines); n > 0 && lines[n-1] == "" {
+		lines = lines[:n-1]
+	}
+	lang := language(p)
+	starts := unitStarts(lines, structureOf(lang))
+	var out []Chunk
+	emit := func(from, to int) { // lines[from:to]
+		out = appendWindowed(out, lines, from, to, lang, p)
+	}
+	// Pack units greedily.
+	cur := 0
+	for i := 1; i <= len(starts); i++ {
+		end := len(lines)
+		if i < len(starts) {
+			end = starts[i]
+		}
+		if end-cur > chunkLines && starts[i-1]-cur >= chunkOverlap {
+			// The unit that begins at starts[i-1] does not fit with what
+			// came before: flush, and start over with it (a few lines
+			// before it, e.g. a package clause, go with it instead).
+			emit(cur, starts[i-1])
+			cur = starts[i-1]
+		}
+		if end-cur >= chunkLines || i == len(starts) {
+			emit(cur, end)
+			cur = end
+		}
+	}
+	return out
+}
+
+// unitStarts are the line indexes where units begin (always 0).
+func unitStarts(lines []string, s structure) []int {
+	starts := []int{0}
+	depth := 0
+	inBlock, inFence := false, false
+	for i, l := range lines {
+		t := strings.TrimRight(l, "\r\n")
+		blankBefore := i > 0 && strings.TrimSpace(lines[i-1]) == ""
+		switch s {
+		case byHeading:
+			if strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") {
+				inFence = !inFence
+			}
+			if i > 0 && !inFence && strings.HasPrefix(t, "#") {
+				starts = append(starts, i)
+			}
+			continue
+		case byParagraph:
+			if i > 0 && blankBefore && strings.TrimSpace(t) != "" {
+				starts = append(starts, i)
+			}
+			continue
+		case byIndent:
+			if i > 0 && blankBefore && t != "" && t[0] != ' ' && t[0] != '\t' && t[0] != '#' {
+				starts = append(starts, i)
+			}
+			continue
+		}
+		if i > 0 && depth == 0 && !inBlock && blankBefore && t != "" && t[0] != ' ' && t[0] != '\t' && t[0] != '}' && t[0] != ')' {
+			starts = append(starts, i)
+		}
+		depth, inBlock = braceDepth(t, depth, inBlock)
+	}
+	return starts
+}
+
+// braceDepth follows { } ( ) across a line, outside strings and
+// comments (a cheap scan: good enough to find top-level boundaries).
+func braceDepth(l string, depth int, inBlock bool) (int, bool) {
+	var quote byte
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		switch {
+		case inBlock:
+			if c == '*' && i+1 < len(l) && l[i+1] == '/' {
+				inBlock = false
+				i++
+			}
+		case quote != 0:
+			if c == '\\' && quote != '`' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '/' && i+1 < len(l) && l[i+1] == '/':
+			return depth, false
+		case c == '/' && i+1 < len(l) && l[i+1] == '*':
+			inBlock = true
+			i++
+		case c == '"' || c == '\'' || c == '`':
+			quote = c
+		case c == '{' || c == '(':
+			depth++
+		case c == '}' || c == ')':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return depth, inBlock
+}
+
+// appendWindowed adds lines[from:to] as one chunk, or as windows of
+// chunkLines lines overlapping by chunkOverlap, each at most chunkBytes.
+func appendWindowed(out []Chunk, lines []string, from, to int, lang, p string) []Chunk {
+	for from < to {
+		end := min(to, from+chunkLines)
+		size := 0
+		for i := from; i < end; i++ {
+			if size+len(lines[i]) > chunkBytes && i > from {
+				end = i
+				break
+			}
+			size += len(lines[i])
+		}
+		if size > chunkBytes { // one line over the cap: cut it
+			l := lines[from]
+			for len(l) > 0 {
+				n := min(len(l), chunkBytes)
+				for n < len(l) && !utf8.RuneStart(l[n]) {
+					n--
+				}
+				out = append(out, Chunk{Path: p, Language: lang, StartLine: from + 1, EndLine: from + 1, Text: l[:n]})
+				l = l[n:]
+			}
+			from++
+			continue
+		}
+		text := strings.Join(lines[from:end], "")
+		if strings.TrimSpace(text) != "" {
+			out = append(out, Chunk{Path: p, Language: lang, StartLine: from + 1, EndLine: end, Text: text})
+		}
+		if end >= to {
+			break
+		}
+		next := end - chunkOverlap
+		if next <= from {
+			next = end
+		}
+		from = next
+	}
+	return out
+}

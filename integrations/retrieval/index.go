@@ -1,0 +1,426 @@
+package retrieval
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Backend stores chunks and searches them. Implementations: the embedded
+// one in the instance's SQLite database (NewSQLite) and Weaviate
+// (NewWeaviate). Every method must be safe for concurrent use.
+type Backend interface {
+	// Replace removes every chunk of the repository's paths in remove,
+	// then stores chunks (which belong to that repository). A path may be
+	// in remove and have chunks: the file changed.
+	Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error
+	// Search returns at most q.Limit chunks, best first, with a score
+	// that orders them (higher is better).
+	Search(ctx context.Context, q Query) ([]Result, error)
+	// DeleteRepository removes every chunk of the repository.
+	DeleteRepository(ctx context.Context, repository string) error
+}
+
+// Query is one search.
+type Query struct {
+	// Text is what the person or the model typed. It is never handed to
+	// a query language: backends use only its words (parseQuery).
+	Text string
+	// Vector is Text's embedding; nil searches by words only, otherwise
+	// the backend fuses both rankings.
+	Vector []float32
+	// Repositories restricts the search; empty means every repository.
+	Repositories []string
+	// Limit is the number of results wanted (default 10, at most
+	// MaxLimit).
+	Limit int
+}
+
+// Defaults and bounds of searches.
+const (
+	DefaultLimit = 10
+	MaxLimit     = 100
+	// MaxQueryBytes caps a query's text.
+	MaxQueryBytes = 1024
+	// DefaultMaxFileBytes is retrieval.max_file_bytes' default.
+	DefaultMaxFileBytes = 1 << 20
+)
+
+// ErrBadQuery is wrapped by errors about a query that cannot be searched
+// (empty, no words, too long): the caller's mistake.
+var ErrBadQuery = errors.New("retrieval: bad query")
+
+// Result is one chunk found, with its score.
+type Result struct {
+	Chunk
+	Score float64
+
+	id int64 // the backend's key, while ranking
+}
+
+// Embedder turns texts into vectors, one per text in order
+// (*llm.Client's Embed over the endpoint's /v1/embeddings).
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+}
+
+// Options configure an Index.
+type Options struct {
+	// Backend stores the chunks. Required.
+	Backend Backend
+	// Embedder, when set, embeds every chunk at ingestion and every query
+	// (retrieval.embeddings.model): searches are hybrid.
+	Embedder Embedder
+	// MaxFileBytes skips larger files (retrieval.max_file_bytes, default
+	// 1 MiB); their content is never read into memory.
+	MaxFileBytes int64
+	// Log, when set, receives one line per sync (counts of indexed and
+	// skipped files).
+	Log func(msg string, keyvals ...any)
+}
+
+// Index ingests repositories' commits into a Backend and searches them.
+type Index struct {
+	o Options
+}
+
+// New returns an Index over o.Backend.
+func New(o Options) (*Index, error) {
+	if o.Backend == nil {
+		return nil, errors.New("retrieval: Options.Backend is required")
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	return &Index{o: o}, nil
+}
+
+// Stats count what one Ingest did.
+type Stats struct {
+	Files   int // paths changed between the two commits
+	Indexed int // files (re-)indexed
+	Removed int // files that left the index
+	Skipped map[string]int
+	Chunks  int
+}
+
+// ingestBatch is how many files are written to the backend at a time.
+const ingestBatch = 256
+
+// embedBatch is how many chunks one embeddings request carries.
+const embedBatch = 64
+
+// embedText caps the text of a chunk sent to the embedding model.
+const embedText = 8 << 10
+
+// Ingest indexes what changed in the bare repository gitDir between the
+// commits from ("" = nothing was indexed yet) and to: added and modified
+// files are (re-)chunked, deleted and renamed-away files leave the
+// index, unchanged files are not read. progress, when set, is called
+// with the files done out of the total, from 0 to total. Commits must be
+// full object IDs (ErrBadCommit).
+//
+// Git runs host-side only to read its own object store (ls-tree,
+// diff-tree, cat-file, fixed argv, scrubbed environment); the content is
+// parsed only by this package's chunker, bounded in memory per file.
+func (ix *Index) Ingest(ctx context.Context, repository, gitDir, from, to string, progress func(done, total int64)) error {
+	_, err := ix.IngestStats(ctx, repository, gitDir, from, to, progress)
+	return err
+}
+
+// IngestStats is Ingest, and says what it did.
+func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to string, progress func(done, total int64)) (Stats, error) {
+	st := Stats{Skipped: map[string]int{}}
+	if repository == "" {
+		return st, errors.New("retrieval: no repository")
+	}
+	if progress == nil {
+		progress = func(int64, int64) {}
+	}
+	list, err := changes(ctx, gitDir, from, to)
+	if err != nil {
+		return st, err
+	}
+	st.Files = len(list)
+	total := int64(len(list))
+	progress(0, total)
+
+	// Sizes first (cat-file's headers only): a blob over the limit is
+	// never inflated.
+	var ids []string
+	for _, c := range list {
+		if c.blob != "" && !vendored(c.path) {
+			ids = append(ids, c.blob)
+		}
+	}
+	sizes, err := blobSizes(ctx, gitDir, ids)
+	if err != nil {
+		return st, err
+	}
+	var read []string
+	for _, c := range list {
+		if c.blob != "" && !vendored(c.path) && sizes[c.blob] <= ix.o.MaxFileBytes {
+			read = append(read, c.blob)
+		}
+	}
+	br, err := newBlobReader(ctx, gitDir, false)
+	if err != nil {
+		return st, err
+	}
+	fed := br.feed(read)
+	defer func() {
+		if br != nil {
+			br.cmd.Process.Kill()
+			br.close()
+		}
+	}()
+
+	// One batch is written (and embedded) while the next is read and
+	// chunked: the writer owns a batch once it is sent.
+	type batch struct {
+		remove []string
+		chunks []Chunk
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	batches := make(chan batch)
+	written := make(chan error, 1)
+	go func() {
+		var done int64
+		for b := range batches {
+			err := ix.embed(wctx, b.chunks)
+			if err == nil {
+				err = ix.o.Backend.Replace(wctx, repository, b.remove, b.chunks)
+			}
+			if err != nil {
+				stop()
+				for range batches { // let the reader finish
+				}
+				written <- err
+				return
+			}
+			done += int64(len(b.remove))
+			progress(done, total)
+		}
+		written <- nil
+	}()
+	var (
+		remove []string
+		chunks []Chunk
+		buf    []byte
+		closed bool
+	)
+	finish := func() error { // ends the writer once; its error
+		if closed {
+			return nil
+		}
+		closed = true
+		close(batches)
+		return <-written
+	}
+	defer finish()
+	flush := func() error {
+		if len(remove) == 0 {
+			return nil
+		}
+		select {
+		case batches <- batch{remove, chunks}:
+		case <-wctx.Done():
+			if err := finish(); err != nil {
+				return err
+			}
+			return ctx.Err()
+		}
+		remove, chunks = nil, nil
+		return nil
+	}
+	for _, c := range list {
+		if wctx.Err() != nil {
+			if err := finish(); err != nil {
+				return st, err // the writer's
+			}
+			return st, ctx.Err()
+		}
+		remove = append(remove, c.path)
+		switch {
+		case c.blob == "":
+			st.Removed++
+		case vendored(c.path):
+			st.Skipped["vendored"]++
+		case sizes[c.blob] > ix.o.MaxFileBytes:
+			st.Skipped["too_large"]++
+		default:
+			data, _, ok, err := br.next(ix.o.MaxFileBytes, buf)
+			if err != nil {
+				return st, err
+			}
+			if !ok { // cannot happen: sizes said otherwise
+				st.Skipped["too_large"]++
+				break
+			}
+			buf = data[:0]
+			if why := skipReason(c.path, data); why != "" {
+				st.Skipped[why]++
+				break
+			}
+			cs := chunk(c.path, data)
+			for i := range cs {
+				cs[i].Repository, cs[i].Commit = repository, to
+				cs[i].terms = terms(cs[i].Text)
+			}
+			chunks = append(chunks, cs...)
+			st.Indexed++
+			st.Chunks += len(cs)
+		}
+		if len(remove) >= ingestBatch {
+			if err := flush(); err != nil {
+				return st, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return st, err
+	}
+	if err := finish(); err != nil {
+		return st, err
+	}
+	if err := <-fed; err != nil {
+		return st, fmt.Errorf("retrieval: writing to git cat-file: %w", err)
+	}
+	err = br.close()
+	br = nil
+	if err != nil {
+		return st, err
+	}
+	if ix.o.Log != nil {
+		ix.o.Log("indexed", "repository", repository, "commit", to, "files", st.Files, "indexed", st.Indexed, "removed", st.Removed, "skipped", st.Skipped, "chunks", st.Chunks)
+	}
+	return st, nil
+}
+
+// blobSizes reads the sizes of blobs with `git cat-file --batch-check`.
+func blobSizes(ctx context.Context, gitDir string, ids []string) (map[string]int64, error) {
+	sizes := make(map[string]int64, len(ids))
+	if len(ids) == 0 {
+		return sizes, nil
+	}
+	br, err := newBlobReader(ctx, gitDir, true)
+	if err != nil {
+		return nil, err
+	}
+	fed := br.feed(ids)
+	for _, id := range ids {
+		n, err := br.header()
+		if err != nil {
+			br.cmd.Process.Kill()
+			br.close()
+			return nil, err
+		}
+		sizes[id] = n
+	}
+	if err := <-fed; err != nil {
+		br.cmd.Process.Kill()
+		br.close()
+		return nil, err
+	}
+	return sizes, br.close()
+}
+
+// embed sets the chunks' vectors when an Embedder is configured.
+func (ix *Index) embed(ctx context.Context, chunks []Chunk) error {
+	if ix.o.Embedder == nil {
+		return nil
+	}
+	for i := 0; i < len(chunks); i += embedBatch {
+		part := chunks[i:min(len(chunks), i+embedBatch)]
+		texts := make([]string, len(part))
+		for j, c := range part {
+			t := c.Path + "\n" + c.Text
+			if len(t) > embedText {
+				t = strings.ToValidUTF8(t[:embedText], "")
+			}
+			texts[j] = t
+		}
+		vs, err := ix.o.Embedder.Embed(ctx, texts)
+		if err != nil {
+			return fmt.Errorf("retrieval: embedding chunks: %w", err)
+		}
+		if len(vs) != len(part) {
+			return fmt.Errorf("retrieval: the embedding model returned %d vectors for %d texts", len(vs), len(part))
+		}
+		for j := range part {
+			part[j].Vector = vs[j]
+		}
+	}
+	return nil
+}
+
+// Search finds the chunks that best match q.Text (and, with an Embedder,
+// its meaning) in q.Repositories.
+func (ix *Index) Search(ctx context.Context, q Query) ([]Result, error) {
+	if err := checkQuery(&q); err != nil {
+		return nil, err
+	}
+	if ix.o.Embedder != nil && q.Vector == nil {
+		vs, err := ix.o.Embedder.Embed(ctx, []string{q.Text})
+		if err != nil {
+			return nil, fmt.Errorf("retrieval: embedding the query: %w", err)
+		}
+		if len(vs) == 1 {
+			q.Vector = vs[0]
+		}
+	}
+	return ix.o.Backend.Search(ctx, q)
+}
+
+// DeleteRepository removes a repository's chunks.
+func (ix *Index) DeleteRepository(ctx context.Context, repository string) error {
+	return ix.o.Backend.DeleteRepository(ctx, repository)
+}
+
+// checkQuery validates q and applies the defaults.
+func checkQuery(q *Query) error {
+	if len(q.Text) > MaxQueryBytes {
+		return fmt.Errorf("%w: the query is longer than %d bytes", ErrBadQuery, MaxQueryBytes)
+	}
+	if len(parseQuery(q.Text)) == 0 {
+		return fmt.Errorf("%w: the query has no words to search for", ErrBadQuery)
+	}
+	if q.Limit <= 0 {
+		q.Limit = DefaultLimit
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	return nil
+}
+
+// fuse merges rankings by reciprocal rank fusion: each list adds
+// 1/(rrfK + rank) to a chunk's score.
+func fuse(limit int, key func(Result) string, lists ...[]Result) []Result {
+	const rrfK = 60
+	score := map[string]float64{}
+	first := map[string]Result{}
+	for _, l := range lists {
+		for rank, r := range l {
+			k := key(r)
+			score[k] += 1 / float64(rrfK+rank+1)
+			if _, ok := first[k]; !ok {
+				first[k] = r
+			}
+		}
+	}
+	out := make([]Result, 0, len(first))
+	for k, r := range first {
+		r.Score = score[k]
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Result) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(key(a), key(b))
+	})
+	return out[:min(limit, len(out))]
+}

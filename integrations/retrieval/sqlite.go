@@ -1,0 +1,442 @@
+package retrieval
+
+import (
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// SQLite is the embedded Backend: chunks in a table of the instance
+// database, their words in an FTS5 index ranked by BM25 (the path's words
+// weigh pathWeight times the body's), and their vectors, when there are
+// some, searched by brute-force cosine similarity and fused with BM25 by
+// reciprocal rank.
+type SQLite struct {
+	db *sql.DB
+}
+
+// BM25 column weights: words of the path count this much more than words
+// of the body (a query naming a package or file finds it first).
+const pathWeight = 4.0
+
+// hybridDepth is how many results of each ranking are fused.
+const hybridDepth = 50
+
+var sqliteSchema = []string{
+	`CREATE TABLE IF NOT EXISTS retrieval_chunks (
+		id INTEGER PRIMARY KEY,
+		repository TEXT NOT NULL,
+		path TEXT NOT NULL,
+		commit_id TEXT NOT NULL,
+		start_line INTEGER NOT NULL,
+		end_line INTEGER NOT NULL,
+		language TEXT NOT NULL,
+		text TEXT NOT NULL,
+		vector BLOB
+	)`,
+	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
+	// The index holds our own tokens (terms): unicode61 only splits them
+	// at the spaces we put.
+	// repo holds one token per chunk naming its repository (repoToken),
+	// so a search intersects posting lists instead of joining rows.
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'unicode61 remove_diacritics 0')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
+}
+
+// repoToken is the word that stands for a repository in the index.
+func repoToken(repository string) string {
+	sum := sha256.Sum256([]byte(repository))
+	return "r" + hex.EncodeToString(sum[:10])
+}
+
+// NewSQLite creates the tables (if missing) in db, the instance database
+// (glebarez/sqlite, which has FTS5).
+func NewSQLite(ctx context.Context, db *sql.DB) (*SQLite, error) {
+	for _, q := range sqliteSchema {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("retrieval: creating the index tables: %w", err)
+		}
+	}
+	return &SQLite{db: db}, nil
+}
+
+// Replace implements Backend, in one transaction.
+func (s *SQLite) Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer tx.Rollback()
+	find, err := tx.PrepareContext(ctx, `SELECT id FROM retrieval_chunks WHERE repository = ? AND path = ?`)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer find.Close()
+	var ids []int64
+	for _, p := range remove {
+		rows, err := find.QueryContext(ctx, repository, p)
+		if err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("retrieval: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+	}
+	if err := deleteIDs(ctx, tx, ids); err != nil {
+		return err
+	}
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_chunks (repository, path, commit_id, start_line, end_line, language, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer ins.Close()
+	insFTS, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer insFTS.Close()
+	pathTerms := map[string]string{}
+	rt := repoToken(repository)
+	for i := range chunks {
+		c := &chunks[i]
+		var vec []byte
+		if c.Vector != nil {
+			vec = encodeVector(c.Vector)
+		}
+		res, err := ins.ExecContext(ctx, repository, c.Path, c.Commit, c.StartLine, c.EndLine, c.Language, c.Text, vec)
+		if err != nil {
+			return fmt.Errorf("retrieval: storing a chunk: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		pt, ok := pathTerms[c.Path]
+		if !ok {
+			pt = terms(c.Path)
+			pathTerms[c.Path] = pt
+		}
+		if _, err := insFTS.ExecContext(ctx, id, pt, c.bodyTerms(), rt); err != nil {
+			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	return nil
+}
+
+// deleteIDs removes chunks and their index rows.
+func deleteIDs(ctx context.Context, tx *sql.Tx, ids []int64) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		list := idList(ids[:n])
+		ids = ids[n:]
+		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_fts WHERE rowid IN (`+list+`)`); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE id IN (`+list+`)`); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+	}
+	return nil
+}
+
+// idList is integers for an IN (…) list: numbers only, formatted here.
+func idList(ids []int64) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	return b.String()
+}
+
+// DeleteRepository implements Backend.
+func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_fts WHERE rowid IN (SELECT id FROM retrieval_chunks WHERE repository = ?)`, repository); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE repository = ?`, repository); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	return tx.Commit()
+}
+
+// ftsQuery is the FTS5 MATCH expression of a query: each word a quoted
+// phrase of its parts, or (for an identifier of several parts) its
+// joined form, any of them matching; restricted to the repositories'
+// tokens. Parts are letters and digits only, so nothing the user typed
+// is FTS5 syntax.
+func ftsQuery(ws []queryWord, repos []string) string {
+	parts := make([]string, 0, 2*len(ws))
+	for _, w := range ws {
+		parts = append(parts, `"`+strings.Join(w, " ")+`"`)
+		if len(w) > 1 {
+			parts = append(parts, `"`+strings.Join(w, "")+`"`)
+		}
+	}
+	q := strings.Join(parts, " OR ")
+	if len(repos) == 0 {
+		return q
+	}
+	toks := make([]string, len(repos))
+	for i, r := range repos {
+		toks[i] = `"` + repoToken(r) + `"`
+	}
+	return "(" + q + ") AND repo : (" + strings.Join(toks, " OR ") + ")"
+}
+
+// commonShare: a word in more than this share of the chunks is left out
+// of a query that has rarer words. It would barely change the ranking,
+// and scoring every chunk it matches is what makes a search slow.
+const commonShare = 0.1
+
+// pruneFrom is the index size (chunks) from which common words are
+// pruned: a small index is fast anyway, and there every word is common.
+const pruneFrom = 5000
+
+// pruneCommon drops the query's very common words (by the index's
+// document counts) unless that leaves none.
+func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, error) {
+	if len(ws) < 2 {
+		return ws, nil
+	}
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM retrieval_chunks`).Scan(&n); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	if n < pruneFrom {
+		return ws, nil
+	}
+	limit := int64(float64(n) * commonShare)
+	var kept []queryWord
+	found := false
+	for _, w := range ws {
+		// A phrase is at most as common as its rarest part.
+		rarest := int64(-1)
+		for _, p := range w {
+			var df int64
+			err := s.db.QueryRowContext(ctx, `SELECT doc FROM retrieval_vocab WHERE term = ?`, p).Scan(&df)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("retrieval: %w", err)
+			}
+			if rarest < 0 || df < rarest {
+				rarest = df
+			}
+		}
+		if rarest <= limit {
+			kept = append(kept, w)
+			found = found || rarest > 0
+		}
+	}
+	if !found { // only common words, or only words nowhere
+		return ws, nil
+	}
+	return kept, nil
+}
+
+// Search implements Backend.
+func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
+	if err := checkQuery(&q); err != nil {
+		return nil, err
+	}
+	depth := q.Limit
+	if q.Vector != nil {
+		depth = max(depth, hybridDepth)
+	}
+	lex, err := s.lexical(ctx, q, depth)
+	if err != nil {
+		return nil, err
+	}
+	ranked := lex
+	if q.Vector != nil {
+		vec, err := s.nearest(ctx, q, depth)
+		if err != nil {
+			return nil, err
+		}
+		ranked = fuse(q.Limit, func(r Result) string { return strconv.FormatInt(r.id, 10) }, lex, vec)
+	}
+	ranked = ranked[:min(len(ranked), q.Limit)]
+	return s.load(ctx, ranked)
+}
+
+// lexical ranks chunks by BM25 (path words weigh pathWeight, the
+// repository token nothing).
+func (s *SQLite) lexical(ctx context.Context, q Query, depth int) ([]Result, error) {
+	ws, err := s.pruneCommon(ctx, parseQuery(q.Text))
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT rowid, bm25(retrieval_fts, `+strconv.FormatFloat(pathWeight, 'f', 1, 64)+`, 1.0, 0.0) AS rank
+		FROM retrieval_fts WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?`, ftsQuery(ws, q.Repositories), depth)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: searching: %w", err)
+	}
+	defer rows.Close()
+	var out []Result
+	for rows.Next() {
+		var r Result
+		if err := rows.Scan(&r.id, &r.Score); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		r.Score = -r.Score // bm25 is lower for better matches
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// repoFilter is the SQL condition and arguments restricting to repos.
+func repoFilter(repos []string) (string, []any) {
+	if len(repos) == 0 {
+		return "", nil
+	}
+	args := make([]any, len(repos))
+	for i, r := range repos {
+		args[i] = r
+	}
+	return ` AND c.repository IN (?` + strings.Repeat(",?", len(repos)-1) + `)`, args
+}
+
+// nearest ranks chunks by cosine similarity to q.Vector, scanning them.
+func (s *SQLite) nearest(ctx context.Context, q Query, depth int) ([]Result, error) {
+	filter, args := repoFilter(q.Repositories)
+	rows, err := s.db.QueryContext(ctx, `SELECT c.id, c.vector FROM retrieval_chunks c WHERE c.vector IS NOT NULL`+filter, args...)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: searching: %w", err)
+	}
+	defer rows.Close()
+	qn := norm(q.Vector)
+	h := &topK{}
+	var raw []byte
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		sim := cosineRaw(q.Vector, qn, raw)
+		if h.Len() < depth {
+			heap.Push(h, Result{id: id, Score: sim})
+		} else if sim > (*h)[0].Score {
+			(*h)[0] = Result{id: id, Score: sim}
+			heap.Fix(h, 0)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	out := make([]Result, h.Len())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(h).(Result)
+	}
+	return out, nil
+}
+
+// load fills in the chunks of ranked results, keeping their order.
+func (s *SQLite) load(ctx context.Context, ranked []Result) ([]Result, error) {
+	if len(ranked) == 0 {
+		return []Result{}, nil
+	}
+	ids := make([]int64, len(ranked))
+	pos := map[int64]int{}
+	for i, r := range ranked {
+		ids[i] = r.id
+		pos[r.id] = i
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, repository, path, commit_id, start_line, end_line, language, text FROM retrieval_chunks WHERE id IN (`+idList(ids)+`)`)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var c Chunk
+		if err := rows.Scan(&id, &c.Repository, &c.Path, &c.Commit, &c.StartLine, &c.EndLine, &c.Language, &c.Text); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		ranked[pos[id]].Chunk = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	// A chunk removed between the two queries leaves a gap: drop it.
+	out := ranked[:0]
+	for _, r := range ranked {
+		if r.Path != "" {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func encodeVector(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func norm(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return math.Sqrt(s)
+}
+
+// cosineRaw is the cosine similarity of q (of norm qn) and an encoded
+// vector; 0 for one of another length.
+func cosineRaw(q []float32, qn float64, raw []byte) float64 {
+	if len(raw) != 4*len(q) || qn == 0 {
+		return 0
+	}
+	var dot, n float64
+	for i, x := range q {
+		y := float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+		dot += float64(x) * y
+		n += y * y
+	}
+	if n == 0 {
+		return 0
+	}
+	return dot / (qn * math.Sqrt(n))
+}
+
+// topK is a min-heap of results by score.
+type topK []Result
+
+func (h topK) Len() int           { return len(h) }
+func (h topK) Less(i, j int) bool { return h[i].Score < h[j].Score }
+func (h topK) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *topK) Push(x any)        { *h = append(*h, x.(Result)) }
+func (h *topK) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
