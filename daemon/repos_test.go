@@ -96,11 +96,15 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(bin, "git"), []byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >> "+calls+"\nexec "+real+" \"$@\"\n"), 0o755)
 
-	edit := llmtest.Step{Text: "Editing.", ToolCalls: []agentcore.ToolCall{{Name: "edit_file", Arguments: `{"path":"README.md","old_string":"hello","new_string":"hello world"}`}}}
+	// The model first searches the repository's code (search_code, scoped
+	// to the conversation's repository), and its next request carries the
+	// hit: the path and its lines.
+	search := llmtest.Step{Text: "Looking.", ToolCalls: []agentcore.ToolCall{{Name: "search_code", Arguments: `{"query":"unchanged"}`}}}
+	edit := llmtest.Step{Text: "Editing.", Expect: "keep.txt:1-1", ToolCalls: []agentcore.ToolCall{{Name: "edit_file", Arguments: `{"path":"README.md","old_string":"hello","new_string":"hello world"}`}}}
 	more := llmtest.Step{Text: "More.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"NEW.md","content":"new\n"}`}}}
 	big := llmtest.Step{Text: "Big.", ToolCalls: []agentcore.ToolCall{{Name: "write_file", Arguments: `{"path":"BIG.md","content":"` + strings.Repeat("x", 2000) + `"}`}}}
 	done := llmtest.Step{Text: "Done."}
-	in := newInstance(t, llm(t, edit, done, more, done, big, done)+"repositories:\n  max_push_bytes: 1000\n")
+	in := newInstance(t, llm(t, search, edit, done, more, done, big, done)+"repositories:\n  max_push_bytes: 1000\n")
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
 	p := in.start("PATH=" + bin + ":" + os.Getenv("PATH"))
@@ -126,7 +130,8 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.must(http.StatusForbidden, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url}, nil)
 
 	var repo struct {
-		ID, Head string
+		ID, Head      string
+		IndexedCommit string `json:"indexed_commit"`
 	}
 	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url, "branch": "main"}, &repo)
 	admin.must(http.StatusConflict, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": url}, nil)
@@ -135,13 +140,21 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.must(http.StatusForbidden, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, nil)
 	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
 	j := waitJobDone(t, admin, sync.Job.ID)
-	if j.Status != jobs.StatusSucceeded || j.Progress == nil || j.Progress.Unit != "objects" || j.Progress.Done != j.Progress.Total || j.Progress.Total == 0 {
+	// Fetched, then indexed: the job's last progress is the index's, in files.
+	if j.Status != jobs.StatusSucceeded || j.Progress == nil || j.Progress.Unit != "files" || j.Progress.Done != j.Progress.Total || j.Progress.Total != 2 {
 		t.Fatalf("sync job: %+v %+v", j, j.Progress)
 	}
 	a.must(http.StatusNotFound, "GET", "/api/v1/jobs/"+j.ID, nil, nil) // another user's job
 	a.must(http.StatusOK, "GET", "/api/v1/repositories/"+repo.ID, nil, &repo)
-	if repo.Head != base {
-		t.Fatalf("head %s, want %s", repo.Head, base)
+	if repo.Head != base || repo.IndexedCommit != base {
+		t.Fatalf("head %s, indexed %s, want %s", repo.Head, repo.IndexedCommit, base)
+	}
+	var found struct {
+		Results []agentcore.Hit `json:"results"`
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/search?q=unchanged&repository="+repo.ID, nil, &found)
+	if len(found.Results) != 1 || found.Results[0].Path != "keep.txt" || found.Results[0].StartLine != 1 {
+		t.Fatalf("search after the sync: %+v", found.Results)
 	}
 	a.must(http.StatusNotFound, "GET", "/api/v1/repositories/repo_000000000000000000000000", nil, nil)
 
@@ -226,4 +239,9 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	}
 	admin.must(http.StatusNoContent, "DELETE", "/api/v1/repositories/"+repo.ID, nil, nil)
 	a.must(http.StatusConflict, "POST", path, push("codumentor/more", digest), nil)
+	// A deleted repository leaves the code index.
+	a.must(http.StatusOK, "GET", "/api/v1/search?q=unchanged", nil, &found)
+	if len(found.Results) != 0 {
+		t.Fatalf("search after the repository was deleted: %+v", found.Results)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/retrieval"
 )
@@ -18,10 +19,10 @@ import (
 // Weaviate), its Searcher for GET /api/v1/search, and registers the
 // search_code tool. The sync job indexes through s.search.Index.Ingest.
 //
-// Scope (the conversation's repository, search_code's default) and
-// Readable (the repositories a user may read) stay nil until
-// conversations have repositories: every user searches every repository.
-func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm.DB, log hclog.Logger) error {
+// search_code searches the conversation's repository by default (Scope);
+// Readable stays nil: every signed-in user may read every repository, as
+// GET /api/v1/repositories shows them.
+func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
 	var backend retrieval.Backend
 	switch cfg.Retrieval.Backend {
 	case config.RetrievalWeaviate:
@@ -58,6 +59,33 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm
 	if err != nil {
 		return err
 	}
-	s.search = &retrieval.Searcher{Index: ix}
+	s.search = &retrieval.Searcher{Index: ix, Scope: func(ctx context.Context, user, conversation string) (string, error) {
+		c, err := convs.Get(ctx, user, conversation)
+		if err != nil {
+			return "", err
+		}
+		return c.Repository, nil
+	}}
 	return s.engine.Register(s.search.Tool())
+}
+
+// codeIndex hands the repositories' sync jobs the code index that
+// startRetrieval builds later in build (the jobs run only once the
+// server serves).
+type codeIndex struct{ s *server }
+
+func (s *server) codeIndex() codeIndex { return codeIndex{s} }
+
+func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string, progress func(done, total int64)) error {
+	if ix.s.search == nil {
+		return fmt.Errorf("the code index is not open")
+	}
+	return ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+}
+
+func (ix codeIndex) drop(ctx context.Context, repoID string) error {
+	if ix.s.search == nil {
+		return nil
+	}
+	return ix.s.search.Index.DeleteRepository(ctx, repoID)
 }

@@ -193,7 +193,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
-	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log); err != nil {
+	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex()); err != nil {
 		return nil, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
@@ -235,7 +235,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
 		return nil, err
 	}
-	if err := s.startRetrieval(ctx, cfg, db, log); err != nil {
+	if err := s.startRetrieval(ctx, cfg, db, convs, log); err != nil {
 		return nil, err
 	}
 	for _, name := range cfg.Plugins {
@@ -467,9 +467,10 @@ func (t *trees) Remove(conversation string) error {
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger) (*repos.Service, error) {
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex) (*repos.Service, error) {
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
+		Indexer: ix.ingest, Unindex: ix.drop,
 		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits())},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,

@@ -84,9 +84,8 @@ type Repository struct {
 func (Repository) TableName() string { return "repositories" }
 
 // Indexer indexes a repository's mirror gitDir from fromCommit ("" for
-// none) to toCommit, reporting files done of total. It is set when
-// retrieval is enabled (nil: syncs only fetch); the lead wires
-// retrieval.Ingest into it.
+// none) to toCommit, reporting files done of total (the daemon passes
+// the code index's Ingest; nil: syncs only fetch).
 type Indexer func(ctx context.Context, repoID, gitDir, fromCommit, toCommit string, progress func(done, total int64)) error
 
 // Options configure a Service.
@@ -102,6 +101,8 @@ type Options struct {
 	Sandbox git.Sandbox
 	// Indexer is nil unless retrieval is enabled.
 	Indexer Indexer
+	// Unindex, if set, removes a deleted repository from the code index.
+	Unindex func(ctx context.Context, repoID string) error
 	// ProtectedBranches are refused by Push (default main, master).
 	ProtectedBranches []string
 	// MaxPatchBytes bounds a pushed patch (default 16 MiB).
@@ -256,6 +257,11 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	}
 	if err := os.RemoveAll(s.Mirror(id)); err != nil {
 		s.log.Warn("removing a deleted repository's mirror failed", "repository", id, "err", err)
+	}
+	if s.o.Unindex != nil {
+		if err := s.o.Unindex(ctx, id); err != nil {
+			s.log.Warn("removing a deleted repository from the code index failed", "repository", id, "err", err)
+		}
 	}
 	return nil
 }
