@@ -203,7 +203,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	}
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
-		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, EmbeddingModel: cfg.LLM.EmbeddingModel, Timeout: cfg.LLM.Timeout.Std()})
+		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std()})
 		if err != nil {
 			return nil, err
 		}

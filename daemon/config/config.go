@@ -159,7 +159,6 @@ type LLM struct {
 	BaseURL        string   `yaml:"base_url"`
 	Model          string   `yaml:"model"`
 	APIKey         string   `yaml:"api_key"`
-	EmbeddingModel string   `yaml:"embedding_model"`
 	Timeout        Duration `yaml:"timeout"`
 }
 

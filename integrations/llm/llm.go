@@ -55,7 +55,7 @@ type Config struct {
 	// APIKey is sent as "Authorization: Bearer <APIKey>" (llm.api_key);
 	// empty sends none, as local servers expect.
 	APIKey string
-	// EmbeddingModel is the model Embed uses (llm.embedding_model); empty
+	// EmbeddingModel is the model Embed uses (the server sets it from retrieval.embeddings.model); empty
 	// makes Embed fail with ErrConfig.
 	EmbeddingModel string
 	// Timeout bounds the wait for the endpoint: for a response to begin,
@@ -541,7 +541,7 @@ func (c *Client) chatRequest(req agentcore.Request) openai.ChatCompletionRequest
 // Embed returns one vector per text, in order, from Config.EmbeddingModel.
 func (c *Client) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	if c.embeddingModel == "" {
-		return nil, fmt.Errorf("%w: llm.embedding_model is not set", ErrConfig)
+		return nil, fmt.Errorf("%w: no embedding model is configured (retrieval.embeddings.model)", ErrConfig)
 	}
 	if len(texts) == 0 {
 		return nil, nil

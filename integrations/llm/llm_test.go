@@ -219,7 +219,7 @@ func TestEmbed(t *testing.T) {
 	}
 	cfg := fast(srv.URL())
 	cfg.EmbeddingModel = ""
-	if _, err := newClient(t, cfg).Embed(t.Context(), texts); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "llm.embedding_model") {
+	if _, err := newClient(t, cfg).Embed(t.Context(), texts); !errors.Is(err, llm.ErrConfig) || !strings.Contains(err.Error(), "retrieval.embeddings.model") {
 		t.Errorf("without an embedding model: err = %v", err)
 	}
 }
