@@ -156,10 +156,10 @@ type Auth struct {
 
 // LLM is the OpenAI-compatible endpoint the agent talks to.
 type LLM struct {
-	BaseURL        string   `yaml:"base_url"`
-	Model          string   `yaml:"model"`
-	APIKey         string   `yaml:"api_key"`
-	Timeout        Duration `yaml:"timeout"`
+	BaseURL string   `yaml:"base_url"`
+	Model   string   `yaml:"model"`
+	APIKey  string   `yaml:"api_key"`
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
