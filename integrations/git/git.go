@@ -101,8 +101,15 @@ func baseEnv() []string {
 		"GIT_PROTOCOL_FROM_USER=0",
 		"GIT_ALLOW_PROTOCOL=https:ssh:file",
 		"GCM_INTERACTIVE=never",
+		"GIT_NO_REPLACE_OBJECTS=1", // a mirror may have fetched refs/replace/*
+		"GIT_ATTR_NOSYSTEM=1",
 	}
 }
+
+// Env is the whole environment of a host-side git that reads the
+// repository gitDir (a bare mirror) by itself: the scrubbed environment
+// every host-side git here runs with, plus GIT_DIR.
+func Env(gitDir string) []string { return append(baseEnv(), "GIT_DIR="+gitDir) }
 
 // askpass answers git's username and password prompts from the
 // environment of the one command it serves.

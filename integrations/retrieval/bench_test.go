@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/integrations/git"
 )
 
 // relevance is testdata/relevance.json: queries over Go's source tree,
@@ -147,7 +149,7 @@ func BenchmarkSearch(b *testing.B) {
 			args = append(args, g.first)
 			start := time.Now()
 			cmd := exec.Command("git", args...)
-			cmd.Env = gitEnv(g.dir)
+			cmd.Env = git.Env(g.dir)
 			if err := cmd.Run(); err != nil && cmd.ProcessState.ExitCode() != 1 {
 				b.Fatal(err)
 			}

@@ -9,38 +9,21 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/codumentor/codumentor/integrations/git"
 )
 
 // ErrBadCommit refuses a commit argument that is not a full hexadecimal
 // object ID: only IDs reach git's argv, never refs or options.
 var ErrBadCommit = errors.New("retrieval: not a full commit ID")
 
-var objectID = regexp.MustCompile(`^(?:[0-9a-f]{40}|[0-9a-f]{64})$`)
-
-// gitEnv is git's whole environment: no system or global configuration,
-// no prompts, no replace refs (a mirror may have fetched refs/replace/*,
-// which would change what an ID reads as).
-func gitEnv(gitDir string) []string {
-	return []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"GIT_DIR=" + gitDir,
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_TERMINAL_PROMPT=0",
-		"GIT_NO_REPLACE_OBJECTS=1",
-		"GIT_ATTR_NOSYSTEM=1",
-		"LC_ALL=C",
-	}
-}
-
 // gitCmd is git with a fixed argv over the bare repository gitDir.
 func gitCmd(ctx context.Context, gitDir string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Env = gitEnv(gitDir)
+	cmd.Env = git.Env(gitDir)
 	cmd.Dir = os.TempDir()
 	return cmd
 }
@@ -57,7 +40,7 @@ type change struct {
 // files that became symlinks or submodules) none. Renames are a deletion
 // and an addition.
 func changes(ctx context.Context, gitDir, from, to string) ([]change, error) {
-	if !objectID.MatchString(to) || (from != "" && !objectID.MatchString(from)) {
+	if !git.IsCommitID(to) || (from != "" && !git.IsCommitID(from)) {
 		return nil, fmt.Errorf("%w: %q..%q", ErrBadCommit, from, to)
 	}
 	var cmd *exec.Cmd

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/codumentor/codumentor/integrations/git"
 )
 
 // goTree is a bare repository holding a copy of Go's own source tree
@@ -55,7 +57,7 @@ func TestMain(m *testing.M) {
 // the package, plus an identity for commits.
 func gitT(dir string, stdin io.Reader, args ...string) (string, error) {
 	cmd := exec.Command("git", args...)
-	cmd.Env = append(gitEnv(dir), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.org", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.org", "GIT_INDEX_FILE="+filepath.Join(dir, "test-index"))
+	cmd.Env = append(git.Env(dir), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.org", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.org", "GIT_INDEX_FILE="+filepath.Join(dir, "test-index"))
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
