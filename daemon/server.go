@@ -142,6 +142,9 @@ type server struct {
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
 	s := &server{log: log, db: db}
 	s.cfg.Store(&cfg)
+	if err := recordConfig(ctx, db, cfg); err != nil {
+		return nil, err
+	}
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		return nil, err
@@ -211,6 +214,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		NoWorkspaceTools: !isolation,
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
+		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
 	})
 	if err != nil {
 		return nil, err
@@ -241,6 +245,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Limits:        apiLimits,
 
 		TrustedProxies: proxies,
+		DB:             db,
 	})
 	return s, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
@@ -66,6 +67,8 @@ type Deps struct {
 	TrustedProxies []netip.Prefix
 	// Limits bound what clients hold open.
 	Limits Limits
+	// DB is the instance database: the audit log (GET /admin/audit).
+	DB *gorm.DB
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -200,6 +203,7 @@ func (s *Server) routes() {
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
 	authed.Get("/admin/doctor", s.admin, s.doctor)
+	authed.Get("/admin/audit", s.admin, s.adminAudit)
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)

@@ -38,6 +38,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SecretMeta":   secrets.Meta{},
 		"Job":          jobs.Job{},
 		"Readiness":    Readiness{},
+		"AuditPage":    AuditPage{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -1,0 +1,34 @@
+package daemon
+
+import (
+	"context"
+
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/config"
+)
+
+// recordConfig puts the configuration the server starts with in the
+// audit log, every secret in it masked.
+func recordConfig(ctx context.Context, db *gorm.DB, cfg config.Config) error {
+	if err := audit.Migrate(db); err != nil {
+		return err
+	}
+	m, err := audit.Mask(cfg)
+	if err != nil {
+		return err
+	}
+	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindConfig, User: "server", Data: map[string]any{"config": m}})
+}
+
+// recordLaunch puts a command about to start in a sandbox in the audit
+// log (agentcore.Config.Launching): the command does not start unless it
+// is recorded.
+func recordLaunch(ctx context.Context, db *gorm.DB, l agentcore.Launch) error {
+	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindSandboxLaunch, User: l.User, Data: map[string]any{
+		"conversation": l.Conversation, "profile": l.Profile, "argv_sha256": l.ArgvSHA256, "cwd": l.Cwd,
+		"seccomp": l.Seccomp, "filter_sha256": l.FilterSHA256,
+	}})
+}
