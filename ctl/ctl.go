@@ -84,6 +84,7 @@ func New() *cli.Command {
 			secretsCommand(),
 			gcCommand(),
 			setupCgroupsCommand(),
+			auditCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

@@ -266,9 +266,13 @@ func Verify(ctx context.Context, db *gorm.DB) (int64, error) {
 }
 
 // VerifyRecords checks records as Verify checks the table, for an
-// export read back.
+// export read back. An export that starts after record 1 (--since) is
+// checked from its first record on, trusting that record's Prev.
 func VerifyRecords(rs []Record) error {
 	prev, want := genesis, int64(1)
+	if len(rs) > 0 && rs[0].Seq > 1 {
+		prev, want = rs[0].Prev, rs[0].Seq
+	}
 	for i := range rs {
 		if err := check(&rs[i], &want, &prev); err != nil {
 			return err
@@ -279,8 +283,10 @@ func VerifyRecords(rs []Record) error {
 
 func check(r *Record, want *int64, prev *string) error {
 	switch {
+	case r.Seq == *want+1:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("record %d before it is missing (deleted)", *want)}
 	case r.Seq > *want:
-		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("records %d to %d are missing (deleted)", *want, r.Seq-1)}
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("records %d to %d before it are missing (deleted)", *want, r.Seq-1)}
 	case r.Seq < *want:
 		return &BrokenError{Seq: r.Seq, Problem: "out of order"}
 	case r.Hash != r.hash():
