@@ -27,6 +27,8 @@ func Main() {
 			os.Exit(spawn(os.Args[2:]))
 		case probeFlag:
 			os.Exit(runProbes())
+		case probeCallsFlag:
+			os.Exit(runProbeCalls())
 		case abstractProbeFlag:
 			os.Exit(runAbstractProbe(os.Args[2:]))
 		case scopeFlag:
