@@ -133,6 +133,11 @@ func Watch(l *os.File, report func(Call)) error {
 		// another process.
 		c.Command = comm(c.Pid)
 		ordinary := c.Syscall == "clone3" && ordinaryClone3(c.Pid, (*notifData)(unsafe.Pointer(&n.data[0])).args[0])
+		// Pid 1 of the sandbox is the supervisor that installed the
+		// filter (sandboxkit's, not a command): its C library's threads
+		// call clone3 too, and its memory is not readable (it is not
+		// dumpable).
+		ordinary = ordinary || sandboxInit(c.Pid)
 		valid := true
 		rc.Control(func(fd uintptr) {
 			id := n.id
@@ -234,6 +239,22 @@ func ordinaryClone3(pid int, addr uint64) bool {
 	}
 	flags := *(*uint64)(unsafe.Pointer(&b[0]))
 	return flags&cloneNewUser == 0
+}
+
+// sandboxInit reports that thread tid belongs to pid 1 of its innermost
+// pid namespace (the last NStgid of its status).
+func sandboxInit(tid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "NStgid:"); ok {
+			f := strings.Fields(rest)
+			return len(f) > 1 && f[len(f)-1] == "1"
+		}
+	}
+	return false
 }
 
 // comm is the name of process pid, or "?" once it is gone.
