@@ -86,8 +86,10 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	}
 	var out bytes.Buffer
 	var cmd *sandboxkit.Cmd
+	var seen violations
 	err = e.startIn(ctx, c, func(ws *workspace) error {
 		out.Reset()
+		seen = violationsOf(ws.sess)
 		cmd = ws.sess.Command(ctx, argv...)
 		cmd.Env, cmd.Dir = env, c.Action.Cwd
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -98,6 +100,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	})
 	if err == nil {
 		err = cmd.Wait()
+		e.reportViolations(c, seen)
 	}
 	limit := ""
 	if cmd != nil && cmd.State != nil && cmd.State.Limit != "" {

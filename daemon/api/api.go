@@ -217,6 +217,7 @@ func (s *Server) routes() {
 	conv.Post("/approvals/:aid", s.decide)
 	conv.Get("/workspace/diff", s.diff)
 	conv.Get("/workspace/files", s.files)
+	conv.Get("/sandbox/violations", s.violations)
 
 	authed.Get("/secrets", s.listSecrets)
 	authed.Put("/secrets/:name", s.putSecret)

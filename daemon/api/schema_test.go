@@ -39,6 +39,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Job":          jobs.Job{},
 		"Readiness":    Readiness{},
 		"AuditPage":    AuditPage{},
+		"Violation":    Violation{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {
