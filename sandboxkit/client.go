@@ -35,8 +35,8 @@ type ctlClient struct {
 	// closes.
 	listener   *os.File
 	noListener string
-	done      chan struct{} // closed once the socket is dead and every proc has ended
-	err       error         // why it ended; set before done closes
+	done       chan struct{} // closed once the socket is dead and every proc has ended
+	err        error         // why it ended; set before done closes
 
 	mu      sync.Mutex
 	closing bool
