@@ -29,6 +29,8 @@ func Main() {
 			os.Exit(runProbes())
 		case probeCallsFlag:
 			os.Exit(runProbeCalls())
+		case listenProbeFlag:
+			os.Exit(runListenProbe())
 		case abstractProbeFlag:
 			os.Exit(runAbstractProbe(os.Args[2:]))
 		case scopeFlag:

@@ -2,11 +2,14 @@ package sandboxkit
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -148,4 +151,51 @@ func runProbeCalls() int {
 		return 1
 	}
 	return 0
+}
+
+// listenProbeFlag runs the listener probe of the Doctor's
+// "seccomp-observe" check: can a sandbox stack the observing filter?
+const listenProbeFlag = "--sandboxkit-listen-probe"
+
+func runListenProbe() int {
+	l, err := seccomp.Listen()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	l.Close()
+	fmt.Println("ok")
+	return 0
+}
+
+// observeCheck is the Doctor's "seccomp-observe": whether a sandbox in
+// log mode can report its blocklisted calls (Session.Violations). It
+// never fails the Doctor: without a listener log mode still runs, with
+// the kernel's SECCOMP_RET_LOG alone (observation fails open;
+// enforcement never depends on it).
+func observeCheck(ctx context.Context, bwrap string) Check {
+	c := Check{Name: "seccomp-observe", OK: true}
+	f, err := seccomp.Load(seccomp.Log)
+	if err == nil {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		cmd := Command(ctx, &Policy{Bwrap: bwrap, UID: os.Getuid(), GID: os.Getgid(), Seccomp: f.Program}, listenProbeFlag)
+		cmd.self = true
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err = cmd.launch(ctx); err == nil {
+			err = cmd.Wait()
+		}
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, strings.TrimSpace(out.String()))
+		}
+	}
+	if err != nil {
+		c.Warning = true
+		c.Detail = "seccomp log mode runs with SECCOMP_RET_LOG only: blocklisted calls reach the kernel's audit log, not the conversation's report (" + err.Error() + ")"
+		c.Remedy = "a user-notification listener needs Linux 5.7 or later; enforce mode is not affected"
+		return c
+	}
+	c.Detail = "log mode reports blocklisted calls per sandbox (user-notification listener)"
+	return c
 }

@@ -160,3 +160,12 @@ func TestSessionObservesNothingForBuilds(t *testing.T) {
 		t.Fatalf("violations of an ordinary build: %+v", v)
 	}
 }
+
+// The Doctor says that log mode reports per sandbox here (Linux 5.7+).
+func TestDoctorObserveCheck(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	c := observeCheck(t.Context(), "")
+	if c.Name != "seccomp-observe" || !c.OK || c.Warning || !strings.Contains(c.Detail, "user-notification listener") {
+		t.Fatalf("check: %+v", c)
+	}
+}
