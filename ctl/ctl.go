@@ -85,6 +85,8 @@ func New() *cli.Command {
 			gcCommand(),
 			setupCgroupsCommand(),
 			auditCommand(),
+			backupCommand(),
+			restoreCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.
