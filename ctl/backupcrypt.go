@@ -53,7 +53,7 @@ type backupHeader struct {
 }
 
 // ErrBadKey is wrapped when a backup does not open with the key given.
-var ErrBadKey = errors.New("the backup does not open with this key")
+var ErrBadKey = errors.New("the backup does not open with this key (or it was altered)")
 
 func (h *backupHeader) key(secret string) ([]byte, error) {
 	switch h.KDF {
