@@ -25,6 +25,9 @@ type Launch struct {
 	// filter program loaded (empty in mode off).
 	Seccomp      seccomp.Mode
 	FilterSHA256 string
+	// Secrets names the secrets substituted into the command (never
+	// their values).
+	Secrets []string
 }
 
 // launching tells Config.Launching of a command of call c about to start.
@@ -37,6 +40,15 @@ func (e *Engine) launching(ctx context.Context, c *Call, argv []string, cwd stri
 		return err
 	}
 	l := Launch{User: c.User, Conversation: c.Conversation, Profile: sandboxkit.ProfileWorkspace, Cwd: cwd, Seccomp: mode}
+	seen := map[string]bool{}
+	for _, a := range argv {
+		for _, m := range secretRef.FindAllStringSubmatch(a, -1) {
+			if !seen[m[1]] {
+				seen[m[1]] = true
+				l.Secrets = append(l.Secrets, m[1])
+			}
+		}
+	}
 	sum := sha256.Sum256([]byte(strings.Join(argv, "\x00")))
 	l.ArgvSHA256 = hex.EncodeToString(sum[:])
 	// The filter is the one the sandbox loads: Load caches it per mode.

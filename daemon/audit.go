@@ -24,11 +24,20 @@ func recordConfig(ctx context.Context, db *gorm.DB, cfg config.Config) error {
 }
 
 // recordLaunch puts a command about to start in a sandbox in the audit
-// log (agentcore.Config.Launching): the command does not start unless it
-// is recorded.
+// log (agentcore.Config.Launching), with a use of each secret substituted
+// into it, in one transaction: the command does not start unless it is
+// recorded.
 func recordLaunch(ctx context.Context, db *gorm.DB, l agentcore.Launch) error {
-	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindSandboxLaunch, User: l.User, Data: map[string]any{
-		"conversation": l.Conversation, "profile": l.Profile, "argv_sha256": l.ArgvSHA256, "cwd": l.Cwd,
-		"seccomp": l.Seccomp, "filter_sha256": l.FilterSHA256,
-	}})
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, name := range l.Secrets {
+			if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretUse, User: l.User, Data: map[string]string{"name": name, "conversation": l.Conversation}}); err != nil {
+				return err
+			}
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindSandboxLaunch, User: l.User, Data: map[string]any{
+			"conversation": l.Conversation, "profile": l.Profile, "argv_sha256": l.ArgvSHA256, "cwd": l.Cwd,
+			"seccomp": l.Seccomp, "filter_sha256": l.FilterSHA256,
+		}})
+		return err
+	})
 }

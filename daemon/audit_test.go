@@ -99,6 +99,17 @@ func TestAuditLog(t *testing.T) {
 	})
 	find(audit.KindSecretUse, func(d map[string]any, r audit.Record) bool { return d["name"] == "TOKEN" && r.User == alice.ID })
 	find(audit.KindSecretDelete, func(d map[string]any, _ audit.Record) bool { return d["name"] == "TOKEN" })
+	// A use is a substitution into a command, not the engine reading
+	// every secret to redact it: one command, one use.
+	var uses int
+	for _, r := range page.Records {
+		if r.Kind == audit.KindSecretUse {
+			uses++
+		}
+	}
+	if uses != 1 {
+		t.Fatalf("%d secret_use records for one command", uses)
+	}
 
 	// Filters and pages.
 	var logins api.AuditPage

@@ -56,7 +56,8 @@ const (
 	KindSandboxLaunch = "sandbox_launch"
 	// KindSecretCreate is a secret stored or replaced: {"name","replaced"}.
 	KindSecretCreate = "secret_create"
-	// KindSecretUse is a secret's value read for a command: {"name"}.
+	// KindSecretUse is a secret substituted into a sandboxed command:
+	// {"name","conversation"}, with the command's sandbox_launch record.
 	KindSecretUse = "secret_use"
 	// KindSecretDelete is a secret deleted: {"name"}.
 	KindSecretDelete = "secret_delete"

@@ -203,18 +203,12 @@ func (s *Store) Names(ctx context.Context, user string) ([]string, error) {
 // way; if that fails the value is still returned, and the next read tries
 // again.
 //
-// Every value read is a use, recorded in the audit log by name (never
-// the value) before the value is returned: a use that cannot be
-// recorded fails.
+// Reading a value is not its use: the engine reads them all to redact
+// them; the audit log records a use where a command substitutes it
+// (agentcore.Launch.Secrets).
 func (s *Store) Value(ctx context.Context, user, name string) (string, error) {
 	b, err := s.read(ctx, user, kindSecret, name)
-	if err != nil {
-		return "", err
-	}
-	if err := audit.Write(ctx, s.db, audit.Entry{Kind: audit.KindSecretUse, User: user, Data: map[string]string{"name": name}}); err != nil {
-		return "", fmt.Errorf("secrets: recording the use of secret %q: %w", name, err)
-	}
-	return string(b), nil
+	return string(b), err
 }
 
 // PutProfile stores user's model profile name, replacing any it had.
