@@ -13,6 +13,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 )
 
@@ -174,4 +176,21 @@ func readExport(cmd *cli.Command, file string) ([]audit.Record, error) {
 		return nil, err
 	}
 	return rs, nil
+}
+
+// recordAdmin puts an administrative action of codumentorctl in the
+// instance's audit log, if the instance has a database yet.
+func recordAdmin(ctx context.Context, inst config.Instance, data map[string]any) error {
+	if _, err := os.Stat(inst.Database()); err != nil {
+		return nil
+	}
+	db, err := store.Open(ctx, inst.Database())
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	if err := audit.Migrate(db); err != nil {
+		return err
+	}
+	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindAdmin, User: auth.CommandLine, Data: data})
 }

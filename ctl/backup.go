@@ -15,6 +15,8 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -114,13 +116,21 @@ func readSecretLine(cmd *cli.Command, what string) (string, error) {
 }
 
 // snapshotDB writes a consistent copy of the instance's database to dst:
-// VACUUM INTO reads in one transaction, beside a server that writes.
+// VACUUM INTO reads in one transaction, beside a server that writes. The
+// backup is an admin action, recorded first: the snapshot holds its own
+// record.
 func snapshotDB(ctx context.Context, inst config.Instance, dst string) error {
 	db, err := openDatabase(ctx, inst, false)
 	if err != nil {
 		return unwrapExit(err)
 	}
 	defer store.Close(db)
+	if err := audit.Migrate(db); err != nil {
+		return err
+	}
+	if err := audit.Write(ctx, db, audit.Entry{Kind: audit.KindAdmin, User: auth.CommandLine, Data: map[string]string{"action": "backup"}}); err != nil {
+		return err
+	}
 	if err := db.WithContext(ctx).Exec("VACUUM INTO ?", dst).Error; err != nil {
 		return fmt.Errorf("snapshot of the database: %w", err)
 	}

@@ -34,7 +34,7 @@ func TestBackupRestoreFiles(t *testing.T) {
 	_, file := backupInstance(t)
 	dst := filepath.Join(t.TempDir(), "restored")
 	r := run{args: []string{"restore", "--instance", dst, "--in", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}.do(t)
-	if r.code != 0 || !strings.Contains(r.stdout, "audit log: 1 records, chain intact") {
+	if r.code != 0 || !strings.Contains(r.stdout, "audit log: 2 records, chain intact") {
 		t.Fatalf("restore: %v", r)
 	}
 	upper := filepath.Join(dst, "workspaces", "layers", "conv_x", "upper")
