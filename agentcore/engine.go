@@ -108,6 +108,10 @@ type Config struct {
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
 	NoWorkspaceTools bool
+	// Launching, if set, is told of every command about to start in a
+	// conversation's sandbox (for an audit log), before it starts; an
+	// error refuses the command, and nothing runs.
+	Launching func(ctx context.Context, l Launch) error
 }
 
 // Engine runs the turns of every user's conversations. User and

@@ -75,6 +75,11 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		return "", err
 	}
 	argv := []string{"sh", "-c", text}
+	// The digest is of the command as approved, with placeholders: a
+	// digest of a secret's value would be one to guess it against.
+	if err := e.launching(ctx, c, []string{"sh", "-c", c.Action.Command}, c.Action.Cwd); err != nil {
+		return "", err
+	}
 	if c.Action.Background {
 		var j sandboxkit.JobInfo
 		err := e.startIn(ctx, c, func(ws *workspace) (err error) {
@@ -88,8 +93,10 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	}
 	var out bytes.Buffer
 	var cmd *sandboxkit.Cmd
+	var seen violations
 	err = e.startIn(ctx, c, func(ws *workspace) error {
 		out.Reset()
+		seen = violationsOf(ws.sess)
 		cmd = ws.sess.Command(ctx, argv...)
 		cmd.Env, cmd.Dir = env, c.Action.Cwd
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -100,6 +107,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	})
 	if err == nil {
 		err = cmd.Wait()
+		e.reportViolations(c, seen)
 	}
 	limit := ""
 	if cmd != nil && cmd.State != nil && cmd.State.Limit != "" {

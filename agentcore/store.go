@@ -59,6 +59,7 @@ const (
 	EventSubagentFinished   = "subagent_finished"   // {"id","subagent","error"?}
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
 	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
+	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}

@@ -85,6 +85,9 @@ func New() *cli.Command {
 			gcCommand(),
 			reposCommand(),
 			setupCgroupsCommand(),
+			auditCommand(),
+			backupCommand(),
+			restoreCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

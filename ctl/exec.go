@@ -74,6 +74,7 @@ found in the sandbox; 130 interrupted.`,
 			},
 			&cli.StringFlag{Name: "bwrap", Usage: "bubblewrap binary (default: bwrap on PATH)", TakesFile: true},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the sandbox after this long, exit 124 (0: no limit)"},
+			&cli.BoolFlag{Name: "report", Usage: "after the command, list on stderr the blocklisted system calls it made (seccomp log mode): what enforce would refuse"},
 		},
 		Action: runExec,
 	}
@@ -140,6 +141,9 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 
 	if p.ShareNet && !sandboxkit.AbstractUnixScoped() {
 		fmt.Fprintf(cmd.Root().ErrWriter, "%s: warning: this kernel lacks Landlock's abstract socket scope (Linux 6.12): the sandbox can connect to the host's abstract UNIX sockets\n", progName)
+	}
+	if cmd.Bool("report") {
+		return runReported(ctx, cmd, p, argv, run)
 	}
 	c := sandboxkit.Command(ctx, p, argv...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, cmd.Root().Writer, cmd.Root().ErrWriter

@@ -89,6 +89,9 @@ func runSecretsRotate(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(out, "rotated auth.jwt_secret in %s: key ID %s, was %s\n", inst.ConfigFile(), newID, secrets.NewKeyring(old.Auth.JWTSecret, nil).KeyID())
 	}
 	fmt.Fprintf(out, "previous secrets kept in auth.previous_jwt_secrets: %d\n", n)
+	if err := recordAdmin(ctx, inst, map[string]any{"action": "jwt_secret_rotate", "key_id": newID, "previous": n}); err != nil {
+		return exitWith(exitFailure, err)
+	}
 	if !cmd.Bool("reencrypt") {
 		if n > 0 {
 			fmt.Fprintln(out, "rows under previous keys are re-encrypted as they are read; --reencrypt does them all now")

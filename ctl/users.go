@@ -70,7 +70,7 @@ func runUsersAdd(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	return withUsers(ctx, cmd, true, func(us *auth.Users) error {
-		u, err := us.Add(ctx, auth.AddUser{Name: name, Password: pw, Admin: cmd.Bool("admin")})
+		u, err := us.Add(ctx, auth.AddUser{Name: name, Password: pw, Admin: cmd.Bool("admin"), By: auth.CommandLine})
 		if errors.Is(err, auth.ErrUserExists) {
 			return fmt.Errorf("user %s already exists (codumentorctl users passwd changes its password)", name)
 		}
@@ -134,7 +134,7 @@ func usersSetDisabledCommand(name string, disabled bool) *cli.Command {
 				return err
 			}
 			return withUsers(ctx, cmd, false, func(us *auth.Users) error {
-				if err := us.SetDisabled(ctx, user, disabled); err != nil {
+				if err := us.SetDisabled(ctx, auth.CommandLine, user, disabled); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.Root().Writer, "%sd user %s\n", name, user)
@@ -179,7 +179,7 @@ func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	return withUsers(ctx, cmd, false, func(us *auth.Users) error {
-		if err := us.SetPassword(ctx, name, pw); err != nil {
+		if err := us.SetPassword(ctx, auth.CommandLine, name, pw); err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.Root().Writer, "changed the password of user %s\n", name)

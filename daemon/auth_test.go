@@ -54,7 +54,9 @@ func TestTokensRevoked(t *testing.T) {
 
 	old := p.login("alice", pw)
 	old.must(http.StatusOK, "GET", "/api/v1/me", nil, nil)
-	in.users(func(ctx context.Context, us *auth.Users) error { return us.SetPassword(ctx, "alice", "new password 1") })
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetPassword(ctx, auth.CommandLine, "alice", "new password 1")
+	})
 	old.must(http.StatusUnauthorized, "GET", "/api/v1/me", nil, nil)
 	a := p.login("alice", "new password 1")
 	a.must(http.StatusOK, "GET", "/api/v1/me", nil, nil)
@@ -67,9 +69,13 @@ func TestTokensRevoked(t *testing.T) {
 	p.login("alice", "new password 1").must(http.StatusOK, "GET", "/api/v1/me", nil, nil)
 
 	b := p.login("bob", pw)
-	in.users(func(ctx context.Context, us *auth.Users) error { return us.SetDisabled(ctx, "bob", true) })
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)
+	})
 	b.must(http.StatusUnauthorized, "GET", "/api/v1/me", nil, nil)
-	in.users(func(ctx context.Context, us *auth.Users) error { return us.SetDisabled(ctx, "bob", false) })
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetDisabled(ctx, auth.CommandLine, "bob", false)
+	})
 	b.must(http.StatusUnauthorized, "GET", "/api/v1/me", nil, nil)
 	p.login("bob", pw).must(http.StatusOK, "GET", "/api/v1/me", nil, nil)
 }
@@ -138,8 +144,12 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	// All three stay open across heartbeats while their tokens are good.
 	bob.quiet(500 * time.Millisecond)
 
-	in.users(func(ctx context.Context, us *auth.Users) error { return us.SetDisabled(ctx, "bob", true) })
-	in.users(func(ctx context.Context, us *auth.Users) error { return us.SetPassword(ctx, "carol", "new password 1") })
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)
+	})
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetPassword(ctx, auth.CommandLine, "carol", "new password 1")
+	})
 	bob.ended(time.Second)
 	carol.ended(time.Second)
 	// dave's token expires 4 s after its login.

@@ -151,6 +151,9 @@ type server struct {
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
 	s := &server{log: log, db: db}
 	s.cfg.Store(&cfg)
+	if err := recordConfig(ctx, db, cfg); err != nil {
+		return nil, err
+	}
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		return nil, err
@@ -228,6 +231,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, convs),
 		HostMasks:        hostMasks(inst),
+		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
 	})
 	if err != nil {
 		return nil, err
@@ -269,6 +273,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Search:        s.search,
 
 		TrustedProxies: proxies,
+		DB:             db,
 	})
 	return s, nil
 }

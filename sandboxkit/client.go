@@ -9,10 +9,12 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,8 +30,13 @@ type ctlClient struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
-	done      chan struct{} // closed once the socket is dead and every proc has ended
-	err       error         // why it ended; set before done closes
+	// listener is the seccomp listener a supervisor sent with ready (nil:
+	// none); noListener why it has none. Both are set before ready
+	// closes.
+	listener   *os.File
+	noListener string
+	done       chan struct{} // closed once the socket is dead and every proc has ended
+	err        error         // why it ended; set before done closes
 
 	mu      sync.Mutex
 	closing bool
@@ -101,17 +108,24 @@ func (c *ctlClient) closed() error {
 // shutdown was given a reason, and every proc still running fails with it.
 func (c *ctlClient) run(end func() error) {
 	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		n, err := c.ctl.Read(buf)
+		n, fds, err := c.read(buf, oob)
 		if err != nil || n == 0 {
+			closeFds(fds)
 			break
 		}
 		var m ctlReply
 		if json.Unmarshal(buf[:n], &m) == nil {
+			fds = c.takeListener(&m, fds)
 			c.dispatch(&m)
 		}
+		closeFds(fds)
 	}
 	c.shutdown(nil)
+	if l := c.takeListenerFile(); l != nil {
+		l.Close() // no Session took it
+	}
 	why := end()
 	c.mu.Lock()
 	if c.ending == nil {
@@ -443,4 +457,68 @@ func (rc *remoteCmd) outputErr() error {
 	rc.copyMu.Lock()
 	defer rc.copyMu.Unlock()
 	return rc.copyErr
+}
+
+// read reads one message of the supervisor, with the descriptors it
+// carries (only ready's listener may).
+func (c *ctlClient) read(buf, oob []byte) (int, []int, error) {
+	rc, err := c.ctl.SyscallConn()
+	if err != nil {
+		return 0, nil, err
+	}
+	var n, oobn int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	})
+	fds := parseRights(oob[:oobn])
+	if err == nil {
+		err = rerr
+	}
+	return n, fds, err
+}
+
+// takeListener keeps the seccomp listener sent with the first ready
+// message, if it is one, and returns the descriptors left to close.
+func (c *ctlClient) takeListener(m *ctlReply, fds []int) []int {
+	if m.Op != "ready" {
+		return fds
+	}
+	select {
+	case <-c.ready:
+		return fds // a second ready changes nothing
+	default:
+	}
+	c.noListener = m.NoListener
+	if !m.Listener {
+		return fds
+	}
+	if len(fds) != 1 || !isSeccompListener(fds[0]) {
+		c.noListener = "the supervisor sent no seccomp listener"
+		return fds
+	}
+	f, err := seccomp.ListenerFile(fds[0])
+	if err != nil {
+		c.noListener = err.Error()
+		return nil
+	}
+	c.listener = f
+	return nil
+}
+
+// takeListenerFile hands the listener over, once (nil: none).
+func (c *ctlClient) takeListenerFile() *os.File {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.listener
+	c.listener = nil
+	return l
+}
+
+// isSeccompListener reports that fd is a seccomp notification
+// descriptor, not something else a supervisor could have passed.
+func isSeccompListener(fd int) bool {
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	return err == nil && target == "anon_inode:seccomp notify"
 }

@@ -29,7 +29,8 @@ const MinBwrapVersion = "0.12.0"
 type Check struct {
 	// Name is stable, for programs: "bwrap", "bwrap-version",
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
-	// "seccomp", "landlock" (a warning without the abstract socket
+	// "seccomp", "seccomp-observe" (a warning when log mode cannot
+	// report per sandbox), "landlock" (a warning without the abstract socket
 	// scope: see AbstractUnixScoped), "limits" (with
 	// DoctorOptions.Limits); and "main" when the program did not call
 	// Main, without which no sandbox can start.
@@ -261,6 +262,7 @@ func diagnose(ctx context.Context, path, probeDir string) *Report {
 		add(Check{Name: "loopback", Detail: "loopback did not come up in a new network namespace: " + lo, Remedy: "bwrap needs to configure lo in the new network namespace; check that the kernel has network namespaces (CONFIG_NET_NS)"})
 	}
 	add(seccompCheck(probe))
+	add(observeCheck(ctx, path))
 	add(landlockCheck())
 	return r
 }

@@ -27,6 +27,10 @@ func Main() {
 			os.Exit(spawn(os.Args[2:]))
 		case probeFlag:
 			os.Exit(runProbes())
+		case probeCallsFlag:
+			os.Exit(runProbeCalls())
+		case listenProbeFlag:
+			os.Exit(runListenProbe())
 		case abstractProbeFlag:
 			os.Exit(runAbstractProbe(os.Args[2:]))
 		case scopeFlag:

@@ -420,7 +420,7 @@ func TestRunFailsClosed(t *testing.T) {
 func TestDoctorReport(t *testing.T) {
 	requireSandbox(t)
 	r := Doctor(t.Context(), DoctorOptions{})
-	want := []string{"bwrap", "bwrap-version", "bwrap-not-setuid", "userns", "proc", "overlay", "loopback", "seccomp", "landlock"}
+	want := []string{"bwrap", "bwrap-version", "bwrap-not-setuid", "userns", "proc", "overlay", "loopback", "seccomp", "seccomp-observe", "landlock"}
 	if len(r.Checks) != len(want) {
 		t.Fatalf("checks %+v", r.Checks)
 	}

@@ -86,6 +86,7 @@ type Session struct {
 	unlock  func() error
 	limits  *sandboxLimits // the session's cgroup
 	disk    *diskWatch
+	obs     *observer // seccomp violations (log mode)
 
 	done     chan struct{}
 	err      error // why the session ended; set before done closes
@@ -178,6 +179,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		s.Close()
 		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v: %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
 	}
+	s.obs = newObserver(s.policy, s.cl)
 	s.mu.Lock()
 	s.lastUse = time.Now()
 	if s.idle > 0 {
@@ -215,7 +217,11 @@ func (s *Session) launch() error {
 	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
 	p := *s.policy
 	p.Bwrap = bwrap
-	l, err := p.build([]string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}, o)
+	argv := []string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}
+	if observes(&p) {
+		argv = append(argv, observeFlag)
+	}
+	l, err := p.build(argv, o)
 	if err != nil {
 		ctl.Close()
 		return err

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // The supervisor is pid 1 of a Session's sandbox: the host binary,
@@ -67,6 +69,10 @@ type ctlReply struct {
 	Err  string `json:"err,omitempty"`
 	// Cause says why a command did not start, when known (causeErr).
 	Cause string `json:"cause,omitempty"`
+	// Listener (ready): the seccomp listener's descriptor comes with the
+	// message; NoListener says why there is none when one was asked for.
+	Listener   bool   `json:"listener,omitempty"`
+	NoListener string `json:"no_listener,omitempty"`
 }
 
 type supervisor struct {
@@ -82,8 +88,13 @@ type supervisor struct {
 	byID  map[uint64]int
 }
 
-// supervise runs the supervisor; args are the control and executable fds.
+// supervise runs the supervisor; args are the control and executable
+// fds, then observeFlag to observe the seccomp blocklist (observe.go).
 func supervise(args []string) int {
+	observe := len(args) == 3 && args[2] == observeFlag
+	if observe {
+		args = args[:2]
+	}
 	if len(args) != 2 {
 		return supervisorFail("want the control and executable descriptors, got %q", args)
 	}
@@ -95,7 +106,7 @@ func supervise(args []string) int {
 	// The executable was opened by the host for bwrap to exec; nothing
 	// here needs it.
 	unix.Close(exe)
-	return serveControl(ctl, false)
+	return serveControl(ctl, false, observe)
 }
 
 // spawn runs the spawner (spawner.go); args are the control fd, then
@@ -127,7 +138,7 @@ func spawn(args []string) int {
 			return supervisorFail("setrlimit %d to %d: %v", r.res, n, err)
 		}
 	}
-	return serveControl(ctl, true)
+	return serveControl(ctl, true, false)
 }
 
 func supervisorFail(format string, a ...any) int {
@@ -137,7 +148,7 @@ func supervisorFail(format string, a ...any) int {
 
 // serveControl is the supervisor's life as pid 1, in a Session's sandbox
 // or as the spawner.
-func serveControl(ctl int, spawner bool) int {
+func serveControl(ctl int, spawner, observe bool) int {
 	fail := supervisorFail
 	if os.Getpid() != 1 {
 		return fail("runs only as pid 1 of a Session sandbox or of the spawner's namespace")
@@ -185,7 +196,7 @@ func serveControl(ctl int, spawner bool) int {
 	}
 	sv := &supervisor{ctl: os.NewFile(uintptr(ctl), "sandboxkit-control"), spawner: spawner, procs: map[int]uint64{}, byID: map[uint64]int{}}
 	go sv.reap(chld)
-	if err := sv.send(ctlReply{Op: "ready"}); err != nil {
+	if err := sv.ready(observe); err != nil {
 		return fail("control socket: %v", err)
 	}
 	sv.serve()
@@ -536,4 +547,33 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: command not found on PATH %s", argv0, path)
+}
+
+// ready tells the host the supervisor serves. With observe, it first
+// stacks the seccomp listener's filter on itself, before any command
+// exists, and sends the listener with the message; if that fails, the
+// sandbox runs on with its own filter alone, and the host learns why.
+func (sv *supervisor) ready(observe bool) error {
+	if !observe {
+		return sv.send(ctlReply{Op: "ready"})
+	}
+	l, err := seccomp.Listen()
+	if err != nil {
+		return sv.send(ctlReply{Op: "ready", NoListener: err.Error()})
+	}
+	defer l.Close()
+	b, err := json.Marshal(ctlReply{Op: "ready", Listener: true})
+	if err != nil {
+		return err
+	}
+	rc, err := sv.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, unix.UnixRights(int(l.Fd())), nil, 0)
+		return serr != unix.EAGAIN
+	})
+	return errors.Join(err, serr)
 }

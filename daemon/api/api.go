@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
@@ -79,6 +80,8 @@ type Deps struct {
 	Attachments *Attachments
 	// Search answers GET /api/v1/search; nil answers 503.
 	Search *retrieval.Searcher
+	// DB is the instance database: the audit log (GET /admin/audit).
+	DB *gorm.DB
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -215,6 +218,7 @@ func (s *Server) routes() {
 	authed.Get("/admin/users", s.admin, s.listUsers)
 	authed.Get("/admin/doctor", s.admin, s.doctor)
 	authed.Get("/admin/mcp", s.admin, s.adminMCP)
+	authed.Get("/admin/audit", s.admin, s.adminAudit)
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)
@@ -240,6 +244,7 @@ func (s *Server) routes() {
 	conv.Post("/attachments", s.uploadAttachment)
 	conv.Get("/attachments", s.listAttachments)
 	conv.Get("/attachments/:aid/text", s.attachmentText)
+	conv.Get("/sandbox/violations", s.violations)
 
 	authed.Get("/secrets", s.listSecrets)
 	authed.Put("/secrets/:name", s.putSecret)

@@ -107,7 +107,7 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	u, err := s.d.Users.Add(c.UserContext(), auth.AddUser{Name: req.Name, Password: req.Password, Admin: req.Admin})
+	u, err := s.d.Users.Add(c.UserContext(), auth.AddUser{Name: req.Name, Password: req.Password, Admin: req.Admin, By: user(c).ID})
 	switch {
 	case errors.Is(err, auth.ErrUserExists):
 		return apiError(http.StatusConflict, "exists", "%v", err)

@@ -47,6 +47,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Progress":     jobs.Progress{},
 		"Attachment":   store.Attachment{},
 		"SearchHit":    agentcore.Hit{},
+		"AuditPage":    AuditPage{},
+		"Violation":    Violation{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/integrations/ldap"
 )
 
@@ -83,6 +86,12 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 	if err != nil {
 		if errors.Is(err, ErrInvalidCredentials) {
 			res.Failed()
+			// Refusals are bounded by the limiter (rate-limited attempts
+			// are not checked, so not recorded). A log that cannot be
+			// written refuses nothing more: the login is refused anyway.
+			if aerr := audit.Write(ctx, a.users.db, audit.Entry{Kind: audit.KindLogin, Source: r.IP, Data: loginData(name, "refused")}); aerr != nil {
+				return User{}, errors.Join(err, aerr)
+			}
 		} else {
 			res.Cancel()
 		}
@@ -90,11 +99,24 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 	}
 	res.Succeeded()
 	now := time.Now().UTC()
-	if err := a.users.db.WithContext(ctx).Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
+	err = a.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindLogin, User: u.ID, Source: r.IP, Data: loginData(name, "ok")})
+		return err
+	})
+	if err != nil {
 		return User{}, fmt.Errorf("auth: recording the login of %s: %w", u.Name, err)
 	}
 	u.LastLogin = &now
 	return u, nil
+}
+
+// loginData is an audit record's data for a login attempt; name is at
+// most MaxNameLength bytes (Login checked).
+func loginData(name, result string) map[string]string {
+	return map[string]string{"name": name, "result": result}
 }
 
 func (a *Authenticator) login(ctx context.Context, name, pw string) (User, error) {
@@ -145,7 +167,7 @@ func (a *Authenticator) login(ctx context.Context, name, pw string) (User, error
 		}
 		return a.refreshLDAPUser(ctx, u, e)
 	}
-	u, err = a.users.create(ctx, User{Name: name, Role: RoleUser, Source: SourceLDAP, DisplayName: e.Name, Email: e.Email})
+	u, err = a.users.create(ctx, User{Name: name, Role: RoleUser, Source: SourceLDAP, DisplayName: e.Name, Email: e.Email}, nil)
 	if errors.Is(err, ErrUserExists) {
 		// A concurrent first login created it; the winner's row decides,
 		// local or LDAP.

@@ -31,7 +31,7 @@ func TestLoginLocal(t *testing.T) {
 	if _, err := us.Add(ctx, auth.AddUser{Name: "dora", Password: "dora-password"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := us.SetDisabled(ctx, "dora", true); err != nil {
+	if err := us.SetDisabled(ctx, auth.CommandLine, "dora", true); err != nil {
 		t.Fatal(err)
 	}
 	a := newAuthenticator(t, us, nil, nil)
@@ -201,7 +201,7 @@ func TestLoginLDAP(t *testing.T) {
 		}
 	})
 	t.Run("LDAP user has no local password", func(t *testing.T) {
-		if err := us.SetPassword(ctx, "carol", "carol-local-password"); err == nil {
+		if err := us.SetPassword(ctx, auth.CommandLine, "carol", "carol-local-password"); err == nil {
 			t.Fatal("SetPassword on an LDAP user succeeded")
 		}
 	})
@@ -209,7 +209,7 @@ func TestLoginLDAP(t *testing.T) {
 		if _, err := login("erin", "erin-ldap-password"); err != nil {
 			t.Fatal(err)
 		}
-		if err := us.SetDisabled(ctx, "erin", true); err != nil {
+		if err := us.SetDisabled(ctx, auth.CommandLine, "erin", true); err != nil {
 			t.Fatal(err)
 		}
 		_, err := login("erin", "erin-ldap-password")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/daemon/audit"
 )
 
 // Role is what a user may do: RoleAdmin also manages users.
@@ -78,6 +80,9 @@ func NewUsers(db *gorm.DB) (*Users, error) {
 	if err := db.AutoMigrate(&User{}); err != nil {
 		return nil, fmt.Errorf("auth: migrating the users table: %w", err)
 	}
+	if err := audit.Migrate(db); err != nil {
+		return nil, err
+	}
 	return &Users{db: db}, nil
 }
 
@@ -86,7 +91,14 @@ type AddUser struct {
 	Name     string
 	Password string // at least MinPasswordLength characters
 	Admin    bool
+	// By is who adds the user, for the audit log: an administrator's ID,
+	// or CommandLine.
+	By string
 }
+
+// CommandLine is the actor of administrative actions taken with
+// codumentorctl, in the audit log.
+const CommandLine = "codumentorctl"
 
 // Add creates a local user with a hashed password.
 func (us *Users) Add(ctx context.Context, a AddUser) (User, error) {
@@ -101,13 +113,25 @@ func (us *Users) Add(ctx context.Context, a AddUser) (User, error) {
 	if a.Admin {
 		role = RoleAdmin
 	}
-	return us.create(ctx, User{Name: a.Name, Role: role, Source: SourceLocal, PasswordHash: hash})
+	return us.create(ctx, User{Name: a.Name, Role: role, Source: SourceLocal, PasswordHash: hash}, &audit.Entry{Kind: audit.KindAdmin, User: a.By,
+		Data: map[string]any{"action": "user_add", "name": a.Name, "admin": a.Admin}})
 }
 
-func (us *Users) create(ctx context.Context, u User) (User, error) {
+// create adds u, recording rec (if not nil) in the same transaction.
+func (us *Users) create(ctx context.Context, u User, rec *audit.Entry) (User, error) {
 	now := time.Now().UTC()
 	u.ID, u.Created, u.Updated = newUserID(), now, now
-	if err := us.db.WithContext(ctx).Create(&u).Error; err != nil {
+	err := us.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&u).Error; err != nil {
+			return err
+		}
+		if rec == nil {
+			return nil
+		}
+		_, err := audit.Append(tx, *rec)
+		return err
+	})
+	if err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return User{}, fmt.Errorf("%w: %s", ErrUserExists, u.Name)
 		}
@@ -159,18 +183,25 @@ func (us *Users) Count(ctx context.Context) (int64, error) {
 // SetDisabled disables or re-enables a user. A disabled user cannot log
 // in, and disabling revokes the tokens issued so far (re-enabling does
 // not bring them back).
-func (us *Users) SetDisabled(ctx context.Context, name string, disabled bool) error {
+// by is who does it (an administrator's ID, or CommandLine), for the
+// audit log.
+func (us *Users) SetDisabled(ctx context.Context, by, name string, disabled bool) error {
 	cols := map[string]any{"disabled": disabled}
 	if disabled {
 		cols["token_version"] = gorm.Expr("token_version + 1")
 	}
-	return us.update(ctx, "name", name, cols)
+	action := "user_enable"
+	if disabled {
+		action = "user_disable"
+	}
+	return us.update(ctx, "name", name, cols, &audit.Entry{Kind: audit.KindAdmin, User: by, Data: map[string]string{"action": action, "name": name}})
 }
 
 // SetPassword replaces a local user's password and revokes the tokens
 // issued so far. An LDAP user's password is the directory's: setting one
-// here would let it log in with either.
-func (us *Users) SetPassword(ctx context.Context, name, pw string) error {
+// here would let it log in with either. by is who does it, as for
+// SetDisabled.
+func (us *Users) SetPassword(ctx context.Context, by, name, pw string) error {
 	u, err := us.ByName(ctx, name)
 	if err != nil {
 		return err
@@ -182,14 +213,15 @@ func (us *Users) SetPassword(ctx context.Context, name, pw string) error {
 	if err != nil {
 		return err
 	}
-	return us.update(ctx, "name", name, map[string]any{"password_hash": hash, "token_version": gorm.Expr("token_version + 1")})
+	return us.update(ctx, "name", name, map[string]any{"password_hash": hash, "token_version": gorm.Expr("token_version + 1")},
+		&audit.Entry{Kind: audit.KindAdmin, User: by, Data: map[string]string{"action": "user_password", "name": name}})
 }
 
 // Revoke ends every token issued so far to the user with the given ID
 // (sign-out: all of the user's sessions end, since a token is not
 // tracked on its own).
 func (us *Users) Revoke(ctx context.Context, id string) error {
-	return us.update(ctx, "id", id, map[string]any{"token_version": gorm.Expr("token_version + 1")})
+	return us.update(ctx, "id", id, map[string]any{"token_version": gorm.Expr("token_version + 1")}, nil)
 }
 
 // ForToken returns the user a verified token speaks for, if the token
@@ -211,17 +243,24 @@ func (us *Users) ForToken(ctx context.Context, c Claims) (User, error) {
 	return u, nil
 }
 
-// update sets cols of the user whose column by ("name" or "id") is key.
-func (us *Users) update(ctx context.Context, by, key string, cols map[string]any) error {
+// update sets cols of the user whose column by ("name" or "id") is key,
+// recording rec (if not nil) in the same transaction.
+func (us *Users) update(ctx context.Context, by, key string, cols map[string]any, rec *audit.Entry) error {
 	cols["updated"] = time.Now().UTC()
-	res := us.db.WithContext(ctx).Model(&User{}).Where(by+" = ?", key).Updates(cols)
-	if res.Error != nil {
-		return fmt.Errorf("auth: updating user %s: %w", key, res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("%w: %s", ErrUserNotFound, key)
-	}
-	return nil
+	return us.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&User{}).Where(by+" = ?", key).Updates(cols)
+		if res.Error != nil {
+			return fmt.Errorf("auth: updating user %s: %w", key, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: %s", ErrUserNotFound, key)
+		}
+		if rec == nil {
+			return nil
+		}
+		_, err := audit.Append(tx, *rec)
+		return err
+	})
 }
 
 func newUserID() string {

@@ -81,17 +81,17 @@ func TestUsers(t *testing.T) {
 		t.Fatalf("Count = %d, want 2", n)
 	}
 
-	if err := us.SetDisabled(ctx, "bob", true); err != nil {
+	if err := us.SetDisabled(ctx, auth.CommandLine, "bob", true); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := us.ByName(ctx, "bob"); !got.Disabled || !got.Updated.After(bob.Updated) {
 		t.Fatalf("after SetDisabled: %+v", got)
 	}
-	if err := us.SetDisabled(ctx, "nobody", true); !errors.Is(err, auth.ErrUserNotFound) {
+	if err := us.SetDisabled(ctx, auth.CommandLine, "nobody", true); !errors.Is(err, auth.ErrUserNotFound) {
 		t.Fatalf("SetDisabled(nobody) = %v, want ErrUserNotFound", err)
 	}
 
-	if err := us.SetPassword(ctx, "bob", "new-bob-password"); err != nil {
+	if err := us.SetPassword(ctx, auth.CommandLine, "bob", "new-bob-password"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = us.ByName(ctx, "bob")
@@ -101,10 +101,10 @@ func TestUsers(t *testing.T) {
 	if err := auth.CheckPassword(got.PasswordHash, "bob-password"); !errors.Is(err, auth.ErrInvalidCredentials) {
 		t.Fatalf("old password still checks: %v", err)
 	}
-	if err := us.SetPassword(ctx, "bob", "2short"); !errors.Is(err, auth.ErrWeakPassword) {
+	if err := us.SetPassword(ctx, auth.CommandLine, "bob", "2short"); !errors.Is(err, auth.ErrWeakPassword) {
 		t.Fatalf("SetPassword(short) = %v, want ErrWeakPassword", err)
 	}
-	if err := us.SetPassword(ctx, "nobody", "long-enough"); !errors.Is(err, auth.ErrUserNotFound) {
+	if err := us.SetPassword(ctx, auth.CommandLine, "nobody", "long-enough"); !errors.Is(err, auth.ErrUserNotFound) {
 		t.Fatalf("SetPassword(nobody) = %v, want ErrUserNotFound", err)
 	}
 }
@@ -202,7 +202,7 @@ func TestForToken(t *testing.T) {
 	}
 	first := issue()
 	valid(first)
-	if err := us.SetPassword(ctx, "alice", "new-password-1"); err != nil {
+	if err := us.SetPassword(ctx, auth.CommandLine, "alice", "new-password-1"); err != nil {
 		t.Fatal(err)
 	}
 	revoked(first, "after a password change")
@@ -213,11 +213,11 @@ func TestForToken(t *testing.T) {
 	}
 	revoked(second, "after Revoke")
 	third := issue()
-	if err := us.SetDisabled(ctx, "alice", true); err != nil {
+	if err := us.SetDisabled(ctx, auth.CommandLine, "alice", true); err != nil {
 		t.Fatal(err)
 	}
 	revoked(third, "while disabled")
-	if err := us.SetDisabled(ctx, "alice", false); err != nil {
+	if err := us.SetDisabled(ctx, auth.CommandLine, "alice", false); err != nil {
 		t.Fatal(err)
 	}
 	revoked(third, "after re-enabling")

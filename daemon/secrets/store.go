@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/audit"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -137,6 +138,9 @@ func New(db *gorm.DB, kr *Keyring) (*Store, error) {
 	if err := db.AutoMigrate(&row{}); err != nil {
 		return nil, fmt.Errorf("secrets: migrating table secrets: %w", err)
 	}
+	if err := audit.Migrate(db); err != nil {
+		return nil, err
+	}
 	s := &Store{db: db}
 	s.kr.Store(kr)
 	return s, nil
@@ -198,6 +202,10 @@ func (s *Store) Names(ctx context.Context, user string) ([]string, error) {
 // A row that is not under the current key is re-encrypted under it on the
 // way; if that fails the value is still returned, and the next read tries
 // again.
+//
+// Reading a value is not its use: the engine reads them all to redact
+// them; the audit log records a use where a command substitutes it
+// (agentcore.Launch.Secrets).
 func (s *Store) Value(ctx context.Context, user, name string) (string, error) {
 	b, err := s.read(ctx, user, kindSecret, name)
 	return string(b), err
@@ -351,12 +359,21 @@ func (s *Store) put(ctx context.Context, user, kind, name string, plain []byte) 
 	now := time.Now().UTC()
 	r := row{UserID: user, Kind: kind, Name: name, Ciphertext: data, KeyID: keyID, Created: now, Updated: now}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var replaced int64
+		if err := tx.Model(&row{}).Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Count(&replaced).Error; err != nil {
+			return err
+		}
 		err := tx.Clauses(clause.OnConflict{
 			Columns:   []clause.Column{{Name: "user_id"}, {Name: "kind"}, {Name: "name"}},
 			DoUpdates: clause.AssignmentColumns([]string{"ciphertext", "key_id", "updated"}),
 		}).Create(&r).Error
 		if err != nil {
 			return err
+		}
+		if kind == kindSecret {
+			if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretCreate, User: user, Data: map[string]any{"name": name, "replaced": replaced > 0}}); err != nil {
+				return err
+			}
 		}
 		return tx.Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Take(&r).Error
 	})
@@ -434,14 +451,20 @@ func (s *Store) delete(ctx context.Context, user, kind, name string) error {
 	if err := checkName(kind, name); err != nil {
 		return err
 	}
-	res := s.db.WithContext(ctx).Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Delete(&row{})
-	if res.Error != nil {
-		return fmt.Errorf("secrets: deleting %s %q of user %q: %w", label(kind), name, user, res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("%w: no %s %q", ErrNotFound, label(kind), name)
-	}
-	return nil
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Delete(&row{})
+		if res.Error != nil {
+			return fmt.Errorf("secrets: deleting %s %q of user %q: %w", label(kind), name, user, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: no %s %q", ErrNotFound, label(kind), name)
+		}
+		if kind != kindSecret {
+			return nil
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretDelete, User: user, Data: map[string]string{"name": name}})
+		return err
+	})
 }
 
 func (s *Store) list(ctx context.Context, user, kind string) ([]Meta, error) {

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/audit"
 )
 
 // ErrNotFound wraps agentcore.ErrNotFound: a missing conversation, or one
@@ -91,6 +92,9 @@ var _ agentcore.Store = (*Conversations)(nil)
 func NewConversations(db *gorm.DB) (*Conversations, error) {
 	if err := db.AutoMigrate(&Conversation{}, &messageRow{}, &eventRow{}, &approvalRow{}); err != nil {
 		return nil, fmt.Errorf("store: migrating conversations: %w", err)
+	}
+	if err := audit.Migrate(db); err != nil {
+		return nil, err
 	}
 	return &Conversations{db: db, cache: newEventCache()}, nil
 }
@@ -290,17 +294,29 @@ func (s *Conversations) Events(ctx context.Context, conversation string, after i
 	return evs, nil
 }
 
-// SaveApproval implements agentcore.Store.
+// SaveApproval implements agentcore.Store. An approval no longer
+// pending (decided, expired, withdrawn) is recorded in the audit log in
+// the same transaction, with the exact command and working directory.
 func (s *Conversations) SaveApproval(ctx context.Context, a agentcore.Approval) error {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
 	row := approvalRow{ID: a.ID, ConversationID: a.Conversation, Status: string(a.Status), Data: b}
-	err = s.db.WithContext(ctx).Omit(clause.Associations).Clauses(clause.OnConflict{
-		Columns:   []clause.Column{{Name: "id"}},
-		DoUpdates: clause.AssignmentColumns([]string{"status", "data"}),
-	}).Create(&row).Error
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Omit(clause.Associations).Clauses(clause.OnConflict{
+			Columns:   []clause.Column{{Name: "id"}},
+			DoUpdates: clause.AssignmentColumns([]string{"status", "data"}),
+		}).Create(&row).Error
+		if err != nil || a.Status == agentcore.ApprovalPending {
+			return err
+		}
+		_, err = audit.Append(tx, audit.Entry{Kind: audit.KindApproval, User: a.User, Data: map[string]any{
+			"id": a.ID, "conversation": a.Conversation, "tool": a.Tool, "command": a.Command, "cwd": a.Cwd, "background": a.Background,
+			"status": a.Status, "decision": a.Decision, "decided_by": a.DecidedBy,
+		}})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("store: saving approval %s: %w", a.ID, err)
 	}

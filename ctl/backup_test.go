@@ -1,0 +1,83 @@
+package ctl_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/daemon/config"
+)
+
+// backupInstance is an instance with a user, a layer whose upper holds
+// a symlink out of the tree, and a backup of it under a passphrase.
+func backupInstance(t *testing.T) (dir, file string) {
+	t.Helper()
+	dir = newInstance(t)
+	if r := ctl(t, "users", "add", "--instance", dir, "--password", "alice password", "alice"); r.code != 0 {
+		t.Fatal(r)
+	}
+	upper := filepath.Join(dir, "workspaces", "layers", "conv_x", "upper")
+	if err := os.MkdirAll(upper, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("/etc/hostname", filepath.Join(upper, "escape"))
+	os.WriteFile(filepath.Join(upper, "file.txt"), []byte("content\n"), 0o640)
+	file = filepath.Join(t.TempDir(), "b.cbk")
+	if r := (run{args: []string{"backup", "--instance", dir, "--out", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}).do(t); r.code != 0 {
+		t.Fatalf("backup: %v", r)
+	}
+	return dir, file
+}
+
+func TestBackupRestoreFiles(t *testing.T) {
+	_, file := backupInstance(t)
+	dst := filepath.Join(t.TempDir(), "restored")
+	r := run{args: []string{"restore", "--instance", dst, "--in", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}.do(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "audit log: 2 records, chain intact") {
+		t.Fatalf("restore: %v", r)
+	}
+	upper := filepath.Join(dst, "workspaces", "layers", "conv_x", "upper")
+	if target, err := os.Readlink(filepath.Join(upper, "escape")); err != nil || target != "/etc/hostname" {
+		t.Errorf("symlink restored as %q, %v; want the link itself", target, err)
+	}
+	if fi, err := os.Stat(filepath.Join(upper, "file.txt")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("file.txt: %v, %v", fi, err)
+	}
+	if err := (config.Instance{Dir: dst}).CheckModes(); err != nil {
+		t.Errorf("restored instance: %v", err)
+	}
+	if r := ctl(t, "users", "list", "--instance", dst); !strings.Contains(r.stdout, "alice") {
+		t.Errorf("users after restore: %v", r)
+	}
+}
+
+// A damaged, truncated or extended backup does not restore.
+func TestRestoreRefusesDamage(t *testing.T) {
+	_, file := backupInstance(t)
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := strings.IndexByte(string(good), '\n') + 1
+	for _, c := range []struct {
+		name string
+		data []byte
+		says string
+	}{
+		{"flipped", func() []byte { b := append([]byte(nil), good...); b[len(b)-20] ^= 1; return b }(), "does not open with this key"},
+		{"truncated", good[:len(good)-100], "truncated"},
+		{"appended", append(append([]byte(nil), good...), 0, 0, 0, 1, 0), "after its last chunk"},
+		{"header edited", []byte(strings.Replace(string(good[:header]), `"memory_kib":65536`, `"memory_kib":65537`, 1) + string(good[header:])), "does not open"},
+		{"not a backup", []byte("hello\n"), "not a codumentor backup"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "bad.cbk")
+			os.WriteFile(f, c.data, 0o600)
+			r := run{args: []string{"restore", "--instance", filepath.Join(t.TempDir(), "x"), "--in", f, "--passphrase-stdin"}, stdin: "pass phrase\n"}.do(t)
+			if r.code != 1 || !strings.Contains(r.stderr, c.says) {
+				t.Fatalf("restore of a %s backup: %v; want exit 1 saying %q", c.name, r, c.says)
+			}
+		})
+	}
+}

@@ -1,0 +1,352 @@
+// Package audit is the server's tamper-evident audit log: an
+// append-only table in the instance database where each record carries
+// the SHA-256 of the one before it, so that an edited, deleted or
+// reordered record breaks the chain at a place Verify names.
+//
+// A record is written in the same transaction as the action it records
+// (Append with the action's *gorm.DB transaction): the action and its
+// record are stored together or not at all. Actions that write nothing
+// else (a failed login, the use of a secret, a sandbox launch) use
+// Write, which opens a transaction of its own.
+//
+// Appends are serialized by SQLite's write lock: the database is opened
+// with _txlock=immediate (store.Open), so a transaction takes the write
+// lock at BEGIN, and reading the last record and inserting the next are
+// never interleaved with another writer. The sequence number is the
+// primary key besides, so a caller that forgot the transaction gets a
+// constraint error, never a fork in the chain.
+//
+// Records hold names and digests, never a secret's value or a password.
+//
+// What the chain cannot show: the removal of the newest records (the
+// chain that is left is intact) and a rewrite of the whole table by
+// someone who recomputes every hash. Export the log (codumentorctl audit
+// export) to somewhere the server cannot write to pin its head.
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+	"gorm.io/gorm"
+)
+
+// Kinds of records. A kind names what happened; its Data is described
+// next to it. Add, never rename: exports and alerts match on them.
+const (
+	// KindLogin is a login attempt: {"name","result":"ok"|"refused"}.
+	// User is the user's ID when the login succeeded; Source the client's
+	// address (behind trusted_proxies, the forwarded one).
+	KindLogin = "login"
+	// KindApproval is an approval's decision (or its expiry or
+	// withdrawal): {"id","conversation","tool","command","cwd",
+	// "background","status","decision","decided_by"}. Command is exactly
+	// what runs, with secret placeholders, never their values.
+	KindApproval = "approval"
+	// KindSandboxLaunch is a command started in a sandbox:
+	// {"conversation","profile","argv_sha256","cwd","seccomp",
+	// "filter_sha256"}.
+	KindSandboxLaunch = "sandbox_launch"
+	// KindSecretCreate is a secret stored or replaced: {"name","replaced"}.
+	KindSecretCreate = "secret_create"
+	// KindSecretUse is a secret substituted into a sandboxed command:
+	// {"name","conversation"}, with the command's sandbox_launch record.
+	KindSecretUse = "secret_use"
+	// KindSecretDelete is a secret deleted: {"name"}.
+	KindSecretDelete = "secret_delete"
+	// KindAdmin is an administrator's action: {"action", ...}; User is the
+	// administrator ("codumentorctl" for the command line).
+	KindAdmin = "admin"
+	// KindConfig is the configuration a server started with, every
+	// secret in it masked: {"config":{...}}.
+	KindConfig = "config"
+	// KindPush is a push of a reviewed diff: {"conversation","repository",
+	// "branch","commit"}. Record it in the transaction that stores the
+	// push's result.
+	KindPush = "push"
+	// KindAttachment is a file attached to a conversation:
+	// {"conversation","name","size","sha256"}. Record it in the
+	// transaction that stores the attachment.
+	KindAttachment = "attachment"
+)
+
+// Entry is what a caller records.
+type Entry struct {
+	Kind string
+	// User is the acting user's ID (or, where there is none, who acted:
+	// "server", "codumentorctl"); may be empty for a failed login.
+	User string
+	// Source is the client's address, when a client acted.
+	Source string
+	// Data describes the action; it is stored as JSON (a map's keys
+	// sorted). Never put a secret value or a password in it.
+	Data any
+}
+
+// Record is one stored record.
+type Record struct {
+	// Seq numbers the records 1, 2, 3, … without gaps.
+	Seq    int64  `gorm:"primaryKey;autoIncrement:false" json:"seq"`
+	Time   string `gorm:"not null;index" json:"time"` // RFC 3339, UTC, nanoseconds
+	Kind   string `gorm:"not null;index" json:"kind"`
+	User   string `gorm:"index" json:"user,omitempty"`
+	Source string `json:"source,omitempty"`
+	Data   []byte `gorm:"not null" json:"-"`
+	// Prev is the Hash of record Seq-1 (for record 1: 64 zeros).
+	Prev string `gorm:"not null" json:"prev"`
+	// Hash is the SHA-256 of this record's fields and Prev (see hash).
+	Hash string `gorm:"not null" json:"hash"`
+}
+
+// TableName is the audit table.
+func (Record) TableName() string { return "audit_log" }
+
+// MarshalJSON writes Data as the JSON object it is.
+func (r Record) MarshalJSON() ([]byte, error) {
+	type plain Record
+	return json.Marshal(struct {
+		plain
+		Data json.RawMessage `json:"data"`
+	}{plain(r), json.RawMessage(r.Data)})
+}
+
+// UnmarshalJSON reads a record as MarshalJSON writes it (an export).
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	var v struct {
+		plain
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = Record(v.plain)
+	r.Data = []byte(v.Data)
+	return nil
+}
+
+// genesis is the Prev of the first record.
+var genesis = strings.Repeat("0", 64)
+
+// Migrate creates the audit table in db.
+func Migrate(db *gorm.DB) error {
+	if err := db.AutoMigrate(&Record{}); err != nil {
+		return fmt.Errorf("audit: migrating: %w", err)
+	}
+	return nil
+}
+
+// Append records e in tx, which must be the transaction of the action it
+// records (db.Transaction(func(tx *gorm.DB) error { ...; _, err :=
+// audit.Append(tx, e); return err })). An error must fail the
+// transaction: the action is then not done either.
+func Append(tx *gorm.DB, e Entry) (Record, error) {
+	if e.Kind == "" {
+		return Record{}, errors.New("audit: an entry needs a kind")
+	}
+	data, err := json.Marshal(e.Data)
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: encoding the data of a %s record: %w", e.Kind, err)
+	}
+	if e.Data == nil || string(data) == "null" {
+		data = []byte("{}")
+	}
+	var last Record
+	prev, seq := genesis, int64(1)
+	err = tx.Select("seq", "hash").Order("seq DESC").Limit(1).Take(&last).Error
+	switch {
+	case err == nil:
+		prev, seq = last.Hash, last.Seq+1
+	case !errors.Is(err, gorm.ErrRecordNotFound):
+		return Record{}, fmt.Errorf("audit: reading the last record: %w", err)
+	}
+	r := Record{Seq: seq, Time: time.Now().UTC().Format(time.RFC3339Nano), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
+	r.Hash = r.hash()
+	if err := tx.Create(&r).Error; err != nil {
+		return Record{}, fmt.Errorf("audit: appending a %s record: %w", e.Kind, err)
+	}
+	return r, nil
+}
+
+// Write records e in a transaction of its own, for an action that
+// writes nothing else.
+func Write(ctx context.Context, db *gorm.DB, e Entry) error {
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		_, err := Append(tx, e)
+		return err
+	})
+}
+
+// hash is the SHA-256 of the record's fields and Prev, each
+// length-prefixed so that no two records share an input.
+func (r *Record) hash() string {
+	h := sha256.New()
+	for _, f := range []string{fmt.Sprint(r.Seq), r.Time, r.Kind, r.User, r.Source, string(r.Data), r.Prev} {
+		fmt.Fprintf(h, "%d:%s\n", len(f), f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Filter selects records; zero fields select all.
+type Filter struct {
+	Since time.Time // records at or after
+	User  string
+	Kind  string
+	After int64 // records with a greater Seq
+	Limit int   // at most this many (0: no limit)
+}
+
+// List returns the records f selects, oldest first.
+func List(ctx context.Context, db *gorm.DB, f Filter) ([]Record, error) {
+	q := db.WithContext(ctx).Order("seq")
+	if !f.Since.IsZero() {
+		q = q.Where("time >= ?", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if f.User != "" {
+		q = q.Where("user = ?", f.User)
+	}
+	if f.Kind != "" {
+		q = q.Where("kind = ?", f.Kind)
+	}
+	if f.After > 0 {
+		q = q.Where("seq > ?", f.After)
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	var rs []Record
+	if err := q.Find(&rs).Error; err != nil {
+		return nil, fmt.Errorf("audit: listing records: %w", err)
+	}
+	return rs, nil
+}
+
+// ErrBroken is wrapped by Verify's error when the chain does not hold.
+var ErrBroken = errors.New("audit log chain is broken")
+
+// BrokenError says where the chain breaks and how.
+type BrokenError struct {
+	// Seq is the record where the break shows.
+	Seq int64
+	// Problem says what is wrong there.
+	Problem string
+}
+
+func (e *BrokenError) Error() string {
+	return fmt.Sprintf("%v at record %d: %s", ErrBroken, e.Seq, e.Problem)
+}
+
+func (e *BrokenError) Unwrap() error { return ErrBroken }
+
+// Verify reads the whole log in order and checks the chain: sequence
+// numbers 1, 2, 3, … without gaps, each record's hash matching its
+// content and each Prev the hash of the record before. It returns the
+// number of records checked, and a *BrokenError naming the first record
+// where an edit, deletion or reordering shows.
+func Verify(ctx context.Context, db *gorm.DB) (int64, error) {
+	var n int64
+	prev, want := genesis, int64(1)
+	var batch []Record
+	err := db.WithContext(ctx).Order("seq").FindInBatches(&batch, 500, func(tx *gorm.DB, _ int) error {
+		for i := range batch {
+			if err := check(&batch[i], &want, &prev); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	}).Error
+	return n, err
+}
+
+// VerifyRecords checks records as Verify checks the table, for an
+// export read back. An export that starts after record 1 (--since) is
+// checked from its first record on, trusting that record's Prev.
+func VerifyRecords(rs []Record) error {
+	prev, want := genesis, int64(1)
+	if len(rs) > 0 && rs[0].Seq > 1 {
+		prev, want = rs[0].Prev, rs[0].Seq
+	}
+	for i := range rs {
+		if err := check(&rs[i], &want, &prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func check(r *Record, want *int64, prev *string) error {
+	switch {
+	case r.Seq == *want+1:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("record %d before it is missing (deleted)", *want)}
+	case r.Seq > *want:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("records %d to %d before it are missing (deleted)", *want, r.Seq-1)}
+	case r.Seq < *want:
+		return &BrokenError{Seq: r.Seq, Problem: "out of order"}
+	case r.Hash != r.hash():
+		return &BrokenError{Seq: r.Seq, Problem: "its content does not match its hash (edited)"}
+	case r.Prev != *prev:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("it does not follow record %d (a record was replaced or the records were reordered)", r.Seq-1)}
+	}
+	*want, *prev = r.Seq+1, r.Hash
+	return nil
+}
+
+// Mask returns v (a configuration, as its YAML keys name it) with the
+// value of every key that names a secret (jwt_secret, api_key,
+// service_password, …) replaced by "***" when set.
+func Mask(v any) (map[string]any, error) {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("audit: masking: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("audit: masking: want a mapping: %w", err)
+	}
+	mask(m)
+	return m, nil
+}
+
+func mask(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if secretKey(k) {
+				if x != nil && x != "" && !isEmpty(x) {
+					v[k] = "***"
+				}
+				continue
+			}
+			mask(x)
+		}
+	case []any:
+		for _, x := range v {
+			mask(x)
+		}
+	}
+}
+
+func isEmpty(x any) bool {
+	a, ok := x.([]any)
+	return ok && len(a) == 0
+}
+
+// secretKey reports a configuration key (JSON name, any case) that holds
+// a secret.
+func secretKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, s := range []string{"secret", "password", "api_key", "passphrase", "credential"} {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,158 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/store"
+)
+
+func openDB(t *testing.T) *gorm.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close(db) })
+	if err := audit.Migrate(db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// Concurrent writers each get their own place in one chain.
+func TestConcurrentAppendsKeepOneChain(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	const writers, each = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				errs <- audit.Write(ctx, db, audit.Entry{Kind: audit.KindLogin, User: "u", Data: map[string]any{"w": w, "i": i}})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := audit.Verify(ctx, db)
+	if err != nil || n != writers*each {
+		t.Fatalf("Verify = %d, %v; want %d records, nil", n, err, writers*each)
+	}
+}
+
+// The action and its record commit together: a failed action leaves no
+// record.
+func TestAppendIsPartOfTheAction(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	boom := errors.New("the action failed")
+	err := db.Transaction(func(tx *gorm.DB) error {
+		if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: "admin", Data: map[string]string{"action": "x"}}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	rs, err := audit.List(ctx, db, audit.Filter{})
+	if err != nil || len(rs) != 0 {
+		t.Fatalf("List = %v, %v; want no record", rs, err)
+	}
+}
+
+func TestVerifyNamesTheTamperedRecord(t *testing.T) {
+	tests := []struct {
+		name    string
+		tamper  string // SQL
+		wantSeq int64
+		want    string
+	}{
+		{"edited data", `UPDATE audit_log SET data = '{"name":"mallory"}' WHERE seq = 3`, 3, "edited"},
+		{"edited user", `UPDATE audit_log SET user = 'someone' WHERE seq = 4`, 4, "edited"},
+		{"deleted", `DELETE FROM audit_log WHERE seq = 2`, 3, "missing"},
+		{"reordered", `UPDATE audit_log SET seq = -seq WHERE seq IN (2, 3); UPDATE audit_log SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END WHERE seq < 0`, 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := openDB(t)
+			ctx := context.Background()
+			for i := range 5 {
+				if err := audit.Write(ctx, db, audit.Entry{Kind: audit.KindLogin, User: "u", Source: "127.0.0.1", Data: map[string]any{"name": "alice", "i": i}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := audit.Verify(ctx, db); err != nil || n != 5 {
+				t.Fatalf("before: Verify = %d, %v", n, err)
+			}
+			if err := db.Exec(tt.tamper).Error; err != nil {
+				t.Fatal(err)
+			}
+			_, err := audit.Verify(ctx, db)
+			var be *audit.BrokenError
+			if !errors.As(err, &be) || !errors.Is(err, audit.ErrBroken) {
+				t.Fatalf("Verify after %s = %v; want a *BrokenError", tt.name, err)
+			}
+			if be.Seq != tt.wantSeq || !strings.Contains(be.Problem, tt.want) {
+				t.Fatalf("Verify after %s: record %d, %q; want record %d, %q", tt.name, be.Seq, be.Problem, tt.wantSeq, tt.want)
+			}
+			// The export of the same table fails the same way.
+			rs, err := audit.List(ctx, db, audit.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := audit.VerifyRecords(rs); !errors.As(err, &be) || be.Seq != tt.wantSeq {
+				t.Fatalf("VerifyRecords = %v, want record %d", err, tt.wantSeq)
+			}
+		})
+	}
+}
+
+func TestMask(t *testing.T) {
+	type ldap struct {
+		URL             string `yaml:"url"`
+		ServicePassword string `yaml:"service_password"`
+	}
+	type authc struct {
+		JWTSecret          string   `yaml:"jwt_secret"`
+		PreviousJWTSecrets []string `yaml:"previous_jwt_secrets"`
+		TokenTTL           string   `yaml:"token_ttl"`
+		LDAP               ldap     `yaml:"ldap"`
+	}
+	cfg := struct {
+		Listen string `yaml:"listen"`
+		Auth   authc  `yaml:"auth"`
+		LLM    struct {
+			APIKey string `yaml:"api_key"`
+		} `yaml:"llm"`
+	}{Listen: "127.0.0.1:8080", Auth: authc{JWTSecret: "s3cr3t-value", PreviousJWTSecrets: []string{"old-value"}, TokenTTL: "12h", LDAP: ldap{URL: "ldap://x", ServicePassword: "pw-value"}}}
+	cfg.LLM.APIKey = "key-value"
+	m, err := audit.Mask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m["auth"].(map[string]any)
+	if a["jwt_secret"] != "***" || a["previous_jwt_secrets"] != "***" || a["token_ttl"] != "12h" {
+		t.Fatalf("auth masked as %v", a)
+	}
+	if l := a["ldap"].(map[string]any); l["service_password"] != "***" || l["url"] != "ldap://x" {
+		t.Fatalf("ldap masked as %v", l)
+	}
+	if m["llm"].(map[string]any)["api_key"] != "***" || m["listen"] != "127.0.0.1:8080" {
+		t.Fatalf("masked: %v", m)
+	}
+}

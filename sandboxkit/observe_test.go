@@ -1,0 +1,171 @@
+package sandboxkit
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+)
+
+// observedPolicy is a session policy with the log-mode filter, and this
+// test binary in the lower tree as /workspace/probe (the probe program).
+func observedPolicy(t *testing.T, mode seccomp.Mode) *Policy {
+	t.Helper()
+	p := sessionPolicy(t)
+	f, err := seccomp.Load(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Seccomp = f.Program
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(filepath.Join(p.Workspace.Lower, "probe"), os.O_CREATE|os.O_WRONLY, 0o700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Every blocklisted call the probe program makes in log mode is reported
+// once, by name and caller, with how often it was made; the calls still
+// run.
+func TestSessionObservesLogMode(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	s := startSession(t, observedPolicy(t, seccomp.Log), SessionOptions{})
+	if err := s.Observing(); err != nil {
+		t.Fatalf("Observing: %v", err)
+	}
+	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	var called []string
+	if err := json.Unmarshal([]byte(out), &called); err != nil || len(called) < 40 {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	want := map[string]int64{}
+	for _, name := range called {
+		want[name]++
+	}
+	got := map[string]int64{}
+	for _, v := range s.Violations() {
+		if v.Command != "probe" {
+			t.Errorf("violation by %q, not the probe: %+v", v.Command, v)
+			continue
+		}
+		if _, dup := got[v.Syscall]; dup {
+			t.Errorf("%s reported twice", v.Syscall)
+		}
+		got[v.Syscall] = v.Count
+		if !strings.HasPrefix(v.Args, "(") {
+			t.Errorf("%s: args %q", v.Syscall, v.Args)
+		}
+	}
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s: reported %d times, the probe made it %d times", name, got[name], n)
+		}
+	}
+	for name := range got {
+		if want[name] == 0 {
+			t.Errorf("%s reported, the probe never made it", name)
+		}
+	}
+}
+
+// Enforce mode refuses first: the listener is not even installed, and
+// the refused calls are refused.
+func TestSessionEnforceNotObserved(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	s := startSession(t, observedPolicy(t, seccomp.Enforce), SessionOptions{})
+	if err := s.Observing(); !errors.Is(err, ErrNotObserved) {
+		t.Fatalf("Observing = %v, want ErrNotObserved", err)
+	}
+	if out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag); err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	if v := s.Violations(); len(v) != 0 {
+		t.Fatalf("violations under enforce: %+v", v)
+	}
+}
+
+// Ordinary builds make no blocklisted call: go build and make report
+// nothing.
+func TestSessionObservesNothingForBuilds(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "go: %v", err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		sandboxtest.SkipOrFail(t, "make: %v", err)
+	}
+	p := sessionPolicy(t)
+	f, err := seccomp.Load(seccomp.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Seccomp = f.Program
+	// The host's build cache, so that the build costs seconds, not a
+	// compilation of the runtime.
+	cache, err := exec.Command(goBin, "env", "GOCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ReadWrite = append(p.ReadWrite, Bind{Src: strings.TrimSpace(string(cache)), Dst: "/gocache"})
+	files := map[string]string{
+		"go.mod":  "module hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"os/exec\"\n)\n\nfunc main() {\n\tb, _ := exec.Command(\"echo\", \"from a child\").Output()\n\tfmt.Printf(\"hello from go %s\", b)\n}\n",
+		"Makefile": "hello: main.go\n\t" + goBin + " build -o /tmp/hello .\n\t/tmp/hello\n" +
+			".PHONY: hello-c\nhello-c:\n\tcc -o /tmp/c c/c.c && /tmp/c\n",
+		"c/c.c": "#include <stdio.h>\nint main(void) { puts(\"hello from c\"); return 0; }\n",
+	}
+	if err := os.Mkdir(filepath.Join(p.Workspace.Lower, "c"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(p.Workspace.Lower, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startSession(t, p, SessionOptions{})
+	if err := s.Observing(); err != nil {
+		t.Fatalf("Observing: %v", err)
+	}
+	out, _, err := inSession(t, s, "cd /workspace && HOME=/tmp GOCACHE=/gocache GOPATH=/tmp/gopath GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod make -s hello hello-c")
+	if err != nil || !strings.Contains(out, "hello from go") || !strings.Contains(out, "hello from c") {
+		t.Fatalf("make: %v\n%s", err, out)
+	}
+	if v := s.Violations(); len(v) != 0 {
+		t.Fatalf("violations of an ordinary build: %+v", v)
+	}
+}
+
+// The Doctor says that log mode reports per sandbox here (Linux 5.7+).
+func TestDoctorObserveCheck(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	c := observeCheck(t.Context(), "")
+	if c.Name != "seccomp-observe" || !c.OK || c.Warning || !strings.Contains(c.Detail, "user-notification listener") {
+		t.Fatalf("check: %+v", c)
+	}
+}
