@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -110,6 +112,7 @@ func TestAttachments(t *testing.T) {
 	in := newInstance(t, llm(t, steps...)+officePlugin)
 	in.addUser("alice", pw, false)
 	in.addUser("bob", pw, false)
+	in.addUser("root", pw, true)
 	p := in.start()
 	alice, bob := p.login("alice", pw), p.login("bob", pw)
 	conv := alice.newConversation()
@@ -118,7 +121,7 @@ func TestAttachments(t *testing.T) {
 		status, body := alice.upload(conv, f.name, f.data)
 		var at attachment
 		if status != http.StatusCreated || json.Unmarshal(body, &at) != nil {
-			t.Fatalf("upload %s: %d %s", f.name, status, body)
+			t.Fatalf("upload %s: %d %s\n%s", f.name, status, body, p.stderr)
 		}
 		if at.Kind != f.kind || at.Name != f.name || at.Bytes != int64(len(f.data)) || at.TextBytes == 0 || len(at.Parts) < f.part {
 			t.Fatalf("upload %s: %+v", f.name, at)
@@ -136,6 +139,25 @@ func TestAttachments(t *testing.T) {
 		t.Fatalf("list: %+v", list)
 	}
 	bob.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+conv+"/attachments", nil, nil)
+	// Each attachment is in the audit log with its digest.
+	var audited struct {
+		Records []struct {
+			User string
+			Data struct {
+				Conversation, Name, SHA256 string
+			}
+		}
+	}
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=attachment", nil, &audited)
+	if len(audited.Records) != len(files) {
+		t.Fatalf("audit records of kind attachment: %+v", audited.Records)
+	}
+	for i, r := range audited.Records {
+		sum := sha256.Sum256(files[i].data)
+		if r.Data.Conversation != conv || r.Data.Name != files[i].name || r.Data.SHA256 != hex.EncodeToString(sum[:]) || r.User == "" {
+			t.Errorf("audit record %d: %+v", i, r)
+		}
+	}
 	if status, body := bob.upload(conv, "x.docx", officetest.GoodDOCX()); status != http.StatusNotFound {
 		t.Fatalf("bob uploads to alice's conversation: %d %s", status, body)
 	}

@@ -213,6 +213,15 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	if gitCmd(t, bare, "rev-parse", "main") != base {
 		t.Fatal("main moved")
 	}
+	var audited struct {
+		Records []struct {
+			Data struct{ Repository, Branch, Commit, Result string }
+		}
+	}
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=push", nil, &audited)
+	if n := len(audited.Records); n != 1 || audited.Records[0].Data != (struct{ Repository, Branch, Commit, Result string }{repo.ID, "codumentor/readme", res.Commit, "ok"}) {
+		t.Fatalf("audit records of kind push: %+v", audited.Records)
+	}
 
 	// The workspace changes after the diff was read: the old digest is stale.
 	a.send(conv.ID, "add a file")

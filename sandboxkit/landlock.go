@@ -100,6 +100,9 @@ func runScoped(args []string) int {
 	if len(args) == 0 {
 		return fail("no command")
 	}
+	if err := ownProc(); err != nil {
+		return fail("%v", err)
+	}
 	// Landlock restricts the calling thread: restrict and execute on
 	// the same one.
 	runtime.LockOSThread()

@@ -57,6 +57,9 @@ func runRlimited(args []string) int {
 	if len(args) < 3 {
 		return fail("want the address space, the CPU seconds and a command, got %q", args)
 	}
+	if err := ownProc(); err != nil {
+		return fail("%v", err)
+	}
 	as, err1 := strconv.ParseUint(args[0], 10, 64)
 	cpu, err2 := strconv.ParseUint(args[1], 10, 64)
 	if err1 != nil || err2 != nil {

@@ -382,6 +382,11 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 		// Go still forks with vfork, which keeps a launch cheap.
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID
 		attr.Sys.Pdeathsig = syscall.SIGKILL
+		if isLaunchStep(req.Args) {
+			// Its own /proc before bwrap runs: see launchstep.go.
+			attr.Sys.Cloneflags |= syscall.CLONE_NEWNS
+			attr.Sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+		}
 	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()

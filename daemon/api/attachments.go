@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -82,7 +84,7 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	}
 	conv := conversation(c)
 	ctx := c.UserContext()
-	path, name, size, err := a.receive(c)
+	path, name, size, sum, err := a.receive(c)
 	if err != nil {
 		return err
 	}
@@ -106,7 +108,7 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	case err != nil:
 		return err
 	}
-	at, err := a.Store.Add(ctx, conv.ID, name, size, doc)
+	at, err := a.Store.Add(ctx, conv.ID, name, size, doc, store.Upload{User: user(c).ID, Source: s.clientIP(c), SHA256: sum})
 	if err != nil {
 		return err
 	}
@@ -114,30 +116,32 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 }
 
 // receive copies the multipart field "file" of the request into a new
-// file in Dir: its path, the client's name for it and its size.
-func (a *Attachments) receive(c *fiber.Ctx) (path, name string, size int64, err error) {
+// file in Dir: its path, the client's name for it, its size and its
+// SHA-256 (hex).
+func (a *Attachments) receive(c *fiber.Ctx) (path, name string, size int64, sum string, err error) {
 	mt, params, err := mime.ParseMediaType(c.Get(fiber.HeaderContentType))
 	if err != nil || mt != fiber.MIMEMultipartForm || params["boundary"] == "" {
-		return "", "", 0, badRequest("send the file as multipart/form-data in the field \"file\"")
+		return "", "", 0, "", badRequest("send the file as multipart/form-data in the field \"file\"")
 	}
 	// The raw body: limitBody refused any Content-Encoding.
 	mr := multipart.NewReader(bytes.NewReader(c.Request().Body()), params["boundary"])
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
-			return "", "", 0, badRequest("the form has no field \"file\"")
+			return "", "", 0, "", badRequest("the form has no field \"file\"")
 		}
 		if err != nil {
-			return "", "", 0, badRequest("the multipart body is not valid: %v", err)
+			return "", "", 0, "", badRequest("the multipart body is not valid: %v", err)
 		}
 		if part.FormName() != "file" {
 			continue
 		}
 		f, err := os.CreateTemp(a.Dir, "upload-*")
 		if err != nil {
-			return "", "", 0, err
+			return "", "", 0, "", err
 		}
-		n, err := io.Copy(f, io.LimitReader(part, a.MaxBytes+1))
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(part, a.MaxBytes+1))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -150,9 +154,9 @@ func (a *Attachments) receive(c *fiber.Ctx) (path, name string, size int64, err 
 			if !errors.As(err, &ae) && !isOSError(err) {
 				err = badRequest("the multipart body is not valid: %v", err)
 			}
-			return "", "", 0, err
+			return "", "", 0, "", err
 		}
-		return f.Name(), attachmentName(part.FileName()), n, nil
+		return f.Name(), attachmentName(part.FileName()), n, hex.EncodeToString(h.Sum(nil)), nil
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/integrations/git"
@@ -523,19 +524,27 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 		return PushResult{}, fmt.Errorf("repos: the sandbox's bundle holds %s (parent %s), not %s on %s", got, parent, commit, p.Base)
 	}
 	if err := s.o.Git.Push(ctx, mirror, r.URL, commit, p.Branch, cred); err != nil {
-		s.recordPush(p, r, commit, err)
+		s.recordPush(ctx, p, r, commit, err)
 		return PushResult{}, fmt.Errorf("repos: pushing: %w", err)
 	}
-	s.recordPush(p, r, commit, nil)
+	s.recordPush(ctx, p, r, commit, nil)
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
 
-// recordPush is the one place a push is recorded (the log; an audit log
-// hooks in here).
-func (s *Service) recordPush(p Push, r Repository, commit string, err error) {
+// recordPush is the one place a push is recorded: the log and the audit
+// log (kind push, with the remote's verdict).
+func (s *Service) recordPush(ctx context.Context, p Push, r Repository, commit string, err error) {
+	result := "ok"
 	if err != nil {
+		result = "refused"
 		s.log.Warn("push failed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit, "err", err)
-		return
+	} else {
+		s.log.Info("pushed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit)
 	}
-	s.log.Info("pushed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit)
+	e := audit.Entry{Kind: audit.KindPush, User: p.User, Data: map[string]any{
+		"conversation": p.Conversation, "repository": r.ID, "remote": r.URL, "branch": p.Branch, "commit": commit, "result": result,
+	}}
+	if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, e); aerr != nil {
+		s.log.Error("recording a push in the audit log failed", "repository", r.ID, "commit", commit, "err", aerr)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/integrations/office"
 )
 
@@ -59,14 +60,31 @@ func NewAttachments(db *gorm.DB) (*Attachments, error) {
 	return &Attachments{db: db}, nil
 }
 
-// Add stores a parsed document attached to conversation.
-func (a *Attachments) Add(ctx context.Context, conversation, name string, size int64, doc *office.Document) (Attachment, error) {
+// Upload is who attached a file, from where, and the file's digest: the
+// attachment's audit record.
+type Upload struct {
+	User, Source string
+	SHA256       string
+}
+
+// Add stores a parsed document attached to conversation, with its audit
+// record (kind attachment) in the same transaction.
+func (a *Attachments) Add(ctx context.Context, conversation, name string, size int64, doc *office.Document, up Upload) (Attachment, error) {
 	parts, err := json.Marshal(doc.Parts)
 	if err != nil {
 		return Attachment{}, err
 	}
 	row := attachmentRow{ID: newID("att_"), ConversationID: conversation, Name: name, Kind: doc.Kind, Bytes: size, Truncated: doc.Truncated, Parts: parts, Created: time.Now().UTC()}
-	if err := a.db.WithContext(ctx).Create(&row).Error; err != nil {
+	err = a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAttachment, User: up.User, Source: up.Source, Data: map[string]any{
+			"conversation": conversation, "id": row.ID, "name": name, "kind": doc.Kind, "size": size, "sha256": up.SHA256,
+		}})
+		return err
+	})
+	if err != nil {
 		return Attachment{}, fmt.Errorf("store: adding an attachment: %w", err)
 	}
 	return row.attachment(doc.Parts), nil

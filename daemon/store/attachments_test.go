@@ -21,11 +21,11 @@ func TestAttachments(t *testing.T) {
 	doc := func(text string) *office.Document {
 		return &office.Document{Kind: office.KindDOCX, Parts: []office.Part{{Title: "A", Text: text}, {Title: "B", Text: "bb"}}}
 	}
-	old, err := a.Add(ctx, c1.ID, "r.docx", 10, doc("old"))
+	old, err := a.Add(ctx, c1.ID, "r.docx", 10, doc("old"), Upload{User: "u", SHA256: "00"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	at, err := a.Add(ctx, c1.ID, "r.docx", 20, doc("new"))
+	at, err := a.Add(ctx, c1.ID, "r.docx", 20, doc("new"), Upload{User: "u", SHA256: "00"})
 	if err != nil || at.TextBytes != 5 || len(at.Parts) != 2 || at.Parts[1].TextBytes != 2 {
 		t.Fatalf("Add: %+v %v", at, err)
 	}
