@@ -24,6 +24,8 @@ type plugin struct {
 // plugins are the known plugins by name; config.Validate refuses others.
 var plugins = map[string]plugin{
 	config.PluginWorkspaceIsolation: {start: startWorkspaceIsolation, checks: workspaceIsolationChecks},
+	config.PluginWebRetrieve:        {start: startWebRetrieve, checks: browserChecks},
+	config.PluginMermaidRender:      {start: startMermaidRender, checks: mermaidChecks},
 }
 
 // startWorkspaceIsolation: the engine's shell and file tools run in a

@@ -137,6 +137,9 @@ type server struct {
 	tokens  atomic.Pointer[auth.Tokens]
 	layers  *overlay.Store
 	cfg     atomic.Pointer[config.Config]
+
+	browsers browsers            // the webretrieve and mermaid_render plugins'
+	diagrams api.DiagramRenderer // set by mermaid_render
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -239,6 +242,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Registry:      prometheus.NewRegistry(),
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
+		Diagrams:      s.diagrams,
 
 		TrustedProxies: proxies,
 	})
@@ -300,6 +304,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.browsers.listening(ln.Addr())
+	defer s.browsers.close()
 	queueDone := make(chan error, 1)
 	go func() { queueDone <- s.queue.Run(ctx) }()
 	go s.watchConfig(ctx, inst, o)

@@ -66,6 +66,8 @@ type Deps struct {
 	TrustedProxies []netip.Prefix
 	// Limits bound what clients hold open.
 	Limits Limits
+	// Diagrams renders POST /render/diagram; nil: the plugin is off.
+	Diagrams DiagramRenderer
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -220,6 +222,7 @@ func (s *Server) routes() {
 	authed.Delete("/secrets/:name", s.deleteSecret)
 
 	authed.Get("/jobs/:id", s.getJob)
+	authed.Post("/render/diagram", s.renderDiagram)
 
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }

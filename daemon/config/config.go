@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,9 @@ var envOverrides = []struct {
 // in a per-conversation bubblewrap sandbox over a copy-on-write workspace.
 const PluginWorkspaceIsolation = "workspace_isolation"
 
+// knownPlugins are the plugins config.yaml may enable.
+var knownPlugins = []string{PluginWorkspaceIsolation, PluginWebRetrieve, PluginMermaidRender}
+
 // Config is config.yaml. Zero values mean the defaults of Default.
 type Config struct {
 	// Listen is the HTTP address; loopback unless TLS or InsecureListen.
@@ -68,6 +72,10 @@ type Config struct {
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
 	Server  Server   `yaml:"server"`
+
+	Browser       Browser       `yaml:"browser"`
+	WebRetrieve   WebRetrieve   `yaml:"webretrieve"`
+	MermaidRender MermaidRender `yaml:"mermaid_render"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -224,6 +232,7 @@ func Default() Config {
 			IdleTimeout:       Duration(2 * time.Minute),
 			MaxStreamsPerUser: 16,
 		},
+		Browser: Browser{IdleTimeout: browserIdleTimeout},
 	}
 }
 
@@ -280,9 +289,12 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for _, p := range c.Plugins {
-		if p != PluginWorkspaceIsolation {
-			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, PluginWorkspaceIsolation))
+		if !slices.Contains(knownPlugins, p) {
+			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))
 		}
+	}
+	if c.Browser.IdleTimeout < 0 {
+		errs = append(errs, errors.New("browser.idle_timeout must not be negative (0: the default, 2m)"))
 	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))

@@ -417,3 +417,15 @@ func newRefuser() (net.Listener, error) {
 	}()
 	return ln, nil
 }
+
+// Probe starts the browser once, as the first request would (the sandbox
+// first, the fallback per o.Sandbox), stops it, and reports the verdict:
+// for codumentorctl check.
+func Probe(o Options) (Verdict, error) {
+	b := New(o)
+	defer b.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	err := b.startLocked()
+	return b.verdict, err
+}
