@@ -31,6 +31,7 @@ type checkOptions struct {
 var checkSources = []func(context.Context, checkOptions, *checkReport){
 	sandboxChecks,
 	instanceChecks,
+	browserChecks,
 }
 
 // checkReport is the output of `check --json`: the sandbox Doctor's Report
