@@ -38,6 +38,7 @@ func TestBrowserPlugins(t *testing.T) {
 	mux.HandleFunc("/page", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `<html><head><title>Local page</title></head><body><main>Hello from the test page</main></body></html>`)
 	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(500 * time.Millisecond) })
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
 	})
@@ -45,7 +46,7 @@ func TestBrowserPlugins(t *testing.T) {
 		target := serverURL.Load().String() + "/healthz"
 		fmt.Fprintf(w, `<html><body><p id="out">waiting</p><script>
 fetch(%q).then(r => r.text()).then(t => { out.textContent = 'LEAKED ' + t; }, e => { out.textContent = 'fetch blocked'; });
-</script></body></html>`, target)
+</script><img src="/slow"></body></html>`, target)
 	})
 	site := httptest.NewServer(mux)
 	defer site.Close()

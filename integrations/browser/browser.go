@@ -174,6 +174,11 @@ type Browser struct {
 	users   int
 	idle    *time.Timer
 	closed  bool
+	// gen counts launches, so that a spare prepared for one process is
+	// not kept for the next.
+	gen       int
+	spares    [pageKinds]*tab
+	refilling [pageKinds]bool
 
 	clientOnce sync.Once
 	httpc      *http.Client
@@ -214,19 +219,46 @@ func (b *Browser) stopLocked() {
 		b.idle.Stop()
 		b.idle = nil
 	}
+	for k, p := range b.spares {
+		if p != nil {
+			p.cancel()
+			b.spares[k] = nil
+		}
+	}
 	if b.stop != nil {
 		b.stop()
 		b.stop, b.ctx = nil, nil
 	}
 }
 
-// tab opens a tab in a new incognito browser context, starting the
-// browser when it is not running. The tab closes, and its context is
-// disposed, when ctx ends or done is called.
-func (b *Browser) tab(ctx context.Context) (tctx context.Context, done func(), err error) {
+// A tab is a page in its own new incognito browser context, with its
+// requests intercepted. A request uses one page and closes it: the
+// context is disposed with everything the page stored.
+type tab struct {
+	ctx    context.Context
+	cancel func()
+	in     *interceptor
+}
+
+// pageKind says how a page is prepared before a request gets it.
+type pageKind int
+
+const (
+	fetchPage  pageKind = iota // blank, requests through the policy
+	renderPage                 // the render page with mermaid loaded
+	pageKinds
+)
+
+// take returns a fresh page of kind k for one request, starting the
+// browser when it is not running. A spare page, opened and prepared
+// ahead of the request (never used by another), is taken when there is
+// one, and a new spare is prepared for the next request: a request then
+// does not wait for a tab to open or mermaid to load. release closes the
+// page; it is called when ctx ends at the latest.
+func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(), err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil, nil, errors.New("browser: closed")
 	}
 	if b.ctx != nil && b.ctx.Err() != nil { // the process died
@@ -234,6 +266,7 @@ func (b *Browser) tab(ctx context.Context) (tctx context.Context, done func(), e
 	}
 	if b.ctx == nil {
 		if err := b.startLocked(); err != nil {
+			b.mu.Unlock()
 			return nil, nil, err
 		}
 	}
@@ -242,17 +275,89 @@ func (b *Browser) tab(ctx context.Context) (tctx context.Context, done func(), e
 		b.idle = nil
 	}
 	b.users++
-	tctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithNewBrowserContext())
-	stopWatch := context.AfterFunc(ctx, cancel)
+	bctx, gen := b.ctx, b.gen
+	p = b.spares[k]
+	b.spares[k] = nil
+	b.mu.Unlock()
+
+	if p == nil || p.ctx.Err() != nil {
+		p, err = b.openPage(bctx, k)
+	}
+	go b.refill(bctx, gen, k)
+	if err != nil {
+		b.release()
+		return nil, nil, err
+	}
+	stopWatch := context.AfterFunc(ctx, p.cancel)
 	var once sync.Once
-	done = func() {
+	release = func() {
 		once.Do(func() {
 			stopWatch()
-			cancel()
+			p.cancel()
 			b.release()
 		})
 	}
-	return tctx, done, nil
+	return p, release, nil
+}
+
+// openPage opens and prepares a page of kind k in the browser bctx.
+func (b *Browser) openPage(bctx context.Context, k pageKind) (*tab, error) {
+	tctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy}}
+	err := func() error {
+		if k == renderPage {
+			script, err := b.mermaidScript()
+			if err != nil {
+				return err
+			}
+			p.in.local = map[string]localFile{
+				renderURL:    {body: []byte(renderHTML), ctype: "text/html; charset=utf-8"},
+				renderScript: {body: script, ctype: "text/javascript; charset=utf-8"},
+			}
+		}
+		t := time.AfterFunc(pageTimeout, cancel)
+		defer t.Stop()
+		if err := p.in.start(tctx); err != nil {
+			return err
+		}
+		if k == renderPage {
+			if err := chromedp.Do(tctx, chromedp.Navigate(renderURL)); err != nil {
+				return fmt.Errorf("browser: render page: %w", err)
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return p, nil
+}
+
+// refill prepares a spare page of kind k for the next request, unless
+// there is one or the browser stopped (or restarted: gen) meanwhile.
+func (b *Browser) refill(bctx context.Context, gen int, k pageKind) {
+	b.mu.Lock()
+	busy := b.spares[k] != nil || b.refilling[k] || b.gen != gen || b.ctx == nil
+	if !busy {
+		b.refilling[k] = true
+	}
+	b.mu.Unlock()
+	if busy {
+		return
+	}
+	p, err := b.openPage(bctx, k)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refilling[k] = false
+	if err != nil {
+		return
+	}
+	if b.gen != gen || b.ctx == nil || b.spares[k] != nil {
+		p.cancel()
+		return
+	}
+	b.spares[k] = p
 }
 
 func (b *Browser) release() {
@@ -350,6 +455,7 @@ func (b *Browser) launchLocked(noSandbox bool) error {
 		return fmt.Errorf("browser: %s: %w", b.o.Binary.Path, err)
 	}
 	b.ctx, b.stop = bctx, stop
+	b.gen++
 	return nil
 }
 

@@ -95,6 +95,9 @@ func site(t testing.TB, target string) *httptest.Server {
 <nav>menu</nav><main><h1>Hello from the test page</h1><p>The quick brown fox.</p>
 <a href="/next">next page</a></main></body></html>`)
 	})
+	// /slow holds the load event back, so that the script's fetch has
+	// been answered when the page is read.
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(500 * time.Millisecond) })
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
 	})
@@ -104,7 +107,7 @@ func site(t testing.TB, target string) *httptest.Server {
 <script>
 fetch(%q).then(r => r.text()).then(t => { document.getElementById('out').textContent = 'LEAKED ' + t; },
 	e => { document.getElementById('out').textContent = 'fetch blocked'; });
-</script></body></html>`, target)
+</script><img src="/slow"></body></html>`, target)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -38,7 +38,7 @@ var ErrNoMermaid = errors.New("browser: mermaid is not installed: run scripts/in
 // interceptor answers its two URLs from memory and refuses everything
 // else, so the page makes no network request at all.
 const (
-	renderPage   = "http://codumentor-render.invalid/"
+	renderURL    = "http://codumentor-render.invalid/"
 	renderScript = "http://codumentor-render.invalid/mermaid.js"
 	// renderHTML's CSP is a second wall: scripts only from the page's own
 	// origin, no connections, images only from data: URLs.
@@ -92,27 +92,17 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 	if len(source) > MaxDiagramBytes {
 		return nil, fmt.Errorf("%w: the source is %d bytes; at most %d", ErrDiagram, len(source), MaxDiagramBytes)
 	}
-	script, err := b.mermaidScript()
-	if err != nil {
+	if _, err := b.mermaidScript(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, pageTimeout)
 	defer cancel()
-	tctx, done, err := b.tab(ctx)
+	pg, release, err := b.take(ctx, renderPage)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	in := &interceptor{local: map[string]localFile{
-		renderPage:   {body: []byte(renderHTML), ctype: "text/html; charset=utf-8"},
-		renderScript: {body: script, ctype: "text/javascript; charset=utf-8"},
-	}}
-	if err := in.start(tctx); err != nil {
-		return nil, err
-	}
-	if err := chromedp.Do(tctx, chromedp.Navigate(renderPage)); err != nil {
-		return nil, fmt.Errorf("browser: render page: %w", err)
-	}
+	defer release()
+	tctx, in := pg.ctx, pg.in
 	src, _ := json.Marshal(source)
 	r, err := chromedp.Run(tctx, chromedp.Evaluate[rendered](fmt.Sprintf(renderJS, src, format == PNG), chromedp.EvalAwaitPromise))
 	if err != nil {

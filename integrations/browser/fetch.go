@@ -102,15 +102,12 @@ func (b *Browser) fetch(ctx context.Context, raw string) (Page, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pageTimeout)
 	defer cancel()
-	tctx, done, err := b.tab(ctx)
+	pg, release, err := b.take(ctx, fetchPage)
 	if err != nil {
 		return p, err
 	}
-	defer done()
-	in := &interceptor{client: b.client(), policy: b.o.Policy}
-	if err := in.start(tctx); err != nil {
-		return p, err
-	}
+	defer release()
+	tctx, in := pg.ctx, pg.in
 	navErr := chromedp.Do(tctx, chromedp.Navigate(u.String()))
 	if navErr == nil {
 		in.settle(tctx, 50*time.Millisecond, 2*time.Second)
