@@ -283,9 +283,11 @@ func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(),
 	if p == nil || p.ctx.Err() != nil {
 		p, err = b.openPage(bctx, k)
 	}
-	go b.refill(bctx, gen, k)
+	// The next spare is prepared once this request is done, so that it
+	// does not compete with it for the CPU.
 	if err != nil {
 		b.release()
+		go b.refill(bctx, gen, k)
 		return nil, nil, err
 	}
 	stopWatch := context.AfterFunc(ctx, p.cancel)
@@ -293,8 +295,13 @@ func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(),
 	release = func() {
 		once.Do(func() {
 			stopWatch()
-			p.cancel()
-			b.release()
+			// Closing the tab and disposing its context takes a few
+			// round trips the caller need not wait for.
+			go func() {
+				p.cancel()
+				b.release()
+				b.refill(bctx, gen, k)
+			}()
 		})
 	}
 	return p, release, nil
