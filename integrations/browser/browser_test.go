@@ -3,6 +3,7 @@ package browser
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image/png"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -395,3 +397,24 @@ func TestRenderDiagramScript(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// TestToolErrors: the model sees its own mistakes, and of the server's
+// only that the browser is unavailable, never a host path.
+func TestToolErrors(t *testing.T) {
+	logs := &syncBuffer{}
+	b := New(Options{Binary: Binary{Path: "/nonexistent/chromium"}, Log: hclog.New(&hclog.LoggerOptions{Output: logs})})
+	defer b.Close()
+	call := func(args string) *agentcore.Call {
+		return &agentcore.Call{Name: "fetch_urls", Arguments: json.RawMessage(args)}
+	}
+	_, err := FetchTool{B: b}.Run(context.Background(), call(`{"urls":["http://example.com/"]}`))
+	if !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "/nonexistent") || !strings.Contains(logs.String(), "/nonexistent/chromium") {
+		t.Errorf("fetch with no browser: %v, want ErrUnavailable (the path only in the log:\n%s)", err, logs)
+	}
+	if _, err := (FetchTool{B: b}).Run(context.Background(), call(`{"urls":[]}`)); err == nil || !strings.Contains(err.Error(), "no URLs given") {
+		t.Errorf("fetch of no URLs: %v", err)
+	}
+	if _, err := (DiagramTool{B: b}).Run(context.Background(), call(`{"source":"graph TD","format":"gif"}`)); !errors.Is(err, ErrDiagram) {
+		t.Errorf("render as gif: %v, want ErrDiagram", err)
+	}
+}

@@ -24,6 +24,9 @@ const (
 	pageTimeout = 30 * time.Second
 )
 
+// errArgs marks a caller's mistake in FetchURLs' arguments.
+var errArgs = errors.New("invalid arguments")
+
 // Page is the readable content of one fetched URL.
 type Page struct {
 	URL   string `json:"url"`
@@ -53,10 +56,10 @@ type Link struct {
 // many URLs.
 func (b *Browser) FetchURLs(ctx context.Context, urls []string) ([]Page, error) {
 	if len(urls) == 0 {
-		return nil, errors.New("no URLs given")
+		return nil, fmt.Errorf("%w: no URLs given", errArgs)
 	}
 	if len(urls) > MaxURLs {
-		return nil, fmt.Errorf("%d URLs given; at most %d per call", len(urls), MaxURLs)
+		return nil, fmt.Errorf("%w: %d URLs given; at most %d per call", errArgs, len(urls), MaxURLs)
 	}
 	pages := make([]Page, len(urls))
 	errs := make([]error, len(urls))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -31,6 +32,9 @@ func (t FetchTool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
 		return "", err
 	}
 	pages, err := t.B.FetchURLs(ctx, args.URLs)
+	if err != nil {
+		err = t.B.public(err)
+	}
 	if err != nil && pages == nil {
 		return "", err
 	}
@@ -94,10 +98,26 @@ func (t DiagramTool) Run(ctx context.Context, c *agentcore.Call) (string, error)
 	}
 	out, err := t.B.RenderDiagram(ctx, args.Source, args.Format)
 	if err != nil {
-		return "", err
+		return "", t.B.public(err)
 	}
 	if args.Format == PNG {
 		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(out), nil
 	}
 	return string(out), nil
+}
+
+// ErrUnavailable is what the model is told when the browser cannot serve
+// a request for a reason of the server's (no Chrome, no mermaid, a
+// launch failure): the details, which name host paths, go to the log.
+var ErrUnavailable = errors.New("the browser is unavailable on this server; the server log says why")
+
+// public is err as the model may see it: its own mistakes (a bad
+// diagram, too many URLs) as they are, the server's logged and replaced
+// by ErrUnavailable.
+func (b *Browser) public(err error) error {
+	if errors.Is(err, ErrDiagram) || errors.Is(err, errArgs) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	b.o.Log.Error("browser request failed", "err", err)
+	return ErrUnavailable
 }
