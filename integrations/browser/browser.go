@@ -283,11 +283,8 @@ func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(),
 	if p == nil || p.ctx.Err() != nil {
 		p, err = b.openPage(bctx, k)
 	}
-	// The next spare is prepared once this request is done, so that it
-	// does not compete with it for the CPU.
 	if err != nil {
 		b.release()
-		go b.refill(bctx, gen, k)
 		return nil, nil, err
 	}
 	stopWatch := context.AfterFunc(ctx, p.cancel)
@@ -296,7 +293,9 @@ func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(),
 		once.Do(func() {
 			stopWatch()
 			// Closing the tab and disposing its context takes a few
-			// round trips the caller need not wait for.
+			// round trips the caller need not wait for; the next spare
+			// is prepared after, so as not to compete with this request
+			// for the CPU.
 			go func() {
 				p.cancel()
 				b.release()
