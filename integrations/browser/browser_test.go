@@ -100,6 +100,9 @@ func site(t testing.TB, target string) *httptest.Server {
 	// /slow holds the load event back, so that the script's fetch has
 	// been answered when the page is read.
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(500 * time.Millisecond) })
+	mux.HandleFunc("/flood", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html><body>flood<script>for (let i = 0; i < 300; i++) { const m = new Image(); m.src = '/px?' + i; document.body.append(m); }</script></body></html>`)
+	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
 	})
@@ -165,6 +168,7 @@ func TestFetchRefusals(t *testing.T) {
 		{"loopback without allow_private", closed, counted.URL + "/", "loopback or private address", "loopback or private", ""},
 		{"redirect to metadata", open, srv.URL + "/redirect", "169.254.169.254 is a link-local or cloud metadata address", "169.254.169.254", ""},
 		{"script fetches the server's port", open, srv.URL + "/script", "", "is the server's own port", "fetch blocked"},
+		{"a flood of requests", open, srv.URL + "/flood", "", "more than 256 requests", "flood"},
 		{"metadata literal", open, "http://169.254.169.254/latest/meta-data/", "link-local or cloud metadata", "169.254.169.254", ""},
 		{"not http", open, "file:///etc/passwd", "not an http or https URL", "", ""},
 	}

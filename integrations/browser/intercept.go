@@ -2,6 +2,7 @@ package browser
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -63,8 +64,10 @@ type interceptor struct {
 	count    int
 	last     time.Time
 	refused  []string
-	wg       sync.WaitGroup
 }
+
+// maxRefusals caps the refusals a page's result lists.
+const maxRefusals = 50
 
 // start subscribes to the tab's paused requests and enables the Fetch
 // domain for all of them; it opens the tab.
@@ -79,49 +82,49 @@ func (in *interceptor) start(tctx context.Context) error {
 				return
 			}
 			in.mu.Lock()
-			in.inflight++
 			in.count++
-			n := in.count
-			in.last = time.Now()
+			over := in.count > maxRequests
+			if !over {
+				in.inflight++
+				in.last = time.Now()
+			}
 			in.mu.Unlock()
-			in.wg.Add(1)
-			go in.handle(tctx, ev, n)
+			if over {
+				// Refused here, not in a goroutine each: a page that
+				// floods requests gets no more goroutines than this.
+				in.fail(tctx, ev, fmt.Errorf("%w: more than %d requests", ErrRefused, maxRequests))
+				continue
+			}
+			go in.handle(tctx, ev)
 		}
 	}()
 	return nil
 }
 
-func (in *interceptor) handle(tctx context.Context, ev fetch.EventRequestPaused, n int) {
+func (in *interceptor) handle(tctx context.Context, ev fetch.EventRequestPaused) {
 	defer func() {
 		in.mu.Lock()
 		in.inflight--
 		in.last = time.Now()
 		in.mu.Unlock()
-		in.wg.Done()
 	}()
-	var params fetch.FulfillRequestParams
-	var err error
-	if n > maxRequests {
-		err = fmt.Errorf("%w: more than %d requests", ErrRefused, maxRequests)
-	} else {
-		params, err = in.answer(tctx, ev.Request)
-	}
+	params, err := in.answer(tctx, ev.Request)
 	if err != nil {
-		in.mu.Lock()
-		in.refused = append(in.refused, truncate(ev.Request.URL, 200)+": "+cmpStr(refusal(err), err.Error()))
-		in.mu.Unlock()
-		chromedp.Call(tctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonAccessDenied})
+		in.fail(tctx, ev, err)
 		return
 	}
 	params.RequestID = ev.RequestID
 	chromedp.Call(tctx, fetch.FulfillRequest, params)
 }
 
-func cmpStr(a, b string) string {
-	if a != "" {
-		return a
+// fail fails a paused request and records why.
+func (in *interceptor) fail(tctx context.Context, ev fetch.EventRequestPaused, err error) {
+	in.mu.Lock()
+	if len(in.refused) < maxRefusals {
+		in.refused = append(in.refused, truncate(ev.Request.URL, 200)+": "+cmp.Or(refusal(err), err.Error()))
 	}
-	return b
+	in.mu.Unlock()
+	chromedp.Call(tctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonAccessDenied})
 }
 
 // hopHeaders are not passed on: the client sets or decodes them itself.
