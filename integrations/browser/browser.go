@@ -155,6 +155,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// Policy decides which addresses pages may reach.
 	Policy Policy
+	// MaxTabs caps the pages open for requests at once, over all
+	// callers (default 4); more requests wait for a free one.
+	MaxTabs int
 	// Mermaid is mermaid.min.js (default: DefaultMermaid).
 	Mermaid string
 	Log     hclog.Logger
@@ -183,6 +186,8 @@ type Browser struct {
 	clientOnce sync.Once
 	httpc      *http.Client
 
+	slots chan struct{} // a token per page open for a request (MaxTabs)
+
 	mermaidOnce sync.Once
 	mermaid     []byte
 	mermaidErr  error
@@ -193,10 +198,11 @@ func New(o Options) *Browser {
 	o.IdleTimeout = cmp.Or(o.IdleTimeout, 2*time.Minute)
 	o.StartTimeout = cmp.Or(o.StartTimeout, 30*time.Second)
 	o.Mermaid = cmp.Or(o.Mermaid, DefaultMermaid)
+	o.MaxTabs = cmp.Or(o.MaxTabs, 4)
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()
 	}
-	return &Browser{o: o}
+	return &Browser{o: o, slots: make(chan struct{}, o.MaxTabs)}
 }
 
 // Verdict reports whether the browser runs in Chrome's sandbox.
@@ -256,6 +262,20 @@ const (
 // does not wait for a tab to open or mermaid to load. release closes the
 // page; it is called when ctx ends at the latest.
 func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(), err error) {
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	p, release, err = b.takeSlot(ctx, k)
+	if err != nil {
+		<-b.slots
+	}
+	return p, release, err
+}
+
+// takeSlot is take once the request holds a slot; release frees it.
+func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release func(), err error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -298,6 +318,7 @@ func (b *Browser) take(ctx context.Context, k pageKind) (p *tab, release func(),
 			// for the CPU.
 			go func() {
 				p.cancel()
+				<-b.slots
 				b.release()
 				b.refill(bctx, gen, k)
 			}()

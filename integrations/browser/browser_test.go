@@ -422,3 +422,24 @@ func TestToolErrors(t *testing.T) {
 		t.Errorf("render as gif: %v, want ErrDiagram", err)
 	}
 }
+
+// TestMaxTabs: requests beyond MaxTabs wait for a free page; one whose
+// context ends while it waits gives up without a page.
+func TestMaxTabs(t *testing.T) {
+	b, _ := newBrowser(t, Options{MaxTabs: 1, Policy: Policy{AllowPrivate: true}})
+	_, release, err := b.take(context.Background(), fetchPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, _, err := b.take(ctx, fetchPage); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second page with one slot taken: %v, want to wait until the deadline", err)
+	}
+	release()
+	_, release2, err := b.take(context.Background(), fetchPage)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	release2()
+}
