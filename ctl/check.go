@@ -31,6 +31,7 @@ type checkOptions struct {
 var checkSources = []func(context.Context, checkOptions, *checkReport){
 	sandboxChecks,
 	instanceChecks,
+	browserChecks,
 }
 
 // checkReport is the output of `check --json`: the sandbox Doctor's Report
@@ -60,7 +61,9 @@ func checkCommand() *cli.Command {
 			"and the resource limits: a cgroup subtree delegated to this user, or a warning\n" +
 			"(\"limits: rlimits only\", not a failure unless sandbox.require_limits is set);\n" +
 			"and Landlock's abstract UNIX socket scope, without which sandboxes that share the\n" +
-			"host network reach the host's abstract sockets (a warning, not a failure).\n" +
+			"host network reach the host's abstract sockets (a warning, not a failure);\n" +
+			"and the headless browser (row browser): its binary and whether it starts in Chrome's\n" +
+			"sandbox (a warning, a failure only when --instance enables webretrieve or mermaid_render).\n" +
 			"Each failed check says how to fix it; checks after a failed one are not run.\n" +
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +

@@ -29,6 +29,8 @@ var plugins = map[string]plugin{
 	config.PluginExternalAgent:      {start: startExternalAgent, checks: noChecks},
 	config.PluginMCP:                {start: startMCP, checks: mcpChecks},
 	config.PluginOffice:             {start: startOffice, checks: officeChecks},
+	config.PluginWebRetrieve:        {start: startWebRetrieve, checks: browserChecks},
+	config.PluginMermaidRender:      {start: startMermaidRender, checks: mermaidChecks},
 }
 
 func noChecks(context.Context, *server, config.Config) []api.Check { return nil }

@@ -146,6 +146,9 @@ type server struct {
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 	attach  *api.Attachments
 	search  *retrieval.Searcher // code search; its Index ingests
+
+	browsers browsers            // the webretrieve and mermaid_render plugins'
+	diagrams api.DiagramRenderer // set by mermaid_render
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -271,6 +274,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
 		Attachments:   s.attach,
 		Search:        s.search,
+		Diagrams:      s.diagrams,
 
 		TrustedProxies: proxies,
 		DB:             db,
@@ -333,6 +337,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	var err error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.browsers.listening(ln.Addr())
+	defer s.browsers.close()
 	queueDone := make(chan error, 1)
 	go func() { queueDone <- s.queue.Run(ctx) }()
 	go s.watchConfig(ctx, inst, o)

@@ -82,6 +82,8 @@ type Deps struct {
 	Search *retrieval.Searcher
 	// DB is the instance database: the audit log (GET /admin/audit).
 	DB *gorm.DB
+	// Diagrams renders POST /render/diagram; nil: the plugin is off.
+	Diagrams DiagramRenderer
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -253,6 +255,7 @@ func (s *Server) routes() {
 
 	authed.Get("/jobs/:id", s.getJob)
 	authed.Get("/search", s.search)
+	authed.Post("/render/diagram", s.renderDiagram)
 
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }

@@ -54,7 +54,7 @@ const PluginWorkspaceIsolation = "workspace_isolation"
 const PluginExternalAgent = "external_agent"
 
 // knownPlugins are the plugins Validate accepts.
-var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent, PluginMCP, PluginOffice}
+var knownPlugins = []string{PluginWorkspaceIsolation, PluginExternalAgent, PluginMCP, PluginOffice, PluginWebRetrieve, PluginMermaidRender}
 
 // Config is config.yaml. Zero values mean the defaults of Default.
 type Config struct {
@@ -97,6 +97,11 @@ type Config struct {
 	Investigation Investigation `yaml:"investigation"`
 	// Repositories configures repositories and the push gateway.
 	Repositories Repositories `yaml:"repositories"`
+	// Browser, WebRetrieve and MermaidRender configure headless Chromium
+	// and its two plugins (browser.go).
+	Browser       Browser       `yaml:"browser"`
+	WebRetrieve   WebRetrieve   `yaml:"webretrieve"`
+	MermaidRender MermaidRender `yaml:"mermaid_render"`
 }
 
 // Repositories configures repositories and the push gateway.
@@ -262,6 +267,7 @@ func Default() Config {
 			IdleTimeout:       Duration(2 * time.Minute),
 			MaxStreamsPerUser: 16,
 		},
+		Browser: Browser{IdleTimeout: browserIdleTimeout},
 	}
 }
 
@@ -336,6 +342,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("external_agents: configured, but the %s plugin is not enabled: add it to plugins", PluginExternalAgent))
 	}
 	errs = append(errs, c.validateIntegrations()...)
+	if c.Browser.IdleTimeout < 0 {
+		errs = append(errs, errors.New("browser.idle_timeout must not be negative (0: the default, 2m)"))
+	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))
 	}

@@ -34,7 +34,7 @@ subagent_isolation: isolated
 		{"subagent_isolation: yes\n", "subagent_isolation"},
 		{"plugins: [external_agent]\nexternal_agents: [{name: a, command: x, sandbox_tier: 2}]\n", "external_agents[0].sandbox_tier"},
 		{"external_agents: [{name: a, command: x}]\n", "external_agent plugin is not enabled"},
-		{"plugins: [mystery]\n", "known: workspace_isolation, external_agent, mcp, office"},
+		{"plugins: [mystery]\n", "known: workspace_isolation, external_agent, mcp, office, webretrieve, mermaid_render"},
 	} {
 		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v; want an error naming %s", tc.yaml, err, tc.want)

@@ -15,7 +15,7 @@ func TestOfficeConfig(t *testing.T) {
 		"office:\n  max_bytes: 0\n": "office.max_bytes",
 		"office:\n  timeout: -1s\n": "office.timeout",
 		"office:\n  parallel: 0\n":  "office.parallel",
-		"plugins: [offices]\n":      "known: workspace_isolation, external_agent, mcp, office",
+		"plugins: [offices]\n":      "known: workspace_isolation, external_agent, mcp, office, webretrieve, mermaid_render",
 		"office:\n  max_byte: 10\n": "max_byte",
 	} {
 		if _, err := Parse([]byte(yaml)); err == nil || !strings.Contains(err.Error(), want) {

@@ -1,0 +1,57 @@
+package ctl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/integrations/browser"
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// browserChecks adds the "browser" row: which Chrome binary the
+// webretrieve and mermaid_render plugins would run (browser.path, a
+// Playwright build, or PATH) and the sandbox verdict of starting it once,
+// as the server's first request would. Required (a failure) only when
+// --instance enables one of those plugins; otherwise a missing browser
+// is a warning.
+func browserChecks(ctx context.Context, o checkOptions, r *checkReport) {
+	if r.Report == nil || slices.ContainsFunc(r.Checks, func(c sandboxkit.Check) bool { return !c.OK }) {
+		return
+	}
+	cfg := config.Default()
+	if o.instance != "" {
+		if c, err := (config.Instance{Dir: o.instance}).Load(""); err == nil {
+			cfg = c
+		}
+	}
+	required := cfg.Enabled(config.PluginWebRetrieve) || cfg.Enabled(config.PluginMermaidRender)
+	c := sandboxkit.Check{Name: "browser", OK: true}
+	// A problem is a failure when a plugin needs the browser, a warning
+	// otherwise.
+	problem := func(detail, remedy string) {
+		c.Detail, c.Remedy = detail, remedy
+		c.OK, c.Warning = !required, !required
+	}
+	mode, err := browser.SandboxFromEnv()
+	bin, ferr := browser.FindChrome(cfg.Browser.Path)
+	switch {
+	case err != nil:
+		problem(err.Error(), "unset it, or set it to 1 or 0")
+	case ferr != nil:
+		problem(ferr.Error()+" (needed by the webretrieve and mermaid_render plugins)", "apt-get install chromium (scripts/install-prereqs), or set browser.path")
+	default:
+		v, err := browser.Probe(browser.Options{Binary: bin, Sandbox: mode})
+		switch {
+		case err != nil:
+			problem(fmt.Sprintf("%s (%s) does not start: %v", bin.Path, bin.Source, err), "see the error; "+browser.EnvSandbox+"=1 forbids the fallback to --no-sandbox")
+		case !v.Sandboxed:
+			c.Detail, c.Warning = fmt.Sprintf("%s (%s): %s", bin.Path, bin.Source, v), true
+			c.Remedy = "run the server as an unprivileged user where unprivileged user namespaces are allowed (or give this binary an AppArmor profile that allows them)"
+		default:
+			c.Detail = fmt.Sprintf("%s (%s): %s", bin.Path, bin.Source, v)
+		}
+	}
+	r.Checks = append(r.Checks, c)
+}
