@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/codumentor/codumentor/daemon/config"
 )
 
 // goBlock is a fenced Go block of a Markdown file.
@@ -78,4 +80,38 @@ func mustRel(t *testing.T, base, p string) string {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// yamlBlock is a fenced YAML block of a Markdown file, possibly indented
+// (inside a list item).
+var yamlBlock = regexp.MustCompile("(?s)\n( *)```yaml\n(.*?)\n *```")
+
+// The README's configuration example is a config.yaml the server takes:
+// every key it shows exists and every value it shows is valid.
+func TestREADMEConfigParses(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range yamlBlock.FindAllSubmatch(b, -1) {
+		indent := string(m[1])
+		var lines []string
+		for _, l := range strings.Split(string(m[2]), "\n") {
+			lines = append(lines, strings.TrimPrefix(l, indent))
+		}
+		text := strings.Join(lines, "\n")
+		if !strings.HasPrefix(text, "listen:") {
+			continue // a fragment, not a whole config.yaml
+		}
+		n++
+		// The example elides the secret; any 32 bytes stand for it.
+		text = strings.Replace(text, "jwt_secret: …", "jwt_secret: "+strings.Repeat("s", 40), 1)
+		if _, err := config.Parse([]byte(text)); err != nil {
+			t.Errorf("the README's config.yaml example does not parse: %v\n%s", err, text)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no config.yaml example (a YAML block starting with listen:) in README.md")
+	}
 }
