@@ -121,7 +121,8 @@ func TestAttachments(t *testing.T) {
 		status, body := alice.upload(conv, f.name, f.data)
 		var at attachment
 		if status != http.StatusCreated || json.Unmarshal(body, &at) != nil {
-			t.Fatalf("upload %s: %d %s\n%s", f.name, status, body, p.stderr)
+			time.Sleep(300 * time.Millisecond) // the server logs the failure after it answers
+			t.Fatalf("upload %s: %d %s\nserver log:\n%s", f.name, status, body, p.stderr)
 		}
 		if at.Kind != f.kind || at.Name != f.name || at.Bytes != int64(len(f.data)) || at.TextBytes == 0 || len(at.Parts) < f.part {
 			t.Fatalf("upload %s: %+v", f.name, at)

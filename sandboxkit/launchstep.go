@@ -2,6 +2,7 @@ package sandboxkit
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -32,7 +33,12 @@ func isLaunchStep(argv []string) bool {
 // ownProc mounts, in the step's own mount namespace, a /proc that shows
 // its pid namespace, then drops all capabilities. A step chained after
 // another (no capability left, /proc already its own) does nothing.
+//
+// Capabilities are per thread: ownProc locks the calling goroutine to its
+// thread for good, so that the step execs bwrap from the very thread
+// that dropped them.
 func ownProc() error {
+	runtime.LockOSThread()
 	if unix.Getpid() != 1 {
 		return nil
 	}
