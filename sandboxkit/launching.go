@@ -51,8 +51,12 @@ type LaunchRecord struct {
 	FilterSHA256 string
 }
 
-// ArgvSHA256 is the SHA-256 (hex) of Argv joined by NUL bytes.
+// ArgvSHA256 is the SHA-256 (hex) of Argv joined by NUL bytes; ""
+// without Argv (a Session's start).
 func (r LaunchRecord) ArgvSHA256() string {
+	if len(r.Argv) == 0 {
+		return ""
+	}
 	sum := sha256.Sum256([]byte(strings.Join(r.Argv, "\x00")))
 	return hex.EncodeToString(sum[:])
 }

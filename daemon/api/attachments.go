@@ -19,6 +19,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -72,9 +73,10 @@ func (s *Server) limitBody(c *fiber.Ctx) error {
 }
 
 var (
-	errCompressedBody = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_encoding", Message: "request bodies are accepted without Content-Encoding only"}
-	errOfficeDisabled = &Error{Status: http.StatusServiceUnavailable, Code: "office_disabled", Message: "attachments need the office plugin, which is not enabled on this server (plugins in config.yaml)"}
-	errOfficeSandbox  = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
+	errCompressedBody   = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_encoding", Message: "request bodies are accepted without Content-Encoding only"}
+	errOfficeDisabled   = &Error{Status: http.StatusServiceUnavailable, Code: "office_disabled", Message: "attachments need the office plugin, which is not enabled on this server (plugins in config.yaml)"}
+	errLaunchUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the sandbox's launch could not be recorded in the audit log, so nothing was run; the server log has the details"}
+	errOfficeSandbox    = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
 )
 
 func (s *Server) uploadAttachment(c *fiber.Ctx) error {
@@ -83,7 +85,7 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 		return errOfficeDisabled
 	}
 	conv := conversation(c)
-	ctx := c.UserContext()
+	ctx := audit.ForConversation(c.UserContext(), user(c).ID, conv.ID)
 	path, name, size, sum, err := a.receive(c)
 	if err != nil {
 		return err
@@ -105,6 +107,9 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	case errors.Is(err, sandboxkit.ErrUnavailable):
 		s.log.Error("an attachment was refused: the office worker's sandbox is unavailable (nothing is parsed outside it)", "err", err)
 		return errOfficeSandbox
+	case errors.Is(err, sandboxkit.ErrLaunchRefused):
+		s.log.Error("an attachment was refused: the office worker's launch could not be recorded in the audit log (nothing was parsed)", "err", err)
+		return errLaunchUnrecorded
 	case err != nil:
 		return err
 	}
