@@ -15,6 +15,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/office/officetest"
 )
 
@@ -138,5 +139,37 @@ mcp:
 	}
 	if !strings.Contains(p.stderr.String(), "audit log unwritable") {
 		t.Errorf("the log does not say why: %s", p.stderr)
+	}
+}
+
+// TestMCPLaunchUnrecorded: an MCP server whose launch cannot be recorded
+// does not start, and says why.
+func TestMCPLaunchUnrecorded(t *testing.T) {
+	needSandbox(t)
+	in := newInstance(t, llm(t, llmtest.Step{Text: "Done."})+`plugins: [mcp]
+mcp:
+  servers:
+    - {name: marker, command: /bin/true}
+`)
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(db)
+	if err := db.Exec(`CREATE TRIGGER no_launch BEFORE INSERT ON audit_log WHEN NEW.kind = 'sandbox_launch' BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END`).Error; err != nil {
+		t.Fatal(err)
+	}
+	conv := admin.newConversation()
+	s := admin.follow(conv, "")
+	admin.send(conv, "go")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	s.close()
+	var st struct{ Servers []mcp.Status }
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/mcp", nil, &st)
+	if len(st.Servers) != 1 || st.Servers[0].State != mcp.StateStopped || st.Servers[0].Started != (time.Time{}) || !strings.Contains(st.Servers[0].LastError, "launch refused") {
+		t.Errorf("admin/mcp: %+v", st)
 	}
 }
