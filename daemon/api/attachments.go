@@ -73,11 +73,14 @@ func (s *Server) limitBody(c *fiber.Ctx) error {
 }
 
 var (
-	errCompressedBody   = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_encoding", Message: "request bodies are accepted without Content-Encoding only"}
-	errOfficeDisabled   = &Error{Status: http.StatusServiceUnavailable, Code: "office_disabled", Message: "attachments need the office plugin, which is not enabled on this server (plugins in config.yaml)"}
-	errLaunchUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the sandbox's launch could not be recorded in the audit log, so nothing was run; the server log has the details"}
-	errOfficeSandbox    = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
+	errCompressedBody = &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_encoding", Message: "request bodies are accepted without Content-Encoding only"}
+	errOfficeDisabled = &Error{Status: http.StatusServiceUnavailable, Code: "office_disabled", Message: "attachments need the office plugin, which is not enabled on this server (plugins in config.yaml)"}
+	errOfficeSandbox  = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
 )
+
+// errLaunchUnrecorded: the worker's launch could not be audited, so it
+// did not start.
+var errLaunchUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the sandbox's launch could not be recorded in the audit log, so nothing was run; the server log has the details"}
 
 func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	a := s.d.Attachments
