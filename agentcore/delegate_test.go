@@ -2,6 +2,8 @@ package agentcore_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // recApprover approves everything and keeps what it saw.
@@ -115,9 +118,35 @@ func TestDelegateIsolated(t *testing.T) {
 			}},
 		},
 	}
-	h := newHarness(t, s, func(c *agentcore.Config) { c.Subagents, c.Approver = agentcore.SubagentsIsolated, rec })
+	var mu sync.Mutex
+	var launches []agentcore.Launch
+	h := newHarness(t, s, func(c *agentcore.Config) {
+		c.Subagents, c.Approver = agentcore.SubagentsIsolated, rec
+		c.Launching = func(_ context.Context, l agentcore.Launch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			launches = append(launches, l)
+			return nil
+		}
+	})
 	if err := h.wait(h.start("c", "please delegate")); err != nil {
 		t.Fatal(err)
+	}
+	// Every sandbox and command is told of, for the conversation: the
+	// three sessions, the commands and the job in them, and the one-shot
+	// sandbox that diffs A's layer.
+	kinds := map[sandboxkit.LaunchKind]int{}
+	sleep := sha256.Sum256([]byte("sh\x00-c\x00sleep 300"))
+	job := false
+	for _, l := range launches {
+		kinds[l.Kind]++
+		job = job || l.ArgvSHA256 == hex.EncodeToString(sleep[:])
+		if l.Conversation != "c" || l.Profile != sandboxkit.ProfileWorkspace || l.Seccomp != "log" || len(l.FilterSHA256) != 64 {
+			t.Errorf("launch %+v", l)
+		}
+	}
+	if kinds[sandboxkit.LaunchSession] != 3 || kinds[sandboxkit.LaunchRun] != 1 || kinds[sandboxkit.LaunchInSession] < 3 || !job {
+		t.Errorf("launches by kind %v (background job seen: %v): %+v", kinds, job, launches)
 	}
 	outs := outputs(h, "c")
 	// The parent's layer shows over the project tree, in the file tools'

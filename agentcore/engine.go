@@ -108,9 +108,10 @@ type Config struct {
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
 	NoWorkspaceTools bool
-	// Launching, if set, is told of every command about to start in a
-	// conversation's sandbox (for an audit log), before it starts; an
-	// error refuses the command, and nothing runs.
+	// Launching, if set, is told of every start in a conversation's
+	// sandboxes (for an audit log) before it runs: the sandbox itself,
+	// each command in it; an error refuses the start and nothing runs
+	// (errors.Is sandboxkit.ErrLaunchRefused).
 	Launching func(ctx context.Context, l Launch) error
 }
 
@@ -408,7 +409,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.policy(sandboxkit.ProfileWorkspace, sw, false)
+	p, err := e.policy(call, sandboxkit.ProfileWorkspace, sw, false)
 	if err != nil {
 		return nil, err
 	}

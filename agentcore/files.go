@@ -937,9 +937,6 @@ func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fileErr(p, err)
 	}
-	if err := e.launching(ctx, c, []string{"sh", "-c", writeScript, "sh", "/workspace/" + rel}, sandboxkit.WorkspaceDir); err != nil {
-		return err
-	}
 	var out bytes.Buffer
 	var cmd *sandboxkit.Cmd
 	err = e.startIn(ctx, c, func(ws *workspace) error {

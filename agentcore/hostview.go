@@ -40,6 +40,7 @@ func (e *Engine) hostWorkspace(ctx context.Context, c *conv, call *Call) (*works
 	}
 	p, err := sandboxkit.Profile(sandboxkit.ProfileHostReadOnly, sandboxkit.ProfileOptions{
 		Bwrap: e.cfg.Bwrap, ShareNet: share, Mask: e.cfg.HostMasks, Seccomp: e.cfg.Seccomp, Limits: e.cfg.Limits,
+		Launching: e.launchHook(call),
 	})
 	if err != nil {
 		return nil, err

@@ -2,23 +2,23 @@ package agentcore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// Launch describes a command about to start in a conversation's sandbox
-// (Config.Launching).
+// Launch describes a start in a conversation's sandbox
+// (Config.Launching): the sandbox itself, or a command in it.
 type Launch struct {
 	User, Conversation string
+	// Kind says what starts: a one-shot sandbox, a session's sandbox, or
+	// a command in the session.
+	Kind sandboxkit.LaunchKind
 	// Profile is the sandbox profile (sandboxkit.ProfileWorkspace).
 	Profile string
 	// ArgvSHA256 is the SHA-256 (hex) of the argv joined by NUL bytes,
-	// secret placeholders unsubstituted.
+	// secret placeholders unsubstituted; empty for a session's start.
 	ArgvSHA256 string
 	Cwd        string
 	// Seccomp is the filter mode; FilterSHA256 the SHA-256 of the
@@ -30,33 +30,42 @@ type Launch struct {
 	Secrets []string
 }
 
-// launching tells Config.Launching of a command of call c about to start.
-func (e *Engine) launching(ctx context.Context, c *Call, argv []string, cwd string) error {
+// approvedKey is the context key of an approvedLaunch.
+type approvedKey struct{}
+
+// approvedLaunch is a command as it starts (argv, secret values
+// substituted) and as the user approved it (placeholders).
+type approvedLaunch struct{ argv, approved []string }
+
+// withApproved returns ctx telling the engine's Launching hook that argv
+// is approved as approvedArgv: the launch of exactly argv is recorded
+// with approvedArgv's digest and the secrets it names. A digest of a
+// secret's value would be one to guess it against.
+func withApproved(ctx context.Context, argv, approvedArgv []string) context.Context {
+	return context.WithValue(ctx, approvedKey{}, &approvedLaunch{argv: argv, approved: approvedArgv})
+}
+
+// launchHook is the sandboxes' Launching hook for call's conversation:
+// it tells Config.Launching of every start (nil when that is unset).
+func (e *Engine) launchHook(call *Call) func(context.Context, sandboxkit.LaunchRecord) error {
 	if e.cfg.Launching == nil {
 		return nil
 	}
-	mode, err := seccomp.ParseMode(string(e.cfg.Seccomp))
-	if err != nil {
-		return err
-	}
-	l := Launch{User: c.User, Conversation: c.Conversation, Profile: sandboxkit.ProfileWorkspace, Cwd: cwd, Seccomp: mode}
-	seen := map[string]bool{}
-	for _, a := range argv {
-		for _, m := range secretRef.FindAllStringSubmatch(a, -1) {
-			if !seen[m[1]] {
-				seen[m[1]] = true
-				l.Secrets = append(l.Secrets, m[1])
+	user, conv := call.User, call.Conversation
+	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
+		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == sandboxkit.LaunchInSession && slices.Equal(a.argv, r.Argv) {
+			r.Argv = a.approved
+		}
+		l := Launch{User: user, Conversation: conv, Kind: r.Kind, Profile: r.Profile, ArgvSHA256: r.ArgvSHA256(), Cwd: r.Cwd, Seccomp: r.Seccomp, FilterSHA256: r.FilterSHA256}
+		seen := map[string]bool{}
+		for _, a := range r.Argv {
+			for _, m := range secretRef.FindAllStringSubmatch(a, -1) {
+				if !seen[m[1]] {
+					seen[m[1]] = true
+					l.Secrets = append(l.Secrets, m[1])
+				}
 			}
 		}
+		return e.cfg.Launching(ctx, l)
 	}
-	sum := sha256.Sum256([]byte(strings.Join(argv, "\x00")))
-	l.ArgvSHA256 = hex.EncodeToString(sum[:])
-	// The filter is the one the sandbox loads: Load caches it per mode.
-	if f, err := seccomp.Load(mode); err == nil && f != nil {
-		l.FilterSHA256 = f.Digest
-	}
-	if err := e.cfg.Launching(ctx, l); err != nil {
-		return fmt.Errorf("recording the launch of the command: %w; nothing was run", err)
-	}
-	return nil
 }

@@ -103,7 +103,7 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := e.policy(sandboxkit.ProfileExternalAgent, sw, true)
+	p, err := e.policy(c, sandboxkit.ProfileExternalAgent, sw, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,15 +183,17 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// policy is the sandbox Policy of profile name over ws, with the
-// configured seccomp mode, limits and read-only programs.
-func (e *Engine) policy(name string, ws *sandboxkit.Workspace, shareNet bool) (*sandboxkit.Policy, error) {
+// policy is the sandbox Policy of profile name over ws for call's
+// conversation, with the configured seccomp mode, limits, read-only
+// programs and Launching hook.
+func (e *Engine) policy(call *Call, name string, ws *sandboxkit.Workspace, shareNet bool) (*sandboxkit.Policy, error) {
 	p, err := sandboxkit.Profile(name, sandboxkit.ProfileOptions{
 		Bwrap:     e.cfg.Bwrap,
 		Workspace: ws,
 		ShareNet:  shareNet,
 		Seccomp:   e.cfg.Seccomp,
 		Limits:    e.cfg.Limits,
+		Launching: e.launchHook(call),
 	})
 	if err != nil {
 		return nil, err

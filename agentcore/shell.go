@@ -75,11 +75,8 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		return "", err
 	}
 	argv := []string{"sh", "-c", text}
-	// The digest is of the command as approved, with placeholders: a
-	// digest of a secret's value would be one to guess it against.
-	if err := e.launching(ctx, c, []string{"sh", "-c", c.Action.Command}, c.Action.Cwd); err != nil {
-		return "", err
-	}
+	// Recorded as approved, with placeholders (Config.Launching).
+	ctx = withApproved(ctx, argv, []string{"sh", "-c", c.Action.Command})
 	if c.Action.Background {
 		var j sandboxkit.JobInfo
 		err := e.startIn(ctx, c, func(ws *workspace) (err error) {

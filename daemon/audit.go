@@ -8,6 +8,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // recordConfig puts the configuration the server starts with in the
@@ -23,10 +24,27 @@ func recordConfig(ctx context.Context, db *gorm.DB, cfg config.Config) error {
 	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindConfig, User: "server", Data: map[string]any{"config": m}})
 }
 
-// recordLaunch puts a command about to start in a sandbox in the audit
-// log (agentcore.Config.Launching), with a use of each secret substituted
-// into it, in one transaction: the command does not start unless it is
-// recorded.
+// launchRecorder is the Launching hook of every sandbox the server's
+// integrations start (office worker, git checkouts and push commits,
+// MCP servers): each start is recorded before it runs, for the
+// conversation that ctx names (audit.ForConversation), if any.
+func launchRecorder(db *gorm.DB) func(context.Context, sandboxkit.LaunchRecord) error {
+	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
+		user, conv := audit.ConversationOf(ctx)
+		if user == "" {
+			user = "server"
+		}
+		return recordLaunch(ctx, db, agentcore.Launch{
+			User: user, Conversation: conv, Kind: r.Kind, Profile: r.Profile, ArgvSHA256: r.ArgvSHA256(),
+			Cwd: r.Cwd, Seccomp: r.Seccomp, FilterSHA256: r.FilterSHA256,
+		})
+	}
+}
+
+// recordLaunch puts a start in a sandbox in the audit log
+// (agentcore.Config.Launching, launchRecorder), with a use of each
+// secret substituted into the command, in one transaction: nothing
+// starts unless it is recorded.
 func recordLaunch(ctx context.Context, db *gorm.DB, l agentcore.Launch) error {
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for _, name := range l.Secrets {
@@ -36,7 +54,7 @@ func recordLaunch(ctx context.Context, db *gorm.DB, l agentcore.Launch) error {
 		}
 		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindSandboxLaunch, User: l.User, Data: map[string]any{
 			"conversation": l.Conversation, "profile": l.Profile, "argv_sha256": l.ArgvSHA256, "cwd": l.Cwd,
-			"seccomp": l.Seccomp, "filter_sha256": l.FilterSHA256,
+			"seccomp": l.Seccomp, "filter_sha256": l.FilterSHA256, "launch": l.Kind,
 		}})
 		return err
 	})

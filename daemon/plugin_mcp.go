@@ -20,7 +20,9 @@ func startMCP(ctx context.Context, s *server, cfg config.Config) error {
 		Bwrap:   cfg.Sandbox.Bwrap,
 		Seccomp: cfg.Sandbox.Seccomp,
 		Limits:  new(cfg.Sandbox.SandboxLimits()),
-		Logger:  slog.New(slogHandler{log: s.log.Named("mcp")}),
+		// Started once for every conversation: recorded for none.
+		Launching: launchRecorder(s.db),
+		Logger:    slog.New(slogHandler{log: s.log.Named("mcp")}),
 	})
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/connlimit"
@@ -456,7 +457,7 @@ func (t *trees) Lower(ctx context.Context, user, conversation string) (string, e
 		return "", fmt.Errorf("not a conversation ID: %q", conversation)
 	}
 	if c, err := t.convs.Get(ctx, user, conversation); err == nil && c.Repository != "" {
-		return t.repos.Snapshot(ctx, c.Repository, c.BaseCommit)
+		return t.repos.Snapshot(audit.ForConversation(ctx, user, conversation), c.Repository, c.BaseCommit)
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return "", err
 	}
@@ -482,7 +483,7 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits())},
+		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db)},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
 		Log:               log.Named("repos"),

@@ -45,6 +45,12 @@
 // filter: a filter that is missing or damaged makes Profile and Run
 // return ErrUnavailable rather than start the sandbox without it.
 //
+// Accountability. Policy.Launching (ProfileOptions.Launching) is told of
+// every start before it runs, a one-shot sandbox, a Session and each
+// command in it, with the profile, argv, cwd and the filter's mode and
+// digest; its error (say, an audit record that could not be written)
+// refuses the start: ErrLaunchRefused, and nothing runs.
+//
 // Probe and ProbeToolchains run the seccomp probe suite in a real
 // sandbox: every blocklisted call, and the work that must keep running.
 //

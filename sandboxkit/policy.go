@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -91,6 +92,18 @@ type Policy struct {
 	// sandbox may use; the zero value bounds nothing (profiles set
 	// DefaultLimits). See Limits.
 	Limits Limits
+
+	// Profile names the profile the Policy came from (set by Profile).
+	// It changes nothing in the sandbox; Launching is told of it.
+	Profile string
+
+	// Launching, if set, is called before anything starts under this
+	// Policy: a one-shot sandbox (Cmd.Start), a Session's sandbox
+	// (StartSession) and each command and background job of the Session.
+	// Its error refuses the start (errors.Is ErrLaunchRefused) and
+	// nothing runs: e.g. an audit record that could not be written. It
+	// opens no hole. The Doctor's own probes are not reported.
+	Launching func(ctx context.Context, r LaunchRecord) error
 }
 
 // Workspace is a copy-on-write view of a host tree.

@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,6 +72,9 @@ type ProfileOptions struct {
 	// Limits are the sandbox's resource limits (all profiles); nil
 	// means DefaultLimits.
 	Limits *Limits
+	// Launching becomes the Policy's Launching (all profiles): told of
+	// every start under it, it can record or refuse it.
+	Launching func(ctx context.Context, r LaunchRecord) error
 }
 
 // hostMasks are hidden in the host-readonly view: other users' files,
@@ -89,7 +93,7 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		}
 		return nil
 	}
-	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid(), Limits: DefaultLimits()}
+	p := &Policy{Bwrap: o.Bwrap, UID: os.Getuid(), GID: os.Getgid(), Limits: DefaultLimits(), Profile: name, Launching: o.Launching}
 	if o.Limits != nil {
 		p.Limits = *o.Limits
 	}

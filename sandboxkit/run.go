@@ -181,6 +181,10 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	l.Args = rlimitLaunch(&p, scopedLaunch(&p, l.Args))
+	if err := p.launching(ctx, LaunchRun, c.Args, p.Dir); err != nil {
+		unlock()
+		return err
+	}
 	c.begin(ctx)
 	c.unlock = unlock
 	if err := c.start(sp, l, reserved); err != nil {

@@ -153,6 +153,10 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		// is gone, then the workspace.
 		unlock: func() error { return errors.Join(sl.close(), unlock()) },
 	}
+	if err := pc.launching(ctx, LaunchSession, nil, ""); err != nil {
+		s.unlock()
+		return nil, err
+	}
 	// Before launch: the session's end closes it.
 	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
 		s.disk = watchDisk(w, budget, s.running, s.overDisk)
@@ -465,6 +469,10 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 	if err := s.begin(true); err != nil {
 		return err
 	}
+	if err := s.policy.launching(ctx, LaunchInSession, c.Args, c.Dir); err != nil {
+		s.end()
+		return err
+	}
 	sc.begun = true
 	sc.before = s.limits.events()
 	c.begin(ctx)
@@ -586,6 +594,9 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		s.starting--
 		s.mu.Unlock()
 	}()
+	if err := s.policy.launching(ctx, LaunchInSession, argv, dir); err != nil {
+		return JobInfo{}, err
+	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return JobInfo{}, err

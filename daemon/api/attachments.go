@@ -19,6 +19,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -77,13 +78,17 @@ var (
 	errOfficeSandbox  = &Error{Status: http.StatusServiceUnavailable, Code: "sandbox_unavailable", Message: "attachments are parsed only in a sandbox, and the sandbox is unavailable on this server; nothing was parsed. An administrator sees why in GET /api/v1/admin/doctor"}
 )
 
+// errLaunchUnrecorded: the worker's launch could not be audited, so it
+// did not start.
+var errLaunchUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the sandbox's launch could not be recorded in the audit log, so nothing was run; the server log has the details"}
+
 func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	a := s.d.Attachments
 	if a == nil || a.Parser == nil {
 		return errOfficeDisabled
 	}
 	conv := conversation(c)
-	ctx := c.UserContext()
+	ctx := audit.ForConversation(c.UserContext(), user(c).ID, conv.ID)
 	path, name, size, sum, err := a.receive(c)
 	if err != nil {
 		return err
@@ -105,6 +110,9 @@ func (s *Server) uploadAttachment(c *fiber.Ctx) error {
 	case errors.Is(err, sandboxkit.ErrUnavailable):
 		s.log.Error("an attachment was refused: the office worker's sandbox is unavailable (nothing is parsed outside it)", "err", err)
 		return errOfficeSandbox
+	case errors.Is(err, sandboxkit.ErrLaunchRefused):
+		s.log.Error("an attachment was refused: the office worker's launch could not be recorded in the audit log (nothing was parsed)", "err", err)
+		return errLaunchUnrecorded
 	case err != nil:
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -159,7 +160,7 @@ func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.
 // attachRepository records the conversation's repository and prepares
 // its snapshot; on failure the conversation is removed again.
 func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repos.Repository, commit string) error {
-	ctx := c.UserContext()
+	ctx := audit.ForConversation(c.UserContext(), conv.UserID, conv.ID)
 	err := s.d.Conversations.SetRepository(ctx, conv.UserID, conv.ID, r.ID, commit)
 	if err == nil {
 		_, err = s.d.Repositories.Snapshot(ctx, r.ID, commit)
@@ -271,7 +272,7 @@ func (s *Server) push(c *fiber.Ctx) error {
 	if name == "" {
 		name = u.Name
 	}
-	res, err := s.d.Repositories.Push(ctx, repos.Push{
+	res, err := s.d.Repositories.Push(audit.ForConversation(ctx, u.ID, conv.ID), repos.Push{
 		Repository: conv.Repository, Base: conv.BaseCommit, Branch: req.Branch, Message: req.Message,
 		Author: git.Author{Name: name, Email: email}, User: u.ID, Conversation: conv.ID, Patch: f,
 	})

@@ -50,9 +50,12 @@ const (
 	// "background","status","decision","decided_by"}. Command is exactly
 	// what runs, with secret placeholders, never their values.
 	KindApproval = "approval"
-	// KindSandboxLaunch is a command started in a sandbox:
-	// {"conversation","profile","argv_sha256","cwd","seccomp",
-	// "filter_sha256"}.
+	// KindSandboxLaunch is a sandbox or a command in one, recorded
+	// before it starts: {"conversation","profile","argv_sha256","cwd",
+	// "seccomp","filter_sha256","launch"}; launch is run (a one-shot
+	// sandbox), session (a conversation's sandbox, argv_sha256 empty) or
+	// session-command. Conversation is empty for the server's own (an
+	// MCP server serves every conversation).
 	KindSandboxLaunch = "sandbox_launch"
 	// KindSecretCreate is a secret stored or replaced: {"name","replaced"}.
 	KindSecretCreate = "secret_create"

@@ -28,6 +28,9 @@ type Sandbox struct {
 	Limits *sandboxkit.Limits
 	// Timeout bounds one run (default 10 minutes).
 	Timeout time.Duration
+	// Launching, if set, is told of each run before it starts
+	// (sandboxkit.Policy.Launching); its error refuses the run.
+	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
 }
 
 // sandboxGit are the git options inside: no configuration but the
@@ -68,7 +71,7 @@ const bundleRef = "refs/heads/codumentor-push"
 const BundleName = "push.bundle"
 
 func (sb Sandbox) run(ctx context.Context, mirror, out string, env []string, stdin io.Reader, argv ...string) (string, error) {
-	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: mirror, Output: out})
+	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: mirror, Output: out, Launching: sb.Launching})
 	if err != nil {
 		return "", err
 	}

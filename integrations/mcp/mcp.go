@@ -136,6 +136,9 @@ type Options struct {
 	Bwrap   string
 	Seccomp seccomp.Mode
 	Limits  *sandboxkit.Limits
+	// Launching, if set, is told of each sandboxed server's start before
+	// it runs (sandboxkit.Policy.Launching); its error refuses the start.
+	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
 	// Logger may be nil.
 	Logger *slog.Logger
 	// StartTimeout bounds starting a server, its handshake and its tool
@@ -561,6 +564,7 @@ func (s *server) spawn() (*process, error) {
 	}
 	pol, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{
 		Bwrap: s.m.o.Bwrap, ShareNet: c.Network == NetworkHost, Seccomp: s.m.o.Seccomp, Limits: s.m.o.Limits,
+		Launching: s.m.o.Launching,
 	})
 	if err == nil {
 		pol.Env = env

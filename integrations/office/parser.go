@@ -28,6 +28,9 @@ type Parser struct {
 	Limits Limits
 	// Timeout bounds one parse's wall-clock time (default 60s).
 	Timeout time.Duration
+	// Launching, if set, is told of each worker's start before it runs
+	// (sandboxkit.Policy.Launching); its error refuses the parse.
+	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
 }
 
 // WorkerLimits are the office worker's sandbox limits: a few processes
@@ -68,7 +71,7 @@ func (p *Parser) Parse(ctx context.Context, path string) (*Document, error) {
 	if p.Sandbox != nil {
 		sl = *p.Sandbox
 	}
-	pol, err := sandboxkit.Profile(sandboxkit.ProfileOffice, sandboxkit.ProfileOptions{Bwrap: p.Bwrap, Input: path, Seccomp: p.Seccomp, Limits: &sl})
+	pol, err := sandboxkit.Profile(sandboxkit.ProfileOffice, sandboxkit.ProfileOptions{Bwrap: p.Bwrap, Input: path, Seccomp: p.Seccomp, Limits: &sl, Launching: p.Launching})
 	if err != nil {
 		return nil, err
 	}
