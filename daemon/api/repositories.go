@@ -53,11 +53,14 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 		URL        string `json:"url"`
 		Branch     string `json:"branch"`
 		Credential string `json:"credential"`
+		// RunSetup and SetupNetwork: see repos.Repository.
+		RunSetup     bool `json:"run_setup"`
+		SetupNetwork bool `json:"setup_network"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork})
 	if err != nil {
 		return repoAnswer(err)
 	}
