@@ -1,0 +1,180 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/jobs"
+)
+
+// setupRepo makes a bare repository whose main has a working setup.sh
+// (naming deps.lock as its input) and whose branch broken has a failing
+// one; marker is a host path the script tries to write.
+func setupRepo(t testing.TB, marker, extra string) (bare string) {
+	t.Helper()
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	bare = filepath.Join(dir, "remote.git")
+	git := func(d string, args ...string) { gitCmdT(t, d, args...) }
+	git(dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\nmkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\n"+extra), 0o644)
+	git(work, "add", "-A")
+	git(work, "commit", "-q", "-m", "initial")
+	git(work, "checkout", "-q", "-b", "broken")
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("echo about to fail\nexit 3\n"), 0o644)
+	git(work, "commit", "-q", "-am", "break the setup")
+	git(dir, "clone", "-q", "--bare", work, bare)
+	return bare
+}
+
+// gitCmdT runs a test setup git command (trusted input).
+func gitCmdT(t testing.TB, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=Setup", "GIT_AUTHOR_EMAIL=setup@example.com", "GIT_COMMITTER_NAME=Setup", "GIT_COMMITTER_EMAIL=setup@example.com")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// addSetupRepo adds and syncs repository name (url's branch) with
+// run_setup.
+func addSetupRepo(t testing.TB, admin *client, name, url, branch string) string {
+	t.Helper()
+	var repo struct {
+		ID       string
+		RunSetup bool `json:"run_setup"`
+	}
+	admin.must(http.StatusBadRequest, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "setup_network": true}, nil)
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "branch": branch, "run_setup": true}, &repo)
+	if !repo.RunSetup {
+		t.Fatalf("repository: %+v", repo)
+	}
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var j jobs.Job
+		admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+sync.Job.ID, nil, &j)
+		if j.Status == jobs.StatusSucceeded {
+			return repo.ID
+		}
+		if j.Status == jobs.StatusFailed || time.Now().After(deadline) {
+			t.Fatalf("sync job: %+v", j)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// setupEvents reads a conversation's events up to its setup's end.
+func setupEvents(t testing.TB, s *stream) (types []string, output string, last map[string]any) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		types = append(types, ev.Type)
+		var e agentcore.Event
+		json.Unmarshal(ev.Data, &e)
+		var d map[string]any
+		json.Unmarshal(e.Data, &d)
+		if ev.Type == agentcore.EventSetupOutput {
+			output += d["text"].(string)
+		}
+		if ev.Type == agentcore.EventSetupFinished || ev.Type == agentcore.EventSetupFailed {
+			return types, output, d
+		}
+	}
+}
+
+// The project setup through the API: the script runs in the sandbox at
+// the conversation's start with its output streamed; its files are in
+// the workspace (not in the diff); a second conversation on the same key
+// reuses the layer without running the script; a failing setup disables
+// the workspace tools with the reason, shown to the user and the model.
+func TestSetupScriptEndToEnd(t *testing.T) {
+	needSandbox(t)
+	marker := filepath.Join(t.TempDir(), "marker")
+	bare := setupRepo(t, marker, "")
+	script := &llmtest.Script{
+		Steps: []llmtest.Step{toolCall("shell", map[string]string{"command": "cat vendor/installed.txt BUILT"}), {Expect: "lockv1\nbuilt", Text: "Set up."}},
+		Branches: []llmtest.Branch{{Match: "BROKEN", Steps: []llmtest.Step{
+			toolCall("shell", map[string]string{"command": "true"}),
+			{Expect: "the setup script setup.sh failed: sandboxed command exited with status 3", Text: "Tools are off."},
+		}}},
+	}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
+
+	var conv struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+	s := a.follow(conv.ID, "")
+	types, output, end := setupEvents(t, s)
+	if types[0] != agentcore.EventSetupStarted || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") {
+		t.Fatalf("first setup: events %v, output %q, end %v", types, output, end)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the setup script wrote the host")
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=vendor/installed.txt", nil, nil); string(got) != "lockv1\n" {
+		t.Fatalf("the setup's file in the workspace: %q", got)
+	}
+	a.send(conv.ID, "check the setup")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if diff, _ := a.readDiff(conv.ID); strings.Contains(diff, "BUILT") || strings.Contains(diff, "vendor") {
+		t.Fatalf("the setup's files are in the conversation's diff:\n%s", diff)
+	}
+
+	// The same key: the layer is reused, the script does not run.
+	var second struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": "main"}, &second)
+	types, output, end = setupEvents(t, a.follow(second.ID, ""))
+	if len(types) != 1 || end["cached"] != true || output != "" {
+		t.Fatalf("second setup: events %v, output %q, end %v", types, output, end)
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+second.ID+"/workspace/files?path=BUILT", nil, nil); string(got) != "built\n" {
+		t.Fatalf("the cached setup's file in the workspace: %q", got)
+	}
+	layers, _ := os.ReadDir(filepath.Join(in.dir, "workspaces", "setups"))
+	if len(layers) != 1 || !strings.HasPrefix(layers[0].Name(), repo+"-") {
+		t.Fatalf("setup layers: %v", layers)
+	}
+
+	// A failing setup: the conversation stays, its tools say why.
+	brokenRepo := addSetupRepo(t, admin, "broken", "file://"+bare, "broken")
+	var broken struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": brokenRepo}, &broken)
+	s = a.follow(broken.ID, "")
+	types, output, end = setupEvents(t, s)
+	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(output, "about to fail") || !strings.Contains(end["error"].(string), "exited with status 3") || strings.Contains(end["error"].(string), in.dir) {
+		t.Fatalf("failed setup: events %v, output %q, end %v", types, output, end)
+	}
+	a.send(broken.ID, "BROKEN: try a command")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	var toolErr string
+	for _, ev := range evs {
+		if ev.Type == agentcore.EventToolFinished {
+			var d map[string]string
+			json.Unmarshal(eventData(t, ev), &d)
+			toolErr = d["error"]
+		}
+	}
+	if !strings.Contains(toolErr, "execution tools are disabled in this conversation") || !strings.Contains(toolErr, "exited with status 3") {
+		t.Fatalf("the shell tool's error: %q", toolErr)
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+broken.ID, nil, nil)
+}
