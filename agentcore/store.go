@@ -66,7 +66,7 @@ const (
 	// Project setup events, outside any turn (see Engine.Publish).
 	EventSetupStarted  = "setup_started"  // {"script","network"}: the repository's setup script runs
 	EventSetupOutput   = "setup_output"   // {"text"}: its output, in order
-	EventSetupFinished = "setup_finished" // {"cached"}: its result is the workspace's; cached: reused, the script did not run
+	EventSetupFinished = "setup_finished" // {"cached","script"}: its result is the workspace's; cached: reused, the script did not run; script "": the repository has none
 	EventSetupFailed   = "setup_failed"   // {"error"}: why the workspace tools are disabled
 )
 

@@ -244,14 +244,18 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		return "", fmt.Errorf("the repository snapshot could not be prepared: %w", err)
 	}
 	script, digest, err := setupKey(snap, r.SetupNetwork)
-	if err != nil || script == "" {
+	if err != nil {
 		return "", err
+	}
+	if script == "" {
+		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": ""})
+		return "", nil
 	}
 	key := r.ID + "-" + digest
 	dst := filepath.Join(s.dir, key)
 	s.db.Model(&setupRow{}).Where("conversation = ?", conversation).Update("key", key)
 	if st, err := os.Lstat(dst); err == nil && st.IsDir() {
-		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true})
+		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true, "script": script})
 		return key, nil
 	}
 	s.publish(conversation, agentcore.EventSetupStarted, map[string]any{"script": script, "network": r.SetupNetwork})
@@ -299,7 +303,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 			return "", errors.New("the setup layer could not be kept; the server log has the details")
 		}
 	}
-	s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false})
+	s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": script})
 	return key, nil
 }
 
