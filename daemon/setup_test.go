@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // setupRepo makes a bare repository whose main has a working setup.sh
@@ -177,4 +179,45 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 		t.Fatalf("the shell tool's error: %q", toolErr)
 	}
 	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+broken.ID, nil, nil)
+}
+
+// BenchmarkSetupStart times a conversation's start on a repository whose
+// setup takes a second, from POST /api/v1/conversations to its
+// setup_finished event: the first (the script runs) and the second (the
+// cached layer is stacked), on a new repository (so a new key) each
+// iteration. Target: cached ≥ 10× faster.
+func BenchmarkSetupStart(b *testing.B) {
+	sandboxtest.RequireUnprivileged(b)
+	bare := setupRepo(b, filepath.Join(b.TempDir(), "marker"), "sleep 1\n")
+	in := newInstance(b, "")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	var first, cached time.Duration
+	start := func(repo string) (time.Duration, map[string]any) {
+		t0 := time.Now()
+		var conv struct{ ID string }
+		admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		s := admin.follow(conv.ID, "")
+		_, _, end := setupEvents(b, s)
+		d := time.Since(t0)
+		s.close()
+		return d, end
+	}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		repo := addSetupRepo(b, admin, fmt.Sprintf("demo%d", i), "file://"+bare, "main")
+		b.StartTimer()
+		d1, end1 := start(repo)
+		d2, end2 := start(repo)
+		if end1["cached"] != false || end2["cached"] != true {
+			b.Fatalf("setups: %v then %v", end1, end2)
+		}
+		first += d1
+		cached += d2
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(first.Milliseconds())/n, "first-ms")
+	b.ReportMetric(float64(cached.Microseconds())/1000/n, "cached-ms")
+	b.ReportMetric(float64(first)/float64(cached), "speedup")
 }
