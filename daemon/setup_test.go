@@ -115,7 +115,7 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 			{Expect: "the setup script setup.sh failed: sandboxed command exited with status 3", Text: "Tools are off."},
 		}}},
 	}
-	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n  gc_interval: 500ms\n")
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
 	p := in.start()
@@ -179,6 +179,22 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 		t.Fatalf("the shell tool's error: %q", toolErr)
 	}
 	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+broken.ID, nil, nil)
+
+	// The layer is collected once no conversation uses it.
+	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+conv.ID, nil, nil)
+	time.Sleep(2 * time.Second) // several setup_gc runs
+	if layers, _ := os.ReadDir(setupsDir); len(layers) != 1 {
+		t.Fatalf("setup layers while a conversation uses one: %v", layers)
+	}
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+second.ID, nil, nil)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if layers, _ := os.ReadDir(setupsDir); len(layers) == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("unused setup layers not collected: %v", layers)
+		}
+	}
 }
 
 // BenchmarkSetupStart times a conversation's start on a repository whose
