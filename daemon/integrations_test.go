@@ -203,6 +203,16 @@ func TestFailClosedMatrix(t *testing.T) {
 			if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(e, "sandbox") || !strings.Contains(e, tc.why) || !strings.Contains(e, "nothing was run") || strings.Contains(e, in.dir) {
 				t.Errorf("setup: events %v, error %q; want setup_failed with a sandbox error naming %s, saying nothing ran, without host paths", types, e, tc.why)
 			}
+			// Without the snapshot, its checkout fails (sandboxed git):
+			// the conversation stays, its setup failure says why.
+			if err := os.RemoveAll(snap); err != nil {
+				t.Fatal(err)
+			}
+			a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &sc)
+			types, _, end = setupEvents(t, a.follow(sc.ID, ""))
+			if e, _ := end["error"].(string); types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(e, "snapshot could not be prepared") {
+				t.Errorf("setup without a snapshot: events %v, error %q", types, e)
+			}
 			for _, m := range []string{"shell", "agent", "agent-net", "subagent", "setup"} {
 				if _, err := os.Stat(marker(m)); err == nil {
 					t.Errorf("%s ran on the host: its marker exists", m)

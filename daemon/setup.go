@@ -204,6 +204,11 @@ func (s *setups) run(user, conversation string) ([]string, error) {
 		return nil, errors.New(errSetupDisabled + "the server stopped before the project setup ran")
 	}
 	key, err := s.setup(user, conversation)
+	if err != nil && s.ctx.Err() != nil {
+		// The server is stopping: the setup runs again after its restart
+		// (its row stays running).
+		return nil, errors.New(errSetupDisabled + "the server stopped during the project setup")
+	}
 	status, reason := setupOK, ""
 	switch {
 	case err != nil:

@@ -28,7 +28,7 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	git := func(d string, args ...string) { gitCmdT(t, d, args...) }
 	git(dir, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\nmkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\n"+extra), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\nmkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"+extra), 0o644)
 	git(work, "add", "-A")
 	git(work, "commit", "-q", "-m", "initial")
 	git(work, "checkout", "-q", "-b", "broken")
@@ -51,15 +51,15 @@ func gitCmdT(t testing.TB, dir string, args ...string) {
 }
 
 // addSetupRepo adds and syncs repository name (url's branch) with
-// run_setup.
-func addSetupRepo(t testing.TB, admin *client, name, url, branch string) string {
+// run_setup (and setup_network if network).
+func addSetupRepo(t testing.TB, admin *client, name, url, branch string, network ...bool) string {
 	t.Helper()
 	var repo struct {
 		ID       string
 		RunSetup bool `json:"run_setup"`
 	}
 	admin.must(http.StatusBadRequest, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "setup_network": true}, nil)
-	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "branch": branch, "run_setup": true}, &repo)
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "branch": branch, "run_setup": true, "setup_network": len(network) > 0 && network[0]}, &repo)
 	if !repo.RunSetup {
 		t.Fatalf("repository: %+v", repo)
 	}
@@ -126,7 +126,7 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
 	s := a.follow(conv.ID, "")
 	types, output, end := setupEvents(t, s)
-	if types[0] != agentcore.EventSetupStarted || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") {
+	if types[0] != agentcore.EventSetupStarted || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") || !strings.Contains(output, "interfaces: lo\n") {
 		t.Fatalf("first setup: events %v, output %q, end %v", types, output, end)
 	}
 	if _, err := os.Stat(marker); err == nil {
@@ -155,6 +155,15 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 	if len(layers) != 1 || !strings.HasPrefix(layers[0].Name(), repo+"-") {
 		t.Fatalf("setup layers: %v", layers)
 	}
+
+	// setup_network: the host's network interfaces.
+	netRepo := addSetupRepo(t, admin, "net", "file://"+bare, "main", true)
+	var netConv struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": netRepo}, &netConv)
+	if _, output, _ = setupEvents(t, a.follow(netConv.ID, "")); strings.Contains(output, "interfaces: lo\n") || !strings.Contains(output, "interfaces: ") {
+		t.Fatalf("setup with the network: %q", output)
+	}
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+netConv.ID, nil, nil)
 
 	// A failing setup: the conversation stays, its tools say why.
 	brokenRepo := addSetupRepo(t, admin, "broken", "file://"+bare, "broken")
