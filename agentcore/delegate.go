@@ -95,15 +95,43 @@ func (e *Engine) workspaceLayers(ctx context.Context, call *Call) (*sandboxkit.W
 	if err != nil {
 		return nil, view{}, nil, "", err
 	}
+	mid, err := e.midLayers(ctx, call.User, call.Conversation)
+	if err != nil {
+		return nil, view{}, nil, "", err
+	}
 	if key := call.wsKey(); key != call.Conversation {
 		own, err := e.layer(key)
 		if err != nil {
 			return nil, view{}, nil, "", err
 		}
-		return &sandboxkit.Workspace{Lower: lower, Layers: []string{layer.Upper}, Upper: own.Upper, Work: own.Work},
-			view{lower: lower, upper: own.Upper, mid: []string{layer.Upper}}, own, lower, nil
+		mid = append(mid, layer.Upper)
+		return &sandboxkit.Workspace{Lower: lower, Layers: mid, Upper: own.Upper, Work: own.Work},
+			view{lower: lower, upper: own.Upper, mid: reversed(mid)}, own, lower, nil
 	}
-	return &sandboxkit.Workspace{Lower: lower, Upper: layer.Upper, Work: layer.Work}, view{lower: lower, upper: layer.Upper}, layer, lower, nil
+	return &sandboxkit.Workspace{Lower: lower, Layers: mid, Upper: layer.Upper, Work: layer.Work}, view{lower: lower, upper: layer.Upper, mid: reversed(mid)}, layer, lower, nil
+}
+
+// midLayers are the conversation's read-only layers over its lower tree,
+// bottom first (LayeredWorkspaces), or none.
+func (e *Engine) midLayers(ctx context.Context, user, conversation string) ([]string, error) {
+	lw, ok := e.cfg.Workspaces.(LayeredWorkspaces)
+	if !ok {
+		return nil, nil
+	}
+	l, err := lw.Layers(ctx, user, conversation)
+	if err != nil {
+		return nil, fmt.Errorf("workspace of this conversation: %w", err)
+	}
+	return l, nil
+}
+
+// reversed returns a copy of l in reverse order (view.mid is top first).
+func reversed(l []string) []string {
+	r := make([]string, len(l))
+	for i, s := range l {
+		r[len(l)-1-i] = s
+	}
+	return r
 }
 
 // maxTask bounds a delegated task's bytes.

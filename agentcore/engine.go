@@ -311,6 +311,13 @@ func (e *Engine) emit(c *conv, turn string, red *redactor, log *slog.Logger, typ
 	c.mu.Unlock()
 }
 
+// Publish records an event of the conversation outside any turn (e.g.
+// the project setup's, EventSetupStarted…) and wakes its subscribers.
+// data is not redacted: it must carry no secret values.
+func (e *Engine) Publish(conversation, typ string, data any) {
+	e.emit(e.conv(conversation), "", nil, e.log, typ, data)
+}
+
 // subscribeBatch is how many events a subscriber reads from the Store at
 // once.
 const subscribeBatch = 256

@@ -63,6 +63,11 @@ const (
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}
+	// Project setup events, outside any turn (see Engine.Publish).
+	EventSetupStarted  = "setup_started"  // {"script","network"}: the repository's setup script runs
+	EventSetupOutput   = "setup_output"   // {"text"}: its output, in order
+	EventSetupFinished = "setup_finished" // {"cached","script"}: its result is the workspace's; cached: reused, the script did not run; script "": the repository has none
+	EventSetupFailed   = "setup_failed"   // {"error"}: why the workspace tools are disabled
 )
 
 // Event is one step of a conversation, as persisted and streamed.
@@ -193,4 +198,14 @@ type Workspaces interface {
 	// Lower returns the host directory shown (read-only, copy-on-write)
 	// at /workspace for the conversation. The engine never writes it.
 	Lower(ctx context.Context, user, conversation string) (string, error)
+}
+
+// LayeredWorkspaces is a Workspaces whose conversations may show
+// read-only host trees stacked over their lower tree (bottom first), such
+// as a project setup's cached result. Layers may wait for such a layer
+// to be made; its error (e.g. a failed setup's reason) is what the
+// conversation's workspace tools answer, so it must name no host path.
+type LayeredWorkspaces interface {
+	Workspaces
+	Layers(ctx context.Context, user, conversation string) ([]string, error)
 }

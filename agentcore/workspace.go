@@ -60,7 +60,11 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, curso
 	if err != nil {
 		return nil, err
 	}
-	v := view{lower: lower, upper: layer.Upper}
+	mid, err := e.midLayers(ctx, user, conversation)
+	if err != nil {
+		return nil, err
+	}
+	v := view{lower: lower, upper: layer.Upper, mid: reversed(mid)}
 	if rel, err = v.resolve(rel, true); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,16 @@ func TestRepos(t *testing.T) {
 	if r := ctl(t, "repos", "list", "--instance", dir); r.code != 0 || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, url) || strings.Contains(r.stdout, "hostile") {
 		t.Fatalf("list: %v", r)
 	}
+	// The setup opt-in: --setup-network needs --run-setup.
+	if r := ctl(t, "repos", "add", "--instance", dir, "--setup-network", "netonly", url); r.code != 1 || !strings.Contains(r.stderr, "setup_network needs run_setup") {
+		t.Fatalf("--setup-network alone: %v", r)
+	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "--run-setup", "--setup-network", "withsetup", url); r.code != 0 {
+		t.Fatalf("add --run-setup: %v", r)
+	}
+	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"name":"withsetup","url":"`+url+`","branch":"main","run_setup":true,"setup_network":true`) || !strings.Contains(r.stdout, `"name":"demo","url":"`+url+`","branch":"main","run_setup":false`) {
+		t.Fatalf("list --json: %v", r)
+	}
 
 	// The server's side: its queue with the sync handler.
 	db := openDB(t, dir)

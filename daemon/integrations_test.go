@@ -114,8 +114,9 @@ func TestExternalAgentTier0NeedsOverride(t *testing.T) {
 // sandbox (bwrap missing; a kernel that refuses the seccomp filter), the
 // shell and file tools, tier-1 external agents (with and without
 // network) and an isolated subagent refuse with a clear error, and the
-// marker file each would write proves nothing ran on the host. (Setup
-// scripts and sandboxed MCP servers are other issues' rows.)
+// marker file each would write proves nothing ran on the host; so does a
+// repository's setup script. (Sandboxed MCP servers are another
+// issue's row.)
 func TestFailClosedMatrix(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
 	bin := agentCLI(t)
@@ -187,7 +188,32 @@ func TestFailClosedMatrix(t *testing.T) {
 					t.Errorf("%s: error %q; want a sandbox error naming %s, saying nothing ran, without host paths", tool, e, tc.why)
 				}
 			}
-			for _, m := range []string{"shell", "agent", "agent-net", "subagent"} {
+			// A setup script (its snapshot made while the sandbox worked).
+			in.addUser("root", pw, true)
+			repo := addSetupRepo(t, p.login("root", pw), "demo", "file://"+setupRepo(t, marker("setup"), ""), "main")
+			var r struct{ Head string }
+			a.must(http.StatusOK, "GET", "/api/v1/repositories/"+repo, nil, &r)
+			snap := filepath.Join(in.dir, "repos", "snapshots", repo+"-"+r.Head)
+			gitCmd(t, dir, "clone", "-q", "-b", "main", filepath.Join(in.dir, "repos", repo+".git"), snap)
+			var sc struct{ ID string }
+			a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &sc)
+			types, _, end := setupEvents(t, a.follow(sc.ID, ""))
+			e, _ := end["error"].(string)
+			t.Logf("setup: %s", e)
+			if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(e, "sandbox") || !strings.Contains(e, tc.why) || !strings.Contains(e, "nothing was run") || strings.Contains(e, in.dir) {
+				t.Errorf("setup: events %v, error %q; want setup_failed with a sandbox error naming %s, saying nothing ran, without host paths", types, e, tc.why)
+			}
+			// Without the snapshot, its checkout fails (sandboxed git):
+			// the conversation stays, its setup failure says why.
+			if err := os.RemoveAll(snap); err != nil {
+				t.Fatal(err)
+			}
+			a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &sc)
+			types, _, end = setupEvents(t, a.follow(sc.ID, ""))
+			if e, _ := end["error"].(string); types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(e, "snapshot could not be prepared") {
+				t.Errorf("setup without a snapshot: events %v, error %q", types, e)
+			}
+			for _, m := range []string{"shell", "agent", "agent-net", "subagent", "setup"} {
 				if _, err := os.Stat(marker(m)); err == nil {
 					t.Errorf("%s ran on the host: its marker exists", m)
 				}

@@ -208,6 +208,18 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
+	if trees.setups, err = openSetups(ctx, filepath.Join(inst.WorkspacesDir(), "setups"), db, &setups{
+		convs: convs, repos: s.repos, log: log.Named("setup"),
+		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
+		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: new(cfg.Sandbox.SandboxLimits()),
+	}); err != nil {
+		return nil, err
+	}
+	s.queue.Handle(kindSetupGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
+		removed, err := trees.setups.gc(ctx)
+		return map[string][]string{"removed": removed}, err
+	})
+	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), kindSetupGC, nil)
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
 		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std()})
@@ -276,6 +288,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Attachments:   s.attach,
 		Search:        s.search,
 		Diagrams:      s.diagrams,
+		StartSetup:    trees.setups.Start,
 
 		TrustedProxies: proxies,
 		DB:             db,
@@ -445,9 +458,15 @@ func isLoopback(host string) bool {
 // trees are the conversations' lower trees: the snapshot of its
 // repository at its base commit, or an empty private directory.
 type trees struct {
-	dir   string
-	convs *store.Conversations
-	repos *repos.Service
+	dir    string
+	convs  *store.Conversations
+	repos  *repos.Service
+	setups *setups
+}
+
+// Layers is the conversation's project setup layer, if any (setup.go).
+func (t *trees) Layers(ctx context.Context, user, conversation string) ([]string, error) {
+	return t.setups.Layers(ctx, user, conversation)
 }
 
 var conversationID = regexp.MustCompile(`^conv_[0-9a-f]{24}$`)

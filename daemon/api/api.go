@@ -44,6 +44,9 @@ var openAPI []byte
 
 // Deps are what the API serves. All are required but Registry.
 type Deps struct {
+	// StartSetup, if set, begins the project setup of a conversation
+	// just started on a repository (in the background).
+	StartSetup    func(user, conversation string)
 	Conversations *store.Conversations
 	Users         *auth.Users
 	Login         *auth.Authenticator

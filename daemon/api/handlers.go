@@ -175,6 +175,9 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 		if err := s.attachRepository(c, &conv, repo, commit); err != nil {
 			return err
 		}
+		if s.d.StartSetup != nil {
+			s.d.StartSetup(conv.UserID, conv.ID)
+		}
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }

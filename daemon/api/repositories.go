@@ -54,11 +54,14 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 		URL        string `json:"url"`
 		Branch     string `json:"branch"`
 		Credential string `json:"credential"`
+		// RunSetup and SetupNetwork: see repos.Repository.
+		RunSetup     bool `json:"run_setup"`
+		SetupNetwork bool `json:"setup_network"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork})
 	if err != nil {
 		return repoAnswer(err)
 	}
@@ -158,12 +161,18 @@ func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.
 }
 
 // attachRepository records the conversation's repository and prepares
-// its snapshot; on failure the conversation is removed again.
+// its snapshot; on failure the conversation is removed again, unless the
+// repository runs a setup (its failure then disables the tools).
 func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repos.Repository, commit string) error {
 	ctx := audit.ForConversation(c.UserContext(), conv.UserID, conv.ID)
 	err := s.d.Conversations.SetRepository(ctx, conv.UserID, conv.ID, r.ID, commit)
 	if err == nil {
 		_, err = s.d.Repositories.Snapshot(ctx, r.ID, commit)
+	}
+	if errors.Is(err, repos.ErrSnapshot) && r.RunSetup && s.d.StartSetup != nil {
+		// Its setup fails in turn, saying why: the conversation stays,
+		// with its workspace tools disabled.
+		err = nil
 	}
 	if err != nil {
 		if derr := s.d.Conversations.Delete(ctx, conv.UserID, conv.ID); derr != nil {

@@ -72,6 +72,11 @@ type Repository struct {
 	// Credential names the instance secret git authenticates with ("":
 	// none).
 	Credential string `gorm:"not null" json:"credential,omitempty"`
+	// RunSetup (an admin's opt-in) runs the repository's setup.sh (or
+	// .codumentor/setup.sh) in the setup sandbox before a conversation's
+	// workspace is used; SetupNetwork gives that sandbox the host network.
+	RunSetup     bool `gorm:"not null;default:false" json:"run_setup"`
+	SetupNetwork bool `gorm:"not null;default:false" json:"setup_network"`
 	// Head is the branch's commit at the last sync; IndexedCommit the one
 	// the search index was last built for (only a successful index step
 	// sets it).
@@ -180,6 +185,7 @@ func (s *Service) Mirror(id string) string { return filepath.Join(s.o.Dir, id+".
 // Add is a new repository.
 type Add struct {
 	Name, URL, Branch, Credential string
+	RunSetup, SetupNetwork        bool
 }
 
 const maxName = 100
@@ -196,6 +202,9 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	case a.Name == "" || len(a.Name) > maxName || !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl):
 		return Repository{}, fmt.Errorf("%w: name must be 1 to %d bytes of one-line text", ErrInvalid, maxName)
 	}
+	if a.SetupNetwork && !a.RunSetup {
+		return Repository{}, fmt.Errorf("%w: setup_network needs run_setup", ErrInvalid)
+	}
 	if err := git.CheckURL(a.URL); err != nil {
 		return Repository{}, fmt.Errorf("%w: url: %w", ErrInvalid, err)
 	}
@@ -208,7 +217,7 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 		}
 	}
 	now := time.Now().UTC()
-	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, Created: now, Updated: now}
+	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, Created: now, Updated: now}
 	var n int64
 	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("name = ?", a.Name).Count(&n).Error; err != nil {
 		return Repository{}, fmt.Errorf("repos: %w", err)

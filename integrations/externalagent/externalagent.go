@@ -366,6 +366,12 @@ func (t *Tool) runHost(ctx context.Context, c *agentcore.Call, argv, env []strin
 	if err != nil {
 		return fmt.Errorf("workspace of this conversation: %w", err)
 	}
+	// A failed project setup disables it like every execution tool.
+	if lw, ok := t.o.Workspaces.(agentcore.LayeredWorkspaces); ok {
+		if _, err := lw.Layers(ctx, c.User, c.Conversation); err != nil {
+			return fmt.Errorf("workspace of this conversation: %w", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

@@ -46,6 +46,16 @@ func (l lowerDir) Lower(ctx context.Context, user, conversation string) (string,
 	return string(l), nil
 }
 
+// failedSetup is a workspace whose project setup failed.
+type failedSetup struct{ lowerDir }
+
+func (failedSetup) Layers(ctx context.Context, user, conversation string) ([]string, error) {
+	return nil, errors.New("execution tools are disabled in this conversation: the setup failed")
+}
+
+// workspacesOf gives newEnv's workspaces (lowerDir unless a test says).
+var workspacesOf = func(lower string) agentcore.Workspaces { return lowerDir(lower) }
+
 type approveAll struct{}
 
 func (approveAll) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
@@ -106,7 +116,7 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 	logs := &syncWriter{b: &strings.Builder{}}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	e, err := agentcore.New(agentcore.Config{
-		LLM: (&llmtest.Script{Steps: steps}).LLM(), Store: store, Workspaces: lowerDir(lower), Layers: layers,
+		LLM: (&llmtest.Script{Steps: steps}).LLM(), Store: store, Workspaces: workspacesOf(lower), Layers: layers,
 		Approver: approveAll{}, Logger: log, NoWorkspaceTools: !isolation,
 		Programs: externalagent.Programs(agents, isolation),
 	})
@@ -115,7 +125,7 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 	}
 	t.Cleanup(func() { e.Close() })
 	ev := &env{t: t, e: e, store: store, dir: dir, lower: lower, hostF: hostF, dials: dials, addr: ln.Addr().String(), logs: logs}
-	tool, err := externalagent.New(externalagent.Options{Agents: agents, Isolation: isolation, AllowUnsandboxed: allow, Engine: e, Workspaces: lowerDir(lower), Logger: log})
+	tool, err := externalagent.New(externalagent.Options{Agents: agents, Isolation: isolation, AllowUnsandboxed: allow, Engine: e, Workspaces: workspacesOf(lower), Logger: log})
 	if err != nil {
 		ev.toolErr = err
 		return ev
@@ -291,6 +301,23 @@ func TestTier0(t *testing.T) {
 		if strings.Count(ev.logs.String(), "UNSANDBOXED") < 2 {
 			t.Errorf("want a warning at start and at the run:\n%s", ev.logs)
 		}
+	}
+}
+
+// A failed project setup disables a tier-0 agent too: nothing runs on
+// the host.
+func TestTier0FailedSetup(t *testing.T) {
+	bin := buildAgent(t)
+	workspacesOf = func(lower string) agentcore.Workspaces { return failedSetup{lowerDir(lower)} }
+	defer func() { workspacesOf = func(lower string) agentcore.Workspaces { return lowerDir(lower) } }()
+	agents := []externalagent.Config{{Name: "fake", Command: bin, SandboxTier: externalagent.Tier0}}
+	ev := newEnv(t, agents, false, false, agentCall("host work"), llmtest.Step{Expect: "the setup failed", Text: "Disabled."})
+	if ev.toolErr != nil {
+		t.Fatal(ev.toolErr)
+	}
+	out, _, _ := ev.run("conv1")
+	if strings.Contains(out, "cwd: ") {
+		t.Fatalf("the agent ran:\n%s", out)
 	}
 }
 

@@ -1,0 +1,248 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+)
+
+// setupRepo makes a bare repository whose main has a working setup.sh
+// (naming deps.lock as its input) and whose branch broken has a failing
+// one; marker is a host path the script tries to write.
+func setupRepo(t testing.TB, marker, extra string) (bare string) {
+	t.Helper()
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	bare = filepath.Join(dir, "remote.git")
+	git := func(d string, args ...string) { gitCmdT(t, d, args...) }
+	git(dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\nmkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"+extra), 0o644)
+	git(work, "add", "-A")
+	git(work, "commit", "-q", "-m", "initial")
+	git(work, "checkout", "-q", "-b", "broken")
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("echo about to fail\nexit 3\n"), 0o644)
+	git(work, "commit", "-q", "-am", "break the setup")
+	git(dir, "clone", "-q", "--bare", work, bare)
+	return bare
+}
+
+// gitCmdT runs a test setup git command (trusted input).
+func gitCmdT(t testing.TB, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=Setup", "GIT_AUTHOR_EMAIL=setup@example.com", "GIT_COMMITTER_NAME=Setup", "GIT_COMMITTER_EMAIL=setup@example.com")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// addSetupRepo adds and syncs repository name (url's branch) with
+// run_setup (and setup_network if network).
+func addSetupRepo(t testing.TB, admin *client, name, url, branch string, network ...bool) string {
+	t.Helper()
+	var repo struct {
+		ID       string
+		RunSetup bool `json:"run_setup"`
+	}
+	admin.must(http.StatusBadRequest, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "setup_network": true}, nil)
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": name, "url": url, "branch": branch, "run_setup": true, "setup_network": len(network) > 0 && network[0]}, &repo)
+	if !repo.RunSetup {
+		t.Fatalf("repository: %+v", repo)
+	}
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var j jobs.Job
+		admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+sync.Job.ID, nil, &j)
+		if j.Status == jobs.StatusSucceeded {
+			return repo.ID
+		}
+		if j.Status == jobs.StatusFailed || time.Now().After(deadline) {
+			t.Fatalf("sync job: %+v", j)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// setupEvents reads a conversation's events up to its setup's end.
+func setupEvents(t testing.TB, s *stream) (types []string, output string, last map[string]any) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		types = append(types, ev.Type)
+		var e agentcore.Event
+		json.Unmarshal(ev.Data, &e)
+		var d map[string]any
+		json.Unmarshal(e.Data, &d)
+		if ev.Type == agentcore.EventSetupOutput {
+			output += d["text"].(string)
+		}
+		if ev.Type == agentcore.EventSetupFinished || ev.Type == agentcore.EventSetupFailed {
+			return types, output, d
+		}
+	}
+}
+
+// The project setup through the API: the script runs in the sandbox at
+// the conversation's start with its output streamed; its files are in
+// the workspace (not in the diff); a second conversation on the same key
+// reuses the layer without running the script; a failing setup disables
+// the workspace tools with the reason, shown to the user and the model.
+func TestSetupScriptEndToEnd(t *testing.T) {
+	needSandbox(t)
+	marker := filepath.Join(t.TempDir(), "marker")
+	bare := setupRepo(t, marker, "")
+	script := &llmtest.Script{
+		Steps: []llmtest.Step{toolCall("shell", map[string]string{"command": "cat vendor/installed.txt BUILT"}), {Expect: "lockv1\nbuilt", Text: "Set up."}},
+		Branches: []llmtest.Branch{{Match: "BROKEN", Steps: []llmtest.Step{
+			toolCall("shell", map[string]string{"command": "true"}),
+			{Expect: "the setup script setup.sh failed: sandboxed command exited with status 3", Text: "Tools are off."},
+		}}},
+	}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n  gc_interval: 500ms\n")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
+
+	var conv struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+	s := a.follow(conv.ID, "")
+	types, output, end := setupEvents(t, s)
+	if types[0] != agentcore.EventSetupStarted || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") || !strings.Contains(output, "interfaces: lo\n") {
+		t.Fatalf("first setup: events %v, output %q, end %v", types, output, end)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the setup script wrote the host")
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=vendor/installed.txt", nil, nil); string(got) != "lockv1\n" {
+		t.Fatalf("the setup's file in the workspace: %q", got)
+	}
+	a.send(conv.ID, "check the setup")
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if diff, _ := a.readDiff(conv.ID); strings.Contains(diff, "BUILT") || strings.Contains(diff, "vendor") {
+		t.Fatalf("the setup's files are in the conversation's diff:\n%s", diff)
+	}
+
+	// The same key: the layer is reused, the script does not run.
+	var second struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": "main"}, &second)
+	types, output, end = setupEvents(t, a.follow(second.ID, ""))
+	if len(types) != 1 || end["cached"] != true || output != "" {
+		t.Fatalf("second setup: events %v, output %q, end %v", types, output, end)
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+second.ID+"/workspace/files?path=BUILT", nil, nil); string(got) != "built\n" {
+		t.Fatalf("the cached setup's file in the workspace: %q", got)
+	}
+	layers, _ := os.ReadDir(filepath.Join(in.dir, "workspaces", "setups"))
+	if len(layers) != 1 || !strings.HasPrefix(layers[0].Name(), repo+"-") {
+		t.Fatalf("setup layers: %v", layers)
+	}
+
+	// setup_network: the host's network interfaces.
+	netRepo := addSetupRepo(t, admin, "net", "file://"+bare, "main", true)
+	var netConv struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": netRepo}, &netConv)
+	if _, output, _ = setupEvents(t, a.follow(netConv.ID, "")); strings.Contains(output, "interfaces: lo\n") || !strings.Contains(output, "interfaces: ") {
+		t.Fatalf("setup with the network: %q", output)
+	}
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+netConv.ID, nil, nil)
+
+	// A failing setup: the conversation stays, its tools say why.
+	brokenRepo := addSetupRepo(t, admin, "broken", "file://"+bare, "broken")
+	var broken struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": brokenRepo}, &broken)
+	s = a.follow(broken.ID, "")
+	types, output, end = setupEvents(t, s)
+	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(output, "about to fail") || !strings.Contains(end["error"].(string), "exited with status 3") || strings.Contains(end["error"].(string), in.dir) {
+		t.Fatalf("failed setup: events %v, output %q, end %v", types, output, end)
+	}
+	a.send(broken.ID, "BROKEN: try a command")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	var toolErr string
+	for _, ev := range evs {
+		if ev.Type == agentcore.EventToolFinished {
+			var d map[string]string
+			json.Unmarshal(eventData(t, ev), &d)
+			toolErr = d["error"]
+		}
+	}
+	if !strings.Contains(toolErr, "execution tools are disabled in this conversation") || !strings.Contains(toolErr, "exited with status 3") {
+		t.Fatalf("the shell tool's error: %q", toolErr)
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+broken.ID, nil, nil)
+
+	// The layer is collected once no conversation uses it.
+	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+conv.ID, nil, nil)
+	time.Sleep(2 * time.Second) // several setup_gc runs
+	if layers, _ := os.ReadDir(setupsDir); len(layers) != 1 {
+		t.Fatalf("setup layers while a conversation uses one: %v", layers)
+	}
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+second.ID, nil, nil)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if layers, _ := os.ReadDir(setupsDir); len(layers) == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("unused setup layers not collected: %v", layers)
+		}
+	}
+}
+
+// BenchmarkSetupStart times a conversation's start on a repository whose
+// setup takes a second, from POST /api/v1/conversations to its
+// setup_finished event: the first (the script runs) and the second (the
+// cached layer is stacked), on a new repository (so a new key) each
+// iteration. Target: cached ≥ 10× faster.
+func BenchmarkSetupStart(b *testing.B) {
+	sandboxtest.RequireUnprivileged(b)
+	bare := setupRepo(b, filepath.Join(b.TempDir(), "marker"), "sleep 1\n")
+	in := newInstance(b, "")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	var first, cached time.Duration
+	start := func(repo string) (time.Duration, map[string]any) {
+		t0 := time.Now()
+		var conv struct{ ID string }
+		admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		s := admin.follow(conv.ID, "")
+		_, _, end := setupEvents(b, s)
+		d := time.Since(t0)
+		s.close()
+		return d, end
+	}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		repo := addSetupRepo(b, admin, fmt.Sprintf("demo%d", i), "file://"+bare, "main")
+		b.StartTimer()
+		d1, end1 := start(repo)
+		d2, end2 := start(repo)
+		if end1["cached"] != false || end2["cached"] != true {
+			b.Fatalf("setups: %v then %v", end1, end2)
+		}
+		first += d1
+		cached += d2
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(first.Milliseconds())/n, "first-ms")
+	b.ReportMetric(float64(cached.Microseconds())/1000/n, "cached-ms")
+	b.ReportMetric(float64(first)/float64(cached), "speedup")
+}
