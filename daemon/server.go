@@ -212,6 +212,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		convs: convs, repos: s.repos, log: log.Named("setup"),
 		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
 		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: new(cfg.Sandbox.SandboxLimits()),
+		launching: launchRecorder(db),
 	}); err != nil {
 		return nil, err
 	}

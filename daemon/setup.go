@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -93,8 +94,11 @@ type setups struct {
 	bwrap   string
 	seccomp seccomp.Mode
 	limits  *sandboxkit.Limits
-	log     hclog.Logger
-	sem     chan struct{}
+	// launching records each setup sandbox in the audit log (nothing
+	// starts unrecorded).
+	launching func(context.Context, sandboxkit.LaunchRecord) error
+	log       hclog.Logger
+	sem       chan struct{}
 
 	mu   sync.Mutex
 	runs map[string]*setupRun // by conversation, while running
@@ -235,7 +239,9 @@ func (s *setups) run(user, conversation string) ([]string, error) {
 // script when no layer of its key exists; "" means no script. Its
 // error's text is shown to the user and the model: no host paths.
 func (s *setups) setup(user, conversation string) (string, error) {
-	ctx := s.ctx
+	// The snapshot's checkout and the script's sandbox are recorded for
+	// this conversation in the audit log.
+	ctx := audit.ForConversation(s.ctx, user, conversation)
 	c, err := s.convs.Get(ctx, user, conversation)
 	if err != nil {
 		return "", errors.New("the conversation could not be read; the server log has the details")
@@ -277,7 +283,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		}
 	}
 	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
-		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork,
+		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Launching: s.launching,
 		Workspace: &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work},
 	})
 	if err == nil {

@@ -189,6 +189,24 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 	}
 	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+broken.ID, nil, nil)
 
+	// Each script that ran is a sandbox launch in the audit log, for its
+	// conversation (the cached second conversation ran none).
+	var launches struct {
+		Records []struct {
+			Data struct{ Profile, Conversation string }
+		}
+	}
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=sandbox_launch&limit=1000", nil, &launches)
+	ran := map[string]int{}
+	for _, r := range launches.Records {
+		if r.Data.Profile == "setup" {
+			ran[r.Data.Conversation]++
+		}
+	}
+	if ran[conv.ID] != 1 || ran[second.ID] != 0 || ran[broken.ID] != 1 {
+		t.Fatalf("setup launches in the audit log by conversation: %v", ran)
+	}
+
 	// The layer is collected once no conversation uses it.
 	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
 	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+conv.ID, nil, nil)
