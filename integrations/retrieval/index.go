@@ -108,7 +108,7 @@ type Stats struct {
 }
 
 // ingestBatch is how many files are written to the backend at a time.
-const ingestBatch = 256
+const ingestBatch = 1024
 
 // embedBatch is how many chunks one embeddings request carries.
 const embedBatch = 64
@@ -269,7 +269,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			cs := chunk(c.path, data)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				cs[i].terms = terms(cs[i].Text)
+				cs[i].keys = distinctTerms(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++

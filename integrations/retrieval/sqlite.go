@@ -43,11 +43,18 @@ var sqliteSchema = []string{
 		vector BLOB
 	)`,
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
-	// The index holds our own tokens (terms): unicode61 only splits them
-	// at the spaces we put.
+	// The index holds our own tokens, each once per chunk
+	// (distinctTerms), lower-cased already: the ascii tokenizer only
+	// splits them at the spaces we put. detail=column: BM25 needs which
+	// column a term is in, not where (positions would triple the
+	// index's size and ingestion's time).
 	// repo holds one token per chunk naming its repository (repoToken),
 	// so a search intersects posting lists instead of joining rows.
-	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'unicode61 remove_diacritics 0')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii', detail = column)`,
+	// FTS5 writes a segment each time its in-memory terms exceed
+	// hashsize (default 1 MiB): a bigger one makes fewer segments to
+	// merge while ingesting.
+	`INSERT INTO retrieval_fts(retrieval_fts, rank) VALUES ('hashsize', 16777216)`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
 }
 
@@ -70,7 +77,23 @@ func NewSQLite(ctx context.Context, db *sql.DB) (*SQLite, error) {
 
 // Replace implements Backend, in one transaction.
 func (s *SQLite) Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer conn.Close()
+	// A batch's pages stay in memory until the commit (SQLite's default
+	// cache, 2 MB, would spill them to the WAL halfway, and read them
+	// back); the connection gets its cache back afterwards.
+	var cache int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA cache_size`).Scan(&cache); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `PRAGMA cache_size = -65536`); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA cache_size = `+strconv.FormatInt(cache, 10))
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
@@ -99,41 +122,57 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
-	if err := deleteIDs(ctx, tx, ids); err != nil {
+	// The chunks' rows first, then the index's: once FTS5 is written to
+	// in a transaction, every later statement that opens a savepoint
+	// (any of several rows) makes it write its pending terms out as a
+	// new segment, many small segments that it merges again and again.
+	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
 		return err
 	}
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_chunks (repository, path, commit_id, start_line, end_line, language, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	// Rows go in insertRows at a time, with IDs assigned here (the
+	// transaction holds the write lock): the driver parses a statement
+	// at every execution, prepared or not, so fewer and longer ones cost
+	// less.
+	var first int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM retrieval_chunks`).Scan(&first); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	rows := make([]any, 0, 9*insertRows)
+	for i := 0; i < len(chunks); i += insertRows {
+		part := chunks[i:min(len(chunks), i+insertRows)]
+		rows = rows[:0]
+		for j := range part {
+			c := &part[j]
+			var vec []byte
+			if c.Vector != nil {
+				vec = encodeVector(c.Vector)
+			}
+			rows = append(rows, first+int64(i+j), repository, c.Path, c.Commit, c.StartLine, c.EndLine, c.Language, c.Text, vec)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_chunks (id, repository, path, commit_id, start_line, end_line, language, text, vector) VALUES `+placeholders(len(part), 9), rows...); err != nil {
+			return fmt.Errorf("retrieval: storing chunks: %w", err)
+		}
+	}
+	if err := deleteIDs(ctx, tx, "retrieval_fts", "rowid", ids); err != nil {
+		return err
+	}
+	// One row at a time into FTS5 (a statement of several rows opens a
+	// savepoint).
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer ins.Close()
-	insFTS, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("retrieval: %w", err)
-	}
-	defer insFTS.Close()
 	pathTerms := map[string]string{}
 	rt := repoToken(repository)
 	for i := range chunks {
 		c := &chunks[i]
-		var vec []byte
-		if c.Vector != nil {
-			vec = encodeVector(c.Vector)
-		}
-		res, err := ins.ExecContext(ctx, repository, c.Path, c.Commit, c.StartLine, c.EndLine, c.Language, c.Text, vec)
-		if err != nil {
-			return fmt.Errorf("retrieval: storing a chunk: %w", err)
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return fmt.Errorf("retrieval: %w", err)
-		}
 		pt, ok := pathTerms[c.Path]
 		if !ok {
-			pt = terms(c.Path)
+			pt = distinctTerms(c.Path)
 			pathTerms[c.Path] = pt
 		}
-		if _, err := insFTS.ExecContext(ctx, id, pt, c.bodyTerms(), rt); err != nil {
+		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyKeys(), rt); err != nil {
 			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
 		}
 	}
@@ -143,16 +182,22 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	return nil
 }
 
-// deleteIDs removes chunks and their index rows.
-func deleteIDs(ctx context.Context, tx *sql.Tx, ids []int64) error {
+// insertRows is how many rows one INSERT statement stores.
+const insertRows = 64
+
+// placeholders is "(?,…),(?,…)…": rows groups of cols parameters.
+func placeholders(rows, cols int) string {
+	one := "(?" + strings.Repeat(",?", cols-1) + ")"
+	return one + strings.Repeat(","+one, rows-1)
+}
+
+// deleteIDs removes the rows of table whose key column is in ids.
+func deleteIDs(ctx context.Context, tx *sql.Tx, table, key string, ids []int64) error {
 	for len(ids) > 0 {
 		n := min(len(ids), 500)
 		list := idList(ids[:n])
 		ids = ids[n:]
-		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_fts WHERE rowid IN (`+list+`)`); err != nil {
-			return fmt.Errorf("retrieval: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE id IN (`+list+`)`); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+` IN (`+list+`)`); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
@@ -188,15 +233,19 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 }
 
 // ftsQuery is the FTS5 MATCH expression of a query: each word a quoted
-// phrase of its parts, or (for an identifier of several parts) its
+// term, or (for an identifier of several parts) all its parts or its
 // joined form, any of them matching; restricted to the repositories'
-// tokens. Parts are letters and digits only, so nothing the user typed
-// is FTS5 syntax.
+// tokens. (The index keeps no positions, detail=column, so parts are not
+// a phrase: an identifier's joined form is indexed as one term, which
+// ranks its exact occurrences first.) Parts are letters and digits only,
+// so nothing the user typed is FTS5 syntax.
 func ftsQuery(ws []queryWord, repos []string) string {
 	parts := make([]string, 0, 2*len(ws))
 	for _, w := range ws {
-		parts = append(parts, `"`+strings.Join(w, " ")+`"`)
-		if len(w) > 1 {
+		if len(w) == 1 {
+			parts = append(parts, `"`+w[0]+`"`)
+		} else {
+			parts = append(parts, `("`+strings.Join(w, `" AND "`)+`")`)
 			parts = append(parts, `"`+strings.Join(w, "")+`"`)
 		}
 	}
