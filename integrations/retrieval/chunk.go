@@ -22,7 +22,6 @@ type Chunk struct {
 	Vector []float32
 
 	terms string // terms(Text), when computed ahead of the backend
-	keys  string // distinctTerms(Text), likewise
 }
 
 // bodyTerms is terms(c.Text), computed once.
@@ -31,14 +30,6 @@ func (c *Chunk) bodyTerms() string {
 		c.terms = terms(c.Text)
 	}
 	return c.terms
-}
-
-// bodyKeys is distinctTerms(c.Text), computed once.
-func (c *Chunk) bodyKeys() string {
-	if c.keys == "" {
-		c.keys = distinctTerms(c.Text)
-	}
-	return c.keys
 }
 
 // Chunking limits.

@@ -43,9 +43,8 @@ func TestParseQuery(t *testing.T) {
 	if got := len(parseQuery(strings.Join(many, " "))); got != maxQueryWords {
 		t.Errorf("%d words kept of 40, want %d", got, maxQueryWords)
 	}
-	// What reaches FTS5: quoted terms of letters and digits (an
-	// identifier's parts all in the chunk, or its joined form).
-	if got := ftsQuery(parseQuery(`parseConfig" OR x`), nil); got != `("parse" AND "config") OR "parseconfig" OR "x"` {
+	// What reaches FTS5: quoted phrases of letters and digits.
+	if got := ftsQuery(parseQuery(`parseConfig" OR x`), nil); got != `"parse config" OR "parseconfig" OR "x"` {
 		t.Errorf("ftsQuery = %s", got)
 	}
 }

@@ -269,7 +269,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			cs := chunk(c.path, data)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				cs[i].keys = distinctTerms(cs[i].Text)
+				cs[i].terms = terms(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++

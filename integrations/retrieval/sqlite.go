@@ -7,9 +7,9 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -43,14 +43,12 @@ var sqliteSchema = []string{
 		vector BLOB
 	)`,
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
-	// The index holds our own tokens, each once per chunk
-	// (distinctTerms), lower-cased already: the ascii tokenizer only
-	// splits them at the spaces we put. detail=column: BM25 needs which
-	// column a term is in, not where (positions would triple the
-	// index's size and ingestion's time).
+	// The index holds our own tokens (terms), lower-cased already: the
+	// ascii tokenizer (cheaper than unicode61) only splits them at the
+	// spaces we put.
 	// repo holds one token per chunk naming its repository (repoToken),
 	// so a search intersects posting lists instead of joining rows.
-	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii', detail = column)`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`,
 	// FTS5 writes a segment each time its in-memory terms exceed
 	// hashsize (default 1 MiB): a bigger one makes fewer segments to
 	// merge while ingesting.
@@ -169,10 +167,10 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 		c := &chunks[i]
 		pt, ok := pathTerms[c.Path]
 		if !ok {
-			pt = distinctTerms(c.Path)
+			pt = terms(c.Path)
 			pathTerms[c.Path] = pt
 		}
-		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyKeys(), rt); err != nil {
+		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyTerms(), rt); err != nil {
 			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
 		}
 	}
@@ -233,19 +231,15 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 }
 
 // ftsQuery is the FTS5 MATCH expression of a query: each word a quoted
-// term, or (for an identifier of several parts) all its parts or its
+// phrase of its parts, or (for an identifier of several parts) its
 // joined form, any of them matching; restricted to the repositories'
-// tokens. (The index keeps no positions, detail=column, so parts are not
-// a phrase: an identifier's joined form is indexed as one term, which
-// ranks its exact occurrences first.) Parts are letters and digits only,
-// so nothing the user typed is FTS5 syntax.
+// tokens. Parts are letters and digits only, so nothing the user typed
+// is FTS5 syntax.
 func ftsQuery(ws []queryWord, repos []string) string {
 	parts := make([]string, 0, 2*len(ws))
 	for _, w := range ws {
-		if len(w) == 1 {
-			parts = append(parts, `"`+w[0]+`"`)
-		} else {
-			parts = append(parts, `("`+strings.Join(w, `" AND "`)+`")`)
+		parts = append(parts, `"`+strings.Join(w, " ")+`"`)
+		if len(w) > 1 {
 			parts = append(parts, `"`+strings.Join(w, "")+`"`)
 		}
 	}
@@ -275,8 +269,36 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 	if len(ws) < 2 {
 		return ws, nil
 	}
+	// One query: the index's size and the words' document counts.
+	var parts []any
+	for _, w := range ws {
+		for _, p := range w {
+			if !slices.Contains(parts, any(p)) {
+				parts = append(parts, p)
+			}
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT '', (SELECT coalesce(max(id), 0) FROM retrieval_chunks)
+		UNION ALL SELECT term, doc FROM retrieval_vocab WHERE term IN (?`+strings.Repeat(",?", len(parts)-1)+`)`, parts...)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
 	var n int64
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM retrieval_chunks`).Scan(&n); err != nil {
+	docs := map[string]int64{}
+	for rows.Next() {
+		var term string
+		var df int64
+		if err := rows.Scan(&term, &df); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		if term == "" {
+			n = df
+		} else {
+			docs[term] = df
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("retrieval: %w", err)
 	}
 	if n < pruneFrom {
@@ -289,12 +311,7 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 		// A phrase is at most as common as its rarest part.
 		rarest := int64(-1)
 		for _, p := range w {
-			var df int64
-			err := s.db.QueryRowContext(ctx, `SELECT doc FROM retrieval_vocab WHERE term = ?`, p).Scan(&df)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("retrieval: %w", err)
-			}
-			if rarest < 0 || df < rarest {
+			if df := docs[p]; rarest < 0 || df < rarest {
 				rarest = df
 			}
 		}

@@ -156,27 +156,6 @@ func terms(s string) string {
 	return b.String()
 }
 
-// distinctTerms is terms(s) with each term once, in the order of first
-// occurrence: what the embedded index holds (detail=column keeps no
-// positions or counts within a column, so repeats would only cost
-// tokenizing).
-func distinctTerms(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) / 2)
-	seen := make(map[string]struct{}, 256)
-	words(s, func(w string) {
-		if _, ok := seen[w]; ok {
-			return
-		}
-		seen[w] = struct{}{}
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(w)
-	})
-	return b.String()
-}
-
 // maxQueryWords bounds the words of a query that are searched (each is
 // a term of the FTS5 query and a look-up of its frequency).
 const maxQueryWords = 32
