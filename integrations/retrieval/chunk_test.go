@@ -17,6 +17,9 @@ func TestWords(t *testing.T) {
 		{"__init__", "init"},
 		{"x" + strings.Repeat("y", maxToken), ""},
 		{"naïveCafé", "naïvecafé naïve café"},
+		// ASCII takes a byte loop, the rest the rune one: the same rules.
+		{"getHTTP2Conn XMLHttpRequest ID a_B__c x9Y", "gethttp2conn get http2 conn xmlhttprequest xml http request id abc a b c x9y x9 y"},
+		{"ÀBCdef Été_ÉtéX", "àbcdef àb cdef étéétéx été été x"},
 	} {
 		if got := terms(tc.in); got != tc.want {
 			t.Errorf("terms(%q) = %q, want %q", tc.in, got, tc.want)

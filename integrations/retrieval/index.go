@@ -108,7 +108,7 @@ type Stats struct {
 }
 
 // ingestBatch is how many files are written to the backend at a time.
-const ingestBatch = 256
+const ingestBatch = 1024
 
 // embedBatch is how many chunks one embeddings request carries.
 const embedBatch = 64

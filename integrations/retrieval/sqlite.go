@@ -7,9 +7,9 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -43,11 +43,16 @@ var sqliteSchema = []string{
 		vector BLOB
 	)`,
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
-	// The index holds our own tokens (terms): unicode61 only splits them
-	// at the spaces we put.
+	// The index holds our own tokens (terms), lower-cased already: the
+	// ascii tokenizer (cheaper than unicode61) only splits them at the
+	// spaces we put.
 	// repo holds one token per chunk naming its repository (repoToken),
 	// so a search intersects posting lists instead of joining rows.
-	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'unicode61 remove_diacritics 0')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`,
+	// FTS5 writes a segment each time its in-memory terms exceed
+	// hashsize (default 1 MiB): a bigger one makes fewer segments to
+	// merge while ingesting.
+	`INSERT INTO retrieval_fts(retrieval_fts, rank) VALUES ('hashsize', 16777216)`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
 }
 
@@ -70,7 +75,23 @@ func NewSQLite(ctx context.Context, db *sql.DB) (*SQLite, error) {
 
 // Replace implements Backend, in one transaction.
 func (s *SQLite) Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer conn.Close()
+	// A batch's pages stay in memory until the commit (SQLite's default
+	// cache, 2 MB, would spill them to the WAL halfway, and read them
+	// back); the connection gets its cache back afterwards.
+	var cache int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA cache_size`).Scan(&cache); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `PRAGMA cache_size = -65536`); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA cache_size = `+strconv.FormatInt(cache, 10))
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
@@ -99,41 +120,57 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
-	if err := deleteIDs(ctx, tx, ids); err != nil {
+	// The chunks' rows first, then the index's: once FTS5 is written to
+	// in a transaction, every later statement that opens a savepoint
+	// (any of several rows) makes it write its pending terms out as a
+	// new segment, many small segments that it merges again and again.
+	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
 		return err
 	}
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_chunks (repository, path, commit_id, start_line, end_line, language, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	// Rows go in insertRows at a time, with IDs assigned here (the
+	// transaction holds the write lock): the driver parses a statement
+	// at every execution, prepared or not, so fewer and longer ones cost
+	// less.
+	var first int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM retrieval_chunks`).Scan(&first); err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	rows := make([]any, 0, 9*insertRows)
+	for i := 0; i < len(chunks); i += insertRows {
+		part := chunks[i:min(len(chunks), i+insertRows)]
+		rows = rows[:0]
+		for j := range part {
+			c := &part[j]
+			var vec []byte
+			if c.Vector != nil {
+				vec = encodeVector(c.Vector)
+			}
+			rows = append(rows, first+int64(i+j), repository, c.Path, c.Commit, c.StartLine, c.EndLine, c.Language, c.Text, vec)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_chunks (id, repository, path, commit_id, start_line, end_line, language, text, vector) VALUES `+placeholders(len(part), 9), rows...); err != nil {
+			return fmt.Errorf("retrieval: storing chunks: %w", err)
+		}
+	}
+	if err := deleteIDs(ctx, tx, "retrieval_fts", "rowid", ids); err != nil {
+		return err
+	}
+	// One row at a time into FTS5 (a statement of several rows opens a
+	// savepoint).
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer ins.Close()
-	insFTS, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("retrieval: %w", err)
-	}
-	defer insFTS.Close()
 	pathTerms := map[string]string{}
 	rt := repoToken(repository)
 	for i := range chunks {
 		c := &chunks[i]
-		var vec []byte
-		if c.Vector != nil {
-			vec = encodeVector(c.Vector)
-		}
-		res, err := ins.ExecContext(ctx, repository, c.Path, c.Commit, c.StartLine, c.EndLine, c.Language, c.Text, vec)
-		if err != nil {
-			return fmt.Errorf("retrieval: storing a chunk: %w", err)
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return fmt.Errorf("retrieval: %w", err)
-		}
 		pt, ok := pathTerms[c.Path]
 		if !ok {
 			pt = terms(c.Path)
 			pathTerms[c.Path] = pt
 		}
-		if _, err := insFTS.ExecContext(ctx, id, pt, c.bodyTerms(), rt); err != nil {
+		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyTerms(), rt); err != nil {
 			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
 		}
 	}
@@ -143,16 +180,22 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	return nil
 }
 
-// deleteIDs removes chunks and their index rows.
-func deleteIDs(ctx context.Context, tx *sql.Tx, ids []int64) error {
+// insertRows is how many rows one INSERT statement stores.
+const insertRows = 64
+
+// placeholders is "(?,…),(?,…)…": rows groups of cols parameters.
+func placeholders(rows, cols int) string {
+	one := "(?" + strings.Repeat(",?", cols-1) + ")"
+	return one + strings.Repeat(","+one, rows-1)
+}
+
+// deleteIDs removes the rows of table whose key column is in ids.
+func deleteIDs(ctx context.Context, tx *sql.Tx, table, key string, ids []int64) error {
 	for len(ids) > 0 {
 		n := min(len(ids), 500)
 		list := idList(ids[:n])
 		ids = ids[n:]
-		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_fts WHERE rowid IN (`+list+`)`); err != nil {
-			return fmt.Errorf("retrieval: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE id IN (`+list+`)`); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+` IN (`+list+`)`); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
@@ -226,8 +269,36 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 	if len(ws) < 2 {
 		return ws, nil
 	}
+	// One query: the index's size and the words' document counts.
+	var parts []any
+	for _, w := range ws {
+		for _, p := range w {
+			if !slices.Contains(parts, any(p)) {
+				parts = append(parts, p)
+			}
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT '', (SELECT coalesce(max(id), 0) FROM retrieval_chunks)
+		UNION ALL SELECT term, doc FROM retrieval_vocab WHERE term IN (?`+strings.Repeat(",?", len(parts)-1)+`)`, parts...)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
 	var n int64
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM retrieval_chunks`).Scan(&n); err != nil {
+	docs := map[string]int64{}
+	for rows.Next() {
+		var term string
+		var df int64
+		if err := rows.Scan(&term, &df); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		if term == "" {
+			n = df
+		} else {
+			docs[term] = df
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("retrieval: %w", err)
 	}
 	if n < pruneFrom {
@@ -240,12 +311,7 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 		// A phrase is at most as common as its rarest part.
 		rarest := int64(-1)
 		for _, p := range w {
-			var df int64
-			err := s.db.QueryRowContext(ctx, `SELECT doc FROM retrieval_vocab WHERE term = ?`, p).Scan(&df)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return nil, fmt.Errorf("retrieval: %w", err)
-			}
-			if rarest < 0 || df < rarest {
+			if df := docs[p]; rarest < 0 || df < rarest {
 				rarest = df
 			}
 		}

@@ -16,50 +16,79 @@ const maxToken = 64
 // identTerms); "HTTPServer" gives "http", "server"; digits stay with the
 // letters before them ("utf8", "sha256").
 func words(s string, f func(string)) {
+	var parts []string // reused across identifiers
 	start := -1
-	for i, r := range s {
-		word := r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r)
+	for i := 0; i < len(s); {
+		c := s[i]
+		var word bool
+		size := 1
+		if c < utf8.RuneSelf {
+			word = asciiWord[c]
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			word = unicode.IsLetter(r) || unicode.IsDigit(r)
+		}
 		if word && start < 0 {
 			start = i
 		}
 		if !word && start >= 0 {
-			identTerms(s[start:i], f)
+			parts = identTerms(parts, s[start:i], f)
 			start = -1
 		}
+		i += size
 	}
 	if start >= 0 {
-		identTerms(s[start:], f)
+		identTerms(parts, s[start:], f)
 	}
 }
+
+// asciiWord marks the ASCII bytes of identifiers: letters, digits, '_'.
+var asciiWord = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+	}
+	return t
+}()
 
 // identParts splits one identifier at underscores and case changes.
 func identParts(id string, f func(string)) {
 	if len(id) > maxToken {
 		return
 	}
-	splitIdent(id, f)
+	for _, p := range splitIdent(nil, id) {
+		f(p)
+	}
 }
 
 // identTerms is identParts with, first, the whole identifier lower-cased
 // without underscores when it has more than one part ("parseconfig"):
-// an exact identifier then also matches as one rare word.
-func identTerms(id string, f func(string)) {
+// an exact identifier then also matches as one rare word. parts is
+// scratch space, returned for reuse.
+func identTerms(parts []string, id string, f func(string)) []string {
 	if len(id) > maxToken {
-		return
+		return parts
 	}
-	var parts []string
-	splitIdent(id, func(p string) { parts = append(parts, p) })
+	parts = splitIdent(parts[:0], id)
 	if len(parts) > 1 {
 		f(strings.Join(parts, ""))
 	}
 	for _, p := range parts {
 		f(p)
 	}
+	return parts
 }
 
-func splitIdent(id string, f func(string)) {
-	for _, seg := range strings.Split(id, "_") {
+// splitIdent appends id's lower-cased parts to dst.
+func splitIdent(dst []string, id string) []string {
+	for rest := id; rest != ""; {
+		var seg string
+		seg, rest, _ = strings.Cut(rest, "_")
 		if seg == "" {
+			continue
+		}
+		if isASCII(seg) {
+			dst = splitASCII(dst, seg)
 			continue
 		}
 		start := 0
@@ -71,14 +100,45 @@ func splitIdent(id string, f func(string)) {
 				// "HTTPServer": the S starts a word before the lower-case e.
 				acronymEnd := unicode.IsUpper(r) && unicode.IsUpper(prev) && unicode.IsLower(next)
 				if lowerToUpper || acronymEnd {
-					f(strings.ToLower(seg[start:i]))
+					dst = append(dst, strings.ToLower(seg[start:i]))
 					start = i
 				}
 			}
 			prev = r
 		}
-		f(strings.ToLower(seg[start:]))
+		dst = append(dst, strings.ToLower(seg[start:]))
 	}
+	return dst
+}
+
+// splitASCII is splitIdent's loop for an ASCII segment, byte by byte
+// (the common case: most code is ASCII).
+func splitASCII(dst []string, seg string) []string {
+	upper := func(c byte) bool { return 'A' <= c && c <= 'Z' }
+	lower := func(c byte) bool { return 'a' <= c && c <= 'z' }
+	start := 0
+	for i := 1; i < len(seg); i++ {
+		r, prev := seg[i], seg[i-1]
+		if !upper(r) {
+			continue
+		}
+		lowerToUpper := lower(prev) || '0' <= prev && prev <= '9'
+		acronymEnd := upper(prev) && i+1 < len(seg) && lower(seg[i+1])
+		if lowerToUpper || acronymEnd {
+			dst = append(dst, strings.ToLower(seg[start:i]))
+			start = i
+		}
+	}
+	return append(dst, strings.ToLower(seg[start:]))
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // terms is the text the full-text index holds for s: its words'
