@@ -2,7 +2,6 @@ package retrieval
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -174,5 +173,3 @@ func (p *progressLog) check(t *testing.T, total int64) {
 		}
 	}
 }
-
-func ctxT(t *testing.T) context.Context { return t.Context() }
