@@ -46,13 +46,9 @@ func runBackup(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	inst, err := openInstance(cmd, false)
+	inst, cfg, err := openConfig(cmd)
 	if err != nil {
 		return err
-	}
-	cfg, err := inst.Load("")
-	if err != nil {
-		return exitWith(exitFailure, err)
 	}
 	h := backupHeader{KDF: kdfJWT}
 	secret := cfg.Auth.JWTSecret

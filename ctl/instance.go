@@ -69,6 +69,20 @@ func openInstance(cmd *cli.Command, create bool) (config.Instance, error) {
 	return inst, nil
 }
 
+// openConfig opens cmd's existing instance and loads its config.yaml as
+// the server does; an invalid configuration is a failure (exit 1).
+func openConfig(cmd *cli.Command) (config.Instance, config.Config, error) {
+	inst, err := openInstance(cmd, false)
+	if err != nil {
+		return inst, config.Config{}, err
+	}
+	cfg, err := inst.Load("")
+	if err != nil {
+		return inst, config.Config{}, exitWith(exitFailure, err)
+	}
+	return inst, cfg, nil
+}
+
 // checkOwner refuses an existing instance directory that belongs to
 // another user.
 func checkOwner(dir string) error {

@@ -223,13 +223,9 @@ func followJob(ctx context.Context, q *jobs.Queue, id string, out io.Writer, tty
 // withRepos opens the instance's repositories for f, as the server does
 // (its credentials' keyring from config.yaml).
 func withRepos(ctx context.Context, cmd *cli.Command, f func(*repos.Service, *gorm.DB) error) error {
-	inst, err := openInstance(cmd, false)
+	inst, cfg, err := openConfig(cmd)
 	if err != nil {
 		return err
-	}
-	cfg, err := inst.Load("")
-	if err != nil {
-		return exitWith(exitFailure, err)
 	}
 	db, err := openDatabase(ctx, inst, false)
 	if err != nil {

@@ -200,13 +200,9 @@ func runSecretsStatus(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	inst, err := openInstance(cmd, false)
+	inst, cfg, err := openConfig(cmd)
 	if err != nil {
 		return err
-	}
-	cfg, err := inst.Load("")
-	if err != nil {
-		return exitWith(exitFailure, err)
 	}
 	kr := secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)
 	s := secretsStatus{KeyID: kr.KeyID(), Source: secretSource(), Previous: len(cfg.Auth.PreviousJWTSecrets), Rows: []keyRow{}}
