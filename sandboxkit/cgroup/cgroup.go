@@ -522,7 +522,9 @@ func (g *Group) Close() error {
 }
 
 func writeFile(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	// O_TRUNC as a shell's ">" does: cgroupfs ignores it, a plain file
+	// (tests, a stale copy) then holds the last write, not a mix.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -74,9 +73,9 @@ func TestV2Layout(t *testing.T) {
 	touch(t, mount, map[string]string{"cgroup.controllers": "cpu memory pids\n"})
 	svc := filepath.Join(mount, "system.slice", "codumentor.service")
 	// The server's own process and one of its children are in the
-	// service's cgroup, as systemd starts them.
-	self := strconv.Itoa(os.Getpid())
-	touch(t, svc, v2Files(self+"\n"+strconv.Itoa(os.Getppid())+"\n"))
+	// service's cgroup, as systemd starts them. PIDs of different
+	// lengths: a shorter last write must not leave a longer one's tail.
+	touch(t, svc, v2Files("123456\n789\n"))
 
 	tr, err := Open(Options{Mount: mount, SelfCgroup: "0::/system.slice/codumentor.service\n"})
 	if err != nil {
@@ -93,7 +92,7 @@ func TestV2Layout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Plain files append nothing: the last write is what is there.
-	if got := read(t, filepath.Join(svc, ServerLeaf, "cgroup.procs")); got != strconv.Itoa(os.Getppid()) {
+	if got := read(t, filepath.Join(svc, ServerLeaf, "cgroup.procs")); got != "789" {
 		t.Errorf("server leaf cgroup.procs: last write %q", got)
 	}
 	if got := read(t, filepath.Join(svc, "cgroup.subtree_control")); got != "+pids +memory +cpu" {
