@@ -165,6 +165,9 @@ type LLM struct {
 	Model   string   `yaml:"model"`
 	APIKey  string   `yaml:"api_key"`
 	Timeout Duration `yaml:"timeout"`
+	// AllowedEndpoints are the base URLs users' model profiles may name
+	// (see endpoints.go); empty: no profiles, only base_url.
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
@@ -325,6 +328,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	errs = append(errs, c.Office.validate()...)
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
+	errs = append(errs, c.LLM.validateEndpoints()...)
 	for _, p := range c.Plugins {
 		if !slices.Contains(knownPlugins, p) {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))
