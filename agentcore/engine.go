@@ -35,7 +35,12 @@ var (
 // Config configures an Engine. LLM, Store, Workspaces and Layers are
 // required; zero values of the rest mean the documented default.
 type Config struct {
-	LLM   LLM
+	LLM LLM
+	// Model, if set, chooses the model of each turn in place of LLM (e.g.
+	// the model profile its conversation was created with). It is asked
+	// as the turn begins; an error fails the turn (turn_failed with the
+	// error's text), with no fall-back to LLM. A nil LLM means LLM.
+	Model func(ctx context.Context, user, conversation string) (LLM, error)
 	Store Store
 	// Workspaces gives each conversation's lower tree; Layers keeps its
 	// copy-on-write upper layer (one layer per conversation ID, which must

@@ -39,6 +39,7 @@ type Turn struct {
 	// sub is set for a subagent's turn (see delegate).
 	sub     *subagent
 	secrets map[string]string // the user's secrets, name → value
+	llm     LLM               // the turn's model, chosen as it begins (Config.Model)
 	red     *redactor
 	log     *slog.Logger
 }
@@ -204,6 +205,13 @@ func (e *Engine) run(t *Turn) {
 // loop calls the model and runs its tool calls until it stops.
 func (e *Engine) loop(t *Turn) error {
 	ctx := t.ctx
+	if t.llm == nil {
+		llm, err := e.model(t)
+		if err != nil {
+			return err
+		}
+		t.llm = llm
+	}
 	for step := 0; ; step++ {
 		if step == e.cfg.MaxSteps {
 			return fmt.Errorf("%w: %d model calls", ErrBudget, e.cfg.MaxSteps)
@@ -259,6 +267,21 @@ func (e *Engine) loop(t *Turn) error {
 	}
 }
 
+// model is the turn's model: Config.Model's choice, else Config.LLM.
+func (e *Engine) model(t *Turn) (LLM, error) {
+	if e.cfg.Model == nil {
+		return e.cfg.LLM, nil
+	}
+	llm, err := e.cfg.Model(t.ctx, t.User, t.Conversation)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if llm == nil {
+		return e.cfg.LLM, nil
+	}
+	return llm, nil
+}
+
 // maxToolName bounds a tool call's name: no tool has a longer one.
 const maxToolName = 128
 
@@ -267,7 +290,7 @@ const maxToolName = 128
 // arguments over MaxToolArguments, or a name no tool can have) by ID:
 // their arguments are dropped.
 func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error) {
-	s, err := e.cfg.LLM.Stream(t.ctx, req)
+	s, err := t.llm.Stream(t.ctx, req)
 	if err != nil {
 		return Message{}, nil, fmt.Errorf("model: %w", err)
 	}
