@@ -232,6 +232,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
+		Model:            s.turnModel(convs),
 		Store:            convs,
 		Workspaces:       trees,
 		Layers:           s.layers,
@@ -293,6 +294,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 
 		TrustedProxies: proxies,
 		DB:             db,
+		LLM:            func() config.LLM { return s.cfg.Load().LLM },
 	})
 	return s, nil
 }

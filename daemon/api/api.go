@@ -30,6 +30,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
@@ -87,6 +88,9 @@ type Deps struct {
 	DB *gorm.DB
 	// Diagrams renders POST /render/diagram; nil: the plugin is off.
 	Diagrams DiagramRenderer
+	// LLM is the current llm configuration, read at each use: the
+	// endpoints model profiles may name. nil: none.
+	LLM func() config.LLM
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -221,6 +225,7 @@ func (s *Server) routes() {
 	authed.Get("/me", s.me)
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
+	authed.Patch("/admin/users/:id", s.admin, s.updateUser)
 	authed.Get("/admin/doctor", s.admin, s.doctor)
 	authed.Get("/admin/mcp", s.admin, s.adminMCP)
 	authed.Get("/admin/audit", s.admin, s.adminAudit)
@@ -255,6 +260,11 @@ func (s *Server) routes() {
 	authed.Put("/secrets/:name", s.putSecret)
 	authed.Get("/secrets/:name", s.getSecret)
 	authed.Delete("/secrets/:name", s.deleteSecret)
+
+	authed.Get("/model-profiles", s.listModelProfiles)
+	authed.Get("/model-profiles/:name", s.getModelProfile)
+	authed.Put("/model-profiles/:name", s.putModelProfile)
+	authed.Delete("/model-profiles/:name", s.deleteModelProfile)
 
 	authed.Get("/jobs/:id", s.getJob)
 	authed.Get("/search", s.search)

@@ -136,6 +136,9 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 		// branch head) start the conversation on a repository.
 		Repository string `json:"repository"`
 		Ref        string `json:"ref"`
+		// ModelProfile names the caller's model profile whose endpoint
+		// the turns use; empty: the server's own model.
+		ModelProfile string `json:"model_profile"`
 	}
 	if len(c.Body()) > 0 {
 		if err := decode(c, &req); err != nil {
@@ -147,6 +150,11 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 	}
 	if req.Mode != "" && (req.Repository != "" || req.Ref != "") {
 		return badRequest("a %s conversation has no workspace: leave out repository and ref", req.Mode)
+	}
+	if req.ModelProfile != "" {
+		if err := s.checkModelProfile(c, req.ModelProfile); err != nil {
+			return err
+		}
 	}
 	var repo repos.Repository
 	var commit string
@@ -170,6 +178,13 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 		}
 		conv.Mode = req.Mode
 		s.log.Info("host read-only investigation created", "conversation", conv.ID, "user", user(c).Name)
+	}
+	if req.ModelProfile != "" {
+		if err := s.d.Conversations.SetModelProfile(c.UserContext(), user(c).ID, conv.ID, req.ModelProfile); err != nil {
+			s.d.Conversations.Delete(c.UserContext(), user(c).ID, conv.ID)
+			return err
+		}
+		conv.ModelProfile = req.ModelProfile
 	}
 	if commit != "" {
 		if err := s.attachRepository(c, &conv, repo, commit); err != nil {

@@ -233,6 +233,15 @@ func (s *Store) Profile(ctx context.Context, user, name string) (ModelProfile, e
 	return p, nil
 }
 
+// ProfileMeta describes user's model profile name, without decrypting it.
+func (s *Store) ProfileMeta(ctx context.Context, user, name string) (Meta, error) {
+	r, err := s.get(ctx, user, kindProfile, name)
+	if err != nil {
+		return Meta{}, err
+	}
+	return r.meta(), nil
+}
+
 // Profiles describes user's model profiles, sorted by name.
 func (s *Store) Profiles(ctx context.Context, user string) ([]Meta, error) {
 	return s.list(ctx, user, kindProfile)

@@ -42,6 +42,9 @@ type Conversation struct {
 	// repository's tree at that commit ("" for an empty workspace).
 	Repository string `gorm:"not null;default:''" json:"repository,omitempty"`
 	BaseCommit string `gorm:"not null;default:''" json:"base_commit,omitempty"`
+	// ModelProfile names the owner's model profile whose endpoint the
+	// turns use ("" for the server's own llm); see profile.go.
+	ModelProfile string `gorm:"not null;default:''" json:"model_profile,omitempty"`
 }
 
 type messageRow struct {

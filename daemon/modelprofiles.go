@@ -1,0 +1,45 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/llm"
+)
+
+// turnModel is the engine's Config.Model. A conversation created with a
+// model profile talks to the profile's endpoint with its key, both read
+// as each turn begins, and only while the endpoint is still one of
+// llm.allowed_endpoints (the configuration may have changed since the
+// profile was stored); otherwise the turn fails, never falling back to
+// another endpoint. The key goes only into the client's Authorization
+// header: not into the model's context, events, logs or a sandbox.
+// Other conversations use the server's own model (nil).
+func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context, user, conversation string) (agentcore.LLM, error) {
+	return func(ctx context.Context, user, conversation string) (agentcore.LLM, error) {
+		c, err := convs.Get(ctx, user, conversation)
+		if err != nil {
+			return nil, err
+		}
+		name := c.ModelProfile
+		if name == "" {
+			return nil, nil
+		}
+		p, err := s.secrets.Profile(ctx, user, name)
+		if errors.Is(err, agentcore.ErrNotFound) {
+			return nil, fmt.Errorf("this conversation's model profile %q no longer exists: create it again (PUT /api/v1/model-profiles/%s) or start a new conversation", name, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("this conversation's model profile %q cannot be read: %w", name, err)
+		}
+		cfg := s.cfg.Load()
+		endpoint, err := cfg.LLM.AllowedEndpoint(p.BaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
+		}
+		return llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std()})
+	}
+}
