@@ -49,6 +49,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"SearchHit":    agentcore.Hit{},
 		"AuditPage":    AuditPage{},
 		"Violation":    Violation{},
+		"ModelProfile": ModelProfile{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {
