@@ -216,9 +216,9 @@ func TestModelProfiles(t *testing.T) {
 		t.Fatalf("after rotation: reply %q, %d requests with the key", got, len(prof.Requests()))
 	}
 
-	// The operator takes the endpoint off the list: the profile stays,
-	// but neither a new conversation nor a turn of an old one uses it.
-	p.stop()
+	// The operator takes the endpoint off the list, the server running:
+	// the profile stays, but neither a new conversation nor a turn of an
+	// old one uses it.
 	cfgFile := in.config().ConfigFile()
 	yaml, err := os.ReadFile(cfgFile)
 	if err != nil {
@@ -230,8 +230,13 @@ func TestModelProfiles(t *testing.T) {
 	if err := os.WriteFile(cfgFile, bytes.Replace(yaml, []byte(listed), []byte(other.URL()), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p = in.start()
-	a = p.login("alice", pw)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(p.stderr.String(), "llm.allowed_endpoints reloaded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not reload llm.allowed_endpoints:\n%s", p.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	status, body, _ := a.do("POST", "/api/v1/conversations", map[string]string{"model_profile": "work"})
 	if status != http.StatusBadRequest || apiErrorCode(t, body) != "endpoint_not_allowed" {
 		t.Fatalf("conversation on a profile whose endpoint is no longer allowed: %d %s", status, body)

@@ -383,7 +383,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 
 // watchConfig applies rotated secrets (codumentorctl secrets rotate)
 // without a restart: tokens and the secrets' keyring are swapped when
-// config.yaml's auth section changes.
+// config.yaml's auth section changes. So is llm.allowed_endpoints.
 func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Options) {
 	poll := o.ConfigPoll
 	if poll <= 0 {
@@ -420,6 +420,15 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 			continue
 		}
 		cur := s.cfg.Load()
+		if !slices.Equal(next.LLM.AllowedEndpoints, cur.LLM.AllowedEndpoints) {
+			// Model profiles' endpoints are checked at each turn: one taken
+			// off the list is used no more from now on.
+			updated := *cur
+			updated.LLM.AllowedEndpoints = next.LLM.AllowedEndpoints
+			s.cfg.Store(&updated)
+			cur = &updated
+			s.log.Info("llm.allowed_endpoints reloaded from config.yaml", "endpoints", len(next.LLM.AllowedEndpoints))
+		}
 		if next.Auth.JWTSecret == cur.Auth.JWTSecret && slices.Equal(next.Auth.PreviousJWTSecrets, cur.Auth.PreviousJWTSecrets) {
 			continue
 		}
