@@ -132,7 +132,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	// The client the turns will build, built now: a key with whitespace
 	// or a "Bearer " prefix is refused here rather than at the turn.
 	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key}); err != nil {
-		return badRequest("%v", strings.ReplaceAll(err.Error(), "llm.", ""))
+		return badRequest("%s", strings.ReplaceAll(err.Error(), "llm.api_key", "api_key"))
 	}
 	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
