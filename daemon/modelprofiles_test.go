@@ -13,15 +13,17 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/config"
+	yamlv3 "gopkg.in/yaml.v3"
 )
 
 // modelProfile is a model profile as the API shows it.
 type modelProfile struct {
-	Name      string    `json:"name"`
-	Endpoint  string    `json:"endpoint"`
-	Model     string    `json:"model"`
-	HasAPIKey bool      `json:"has_api_key"`
-	Updated   time.Time `json:"updated"`
+	Name       string    `json:"name"`
+	Endpoint   string    `json:"endpoint"`
+	Model      string    `json:"model"`
+	HasAPIKey  bool      `json:"has_api_key"`
+	Updated    time.Time `json:"updated"`
+	Unreadable bool      `json:"unreadable"`
 }
 
 // apiErrorCode is the error code of an API error body.
@@ -263,5 +265,46 @@ func TestModelProfiles(t *testing.T) {
 		if bytes.Contains(b, []byte(key)) {
 			t.Errorf("%s holds the profile's key in plaintext", f)
 		}
+	}
+
+	// The operator replaces the jwt_secret and drops the old one: the
+	// profile under it cannot be read, and the list says so instead of
+	// failing as a whole.
+	if _, err := config.RotateSecret(cfgFile, config.NewSecret()); err != nil {
+		t.Fatal(err)
+	}
+	yaml, err = os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yamlv3.Unmarshal(yaml, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc["auth"].(map[string]any), "previous_jwt_secrets")
+	if yaml, err = yamlv3.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgFile, yaml, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = in.start()
+	defer p.stop()
+	a = p.login("alice", pw)
+	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/fresh", map[string]string{"endpoint": other.URL(), "model": "m"}, nil)
+	var all struct {
+		Profiles []modelProfile `json:"model_profiles"`
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/model-profiles", nil, &all)
+	if len(all.Profiles) != 2 || all.Profiles[0].Name != "fresh" || all.Profiles[0].Unreadable ||
+		all.Profiles[1].Name != "work" || !all.Profiles[1].Unreadable || all.Profiles[1].Endpoint != "" {
+		t.Fatalf("profiles after the old secret was dropped: %+v", all.Profiles)
+	}
+	a.must(http.StatusOK, "GET", "/api/v1/model-profiles/work", nil, &got)
+	if !got.Unreadable || got.Endpoint != "" || got.HasAPIKey {
+		t.Fatalf("GET of the unreadable profile: %+v", got)
+	}
+	if status, body, _ := a.do("POST", "/api/v1/conversations", map[string]string{"model_profile": "work"}); status != http.StatusBadRequest || !strings.Contains(string(body), "store it again") {
+		t.Fatalf("conversation on the unreadable profile: %d %s", status, body)
 	}
 }

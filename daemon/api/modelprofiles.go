@@ -24,6 +24,9 @@ type ModelProfile struct {
 	Model     string    `json:"model"`
 	HasAPIKey bool      `json:"has_api_key"`
 	Updated   time.Time `json:"updated"`
+	// Unreadable: stored under a jwt_secret the server no longer has, so
+	// neither its endpoint nor its key can be read; store it again.
+	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
@@ -53,6 +56,12 @@ func (s *Server) listModelProfiles(c *fiber.Ctx) error {
 		if errors.Is(err, agentcore.ErrNotFound) {
 			continue // deleted meanwhile
 		}
+		if errors.Is(err, secrets.ErrUnknownKey) {
+			// One profile under a dropped secret must not hide the others.
+			s.log.Warn("model profile stored under a jwt_secret that is no longer configured; its owner must store it again", "user", uid, "profile", m.Name)
+			out = append(out, ModelProfile{Name: m.Name, Updated: m.Updated, Unreadable: true})
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -80,6 +89,9 @@ func (s *Server) modelProfile(c *fiber.Ctx) (secrets.Meta, secrets.ModelProfile,
 
 func (s *Server) getModelProfile(c *fiber.Ctx) error {
 	m, p, err := s.modelProfile(c)
+	if errors.Is(err, secrets.ErrUnknownKey) {
+		return c.JSON(ModelProfile{Name: m.Name, Updated: m.Updated, Unreadable: true})
+	}
 	if err != nil {
 		return err
 	}
@@ -162,6 +174,9 @@ func (s *Server) checkModelProfile(c *fiber.Ctx, name string) error {
 	p, err := s.d.Secrets.Profile(c.UserContext(), user(c).ID, name)
 	if errors.Is(err, agentcore.ErrNotFound) || errors.Is(err, secrets.ErrBadName) {
 		return badRequest("model_profile %q: you have no such model profile (PUT /api/v1/model-profiles/{name} creates one)", name)
+	}
+	if errors.Is(err, secrets.ErrUnknownKey) {
+		return badRequest("model_profile %q is stored under a key the server no longer has: store it again with its api_key", name)
 	}
 	if err != nil {
 		return err
