@@ -238,3 +238,30 @@ func TestEgressPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestEgressProfiles(t *testing.T) {
+	w := &Workspace{Lower: "/l", Upper: "/u", Work: "/w"}
+	eg := &egress.Options{Allow: []string{"registry.npmjs.org"}}
+	for _, tc := range []struct {
+		name string
+		o    ProfileOptions
+		ok   bool
+	}{
+		{ProfileSetup, ProfileOptions{Workspace: w, Egress: eg}, true},
+		{ProfileExternalAgent, ProfileOptions{Workspace: w, Egress: eg}, true},
+		{ProfileMCP, ProfileOptions{Egress: eg}, true},
+		{ProfileExternalAgent, ProfileOptions{Workspace: w, Egress: eg, ShareNet: true}, false},
+		{ProfileWorkspace, ProfileOptions{Workspace: w, Egress: eg}, false},
+		{ProfileOffice, ProfileOptions{Input: "/in.docx", Egress: eg}, false},
+		{ProfileHostReadOnly, ProfileOptions{Egress: eg}, false},
+	} {
+		p, err := Profile(tc.name, tc.o)
+		if (err == nil) != tc.ok {
+			t.Errorf("Profile(%s, Egress) = %v, want ok=%v", tc.name, err, tc.ok)
+			continue
+		}
+		if tc.ok && p.Egress != eg {
+			t.Errorf("Profile(%s) dropped Egress", tc.name)
+		}
+	}
+}
