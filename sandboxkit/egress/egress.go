@@ -42,6 +42,9 @@ const (
 	DefaultDialTimeout     = 10 * time.Second
 )
 
+// maxRequestHead bounds the bytes of a request before its body.
+const maxRequestHead = 64 << 10
+
 // handshakeTimeout bounds the time a client takes to say where it goes.
 const handshakeTimeout = 10 * time.Second
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -224,7 +225,10 @@ func (p *Proxy) handle(c net.Conn) {
 			in = io.MultiReader(bytes.NewReader(first), c)
 		}
 	}
-	br := bufio.NewReaderSize(in, 4096)
+	// A request's head is bounded: textproto would read a line of any
+	// length. The bound goes once the head is read.
+	head := &io.LimitedReader{R: in, N: maxRequestHead}
+	br := bufio.NewReaderSize(head, 4096)
 	var req *request
 	var err error
 	first, perr := br.Peek(1)
@@ -237,6 +241,7 @@ func (p *Proxy) handle(c net.Conn) {
 		req, err = readHTTP(c, br)
 	}
 	<-p.shakes
+	head.N = math.MaxInt64
 	ev := Event{Time: start, Verdict: Refused}
 	if req != nil {
 		ev.Proto, ev.Host, ev.Port = req.proto, req.host, req.port
@@ -463,10 +468,13 @@ func (p *Proxy) forward(c, up net.Conn, r *http.Request) (sent, recv int64, why 
 	r.Close = true
 	r.Header.Del("Proxy-Connection")
 	r.Header.Del("Proxy-Authorization")
+	if r.Body != nil {
+		// An upload spends the byte budget as it goes.
+		r.Body = &budgetReader{p: p, r: r.Body}
+	}
 	cw := &countWriter{w: up}
 	err := r.Write(cw)
 	sent = cw.n
-	p.budget.Add(-sent)
 	if err == nil {
 		err = p.copy(c, up, &recv)
 	}
@@ -546,6 +554,23 @@ func closeWrite(c net.Conn) {
 		cw.CloseWrite()
 	}
 }
+
+// budgetReader takes what it reads from the byte budget.
+type budgetReader struct {
+	p *Proxy
+	r io.ReadCloser
+}
+
+func (b *budgetReader) Read(buf []byte) (int, error) {
+	n, err := b.r.Read(buf)
+	if b.p.budget.Add(-int64(n)) < 0 {
+		b.p.spent.Store(true)
+		return n, errBudget
+	}
+	return n, err
+}
+
+func (b *budgetReader) Close() error { return b.r.Close() }
 
 type countWriter struct {
 	w io.Writer

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,5 +311,88 @@ func TestProxyClose(t *testing.T) {
 	}
 	if _, err := net.Dial("unix", p.Path()); err == nil {
 		t.Fatal("the socket still answers after Close")
+	}
+}
+
+func TestProxyBadRequests(t *testing.T) {
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}}, egresstest.Resolver{"allowed.test": loopback})
+	for _, tc := range []struct {
+		name, send, reason string
+	}{
+		{"garbage", "hello\r\n\r\n", "not an HTTP or SOCKS5 request"},
+		{"endless head", "CONNECT allowed.test:443 HTTP/1.1\r\nX: " + strings.Repeat("a", 100<<10), "not an HTTP or SOCKS5 request"},
+		{"origin form", "GET /x HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "not a proxy request"},
+		{"https absolute form", "GET https://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "not a proxy request"},
+		{"CONNECT without port", "CONNECT allowed.test HTTP/1.1\r\n\r\n", "want host:port"},
+		{"SOCKS5 BIND", "\x05\x01\x00\x05\x02\x00\x03\x0callowed.test\x01\xbb", "only CONNECT"},
+		{"SOCKS5 address type", "\x05\x01\x00\x05\x01\x00\x09", "address type 9"},
+		{"SOCKS5 with authentication only", "\x05\x01\x02", "no method without authentication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(ev.All())
+			c, err := net.Dial("unix", p.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go io.WriteString(c, tc.send)
+			c.SetDeadline(time.Now().Add(15 * time.Second))
+			io.Copy(io.Discard, c) // the proxy answers and hangs up
+			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == before; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no event")
+				}
+			}
+			if e := ev.All()[before]; e.Verdict != egress.Refused || !strings.Contains(e.Reason, tc.reason) {
+				t.Fatalf("event %+v, want refused with %q", e, tc.reason)
+			}
+		})
+	}
+}
+
+// rebinder answers 127.0.0.1 first, then the metadata address.
+type rebinder struct{ n atomic.Int32 }
+
+func (r *rebinder) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	if r.n.Add(1) == 1 {
+		return loopback, nil
+	}
+	return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
+}
+
+// Every connection is checked anew, against what the name resolves to
+// then, and goes to the address checked.
+func TestProxyRebinding(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	ev := &egresstest.Events{}
+	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"rebind.test"}, Resolver: &rebinder{}, OnEvent: ev.Add, TestResolvedLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	hp := fmt.Sprintf("rebind.test:%d", ln.Addr().(*net.TCPAddr).Port)
+	c, st, _ := connect(p, hp)
+	if c == nil {
+		t.Fatalf("first connection: %s", st)
+	}
+	c.Close()
+	if c, st, _ := connect(p, hp); c != nil || !strings.HasPrefix(st, "403") {
+		t.Fatalf("after the name moved to the metadata address: %q, want 403", st)
+	}
+	if e, ok := ev.Find("rebind.test", egress.Refused); !ok || e.Addr != "169.254.169.254" {
+		t.Fatalf("refused event %+v; %s", e, ev)
 	}
 }
