@@ -265,3 +265,27 @@ func TestEgressProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressProxyCannotStart: without its proxy, a sandbox with Egress
+// does not start at all, and the error says why.
+func TestEgressProxyCannotStart(t *testing.T) {
+	requireSandbox(t)
+	p := sessionPolicy(t)
+	p.Egress = &egress.Options{Allow: []string{"allowed.test"}}
+	marker := filepath.Join(p.Workspace.Upper, "ran")
+	// The proxy's socket dir cannot be made.
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	err := Command(t.Context(), p, "touch", "/workspace/ran").Run()
+	if !errors.Is(err, egress.ErrProxyDown) {
+		t.Errorf("Run = %v, want egress.ErrProxyDown", err)
+	}
+	if s, err := StartSession(t.Context(), p, SessionOptions{}); !errors.Is(err, egress.ErrProxyDown) {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("StartSession = %v, want egress.ErrProxyDown", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran")
+	}
+}
