@@ -88,8 +88,13 @@ type Options struct {
 
 // Verdicts of an Event.
 const (
+	// Allowed: the connection was made (its event comes when it ends).
 	Allowed = "allowed"
+	// Refused: the destination is not allowed, or a cap was reached.
 	Refused = "refused"
+	// Failed: the destination is allowed but could not be resolved or
+	// reached.
+	Failed = "failed"
 )
 
 // Event is one connection attempt through the proxy.
@@ -105,8 +110,8 @@ type Event struct {
 	// Addr is the address connected to (allowed attempts, and refused
 	// ones that failed after resolution), else empty.
 	Addr string
-	// Verdict is Allowed or Refused; Reason says why it was refused or
-	// how an allowed connection ended badly (cut by a cap).
+	// Verdict is Allowed, Refused or Failed; Reason says why it was
+	// refused or failed, or how an allowed connection was cut (by a cap).
 	Verdict string
 	Reason  string
 	// Sent and Received count the bytes relayed to and from the

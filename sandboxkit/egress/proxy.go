@@ -274,7 +274,7 @@ func (p *Proxy) handle(c net.Conn) {
 	}
 	if up == nil {
 		if why.failed {
-			ev.Verdict = "failed"
+			ev.Verdict = Failed
 		}
 		refuse(why.reason)
 		return
