@@ -62,7 +62,12 @@ func startEgress(p *Policy) (*egressProxy, error) {
 	}
 	dir, err := os.MkdirTemp("", "sandboxkit-egress-")
 	if err != nil {
-		return nil, fmt.Errorf("sandboxkit: %w: %v", egress.ErrProxyDown, err)
+		// No path in the error: it may reach a model.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("sandboxkit: %w: cannot make a directory for its socket in the temp dir: %v", egress.ErrProxyDown, err)
 	}
 	px, err := egress.Listen(filepath.Join(dir, "proxy.sock"), *p.Egress)
 	if err != nil {

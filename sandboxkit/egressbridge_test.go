@@ -276,8 +276,8 @@ func TestEgressProxyCannotStart(t *testing.T) {
 	// The proxy's socket dir cannot be made.
 	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
 	err := Command(t.Context(), p, "touch", "/workspace/ran").Run()
-	if !errors.Is(err, egress.ErrProxyDown) {
-		t.Errorf("Run = %v, want egress.ErrProxyDown", err)
+	if !errors.Is(err, egress.ErrProxyDown) || strings.Contains(err.Error(), "/missing") {
+		t.Errorf("Run = %v, want egress.ErrProxyDown naming no path", err)
 	}
 	if s, err := StartSession(t.Context(), p, SessionOptions{}); !errors.Is(err, egress.ErrProxyDown) {
 		if s != nil {

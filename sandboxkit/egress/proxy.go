@@ -68,13 +68,14 @@ func Listen(path string, o Options) (*Proxy, error) {
 	if o.Resolver != nil {
 		res = o.Resolver
 	}
+	// Errors name no path: they may reach a model or a client.
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("%w: listen on %s: %v", ErrProxyDown, path, err)
+		return nil, fmt.Errorf("%w: cannot listen on its socket: %v", ErrProxyDown, errnoOf(err))
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("%w: %v", ErrProxyDown, err)
+		return nil, fmt.Errorf("%w: cannot restrict its socket: %v", ErrProxyDown, errnoOf(err))
 	}
 	p := &Proxy{o: o, rules: rules, res: res, ln: ln, path: path,
 		slots: make(chan struct{}, o.MaxConns), shakes: make(chan struct{}, 2*o.MaxConns),
@@ -137,7 +138,7 @@ func (p *Proxy) serve() {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			p.stop(fmt.Errorf("accept: %v", err))
+			p.stop(fmt.Errorf("its socket failed: %v", errnoOf(err)))
 			break
 		}
 		if !p.track(c) {
@@ -348,6 +349,19 @@ func receiveConn(uc *net.UnixConn) (tc *net.TCPConn, first []byte, err error) {
 		return nil, nil, errors.New("bad handover: the descriptor is not a TCP connection")
 	}
 	return tc, nil, nil
+}
+
+// errnoOf is err's system error, without the paths and addresses the
+// wrapping errors name.
+func errnoOf(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return net.ErrClosed
+	}
+	return errors.New("unknown error")
 }
 
 // dialFailure says why dial returned no connection; failed marks an

@@ -396,3 +396,12 @@ func TestProxyRebinding(t *testing.T) {
 		t.Fatalf("refused event %+v; %s", e, ev)
 	}
 }
+
+// A proxy that cannot listen says so with ErrProxyDown, and no path.
+func TestProxyCannotListen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "egress.sock")
+	_, err := egress.Listen(path, egress.Options{Allow: []string{"allowed.test"}})
+	if !errors.Is(err, egress.ErrProxyDown) || strings.Contains(err.Error(), "missing") {
+		t.Fatalf("Listen = %v, want ErrProxyDown naming no path", err)
+	}
+}
