@@ -160,20 +160,18 @@ func matchIP(rules []rule, a netip.Addr, port int) bool {
 
 // Ranges no egress destination may be in, beyond what netip's
 // predicates name (loopback, private, link-local, multicast,
-// unspecified).
+// unspecified). The documentation and benchmarking ranges are not here:
+// some networks route them (fake-IP resolvers, lab gateways), and they
+// hold no host-local service.
 var blockedPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),   // CGNAT (RFC 6598)
-	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
-	netip.MustParsePrefix("192.0.2.0/24"),    // TEST-NET-1
-	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
-	netip.MustParsePrefix("198.51.100.0/24"), // TEST-NET-2
-	netip.MustParsePrefix("203.0.113.0/24"),  // TEST-NET-3
-	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
-	netip.MustParsePrefix("::/96"),           // IPv4-compatible (and ::, ::1)
-	netip.MustParsePrefix("100::/64"),        // discard
-	netip.MustParsePrefix("2001:db8::/32"),   // documentation
-	netip.MustParsePrefix("fec0::/10"),       // site-local
+	netip.MustParsePrefix("0.0.0.0/8"),     // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"), // CGNAT (RFC 6598)
+	netip.MustParsePrefix("192.0.0.0/24"),  // IETF protocol assignments
+	netip.MustParsePrefix("240.0.0.0/4"),   // reserved, broadcast
+	netip.MustParsePrefix("::/96"),         // IPv4-compatible (and ::, ::1)
+	netip.MustParsePrefix("100::/64"),      // discard
+	netip.MustParsePrefix("2001:db8::/32"), // documentation
+	netip.MustParsePrefix("fec0::/10"),     // site-local
 }
 
 // Prefixes of IPv6 addresses that carry an IPv4 address, which is

@@ -103,6 +103,8 @@ func TestBlocked(t *testing.T) {
 		{"93.184.216.34", false},
 		{"8.8.8.8", false},
 		{"100.128.0.1", false},
+		{"203.0.113.80", false}, // documentation ranges: routed by some networks (this test host's)
+		{"198.18.0.1", false},
 		{"2606:4700::1111", false},
 		{"64:ff9b::808:808", false}, // NAT64 of 8.8.8.8
 	} {
