@@ -235,7 +235,7 @@ func (p *Proxy) handle(c net.Conn) {
 	first, perr := br.Peek(1)
 	switch {
 	case perr != nil:
-		err = fmt.Errorf("no request: %v", perr)
+		err = noRequest(perr)
 	case first[0] == socksVersion:
 		req, err = readSocks(c, br)
 	default:
@@ -295,7 +295,7 @@ func (p *Proxy) handle(c net.Conn) {
 	if req.http != nil {
 		ev.Sent, ev.Received, ev.Reason = p.forward(c, up, req.http)
 	} else if err := req.accept(); err != nil {
-		ev.Reason = "client went away: " + err.Error()
+		ev.Reason = fmt.Sprintf("client went away: %v", errnoOf(err))
 	} else {
 		ev.Sent, ev.Received, ev.Reason = p.relay(c, br, up)
 	}
@@ -312,7 +312,7 @@ func receiveConn(uc *net.UnixConn) (tc *net.TCPConn, first []byte, err error) {
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	n, oobn, flags, _, err := uc.ReadMsgUnix(b, oob)
 	if err != nil || n == 0 {
-		return nil, nil, fmt.Errorf("no request: %v", err)
+		return nil, nil, noRequest(err)
 	}
 	var fds []int
 	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
@@ -349,6 +349,18 @@ func receiveConn(uc *net.UnixConn) (tc *net.TCPConn, first []byte, err error) {
 		return nil, nil, errors.New("bad handover: the descriptor is not a TCP connection")
 	}
 	return tc, nil, nil
+}
+
+// noRequest says why no request came.
+func noRequest(err error) error {
+	var ne net.Error
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+		return errors.New("no request: the client hung up")
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("no request within %v", handshakeTimeout)
+	}
+	return fmt.Errorf("no request: %v", errnoOf(err))
 }
 
 // errnoOf is err's system error, without the paths and addresses the
@@ -624,7 +636,7 @@ func readHTTP(c net.Conn, br *bufio.Reader) (*request, error) {
 	req.proto = "http"
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		answer(http.StatusBadRequest, "want CONNECT host:port or an absolute http:// URL")
-		return nil, fmt.Errorf("%s %q is not a proxy request", r.Method, r.RequestURI)
+		return nil, fmt.Errorf("%s %q is not a proxy request", clip(r.Method), clip(r.RequestURI))
 	}
 	host, port, err := splitHostPort(r.URL.Host, 80)
 	if err != nil {
@@ -641,15 +653,23 @@ func splitHostPort(s string, def int) (string, int, error) {
 	host, ps, err := net.SplitHostPort(s)
 	if err != nil {
 		if def == 0 {
-			return "", 0, fmt.Errorf("bad destination %q: want host:port", s)
+			return "", 0, fmt.Errorf("bad destination %q: want host:port", clip(s))
 		}
 		host, ps = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), strconv.Itoa(def)
 	}
 	port, err := strconv.Atoi(ps)
-	if err != nil || port < 1 || port > 65535 || host == "" {
-		return "", 0, fmt.Errorf("bad destination %q", s)
+	if err != nil || port < 1 || port > 65535 || host == "" || len(host) > 255 {
+		return "", 0, fmt.Errorf("bad destination %q", clip(s))
 	}
 	return host, port, nil
+}
+
+// clip shortens what a client wrote to a length fit for an event.
+func clip(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }
 
 // SOCKS5 (RFC 1928), CONNECT without authentication only.
