@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -118,6 +119,16 @@ type Config struct {
 	// each command in it; an error refuses the start and nothing runs
 	// (errors.Is sandboxkit.ErrLaunchRefused).
 	Launching func(ctx context.Context, l Launch) error
+	// OnEgress, if set, is told of every attempt through the egress proxy
+	// of a conversation's sandbox (e.g. to count it), besides the
+	// conversation's egress event. It is called concurrently; keep it quick.
+	OnEgress func(e egress.Event)
+	// EgressTestResolver is for tests only; no configuration sets it.
+	// It resolves the names of the egress proxies, and the loopback
+	// addresses it returns are allowed (egress.Options'
+	// TestResolvedLoopback), so that a test can serve allowed names on
+	// 127.0.0.1.
+	EgressTestResolver egress.Resolver
 }
 
 // Engine runs the turns of every user's conversations. User and

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
 // WorkspaceCommand is a program that a tool (e.g. an external coding
@@ -18,11 +20,15 @@ type WorkspaceCommand struct {
 	Argv []string
 	// Env adds "KEY=value" entries to the sandbox's minimal environment.
 	Env []string
-	// Network shares the host network. The conversation's sandbox has
-	// none, so the command then runs in a sandbox of its own (profile
-	// external-agent) over the same layer: the conversation's sandbox is
-	// closed first, which is refused while it runs background jobs.
-	Network bool
+	// Egress lists the destinations the command may reach (see
+	// egress.ParseAllow), through an egress proxy on the host: its
+	// sandbox keeps a network of its own with only loopback, and each
+	// attempt becomes an egress event of the call. The conversation's
+	// sandbox has no proxy, so the command then runs in a sandbox of its
+	// own (profile external-agent) over the same layer: the
+	// conversation's sandbox is closed first, which is refused while it
+	// runs background jobs. Empty: no network.
+	Egress []string
 	// Output receives stdout and stderr together, at most OutputLimit
 	// bytes (default 1 MiB; the rest is dropped with a note).
 	Output      io.Writer
@@ -51,7 +57,7 @@ func (e *Engine) RunInWorkspace(ctx context.Context, c *Call, w WorkspaceCommand
 	}
 	var cmd *sandboxkit.Cmd
 	var err error
-	if w.Network {
+	if len(w.Egress) > 0 {
 		var release func()
 		cmd, release, err = e.startNetworked(ctx, c, w)
 		if err == nil {
@@ -82,7 +88,7 @@ func (e *Engine) startWorkspaceCommand(cmd *sandboxkit.Cmd, w WorkspaceCommand) 
 	return cmd.Start()
 }
 
-// startNetworked starts w in a one-shot sandbox with the host network
+// startNetworked starts w in a one-shot sandbox with an egress proxy
 // over the conversation's layer. The conversation's sandbox is closed
 // (an upper layer is mounted by one sandbox at a time) and no other
 // starts until w ends: the conversation's workspace lock is held.
@@ -103,10 +109,12 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := e.policy(c, sandboxkit.ProfileExternalAgent, sw, true)
+	p, err := e.policy(c, sandboxkit.ProfileExternalAgent, sw, false)
 	if err != nil {
 		return nil, nil, err
 	}
+	p.Egress = &egress.Options{Allow: w.Egress, OnEvent: e.egressEvents(c),
+		Resolver: e.cfg.EgressTestResolver, TestResolvedLoopback: e.cfg.EgressTestResolver != nil}
 	cmd := sandboxkit.Command(ctx, p, w.Argv...)
 	if err := e.startWorkspaceCommand(cmd, w); err != nil {
 		err = hidePaths(err, lower, layer.Dir)
@@ -217,4 +225,40 @@ func (c *conv) closeIdleLocked(reason string) error {
 	c.ws.sess.Close()
 	c.ws = nil
 	return nil
+}
+
+// maxEgressEvents bounds the egress events one call records: a command
+// that tries thousands of destinations does not flood the conversation
+// (Config.OnEgress still hears of every attempt).
+const maxEgressEvents = 200
+
+// egressEvents returns the egress.Options.OnEvent of call c's sandbox.
+func (e *Engine) egressEvents(c *Call) func(egress.Event) {
+	var mu sync.Mutex
+	n := 0
+	return func(ev egress.Event) {
+		if e.cfg.OnEgress != nil {
+			e.cfg.OnEgress(ev)
+		}
+		t := c.turn
+		if t == nil {
+			return
+		}
+		mu.Lock()
+		n++
+		over := n > maxEgressEvents
+		last := n == maxEgressEvents
+		mu.Unlock()
+		if over {
+			return
+		}
+		reason := ev.Reason
+		if last {
+			reason = strings.TrimPrefix(reason+"; ", "; ") + fmt.Sprintf("further attempts of this call are not recorded (%d at most)", maxEgressEvents)
+		}
+		e.emit(t.c, t.ID, t.red, t.log, EventEgress, map[string]any{
+			"id": c.ID, "name": c.Name, "proto": ev.Proto, "host": ev.Host, "port": ev.Port, "addr": ev.Addr,
+			"verdict": ev.Verdict, "reason": reason, "sent": ev.Sent, "received": ev.Received, "duration_ms": ev.Duration.Milliseconds(),
+		})
+	}
 }

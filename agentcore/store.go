@@ -60,6 +60,7 @@ const (
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
 	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
+	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}

@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"github.com/urfave/cli/v3"
@@ -46,6 +52,13 @@ Without --workspace, the sandbox has no workspace at all: the MCP server profile
 (/usr and a curated /etc read-only, empty /tmp and HOME), network only with
 --share-net.
 
+With --allow-host (repeatable: HOST, *.DOMAIN or an IP literal, each optionally
+:PORT) the sandbox keeps its own network, with only loopback, and reaches only those
+destinations through an egress proxy on the host (HTTP_PROXY, HTTPS_PROXY and
+ALL_PROXY point at it); names resolving to loopback, private, link-local or CGNAT
+addresses are refused. Each attempt, allowed or refused, is printed on stderr. With
+--workspace it uses the setup profile, as --share-net does.
+
 The overlay's scratch (work) dir is created fresh in the upper dir's parent, which
 is on the same filesystem as the upper dir and where the overlay check probes, and
 removed after the run. UPPER.lock beside the upper dir marks it in use while a
@@ -66,6 +79,7 @@ found in the sandbox; 130 interrupted.`,
 			&cli.StringFlag{Name: "workspace", Usage: "host tree shown read-only at /workspace (copy-on-write)", TakesFile: true},
 			&cli.StringFlag{Name: "upper", Usage: "dir that receives the workspace's writes; created if missing (default: a new temp dir)", TakesFile: true},
 			&cli.BoolFlag{Name: "share-net", Usage: "share the host's network (with --workspace: the setup profile)"},
+			&cli.StringSliceFlag{Name: "allow-host", Usage: "let the command reach `HOST[:PORT]` through the egress proxy, and nothing else (repeatable; *.DOMAIN for the names below DOMAIN)"},
 			&cli.StringFlag{
 				Name:      "seccomp",
 				Value:     "log",
@@ -107,6 +121,15 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	defer stop()
 
 	opts := sandboxkit.ProfileOptions{Bwrap: cmd.String("bwrap"), ShareNet: cmd.Bool("share-net"), Seccomp: seccomp.Mode(cmd.String("seccomp"))}
+	if hosts := cmd.StringSlice("allow-host"); len(hosts) > 0 {
+		if opts.ShareNet {
+			return usageError(cmd, "--allow-host and --share-net exclude each other: the allow-list is enforced only without the host network")
+		}
+		if err := egress.ParseAllow(hosts); err != nil {
+			return usageError(cmd, "--allow-host: %v", err)
+		}
+		opts.Egress = &egress.Options{Allow: hosts, OnEvent: egressPrinter(cmd.Root().ErrWriter)}
+	}
 	// Without a workspace: the MCP profile is the strict zero Policy plus
 	// an optional network, and takes no workspace or input.
 	profile := sandboxkit.ProfileMCP
@@ -127,7 +150,7 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 		// The agent's shell has no network, so ProfileWorkspace refuses
 		// ShareNet; setup is the profile with workspace and network.
 		profile = sandboxkit.ProfileWorkspace
-		if opts.ShareNet {
+		if opts.ShareNet || opts.Egress != nil {
 			profile = sandboxkit.ProfileSetup
 		}
 	}
@@ -176,6 +199,8 @@ func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 	case ctx.Err() != nil:
 		// Only a signal cancels ctx (--timeout uses the Cmd's own).
 		return exitWith(exitInterrupted, errors.New("interrupted; nothing is left running"))
+	case errors.Is(err, egress.ErrProxyDown):
+		return exitWith(exitSandbox, err)
 	case errors.Is(err, sandboxkit.ErrUnavailable):
 		return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
 	case errors.Is(err, sandboxkit.ErrNotFound):
@@ -290,4 +315,24 @@ func validSeccompMode(v string) error {
 		names = append(names, string(m))
 	}
 	return fmt.Errorf("want one of %s", strings.Join(names, ", "))
+}
+
+// egressPrinter prints each egress attempt on w, one line each.
+func egressPrinter(w io.Writer) func(egress.Event) {
+	var mu sync.Mutex
+	return func(e egress.Event) {
+		line := fmt.Sprintf("%s: egress %s %s %s", progName, e.Verdict, e.Proto, net.JoinHostPort(e.Host, strconv.Itoa(e.Port)))
+		if e.Addr != "" {
+			line += " (" + e.Addr + ")"
+		}
+		if e.Verdict == egress.Allowed {
+			line += fmt.Sprintf(": sent %d, received %d bytes in %s", e.Sent, e.Received, e.Duration.Round(time.Millisecond))
+		}
+		if e.Reason != "" {
+			line += ": " + e.Reason
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintln(w, line)
+	}
 }

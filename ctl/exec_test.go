@@ -409,3 +409,30 @@ func startReady(t *testing.T, args ...string) (c *exec.Cmd, stdin io.WriteCloser
 	}
 	return c, stdin, stderr
 }
+
+func TestExecAllowHost(t *testing.T) {
+	requireSandbox(t)
+	// The real resolver: no name under .invalid resolves, and other.invalid
+	// is not in the list either way.
+	r := ctl(t, "sandbox", "exec", "--allow-host", "allowed.invalid", "--allow-host", "*.allowed.invalid:443", "--",
+		"sh", "-c", "curl -sS --max-time 10 https://other.invalid/; curl -sS --max-time 10 https://allowed.invalid/; echo curl=$?; cat /proc/net/dev")
+	if got := interfaces(r.stdout); !slices.Equal(got, []string{"lo"}) {
+		t.Errorf("want only lo, got %v from %v", got, r)
+	}
+	for _, want := range []string{"egress refused connect other.invalid:443: other.invalid:443 is not in the allow-list", "egress failed connect allowed.invalid:443: cannot resolve allowed.invalid"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %v", want, r)
+		}
+	}
+	if !strings.Contains(r.stdout, "curl=56") {
+		t.Errorf("curl through the proxy to an unresolvable name: want exit 56, got %v", r)
+	}
+	for _, args := range [][]string{
+		{"--allow-host", "*.com", "--", "true"},
+		{"--allow-host", "example.com", "--share-net", "--", "true"},
+	} {
+		if r := ctl(t, append([]string{"sandbox", "exec"}, args...)...); r.code != 2 {
+			t.Errorf("sandbox exec %v: want exit 2, got %v", args, r)
+		}
+	}
+}

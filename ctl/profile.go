@@ -13,6 +13,7 @@ import (
 
 	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/urfave/cli/v3"
 )
 
@@ -39,17 +40,24 @@ func profileCommand() *cli.Command {
 			"the command (" + strings.Join(exampleArgv, " ") + ") are placeholders; the network is not shared\n" +
 			"(sharing adds --share-net and a read-only /etc/resolv.conf). Numbers after --file are\n" +
 			"descriptors bwrap reads the listed contents from.\n" +
+			"With --allow-host, the profiles that take an egress allow-list (setup,\n" +
+			"external-agent, mcp) show it: the proxy's socket bound in (" + sandboxkit.EgressSocketPlaceholder + "\n" +
+			"stands for the one each sandbox gets) and the *_PROXY variables.\n" +
 			"With --json: an object {profile name: argv}.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print {name: argv} as JSON"},
+			&cli.StringSliceFlag{Name: "allow-host", Usage: "show the profiles with this egress allow-list entry `HOST[:PORT]` (repeatable)"},
 		},
 		Action: runProfile,
 	}
 }
 
 // profileLaunch builds the example launch of one profile.
-func profileLaunch(name string) (*sandboxkit.Launch, error) {
+func profileLaunch(name string, allow []string) (*sandboxkit.Launch, error) {
 	o := sandboxkit.ProfileOptions{}
+	if len(allow) > 0 && slices.Contains([]string{sandboxkit.ProfileSetup, sandboxkit.ProfileExternalAgent, sandboxkit.ProfileMCP}, name) {
+		o.Egress = &egress.Options{Allow: allow}
+	}
 	switch name {
 	case sandboxkit.ProfileWorkspace, sandboxkit.ProfileSetup, sandboxkit.ProfileExternalAgent:
 		o.Workspace = exampleWorkspace
@@ -75,9 +83,13 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 			return usageError(cmd, "unknown profile %q (known: %s)", n, strings.Join(sandboxkit.ProfileNames, ", "))
 		}
 	}
+	allow := cmd.StringSlice("allow-host")
+	if err := egress.ParseAllow(allow); err != nil {
+		return usageError(cmd, "--allow-host: %v", err)
+	}
 	launches := make([]*sandboxkit.Launch, len(names))
 	for i, n := range names {
-		l, err := profileLaunch(n)
+		l, err := profileLaunch(n, allow)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", n, err)
 		}
@@ -108,6 +120,10 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 	fmt.Fprintf(out, "# The office worker's limits are its own (pids %d, memory %d MiB, cpu %g, file size %d MiB,\n"+
 		"# open files %d), and per sandbox: address space %d MiB, CPU time %s (RLIMIT_AS, RLIMIT_CPU).\n",
 		w.Pids, w.Memory>>20, w.CPU, w.FileSize>>20, w.OpenFiles, w.AddressSpace>>20, w.CPUTime)
+	if len(allow) > 0 {
+		fmt.Fprintf(out, "# Egress allow-list of setup, external-agent and mcp: %s. Those sandboxes keep their own\n"+
+			"# network (only lo) and reach these destinations only through the egress proxy on the host.\n", strings.Join(allow, ", "))
+	}
 	for i, n := range names {
 		fmt.Fprintf(out, "\n# profile %s\n", n)
 		printArgv(out, launches[i])

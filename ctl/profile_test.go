@@ -78,3 +78,22 @@ func TestProfileUnknown(t *testing.T) {
 		t.Errorf("want exit 2 naming the known profiles, got %v", r)
 	}
 }
+
+func TestProfileAllowHost(t *testing.T) {
+	r := ctl(t, "sandbox", "profile", "--allow-host", "registry.npmjs.org:443", sandboxkit.ProfileSetup, sandboxkit.ProfileWorkspace)
+	if r.code != 0 {
+		t.Fatal(r)
+	}
+	setup, ws, _ := strings.Cut(strings.SplitN(r.stdout, "# profile setup\n", 2)[1], "# profile workspace\n")
+	for _, want := range []string{"--ro-bind " + sandboxkit.EgressSocketPlaceholder + " /run/sandboxkit-egress.sock", "--setenv HTTPS_PROXY http://127.0.0.1:3128"} {
+		if !strings.Contains(setup, want) {
+			t.Errorf("setup profile lacks %q:\n%s", want, setup)
+		}
+	}
+	if strings.Contains(setup, "--share-net") || strings.Contains(ws, "PROXY") {
+		t.Errorf("setup shares the network, or the workspace profile got the proxy:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "registry.npmjs.org:443") {
+		t.Errorf("the allow-list is not shown:\n%s", r.stdout)
+	}
+}

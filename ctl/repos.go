@@ -45,7 +45,8 @@ func reposAddCommand() *cli.Command {
 			"ext:: and fd:: helpers, control characters) is refused before any git runs.\n" +
 			"--credential names an instance secret (PUT /api/v1/admin/secrets/{name}).\n" +
 			"--run-setup runs the repository's setup.sh (or .codumentor/setup.sh) in the setup sandbox\n" +
-			"before a conversation's workspace is used (no network unless --setup-network).\n\n" +
+			"before a conversation's workspace is used (no network unless --setup-network, the host's,\n" +
+			"or --setup-allow-host, only those destinations through the egress proxy).\n\n" +
 			"Example: codumentorctl repos add --branch main demo file:///srv/git/demo.git",
 		Flags: []cli.Flag{
 			instanceFlag(),
@@ -53,13 +54,14 @@ func reposAddCommand() *cli.Command {
 			&cli.StringFlag{Name: "credential", Usage: "the instance secret `NAME` git authenticates with"},
 			&cli.BoolFlag{Name: "run-setup", Usage: "run the repository's setup script (sandboxed) for its conversations"},
 			&cli.BoolFlag{Name: "setup-network", Usage: "give the setup script the host network (needs --run-setup)"},
+			&cli.StringSliceFlag{Name: "setup-allow-host", Usage: "let the setup script reach `HOST[:PORT]` (e.g. a package registry) through the egress proxy, and nothing else (repeatable; needs --run-setup)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.NArg() != 2 {
 				return usageError(cmd, "want NAME URL, got %d arguments", cmd.NArg())
 			}
 			return withRepos(ctx, cmd, func(s *repos.Service, _ *gorm.DB) error {
-				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network")})
+				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network"), SetupEgress: cmd.StringSlice("setup-allow-host")})
 				if err != nil {
 					return err
 				}

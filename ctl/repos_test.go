@@ -54,6 +54,15 @@ func TestRepos(t *testing.T) {
 	if r := ctl(t, "repos", "add", "--instance", dir, "--run-setup", "--setup-network", "withsetup", url); r.code != 0 {
 		t.Fatalf("add --run-setup: %v", r)
 	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "--run-setup", "--setup-allow-host", "registry.npmjs.org", "--setup-allow-host", "*.pypi.org:443", "egress", url); r.code != 0 {
+		t.Fatalf("add --setup-allow-host: %v", r)
+	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "--run-setup", "--setup-allow-host", "*.org", "badegress", url); r.code != 1 || !strings.Contains(r.stderr, "setup_egress") {
+		t.Fatalf("add --setup-allow-host '*.org': %v", r)
+	}
+	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"setup_egress":["registry.npmjs.org","*.pypi.org:443"]`) {
+		t.Fatalf("list --json: the setup allow-list: %v", r)
+	}
 	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"name":"withsetup","url":"`+url+`","branch":"main","run_setup":true,"setup_network":true`) || !strings.Contains(r.stdout, `"name":"demo","url":"`+url+`","branch":"main","run_setup":false`) {
 		t.Fatalf("list --json: %v", r)
 	}

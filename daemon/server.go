@@ -197,6 +197,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		return nil, err
 	}
 
+	registry := prometheus.NewRegistry()
+	egressCount := newEgressMetrics(registry)
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
@@ -230,6 +232,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		model = c
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
+	trees.setups.onEgress = egressCount.observer("setup")
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
 		Model:            s.turnModel(convs),
@@ -250,6 +253,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		HostReadOnly:     hostReadOnly(cfg, convs),
 		HostMasks:        hostMasks(inst),
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
+		OnEgress:         egressCount.observer("agent"),
 	})
 	if err != nil {
 		return nil, err
@@ -282,7 +286,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Repositories:  s.repos,
 		Ready:         s.ready,
 		Log:           log.Named("api"),
-		Registry:      prometheus.NewRegistry(),
+		Registry:      registry,
 		Heartbeat:     o.Heartbeat,
 		Limits:        apiLimits,
 		MCP:           s.mcp,

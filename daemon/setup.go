@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -97,8 +99,11 @@ type setups struct {
 	// launching records each setup sandbox in the audit log (nothing
 	// starts unrecorded).
 	launching func(context.Context, sandboxkit.LaunchRecord) error
-	log       hclog.Logger
-	sem       chan struct{}
+	// onEgress hears of every attempt through a setup's egress proxy
+	// (metrics), besides the conversation's egress event.
+	onEgress func(egress.Event)
+	log      hclog.Logger
+	sem      chan struct{}
 
 	mu   sync.Mutex
 	runs map[string]*setupRun // by conversation, while running
@@ -254,7 +259,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the repository snapshot could not be prepared: %w", err)
 	}
-	script, digest, err := setupKey(snap, r.SetupNetwork)
+	script, digest, err := setupKey(snap, r.SetupNetwork, r.SetupEgress)
 	if err != nil {
 		return "", err
 	}
@@ -269,7 +274,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true, "script": script})
 		return key, nil
 	}
-	s.publish(conversation, agentcore.EventSetupStarted, map[string]any{"script": script, "network": r.SetupNetwork})
+	s.publish(conversation, agentcore.EventSetupStarted, map[string]any{"script": script, "network": r.SetupNetwork, "egress": r.SetupEgress})
 	tmp, err := os.MkdirTemp(s.dir, ".tmp-")
 	if err != nil {
 		s.log.Error("making a setup layer failed", "err", err)
@@ -282,8 +287,12 @@ func (s *setups) setup(user, conversation string) (string, error) {
 			return "", errors.New("the setup layer could not be made; the server log has the details")
 		}
 	}
+	var eg *egress.Options
+	if len(r.SetupEgress) > 0 {
+		eg = &egress.Options{Allow: r.SetupEgress, OnEvent: s.egressEvents(conversation)}
+	}
 	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
-		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Launching: s.launching,
+		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Egress: eg, Launching: s.launching,
 		Workspace: &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work},
 	})
 	if err == nil {
@@ -318,9 +327,32 @@ func (s *setups) setup(user, conversation string) (string, error) {
 	return key, nil
 }
 
+// maxSetupEgressEvents bounds the egress events one setup records.
+const maxSetupEgressEvents = 200
+
+// egressEvents returns the OnEvent of a setup's egress proxy: each
+// attempt is an egress event of the conversation (the first
+// maxSetupEgressEvents) and counted.
+func (s *setups) egressEvents(conversation string) func(egress.Event) {
+	var n atomic.Int64
+	return func(ev egress.Event) {
+		if s.onEgress != nil {
+			s.onEgress(ev)
+		}
+		if n.Add(1) > maxSetupEgressEvents {
+			return
+		}
+		s.publish(conversation, agentcore.EventEgress, map[string]any{
+			"id": "", "name": "setup", "proto": ev.Proto, "host": ev.Host, "port": ev.Port, "addr": ev.Addr,
+			"verdict": ev.Verdict, "reason": ev.Reason, "sent": ev.Sent, "received": ev.Received, "duration_ms": ev.Duration.Milliseconds(),
+		})
+	}
+}
+
 // setupKey finds the setup script in the snapshot and hashes it, the
-// inputs it names and the network setting; script "" means none.
-func setupKey(snap string, network bool) (script, digest string, err error) {
+// inputs it names and the network setting (host network, or an egress
+// allow-list); script "" means none.
+func setupKey(snap string, network bool, allow []string) (script, digest string, err error) {
 	root, err := os.OpenRoot(snap)
 	if err != nil {
 		return "", "", errors.New("the repository snapshot could not be read")
@@ -337,6 +369,9 @@ func setupKey(snap string, network bool) (script, digest string, err error) {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "codumentor-setup v1\x00network=%t\x00%s\x00", network, script)
+	if len(allow) > 0 {
+		fmt.Fprintf(h, "egress=%q\x00", allow)
+	}
 	body, err := readRooted(root, script, maxSetupScript, h)
 	if err != nil {
 		return "", "", fmt.Errorf("the setup script %s: %w", script, err)

@@ -50,13 +50,13 @@ func TestSetupKey(t *testing.T) {
 	}
 	key := func(network bool) string {
 		t.Helper()
-		script, k, err := setupKey(snap, network)
+		script, k, err := setupKey(snap, network, nil)
 		if err != nil || script == "" {
 			t.Fatalf("setupKey: %q %q %v", script, k, err)
 		}
 		return k
 	}
-	if script, _, err := setupKey(snap, false); script != "" || err != nil {
+	if script, _, err := setupKey(snap, false, nil); script != "" || err != nil {
 		t.Fatalf("no script: %q %v", script, err)
 	}
 	write("setup.sh", "# codumentor-setup-inputs: go.sum\ngo mod download\n")
@@ -76,7 +76,7 @@ func TestSetupKey(t *testing.T) {
 	os.Remove(filepath.Join(snap, "go.sum"))
 	missing := key(false)
 	write(".codumentor/setup.sh", "# codumentor-setup-inputs: go.sum\ngo mod download\n")
-	if script, _, _ := setupKey(snap, false); script != ".codumentor/setup.sh" {
+	if script, _, _ := setupKey(snap, false, nil); script != ".codumentor/setup.sh" {
 		t.Fatalf("script %q, want .codumentor/setup.sh first", script)
 	}
 	os.Remove(filepath.Join(snap, ".codumentor/setup.sh"))
@@ -84,12 +84,12 @@ func TestSetupKey(t *testing.T) {
 		t.Fatal("the key is not stable")
 	}
 	os.Symlink("/etc/passwd", filepath.Join(snap, "go.sum"))
-	if _, _, err := setupKey(snap, false); err == nil || !strings.Contains(err.Error(), "go.sum") {
+	if _, _, err := setupKey(snap, false, nil); err == nil || !strings.Contains(err.Error(), "go.sum") {
 		t.Fatalf("an input symlinked out of the snapshot: %v", err)
 	}
 	os.Remove(filepath.Join(snap, "setup.sh"))
 	os.Symlink("other.go", filepath.Join(snap, "setup.sh"))
-	if script, _, err := setupKey(snap, false); script != "" || err != nil {
+	if script, _, err := setupKey(snap, false, nil); script != "" || err != nil {
 		t.Fatalf("a symlinked script: %q %v", script, err)
 	}
 }

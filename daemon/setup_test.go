@@ -264,3 +264,81 @@ func BenchmarkSetupStart(b *testing.B) {
 	b.ReportMetric(float64(cached.Microseconds())/1000/n, "cached-ms")
 	b.ReportMetric(float64(first)/float64(cached), "speedup")
 }
+
+// setup_egress: the setup script keeps a network of its own (only lo)
+// and reaches only the listed destinations through the egress proxy;
+// each attempt is an egress event of the conversation, counted in
+// /metrics. (Reaching an allowed server is shown in sandboxkit's tests,
+// which can resolve test names to 127.0.0.1; here the resolver is the
+// host's, and .invalid names never resolve.)
+func TestSetupEgress(t *testing.T) {
+	needSandbox(t)
+	bare := setupRepo(t, filepath.Join(t.TempDir(), "marker"),
+		"curl -sS --max-time 10 https://other.invalid/ 2>&1 | sed 's/^/other: /'\ncurl -sS --max-time 10 https://registry.invalid/ 2>&1 | sed 's/^/registry: /'\necho links: $(ip -o link | cut -d: -f2)\n")
+	in := newInstance(t, "sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	for _, bad := range []map[string]any{
+		{"name": "x", "url": "file://" + bare, "setup_egress": []string{"registry.invalid"}},
+		{"name": "x", "url": "file://" + bare, "run_setup": true, "setup_network": true, "setup_egress": []string{"registry.invalid"}},
+		{"name": "x", "url": "file://" + bare, "run_setup": true, "setup_egress": []string{"*.invalid"}},
+	} {
+		admin.must(http.StatusBadRequest, "POST", "/api/v1/repositories", bad, nil)
+	}
+	var repo struct {
+		ID          string
+		SetupEgress []string `json:"setup_egress"`
+	}
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": "eg", "url": "file://" + bare, "run_setup": true, "setup_egress": []string{"registry.invalid:443"}}, &repo)
+	if len(repo.SetupEgress) != 1 {
+		t.Fatalf("repository: %+v", repo)
+	}
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var j jobs.Job
+		admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+sync.Job.ID, nil, &j)
+		if j.Status == jobs.StatusSucceeded {
+			break
+		}
+		if j.Status == jobs.StatusFailed || time.Now().After(deadline) {
+			t.Fatalf("sync job: %+v", j)
+		}
+	}
+	var conv struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, &conv)
+	s := admin.follow(conv.ID, "")
+	verdicts := map[string]string{}
+	var output string
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		ev := s.next(time.Until(deadline))
+		var e agentcore.Event
+		json.Unmarshal(ev.Data, &e)
+		var d struct{ Host, Verdict, Reason, Text, Error string }
+		json.Unmarshal(e.Data, &d)
+		switch ev.Type {
+		case agentcore.EventEgress:
+			verdicts[d.Host] = d.Verdict + ": " + d.Reason
+		case agentcore.EventSetupOutput:
+			output += d.Text
+		case agentcore.EventSetupFailed:
+			t.Fatalf("setup failed: %s\n%s", d.Error, output)
+		}
+		if ev.Type == agentcore.EventSetupFinished {
+			break
+		}
+	}
+	if !strings.Contains(output, "links: lo\n") || !strings.Contains(output, "other: curl: (56)") || !strings.Contains(output, "registry: curl: (56)") {
+		t.Fatalf("setup output %q", output)
+	}
+	if !strings.HasPrefix(verdicts["other.invalid"], "refused: other.invalid:443 is not in the allow-list") || !strings.HasPrefix(verdicts["registry.invalid"], "failed: cannot resolve") {
+		t.Fatalf("egress events: %v", verdicts)
+	}
+	metrics := string(p.anon().must(http.StatusOK, "GET", "/metrics", nil, nil))
+	for _, want := range []string{`codumentor_egress_attempts_total{source="setup",verdict="refused"} 1`, `codumentor_egress_attempts_total{source="setup",verdict="failed"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -7,7 +7,10 @@
 // /etc read-only, a fresh /proc and /dev, an empty /tmp and HOME, and,
 // when the Policy has a Workspace, an overlay at /workspace whose writes
 // land in an upper directory while the host tree stays untouched. It has
-// no network (not even the host's 127.0.0.1) unless the Policy shares it,
+// no network (not even the host's 127.0.0.1) unless the Policy shares it
+// or gives it an egress allow-list (Policy.Egress: its own network with
+// only loopback, and a host-side proxy that connects only to the listed
+// destinations, package egress),
 // no capabilities, no_new_privs, no way to create nested user namespaces,
 // a new session (no terminal injection), none of the host process's
 // environment and none of its open files beyond stdin, stdout and stderr.

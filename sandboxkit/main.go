@@ -35,6 +35,8 @@ func Main() {
 			os.Exit(runAbstractProbe(os.Args[2:]))
 		case scopeFlag:
 			os.Exit(runScoped(os.Args[2:]))
+		case egressBridgeFlag:
+			os.Exit(runEgressBridge(os.Args[2:]))
 		case rlimitFlag:
 			os.Exit(runRlimited(os.Args[2:]))
 		}

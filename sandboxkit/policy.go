@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -43,6 +44,16 @@ type Policy struct {
 	// AbstractUnixScoped (Linux 6.12+ with Landlock); elsewhere they are
 	// exposed too.
 	ShareNet bool
+
+	// Egress gives a sandbox without ShareNet a way out: an egress proxy
+	// on the host (package egress), started and stopped with the sandbox
+	// by Run and StartSession, that connects only to the destinations of
+	// Egress.Allow and reports every attempt to Egress.OnEvent. The
+	// sandbox keeps its own network namespace (only loopback); the
+	// proxy's socket is bound inside and HTTP(S)_PROXY and ALL_PROXY
+	// point at it. If the proxy cannot start nothing runs; if it stops,
+	// the sandbox has no way out. Nil means no network.
+	Egress *egress.Options
 
 	// Env adds "KEY=value" entries to the minimal environment (PATH,
 	// HOME, LANG, TERM, USER, TMPDIR). Nothing is inherited from the host
@@ -198,6 +209,8 @@ type buildOptions struct {
 	reserved int
 	// extraRO are read-only binds added after the policy's own.
 	extraRO []Bind
+	// egressSocket is the host socket of the Policy's egress proxy.
+	egressSocket string
 }
 
 // firstFile is the descriptor number of Launch.Files[0].
@@ -288,6 +301,14 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	for _, b := range p.ReadWrite {
 		a = append(a, "--bind", b.Src, b.dst())
 	}
+	if p.Egress != nil {
+		src := o.egressSocket
+		if src == "" {
+			src = EgressSocketPlaceholder
+		}
+		// Connecting needs no write access to the mount.
+		a = append(a, "--ro-bind", src, egressSocket)
+	}
 	for _, t := range p.Tmpfs {
 		a = appendTmpfs(a, p.Limits.TmpSize, t)
 	}
@@ -367,6 +388,9 @@ func (p *Policy) env() []string {
 		"USER=sandbox",
 		"TMPDIR=/tmp",
 	}
+	if p.Egress != nil {
+		base = append(base, egressEnv()...)
+	}
 	out := make([]string, 0, len(base)+len(p.Env))
 	seen := map[string]int{}
 	for _, kv := range append(base, p.Env...) {
@@ -439,6 +463,14 @@ func (p *Policy) validate() error {
 	}
 	if err := p.Limits.Validate(); err != nil {
 		return err
+	}
+	if p.Egress != nil {
+		if p.ShareNet || p.HostView {
+			return errors.New("sandboxkit: Egress needs the sandbox's own network namespace and /run: not with ShareNet or HostView")
+		}
+		if err := egress.ParseAllow(p.Egress.Allow); err != nil {
+			return fmt.Errorf("sandboxkit: %w", err)
+		}
 	}
 	if p.Seccomp != nil {
 		// A filter that bwrap would refuse, or one that was damaged,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -18,10 +19,12 @@ const (
 	// copy-on-write workspace, without network.
 	ProfileWorkspace = "workspace"
 	// ProfileSetup runs a project's setup script in its workspace; the
-	// network only when the operator allows it for setup.
+	// network only when the operator allows it for setup (an egress
+	// allow-list, or the host network).
 	ProfileSetup = "setup"
 	// ProfileExternalAgent runs an external coding-agent CLI (tier 1) in
-	// the workspace; network only with an egress allow-list.
+	// the workspace; network only through the egress proxy, to its
+	// allow-list.
 	ProfileExternalAgent = "external-agent"
 	// ProfileOffice parses one office document: the input read-only, no
 	// workspace, no network.
@@ -56,6 +59,11 @@ type ProfileOptions struct {
 	// ShareNet shares the host network (setup, external-agent, mcp,
 	// host-readonly).
 	ShareNet bool
+	// Egress gives the sandbox, in its own network namespace, a way out
+	// through an egress proxy to the destinations of its allow-list
+	// (setup, external-agent, mcp; not with ShareNet). See
+	// Policy.Egress.
+	Egress *egress.Options
 	// Input is the host file an office worker parses, shown read-only at
 	// /input/<base name> (office only, required there).
 	Input string
@@ -112,6 +120,13 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		p.Seccomp = f.Program
 	}
 	var errs []error
+	switch name {
+	case ProfileSetup, ProfileExternalAgent, ProfileMCP:
+		errs = append(errs, reject("Egress with ShareNet (the proxy is the way out of a sandbox without the host network)", o.Egress != nil && o.ShareNet))
+		p.Egress = o.Egress
+	default:
+		errs = append(errs, reject("Egress", o.Egress != nil))
+	}
 	if name != ProfileGit {
 		errs = append(errs, reject("Output", o.Output != ""))
 	}

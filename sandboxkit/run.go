@@ -69,6 +69,10 @@ type Cmd struct {
 	// self runs this program's own binary (Args follow argv[0]),
 	// passed in as a descriptor like the Session supervisor.
 	self bool
+	// egress is a one-shot sandbox's proxy; egressDown is set when it
+	// stopped before the sandbox (it wraps egress.ErrProxyDown).
+	egress     *egressProxy
+	egressDown error
 }
 
 // State is what Wait learned about a finished command.
@@ -154,8 +158,18 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
+	px, err := startEgress(c.Policy)
+	if err != nil {
+		sl.close()
+		unlock()
+		return err
+	}
+	c.egress = px
 	release := unlock
-	unlock = func() error { return errors.Join(sl.close(), release()) }
+	unlock = func() error {
+		c.egressDown = px.close()
+		return errors.Join(sl.close(), release())
+	}
 	c.limits = sl
 	p := *c.Policy
 	p.Bwrap = bwrap
@@ -173,6 +187,21 @@ func (c *Cmd) launch(ctx context.Context) error {
 		defer exe.Close()
 		o.reserved = 1
 		argv = append([]string{"/proc/self/fd/" + strconv.Itoa(o.firstFile()-1)}, c.Args...)
+		reserved = []*os.File{exe}
+	}
+	if px != nil {
+		if c.self {
+			unlock()
+			return errors.New("sandboxkit: a sandbox that runs this program cannot have Egress")
+		}
+		exe, err := os.Open("/proc/self/exe")
+		if err != nil {
+			unlock()
+			return fmt.Errorf("sandboxkit: open this program's executable for the egress bridge: %w", err)
+		}
+		defer exe.Close()
+		o.reserved, o.egressSocket = 1, px.socket()
+		argv = egressLaunch("/proc/self/fd/"+strconv.Itoa(o.firstFile()-1), c.Args)
 		reserved = []*os.File{exe}
 	}
 	l, err := p.build(argv, o)
@@ -259,8 +288,16 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 // Wait waits for the sandbox to exit and releases its workspace.
 func (c *Cmd) Wait() error {
 	if c.sess != nil {
-		return c.sess.wait(c)
+		return c.sess.s.egress.down(c.sess.wait(c))
 	}
+	err := c.wait()
+	if c.egressDown != nil {
+		err = errors.Join(err, fmt.Errorf("sandboxkit: %w", c.egressDown))
+	}
+	return err
+}
+
+func (c *Cmd) wait() error {
 	if c.rc == nil {
 		return errors.New("sandboxkit: Cmd not started")
 	}

@@ -87,6 +87,7 @@ type Session struct {
 	limits  *sandboxLimits // the session's cgroup
 	disk    *diskWatch
 	obs     *observer // seccomp violations (log mode)
+	egress  *egressProxy
 
 	done     chan struct{}
 	err      error // why the session ended; set before done closes
@@ -157,6 +158,15 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		s.unlock()
 		return nil, err
 	}
+	if s.egress, err = startEgress(&pc); err != nil {
+		s.unlock()
+		return nil, err
+	}
+	release := s.unlock
+	s.unlock = func() error {
+		s.egress.close()
+		return release()
+	}
 	// Before launch: the session's end closes it.
 	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
 		s.disk = watchDisk(w, budget, s.running, s.overDisk)
@@ -224,6 +234,10 @@ func (s *Session) launch() error {
 	argv := []string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}
 	if observes(&p) {
 		argv = append(argv, observeFlag)
+	}
+	if s.egress != nil {
+		argv = append(argv, egressBridgeFlag)
+		o.egressSocket = s.egress.socket()
 	}
 	l, err := p.build(argv, o)
 	if err != nil {
@@ -342,7 +356,7 @@ func (s *Session) commandEnv(env []string, dir string) ([]string, error) {
 	if err := (&Policy{Env: env, Dir: dir}).validate(); err != nil {
 		return nil, err
 	}
-	p := Policy{Env: append(slices.Clip(s.policy.Env), env...)}
+	p := Policy{Env: append(slices.Clip(s.policy.Env), env...), Egress: s.policy.Egress}
 	return p.env(), nil
 }
 

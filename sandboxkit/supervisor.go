@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -89,8 +90,13 @@ type supervisor struct {
 }
 
 // supervise runs the supervisor; args are the control and executable
-// fds, then observeFlag to observe the seccomp blocklist (observe.go).
+// fds, then observeFlag to observe the seccomp blocklist (observe.go),
+// then egressBridgeFlag to run the egress bridge (egressbridge.go).
 func supervise(args []string) int {
+	bridge := len(args) > 2 && args[len(args)-1] == egressBridgeFlag
+	if bridge {
+		args = args[:len(args)-1]
+	}
 	observe := len(args) == 3 && args[2] == observeFlag
 	if observe {
 		args = args[:2]
@@ -106,6 +112,15 @@ func supervise(args []string) int {
 	// The executable was opened by the host for bwrap to exec; nothing
 	// here needs it.
 	unix.Close(exe)
+	if bridge {
+		// Up before the first command: the way out through the egress
+		// proxy (egressbridge.go).
+		ln, err := listenBridge()
+		if err != nil {
+			return supervisorFail("egress bridge: %v", err)
+		}
+		go egress.Bridge(ln, egressSocket)
+	}
 	return serveControl(ctl, false, observe)
 }
 

@@ -55,13 +55,14 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 		Branch     string `json:"branch"`
 		Credential string `json:"credential"`
 		// RunSetup and SetupNetwork: see repos.Repository.
-		RunSetup     bool `json:"run_setup"`
-		SetupNetwork bool `json:"setup_network"`
+		RunSetup     bool     `json:"run_setup"`
+		SetupNetwork bool     `json:"setup_network"`
+		SetupEgress  []string `json:"setup_egress"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress})
 	if err != nil {
 		return repoAnswer(err)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -74,9 +75,14 @@ type Repository struct {
 	Credential string `gorm:"not null" json:"credential,omitempty"`
 	// RunSetup (an admin's opt-in) runs the repository's setup.sh (or
 	// .codumentor/setup.sh) in the setup sandbox before a conversation's
-	// workspace is used; SetupNetwork gives that sandbox the host network.
-	RunSetup     bool `gorm:"not null;default:false" json:"run_setup"`
-	SetupNetwork bool `gorm:"not null;default:false" json:"setup_network"`
+	// workspace is used; SetupNetwork gives that sandbox the host network;
+	// SetupEgress instead lets it reach only these destinations (HOST,
+	// *.DOMAIN or an IP literal, optionally :PORT, e.g. a package
+	// registry) through the egress proxy, its own network having only
+	// loopback.
+	RunSetup     bool     `gorm:"not null;default:false" json:"run_setup"`
+	SetupNetwork bool     `gorm:"not null;default:false" json:"setup_network"`
+	SetupEgress  []string `gorm:"serializer:json" json:"setup_egress,omitempty"`
 	// Head is the branch's commit at the last sync; IndexedCommit the one
 	// the search index was last built for (only a successful index step
 	// sets it).
@@ -186,9 +192,13 @@ func (s *Service) Mirror(id string) string { return filepath.Join(s.o.Dir, id+".
 type Add struct {
 	Name, URL, Branch, Credential string
 	RunSetup, SetupNetwork        bool
+	SetupEgress                   []string
 }
 
 const maxName = 100
+
+// maxSetupEgress bounds a repository's setup allow-list.
+const maxSetupEgress = 64
 
 // Add records a repository; nothing is fetched until it is synced. The
 // URL and branch are checked here (git.CheckURL, git.CheckBranch), so a
@@ -205,6 +215,19 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	if a.SetupNetwork && !a.RunSetup {
 		return Repository{}, fmt.Errorf("%w: setup_network needs run_setup", ErrInvalid)
 	}
+	if len(a.SetupEgress) > 0 {
+		switch {
+		case !a.RunSetup:
+			return Repository{}, fmt.Errorf("%w: setup_egress needs run_setup", ErrInvalid)
+		case a.SetupNetwork:
+			return Repository{}, fmt.Errorf("%w: setup_egress and setup_network exclude each other (the host network has no allow-list)", ErrInvalid)
+		case len(a.SetupEgress) > maxSetupEgress:
+			return Repository{}, fmt.Errorf("%w: setup_egress: at most %d entries", ErrInvalid, maxSetupEgress)
+		}
+		if err := egress.ParseAllow(a.SetupEgress); err != nil {
+			return Repository{}, fmt.Errorf("%w: setup_egress: %w", ErrInvalid, err)
+		}
+	}
 	if err := git.CheckURL(a.URL); err != nil {
 		return Repository{}, fmt.Errorf("%w: url: %w", ErrInvalid, err)
 	}
@@ -217,7 +240,7 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 		}
 	}
 	now := time.Now().UTC()
-	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, Created: now, Updated: now}
+	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, SetupEgress: a.SetupEgress, Created: now, Updated: now}
 	var n int64
 	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("name = ?", a.Name).Count(&n).Error; err != nil {
 		return Repository{}, fmt.Errorf("repos: %w", err)

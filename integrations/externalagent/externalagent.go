@@ -31,6 +31,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
 // Sandbox tiers of Config.SandboxTier.
@@ -57,9 +58,11 @@ type Config struct {
 	Args []string `yaml:"args"`
 	// Env is added to the agent's minimal environment.
 	Env map[string]string `yaml:"env"`
-	// EgressAllowlist: empty means no network. Until the egress proxy
-	// exists, a non-empty list shares the host network (logged as
-	// "network enabled").
+	// EgressAllowlist lists the destinations a sandboxed agent may reach
+	// (HOST, *.DOMAIN or an IP literal, each optionally :PORT), through
+	// the egress proxy: its sandbox keeps its own network, with only
+	// loopback. Empty means no network. A tier-0 agent has the host's
+	// network whatever the list says.
 	EgressAllowlist []string `yaml:"egress_allowlist"`
 	// SandboxTier is auto (default), 1 or 0.
 	SandboxTier string `yaml:"sandbox_tier"`
@@ -112,6 +115,9 @@ func Validate(agents []Config) error {
 		}
 		if a.Timeout < 0 {
 			errs = append(errs, fmt.Errorf("%s.timeout must not be negative", key))
+		}
+		if err := egress.ParseAllow(a.EgressAllowlist); err != nil {
+			errs = append(errs, fmt.Errorf("%s.egress_allowlist: %w", key, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -207,8 +213,6 @@ func (t *Tool) warn(a Config) {
 	switch {
 	case !a.sandboxed(t.o.Isolation):
 		t.log.Warn("external agent runs UNSANDBOXED (sandbox_tier 0): it has the server user's files, network and credentials", "agent", a.Name, "isolation", t.o.Isolation)
-	case len(a.EgressAllowlist) > 0:
-		t.log.Warn("external agent: network enabled (the egress allow-list is not enforced yet: the agent's sandbox shares the host network)", "agent", a.Name, "egress_allowlist", a.EgressAllowlist)
 	}
 }
 
@@ -278,7 +282,7 @@ func (t *Tool) command(ag Config, argv []string) string {
 	case !ag.sandboxed(t.o.Isolation):
 		where = "UNSANDBOXED on the host"
 	case len(ag.EgressAllowlist) > 0:
-		where = "sandboxed, network enabled"
+		where = "sandboxed, network only to " + strings.Join(ag.EgressAllowlist, ", ")
 	}
 	q := make([]string, len(argv))
 	for i, s := range argv {
@@ -331,7 +335,7 @@ func (t *Tool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
 	w := io.MultiWriter(&out, stream)
 	if ag.sandboxed(t.o.Isolation) {
 		err = t.o.Engine.RunInWorkspace(ctx, c, agentcore.WorkspaceCommand{
-			Argv: argv, Env: env, Network: len(ag.EgressAllowlist) > 0, Output: w, Timeout: timeout,
+			Argv: argv, Env: env, Egress: ag.EgressAllowlist, Output: w, Timeout: timeout,
 		})
 	} else {
 		err = t.runHost(ctx, c, argv, env, w, timeout)
@@ -341,6 +345,9 @@ func (t *Tool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
 	var le *sandboxkit.LimitError
 	var he *exec.ExitError
 	switch {
+	case errors.Is(err, egress.ErrProxyDown):
+		// Fail closed, and say so: the agent lost its way out.
+		return out.String(), err
 	case err == nil:
 		return out.String() + "[exit status 0]", nil
 	case errors.As(err, &ee):

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
@@ -106,7 +109,8 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 	}()
 	home, _ := os.UserHomeDir()
 	for i := range agents {
-		agents[i].Env = map[string]string{"AGENTCLI_DIAL": ln.Addr().String(), "AGENTCLI_HOST_FILE": hostF, "AGENTCLI_HOST_HOME": home}
+		agents[i].Env = map[string]string{"AGENTCLI_DIAL": ln.Addr().String(), "AGENTCLI_HOST_FILE": hostF, "AGENTCLI_HOST_HOME": home,
+			"AGENTCLI_CONNECT": fmt.Sprintf("allowed.test:%d", ln.Addr().(*net.TCPAddr).Port)}
 	}
 	layers, err := overlay.Open(filepath.Join(dir, "layers"))
 	if err != nil {
@@ -119,6 +123,8 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 		LLM: (&llmtest.Script{Steps: steps}).LLM(), Store: store, Workspaces: workspacesOf(lower), Layers: layers,
 		Approver: approveAll{}, Logger: log, NoWorkspaceTools: !isolation,
 		Programs: externalagent.Programs(agents, isolation),
+		// Test only: allowed.test is the listener above.
+		EgressTestResolver: egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +214,9 @@ func has(s string, subs ...string) bool {
 // The agent CLI runs in the conversation's sandbox: its edits land in the
 // conversation's upper layer (never the project tree), it reaches no
 // network, no ~/.ssh and no host file, and its output streams as events.
-// With an egress allow-list it reaches the host network.
+// With an egress allow-list it reaches the names listed, only through
+// the egress proxy (the test resolver maps allowed.test to the host
+// listener); its sandbox still has no network of its own.
 func TestTier1(t *testing.T) {
 	requireSandbox(t)
 	bin := buildAgent(t)
@@ -218,7 +226,7 @@ func TestTier1(t *testing.T) {
 		network   string
 	}{
 		{"no network", nil, "network: blocked"},
-		{"egress allow-list", []string{"127.0.0.1"}, "network: reached"},
+		{"egress allow-list", []string{"allowed.test"}, "proxy: reached allowed.test:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			agents := []externalagent.Config{{Name: "fake", Command: bin, EgressAllowlist: tc.allowlist}}
@@ -227,7 +235,7 @@ func TestTier1(t *testing.T) {
 				t.Fatal(ev.toolErr)
 			}
 			out, streamed, approved := ev.run("conv1")
-			if !has(out, "task: add a marker file", "cwd: /workspace", "edit: wrote AGENT_DONE.txt", tc.network, "host file: unreadable", "report: done", "[exit status 0]") ||
+			if !has(out, "task: add a marker file", "cwd: /workspace", "edit: wrote AGENT_DONE.txt", "network: blocked", tc.network, "host file: unreadable", "report: done", "[exit status 0]") ||
 				strings.Contains(out, "READABLE") || strings.Contains(out, "host-secret-value") {
 				t.Fatalf("agent output:\n%s", out)
 			}
@@ -257,8 +265,19 @@ func TestTier1(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(ev.lower, "AGENT_DONE.txt")); err == nil {
 				t.Error("the project tree was written")
 			}
-			if tc.allowlist != nil && !strings.Contains(ev.logs.String(), "network enabled") {
-				t.Errorf("no \"network enabled\" in the log:\n%s", ev.logs)
+			if strings.Contains(ev.logs.String(), "network enabled") {
+				t.Errorf("\"network enabled\" in the log:\n%s", ev.logs)
+			}
+			// Every attempt through the proxy is an event of the call.
+			var egressEvents []string
+			evs, _ := ev.store.Events(t.Context(), "conv1", 0, 10000)
+			for _, e := range evs {
+				if e.Type == agentcore.EventEgress {
+					egressEvents = append(egressEvents, string(e.Data))
+				}
+			}
+			if tc.allowlist != nil && (len(egressEvents) != 1 || !has(egressEvents[0], `"verdict":"allowed"`, `"host":"allowed.test"`, `"name":"external_agent"`)) {
+				t.Errorf("egress events: %v", egressEvents)
 			}
 		})
 	}

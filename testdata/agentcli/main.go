@@ -6,16 +6,20 @@
 //
 //	agentcli [-sleep DURATION] TASK
 //
-// AGENTCLI_DIAL (host:port) is the address it tries to reach;
+// AGENTCLI_DIAL (host:port) is the address it tries to reach directly;
+// AGENTCLI_CONNECT (host:port) one it asks $HTTPS_PROXY to connect to;
 // AGENTCLI_HOST_FILE a host file it tries to read; AGENTCLI_HOST_HOME
 // the host home whose .ssh it lists (besides $HOME/.ssh); AGENTCLI_MARKER
 // a file it creates (to prove where it ran).
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -53,6 +57,9 @@ func main() {
 			fmt.Println("network: reached " + addr)
 		}
 	}
+	if addr, proxy := os.Getenv("AGENTCLI_CONNECT"), os.Getenv("HTTPS_PROXY"); addr != "" && proxy != "" {
+		fmt.Println("proxy: " + connect(proxy, addr))
+	}
 	for _, home := range []string{os.Getenv("HOME"), os.Getenv("AGENTCLI_HOST_HOME")} {
 		if home == "" {
 			continue
@@ -80,4 +87,28 @@ func main() {
 	}
 	fmt.Println("report: done")
 	time.Sleep(*sleep)
+}
+
+// connect asks the HTTP proxy at proxyURL for a tunnel to addr and says
+// how that went.
+func connect(proxyURL, addr string) string {
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		return "bad proxy URL"
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 3*time.Second)
+	if err != nil {
+		return fmt.Sprintf("unreachable (%v)", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", addr, addr)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return fmt.Sprintf("no answer (%v)", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "refused " + resp.Status
+	}
+	return "reached " + addr
 }

@@ -1,0 +1,116 @@
+package egress
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestParseAllow(t *testing.T) {
+	for _, tc := range []struct {
+		entry string
+		ok    bool
+	}{
+		{"example.com", true},
+		{"Example.COM.", true},
+		{"*.example.com", true},
+		{"*.example.com:443", true},
+		{"registry.npmjs.org:443", true},
+		{"93.184.216.34", true},
+		{"93.184.216.34:8080", true},
+		{"2001:4860::1", true},
+		{"[2001:4860::1]:443", true},
+		{"", false},
+		{"*.com", false},
+		{"*", false},
+		{"exa mple.com", false},
+		{"example.com:0", false},
+		{"example.com:70000", false},
+		{"example.com:http", false},
+		{"[example.com]:443", false},
+		{"-bad.example", false},
+		{"ex*.example.com", false},
+		{"http://example.com", false},
+	} {
+		err := ParseAllow([]string{tc.entry})
+		if (err == nil) != tc.ok {
+			t.Errorf("ParseAllow(%q) = %v, want ok=%v", tc.entry, err, tc.ok)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	rules, err := parseRules([]string{"allowed.test", "*.wild.test:443", "203.0.114.7:8443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		port int
+		want bool
+	}{
+		{"allowed.test", 443, true},
+		{"allowed.test", 80, true},
+		{"sub.allowed.test", 443, false},
+		{"a.wild.test", 443, true},
+		{"a.b.wild.test", 443, true},
+		{"wild.test", 443, false},
+		{"a.wild.test", 80, false},
+		{"evilwild.test", 443, false},
+		{"other.test", 443, false},
+	} {
+		if got := matchName(rules, tc.name, tc.port); got != tc.want {
+			t.Errorf("matchName(%s, %d) = %v, want %v", tc.name, tc.port, got, tc.want)
+		}
+	}
+	if !matchIP(rules, netip.MustParseAddr("203.0.114.7"), 8443) || matchIP(rules, netip.MustParseAddr("203.0.114.7"), 443) {
+		t.Error("IP literal rule with port matched wrongly")
+	}
+	if !matchIP(rules, netip.MustParseAddr("::ffff:203.0.114.7"), 8443) {
+		t.Error("an IPv4-mapped address must match its IPv4 rule")
+	}
+}
+
+func TestBlocked(t *testing.T) {
+	for _, tc := range []struct {
+		addr    string
+		blocked bool
+	}{
+		{"127.0.0.1", true},
+		{"127.1.2.3", true},
+		{"::1", true},
+		{"::ffff:127.0.0.1", true},
+		{"10.1.2.3", true},
+		{"172.16.0.1", true},
+		{"192.168.1.1", true},
+		{"::ffff:192.168.1.1", true},
+		{"fd00::1", true},
+		{"fd00:ec2::254", true},
+		{"169.254.169.254", true},
+		{"::ffff:169.254.169.254", true},
+		{"fe80::1", true},
+		{"100.64.0.1", true},
+		{"100.127.255.254", true},
+		{"0.0.0.0", true},
+		{"0.1.2.3", true},
+		{"::", true},
+		{"224.0.0.1", true},
+		{"ff02::1", true},
+		{"255.255.255.255", true},
+		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of 169.254.169.254
+		{"64:ff9b::7f00:1", true},    // NAT64 of 127.0.0.1
+		{"2002:7f00:1::", true},      // 6to4 of 127.0.0.1
+		{"::127.0.0.1", true},        // IPv4-compatible
+		{"93.184.216.34", false},
+		{"8.8.8.8", false},
+		{"100.128.0.1", false},
+		{"203.0.113.80", false}, // documentation ranges: routed by some networks (this test host's)
+		{"198.18.0.1", false},
+		{"2606:4700::1111", false},
+		{"64:ff9b::808:808", false}, // NAT64 of 8.8.8.8
+	} {
+		why := blockedReason(netip.MustParseAddr(tc.addr))
+		if (why != "") != tc.blocked {
+			t.Errorf("blockedReason(%s) = %q, want blocked=%v", tc.addr, why, tc.blocked)
+		}
+	}
+}
