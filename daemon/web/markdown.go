@@ -171,7 +171,7 @@ func Highlight(code, lang string) string {
 		}
 	}
 	if lx == nil {
-		return `<pre class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
+		return `<pre tabindex="0" class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
 	}
 	it, err := chroma.Coalesce(lx).Tokenise(nil, code)
 	if err != nil {
@@ -181,7 +181,8 @@ func Highlight(code, lang string) string {
 	if err := formatter.Format(&b, styles.Get("github"), it); err != nil {
 		return `<pre class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
 	}
-	return b.String()
+	// Focusable, so that a keyboard can scroll a wide block.
+	return strings.Replace(b.String(), `<pre class="ch-chroma"`, `<pre tabindex="0" class="ch-chroma"`, 1)
 }
 
 // chromaCSS is the highlighting's classes: light, and dark under

@@ -5,7 +5,8 @@
 // Model output, file names and diffs are hostile input to the page.
 // Every page is sent with a strict Content-Security-Policy (scripts only
 // from this origin, no inline script or style attribute, no plugins, no
-// framing, forms only to this origin), nosniff and no Referer. Templates
+// framing, forms only to this origin), nosniff and no Referer to
+// other origins. Templates
 // escape what they print; the scripts insert text with textContent and
 // HTML only from the server's Markdown renderer (Markdown), which drops
 // raw HTML and unsafe link targets.
@@ -152,7 +153,10 @@ func Mount(app fiber.Router, b Backend) {
 func headers(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderContentSecurityPolicy, CSP)
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-	c.Set(fiber.HeaderReferrerPolicy, "no-referrer")
+	// Not no-referrer: under it a browser sends "Origin: null" on the
+	// pages' own POSTs, which the Origin check must refuse. same-origin
+	// sends no Referer to any other origin either.
+	c.Set(fiber.HeaderReferrerPolicy, "same-origin")
 	c.Set(fiber.HeaderXFrameOptions, "DENY")
 	return c.Next()
 }

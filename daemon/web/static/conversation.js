@@ -107,7 +107,7 @@ function apply(type, ev) {
     case 'tool_output_delta': toolCard(d).out.append(d.text || ''); break;
     case 'tool_output': { const t = toolCard(d); t.out.textContent = d.output || ''; break; }
     case 'tool_finished': { const t = toolCard(d); t.state.textContent = d.error ? 'failed: ' + d.error : 'done'; break; }
-    case 'approval_pending': approvalCard(d); break;
+    case 'approval_pending': finishText(); approvalCard(d); break;
     case 'approval_decided': approvalCard(d); break;
     case 'subagent_started': notice(`Subagent ${d.subagent || ''} started: ${d.task || ''}`); break;
     case 'subagent_finished': notice(`Subagent ${d.subagent || ''} finished${d.error ? ': ' + d.error : ''}`); break;
