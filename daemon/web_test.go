@@ -516,21 +516,29 @@ func TestWebUI(t *testing.T) {
 		w.fill("#message", "hostile please")
 		w.click("#send")
 		w.until(transcriptText+".includes('Written.') && document.querySelector('.msg.assistant a')", 60*time.Second)
+		// inert checks the page: no payload ran, none became an element.
+		inert := func(where string) {
+			t.Helper()
+			time.Sleep(200 * time.Millisecond)
+			if v := eval[string](w, "String(window.__xss)"); v != "undefined" {
+				t.Errorf("%s: a payload ran: window.__xss = %s", where, v)
+			}
+			if n := eval[int](w, "document.querySelectorAll('img, iframe, script:not([src]), [onerror], [onclick], a[href^=javascript i]').length"); n != 0 {
+				t.Errorf("%s: the page holds %d elements from a payload:\n%s", where, n, eval[string](w, "document.getElementById('main').innerHTML"))
+			}
+		}
+		inert("the conversation")
 		eval[chromedp.Void](w, "document.querySelectorAll('.msg a').forEach(a => { if (a.textContent.startsWith('click me')) a.click() })")
+		inert("the conversation, its links clicked")
 		w.open("/c/"+c.ID+"/workspace", "document.querySelector('#tree li')")
 		w.until(fmt.Sprintf("[...document.querySelectorAll('#tree button')].some(b => b.textContent === %q)", hostileName), 20*time.Second)
 		eval[chromedp.Void](w, fmt.Sprintf("[...document.querySelectorAll('#tree button')].find(b => b.textContent === %q).click()", hostileName))
 		w.until("document.getElementById('file').innerText.includes('window.__xss = 8')", 20*time.Second)
 		w.click("#load-diff")
 		w.until("document.getElementById('diff').innerText.includes('onerror=alert(7)')", 20*time.Second)
+		inert("the workspace")
 		w.open("/", "document.querySelectorAll('#conversations li').length > 2")
-		time.Sleep(300 * time.Millisecond)
-		if v := eval[string](w, "String(window.__xss)"); v != "undefined" {
-			t.Errorf("a payload ran: window.__xss = %s", v)
-		}
-		if n := eval[int](w, "document.querySelectorAll('img, iframe, script:not([src])').length"); n != 0 {
-			t.Errorf("the page holds %d img, iframe or inline script elements", n)
-		}
+		inert("the conversations")
 		if d := w.seen(&w.dialogs); len(d) > 0 {
 			t.Errorf("a payload opened dialogs: %q", d)
 		}
@@ -571,18 +579,20 @@ func TestWebUI(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(fmt.Sprintf("document.body.innerHTML = %q; document.forms[0].submit(); ''", form))
-			for {
-				body, err := chromedp.Run(ctx, chromedp.Evaluate[string]("location.href + ' ' + (document.body ? document.body.innerText : '')"))
-				if err == nil && strings.HasPrefix(body, target) && len(body) > len(target)+40 {
-					if !strings.Contains(body, "cross_origin") && !strings.Contains(body, "must come from this server") {
-						t.Errorf("the cross-origin form post (%s) was not refused: %s", form, body)
-					}
+			// The refusal is a page of this server (a 204 would leave
+			// the tab where it is).
+			var body string
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				body, _ = chromedp.Run(ctx, chromedp.Evaluate[string]("location.href + ' ' + (document.body ? document.body.innerText : '')"))
+				if strings.HasPrefix(body, target) && strings.Contains(body, "own pages") {
 					break
 				}
-				if ctx.Err() != nil {
-					t.Fatalf("the form post (%s) did not answer: %v %s", form, err, body)
-				}
-				time.Sleep(50 * time.Millisecond)
+			}
+			if !strings.Contains(body, "own pages") {
+				t.Errorf("the cross-origin form post (%s) was not refused: %s", form, body)
+			}
+			if st, _, _ := a.do("GET", "/api/v1/me", nil); st != http.StatusOK {
+				t.Fatalf("after the cross-origin form post (%s), alice's token answers %d", form, st)
 			}
 		}
 		if err := chromedp.Do(ctx, chromedp.Navigate(attacker.URL)); err != nil {
