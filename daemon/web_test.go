@@ -425,6 +425,9 @@ func TestWebUI(t *testing.T) {
 	w.click("#new-conv button[type=submit]")
 	w.until("location.pathname.startsWith('/c/') && window.codumentor && codumentor.opens > 0", 20*time.Second)
 	conv := strings.TrimPrefix(eval[string](w, "location.pathname"), "/c/")
+	if n := firstLoadBytes(w, "/c/"+conv); n > maxFirstLoad {
+		t.Errorf("the conversation page ships %d bytes of HTML, CSS and JavaScript on first load, over the budget of %d", n, maxFirstLoad)
+	}
 	w.fill("#message", "please fix the readme")
 	w.click("#send")
 	w.until(transcriptText+".includes('please fix the readme')", 20*time.Second)
@@ -707,4 +710,68 @@ func TestWebUI(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", w.art)
 
+}
+
+// maxFirstLoad is the budget of the conversation page's first load:
+// HTML, CSS and JavaScript, uncompressed.
+const maxFirstLoad = 150 << 10
+
+// firstLoadBytes loads path with the cache off and sums the uncompressed
+// sizes of the document and of what it loaded from /static/ (the
+// stylesheet and the script modules), as Resource Timing reports them.
+func firstLoadBytes(w *webUI, path string) int {
+	w.t.Helper()
+	if _, err := chromedp.Call(w.ctx, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
+		w.t.Fatal(err)
+	}
+	defer chromedp.Call(w.ctx, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: false})
+	w.open(path, "window.codumentor && codumentor.opens > 0")
+	return eval[int](w, `performance.getEntriesByType('navigation')[0].decodedBodySize +
+ performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname.startsWith('/static/')).reduce((n, e) => n + e.decodedBodySize, 0)`)
+}
+
+// BenchmarkWebUIStream measures the conversation page: the bytes of its
+// first load (HTML, CSS, JavaScript, uncompressed; target ≤ 150 KB) and
+// the time from a text_delta leaving the server (its time field) to its
+// text in the page's DOM, over a reply streamed at 50 deltas a second
+// (target p95 ≤ 50 ms).
+func BenchmarkWebUIStream(b *testing.B) {
+	var text strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&text, "%03d ", i) // 4-byte pieces: 200 deltas
+	}
+	llm, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: text.String()}}}, llmtest.Options{ChunkDelay: 20 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(llm.Close)
+	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", llm.URL()))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	defer p.stop()
+	a := p.login("alice", pw)
+	w := newWebUI(b, p.URL)
+	w.signIn("alice", pw)
+	var lat []float64
+	bytes := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var c conversation
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "bench"}, &c)
+		bytes = firstLoadBytes(w, "/c/"+c.ID)
+		w.fill("#message", "go")
+		w.click("#send")
+		w.until("document.getElementById('turn-state').textContent === '' && document.querySelector('.msg.assistant p')", 60*time.Second)
+		lat = append(lat, eval[[]float64](w, "codumentor.latencies")...)
+	}
+	b.StopTimer()
+	if len(lat) == 0 {
+		b.Fatal("no text_delta latencies measured")
+	}
+	slices.Sort(lat)
+	p95 := lat[(len(lat)*95+99)/100-1]
+	b.ReportMetric(float64(bytes), "first-load-bytes")
+	b.ReportMetric(lat[len(lat)/2], "p50-ms")
+	b.ReportMetric(p95, "p95-ms")
+	b.ReportMetric(float64(len(lat))/float64(b.N), "deltas/op")
 }
