@@ -22,6 +22,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/integrations/browser"
+	"github.com/codumentor/codumentor/integrations/office/officetest"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -394,7 +395,7 @@ func TestWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(llm.Close)
-	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", llm.URL()))
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nplugins:\n  - workspace_isolation\n  - office\n", llm.URL()))
 	in.addUser("alice", pw, false)
 	in.addUser("root", pw, true)
 	p := in.start()
@@ -414,7 +415,21 @@ func TestWebUI(t *testing.T) {
 		t.Fatalf("signed out, / shows %s", loc)
 	}
 	w.check("login", "document.getElementById('signin')")
-	w.signIn("alice", pw)
+	// Keyboard only: the form's fields in order, Enter submits.
+	w.open("/login", "document.activeElement && document.activeElement.id === 'username'")
+	var order []string
+	for range 3 {
+		order = append(order, eval[string](w, "document.activeElement.id || document.activeElement.className"))
+		w.do(chromedp.KeyEvent("\t"))
+	}
+	if strings.Join(order, " ") != "username password signin" {
+		t.Errorf("focus order on the sign-in page: %q", order)
+	}
+	if eval[string](w, "getComputedStyle(document.activeElement, ':focus-visible').outlineStyle") == "none" {
+		t.Error("the focused element has no visible outline")
+	}
+	w.do(chromedp.Focus(chromedp.ID("username")), chromedp.KeyEvent("alice\t"+pw+"\r"))
+	w.until("location.pathname === '/' && document.querySelector('#conversations')", 20*time.Second)
 	listed := "document.querySelector('#new-repo option[value=\"" + repo.ID + "\"]') && (document.querySelectorAll('#conversations li').length > 0 || !document.getElementById('empty').hidden)"
 	w.until(listed, 20*time.Second)
 	w.check("conversations", listed)
@@ -446,12 +461,33 @@ func TestWebUI(t *testing.T) {
 	// Rendered as Markdown (bold, highlighted code) once whole.
 	w.until("document.querySelector('.msg.assistant strong') && document.querySelector('.msg.assistant pre.ch-chroma .ch-kd')", 20*time.Second)
 	w.check("conversation", "document.querySelector('.approval .approve')")
+	// The list shows the pending approval, and finds by title.
+	w.open("/", "document.querySelector('#conversations .badge:not([hidden])')")
+	if b := eval[string](w, "document.querySelector('#conversations .badge:not([hidden])').textContent"); b != "1 approval pending" {
+		t.Errorf("the list's badge says %q", b)
+	}
+	w.fill("#search", "readme")
+	w.until("[...document.querySelectorAll('#conversations li')].filter(li => !li.hidden).length === 1", 5*time.Second)
+	w.fill("#search", "no such title")
+	w.until("[...document.querySelectorAll('#conversations li')].every(li => li.hidden)", 5*time.Second)
+	w.open("/c/"+conv, "document.querySelector('.approval .approve')")
+	if d := eval[int](w, "codumentor.dups + codumentor.gaps"); d != 0 {
+		t.Errorf("the replayed transcript repeated or skipped %d events", d)
+	}
 	w.click(".approval .approve")
 	w.until("document.querySelector('details.tool .output') && document.querySelector('details.tool .output').textContent.includes('out-42')", 60*time.Second)
 	w.until(transcriptText+".includes('Done.') && document.getElementById('turn-state').textContent === ''", 60*time.Second)
 	if n := eval[int](w, "document.querySelectorAll('details.tool').length"); n != 2 {
 		t.Errorf("%d tool cards, want 2 (shell, edit_file)", n)
 	}
+
+	// An attachment, uploaded with progress.
+	doc := filepath.Join(t.TempDir(), "report.docx")
+	if err := os.WriteFile(doc, officetest.GoodDOCX(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.do(chromedp.SetUploadFiles(chromedp.ID("attach"), []string{doc}))
+	w.until("document.getElementById('attachments').innerText.includes('report.docx (docx')", 60*time.Second)
 
 	// The workspace: the file, the diff, the push of what is shown.
 	w.click("#to-workspace")
