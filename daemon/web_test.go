@@ -715,8 +715,15 @@ func TestWebUI(t *testing.T) {
 		t.Fatalf("the signed-out session's cookie still works: %v %v", res.StatusCode, err)
 	}
 
-	// The admin pages.
+	// The admin pages. Another user's conversation is not found, as an
+	// unknown one.
 	w.signIn("root", pw)
+	for _, id := range []string{conv, "conv_000000000000000000000000"} {
+		w.open("/c/"+id, "document.querySelector('h1')")
+		if got := eval[string](w, "document.querySelector('main').innerText"); !strings.Contains(got, "No such conversation.") {
+			t.Errorf("root opening /c/%s sees:\n%s", id, got)
+		}
+	}
 	w.open("/admin/users", "document.querySelectorAll('#users tbody tr').length >= 2")
 	w.fill("#user-name", "carol")
 	w.fill("#user-password", pw)
