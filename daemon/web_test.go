@@ -386,6 +386,10 @@ func TestWebUI(t *testing.T) {
 				{Text: "Written."},
 			}},
 			{Match: "long story", Steps: []llmtest.Step{{Text: longText}}},
+			{Match: "investigate please", Steps: []llmtest.Step{
+				{Text: "Looking.", ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: `{"command":"echo inv-$((6*7))"}`}}},
+				{Text: "Seen."},
+			}},
 		},
 	}
 	// 20 ms between 4-byte pieces: 50 deltas a second, as a model
@@ -395,7 +399,7 @@ func TestWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(llm.Close)
-	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nplugins:\n  - workspace_isolation\n  - office\n", llm.URL()))
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nplugins:\n  - workspace_isolation\n  - office\ninvestigation:\n  enabled: true\n", llm.URL()))
 	in.addUser("alice", pw, false)
 	in.addUser("root", pw, true)
 	p := in.start()
@@ -430,6 +434,9 @@ func TestWebUI(t *testing.T) {
 	}
 	w.do(chromedp.Focus(chromedp.ID("username")), chromedp.KeyEvent("alice\t"+pw+"\r"))
 	w.until("location.pathname === '/' && document.querySelector('#conversations')", 20*time.Second)
+	if eval[bool](w, "!!document.getElementById('new-mode')") {
+		t.Error("alice is offered host read-only investigations")
+	}
 	listed := "document.querySelector('#new-repo option[value=\"" + repo.ID + "\"]') && (document.querySelectorAll('#conversations li').length > 0 || !document.getElementById('empty').hidden)"
 	w.until(listed, 20*time.Second)
 	w.check("conversations", listed)
@@ -724,6 +731,25 @@ func TestWebUI(t *testing.T) {
 			t.Errorf("root opening /c/%s sees:\n%s", id, got)
 		}
 	}
+	// An investigation: the command, then the host-network question.
+	w.open("/", "document.getElementById('conversations')")
+	if !eval[bool](w, "!!document.querySelector('#new-mode option[value=host_readonly]')") {
+		t.Fatal("an admin is not offered host read-only investigations")
+	}
+	w.fill("#new-title", "Investigate")
+	eval[chromedp.Void](w, "document.getElementById('new-mode').value = 'host_readonly'")
+	w.click("#new-conv button[type=submit]")
+	w.until("location.pathname.startsWith('/c/') && window.codumentor && codumentor.opens > 0", 20*time.Second)
+	w.fill("#message", "investigate please")
+	w.click("#send")
+	w.until("document.querySelector('.approval .command') && document.querySelector('.approval .command').textContent === 'echo inv-$((6*7))'", 30*time.Second)
+	w.click(".approval .approve")
+	w.until("document.querySelector('.approval h2') && document.querySelector('.approval h2').textContent.includes('host network')", 30*time.Second)
+	if eval[bool](w, "!!document.querySelector('.approval .always')") {
+		t.Error("the host-network question offers always")
+	}
+	w.click(".approval .deny")
+	w.until("document.querySelector('details.tool .output') && document.querySelector('details.tool .output').textContent.includes('inv-42')", 60*time.Second)
 	w.open("/admin/users", "document.querySelectorAll('#users tbody tr').length >= 2")
 	w.fill("#user-name", "carol")
 	w.fill("#user-password", pw)

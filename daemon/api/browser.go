@@ -136,6 +136,12 @@ func (s *Server) Conversation(c *fiber.Ctx, sess web.Session, id string) (store.
 	return conv, err
 }
 
+// MayInvestigate reports whether the session's user may create host
+// read-only conversations (checkMode).
+func (s *Server) MayInvestigate(sess web.Session) bool {
+	return s.checkMode(sess.User, store.ModeHostReadOnly) == nil
+}
+
 // SignIn checks the credentials as POST /auth/login does (same
 // limiter, same answers) and sets the session cookie. A refusal is an
 // error whose message can be shown.

@@ -79,6 +79,9 @@ type Backend interface {
 	SignOut(c *fiber.Ctx, s Session) error
 	// Conversation is s's conversation id, or ErrNotFound.
 	Conversation(c *fiber.Ctx, s Session, id string) (store.Conversation, error)
+	// MayInvestigate reports whether s may start host read-only
+	// investigations.
+	MayInvestigate(s Session) bool
 }
 
 // page is what a template gets.
@@ -91,6 +94,8 @@ type page struct {
 	Conv    store.Conversation
 	Error   string
 	Next    string
+	// Investigate offers the host read-only mode for a new conversation.
+	Investigate bool
 }
 
 type ui struct {
@@ -205,7 +210,7 @@ func (u *ui) show(name, title, nav string, admin bool) fiber.Handler {
 		if admin && !isAdmin {
 			return u.render(c, http.StatusForbidden, "error", page{Title: "Not allowed", Session: s, Error: "This page needs the admin role."})
 		}
-		return u.render(c, http.StatusOK, name, page{Title: title, Page: name, Session: s, Admin: isAdmin, Nav: nav})
+		return u.render(c, http.StatusOK, name, page{Title: title, Page: name, Session: s, Admin: isAdmin, Nav: nav, Investigate: name == "conversations" && u.b.MayInvestigate(s)})
 	}
 }
 

@@ -55,6 +55,8 @@ async function newConversation() {
       const body = { title: document.getElementById('new-title').value };
       if (repo.value) body.repository = repo.value;
       if (profile.value) body.model_profile = profile.value;
+      const mode = document.getElementById('new-mode')?.value;
+      if (mode) { body.mode = mode; delete body.repository; }
       const c = await api('/conversations', { method: 'POST', body });
       location.assign('/c/' + encodeURIComponent(c.data.id));
     });
