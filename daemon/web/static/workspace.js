@@ -8,6 +8,8 @@ import { sha256 } from './sha256.js';
 const id = document.body.dataset.conversation;
 const base = `/conversations/${encodeURIComponent(id)}`;
 let shown = ''; // the digest of the diff on screen
+let diffText = ''; // and its text
+let sideBySide = false;
 
 // fence wraps text as a Markdown code block that text cannot close.
 function fence(text, lang) {
@@ -68,15 +70,58 @@ async function diff() {
     if (form) form.hidden = true;
     return;
   }
+  diffText = new TextDecoder().decode(bytes);
+  showDiff();
+  document.getElementById('diff-mode').hidden = false;
+  if (form) { form.hidden = false; form.dataset.digest = shown; }
+}
+
+function showDiff() {
+  const out = document.getElementById('diff');
+  if (sideBySide) { out.replaceChildren(sbs(diffText)); return; }
   const body = el('div', { class: 'md diff' });
   out.replaceChildren(body);
-  render(body, fence(new TextDecoder().decode(bytes), 'diff'));
-  if (form) { form.hidden = false; form.dataset.digest = shown; }
+  render(body, fence(diffText, 'diff'));
+}
+
+// sbs lays a unified diff out side by side: removed lines on the left,
+// added on the right, paired in order; context on both.
+function sbs(text) {
+  const table = el('table', { class: 'sbs' }, el('caption', { class: 'sr', text: 'Changes, side by side' }));
+  const body = el('tbody');
+  table.append(el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Before' }), el('th', { scope: 'col', text: 'After' }))), body);
+  let dels = [], adds = [];
+  const flush = () => {
+    for (let i = 0; i < Math.max(dels.length, adds.length); i++) {
+      body.append(el('tr', {},
+        el('td', { class: i < dels.length ? 'del' : 'none', text: dels[i] ?? '' }),
+        el('td', { class: i < adds.length ? 'add' : 'none', text: adds[i] ?? '' })));
+    }
+    dels = []; adds = [];
+  };
+  let inHunk = false;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('diff --git')) { flush(); inHunk = false; body.append(el('tr', {}, el('th', { colspan: 2, class: 'file', text: line.slice(11) }))); continue; }
+    if (line.startsWith('@@')) { flush(); inHunk = true; body.append(el('tr', {}, el('td', { colspan: 2, class: 'hunk', text: line }))); continue; }
+    if (!inHunk) continue;
+    if (line.startsWith('-')) dels.push(line.slice(1));
+    else if (line.startsWith('+')) adds.push(line.slice(1));
+    else { flush(); if (line.startsWith(' ')) body.append(el('tr', {}, el('td', { class: 'ctx', text: line.slice(1) }), el('td', { class: 'ctx', text: line.slice(1) }))); }
+  }
+  flush();
+  return table;
 }
 
 export function start() {
   guard(() => list(''));
   document.getElementById('load-diff').addEventListener('click', () => guard(diff));
+  const mode = document.getElementById('diff-mode');
+  mode.addEventListener('click', () => {
+    sideBySide = !sideBySide;
+    mode.textContent = sideBySide ? 'Unified' : 'Side by side';
+    mode.setAttribute('aria-pressed', String(sideBySide));
+    showDiff();
+  });
   const form = document.getElementById('push');
   form?.addEventListener('submit', (e) => {
     e.preventDefault();
