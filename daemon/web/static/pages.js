@@ -49,6 +49,7 @@ async function newConversation() {
   for (const x of r.data?.repositories || []) repo.append(el('option', { value: x.id }, x.name));
   const p = await api('/model-profiles', { allow: [404, 405, 503] });
   for (const x of p.data?.model_profiles || []) profile.append(el('option', { value: x.name }, `${x.name} (${x.model})`));
+  if (p.status !== 200) { profile.hidden = true; document.querySelector('label[for="new-profile"]').hidden = true; }
   document.getElementById('new-conv').addEventListener('submit', (e) => {
     e.preventDefault();
     guard(async () => {
