@@ -66,7 +66,9 @@ func (s *Server) authenticateCookie(c *fiber.Ctx, tok string) error {
 			return errCrossOrigin
 		}
 		csrf := c.Get(HeaderCSRF)
-		if csrf == "" {
+		// The form field only from a urlencoded form: a multipart body
+		// (an upload) is not parsed into memory here to look for it.
+		if csrf == "" && strings.HasPrefix(c.Get(fiber.HeaderContentType), fiber.MIMEApplicationForm) {
 			csrf = c.FormValue("csrf_token")
 		}
 		if !s.d.Tokens.Load().CheckCSRF(claims.ID, csrf) {
