@@ -282,7 +282,7 @@ func (w *webUI) until(expr string, timeout time.Duration) {
 func (w *webUI) open(path, ready string) {
 	w.t.Helper()
 	w.do(chromedp.Navigate(w.base + path))
-	w.until("document.readyState === 'complete' && ("+ready+")", 20*time.Second)
+	w.until("document.readyState === 'complete' && document.body.dataset.ready === '1' && ("+ready+")", 20*time.Second)
 }
 
 // click clicks the element by CSS selector from script: the tab may
@@ -341,7 +341,7 @@ func (w *webUI) signIn(name, password string) {
 	w.fill("#username", name)
 	w.fill("#password", password)
 	w.click("#signin")
-	w.until("location.pathname === '/' && document.querySelector('#conversations')", 20*time.Second)
+	w.until("location.pathname === '/' && document.body.dataset.ready === '1' && document.querySelector('#conversations')", 20*time.Second)
 }
 
 // transcriptText is what the page shows of the conversation.
@@ -433,7 +433,7 @@ func TestWebUI(t *testing.T) {
 		t.Error("the focused element has no visible outline")
 	}
 	w.do(chromedp.Focus(chromedp.ID("username")), chromedp.KeyEvent("alice\t"+pw+"\r"))
-	w.until("location.pathname === '/' && document.querySelector('#conversations')", 20*time.Second)
+	w.until("location.pathname === '/' && document.body.dataset.ready === '1' && document.querySelector('#conversations')", 20*time.Second)
 	if eval[bool](w, "!!document.getElementById('new-mode')") {
 		t.Error("alice is offered host read-only investigations")
 	}
@@ -588,6 +588,12 @@ func TestWebUI(t *testing.T) {
 		inert("the workspace")
 		w.open("/", "document.querySelectorAll('#conversations li').length > 2")
 		inert("the conversations")
+		// Deleted from the list: the button asks once more, in place.
+		sel := fmt.Sprintf("#conversations li:has(a[href=\"/c/%s\"]) button.danger", c.ID)
+		w.click(sel)
+		w.click(sel)
+		w.until(fmt.Sprintf("!document.querySelector('#conversations a[href=\"/c/%s\"]')", c.ID), 10*time.Second)
+		a.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+c.ID, nil, nil)
 		if d := w.seen(&w.dialogs); len(d) > 0 {
 			t.Errorf("a payload opened dialogs: %q", d)
 		}

@@ -84,4 +84,7 @@ const modules = {
   conversations: './pages.js', secrets: './pages.js', profiles: './pages.js',
   users: './admin.js', repositories: './admin.js', mcp: './admin.js', doctor: './admin.js',
 };
-if (modules[page]) import(modules[page]).then((m) => m.start(page)).catch((e) => say(e.message, true));
+// data-ready marks a page whose handlers are attached (tests wait for it).
+const ready = () => { document.body.dataset.ready = '1'; };
+if (modules[page]) import(modules[page]).then((m) => { m.start(page); ready(); }).catch((e) => say(e.message, true));
+else ready();

@@ -146,7 +146,7 @@ function follow() {
   es.onerror = () => {
     if (es.readyState === EventSource.CLOSED) {
       // Refused (signed out, or too many streams): ask who we are.
-      guard(() => api('/me')).then(() => setTimeout(follow, 3000));
+      guard(() => api('/me')).then((me) => { if (me) setTimeout(follow, 3000); });
     }
   };
 }

@@ -45,11 +45,7 @@ async function conversations() {
 async function newConversation() {
   const repo = document.getElementById('new-repo');
   const profile = document.getElementById('new-profile');
-  const r = await api('/repositories', { allow: [403, 404, 503] });
-  for (const x of r.data?.repositories || []) repo.append(el('option', { value: x.id }, x.name));
-  const p = await api('/model-profiles', { allow: [404, 405, 503] });
-  for (const x of p.data?.model_profiles || []) profile.append(el('option', { value: x.name }, `${x.name} (${x.model})`));
-  if (p.status !== 200) { profile.hidden = true; document.querySelector('label[for="new-profile"]').hidden = true; }
+  // The handler first: the form must never submit by itself.
   document.getElementById('new-conv').addEventListener('submit', (e) => {
     e.preventDefault();
     guard(async () => {
@@ -62,6 +58,11 @@ async function newConversation() {
       location.assign('/c/' + encodeURIComponent(c.data.id));
     });
   });
+  const r = await api('/repositories', { allow: [403, 404, 503] });
+  for (const x of r.data?.repositories || []) repo.append(el('option', { value: x.id }, x.name));
+  const p = await api('/model-profiles', { allow: [404, 405, 503] });
+  for (const x of p.data?.model_profiles || []) profile.append(el('option', { value: x.name }, `${x.name} (${x.model})`));
+  if (p.status !== 200) { profile.hidden = true; document.querySelector('label[for="new-profile"]').hidden = true; }
 }
 
 async function secrets() {
