@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -852,4 +853,78 @@ func BenchmarkWebUIStream(b *testing.B) {
 	b.ReportMetric(lat[len(lat)/2], "p50-ms")
 	b.ReportMetric(p95, "p95-ms")
 	b.ReportMetric(float64(len(lat))/float64(b.N), "deltas/op")
+}
+
+// TestWebSignIn: the sign-in form is the API's login path (its limiter
+// too), refuses another origin, sends only to this server's paths
+// afterwards, and every page carries the security headers.
+func TestWebSignIn(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(origin, user, password, next string) *http.Response {
+		t.Helper()
+		form := url.Values{"username": {user}, "password": {password}, "next": {next}}
+		req, _ := http.NewRequest("POST", p.URL+"/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+
+	res, err := noFollow.Get(p.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/login?next=%2F" {
+		t.Fatalf("GET / signed out: %d %s", res.StatusCode, res.Header.Get("Location"))
+	}
+	for _, path := range []string{"/", "/login", "/static/app.js", "/static/app.css"} {
+		res, err := noFollow.Get(p.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		for h, want := range map[string]string{
+			"Content-Security-Policy": "default-src 'self'; script-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+			"X-Content-Type-Options":  "nosniff",
+			"Referrer-Policy":         "same-origin",
+		} {
+			if got := res.Header.Get(h); got != want {
+				t.Errorf("GET %s: %s = %q, want %q", path, h, got, want)
+			}
+		}
+	}
+
+	if res := post("http://evil.example", "alice", pw, "/"); res.StatusCode != http.StatusForbidden || res.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("sign-in from another origin: %d, cookie %q", res.StatusCode, res.Header.Get("Set-Cookie"))
+	}
+	for next, want := range map[string]string{"/secrets": "/secrets", "//evil.example/x": "/", "https://evil.example/": "/", "/\\evil.example": "/"} {
+		res := post(p.URL, "alice", pw, next)
+		cookie := res.Header.Get("Set-Cookie")
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != want ||
+			!strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "Secure") {
+			t.Errorf("sign-in, next %q: %d to %q, cookie %q", next, res.StatusCode, res.Header.Get("Location"), cookie)
+		}
+	}
+	// The same limiter as POST /api/v1/auth/login.
+	last := 0
+	for i := 0; i < 40 && last != http.StatusTooManyRequests; i++ {
+		last = post(p.URL, "alice", "wrong password", "/").StatusCode
+	}
+	if last != http.StatusTooManyRequests {
+		t.Fatalf("failed sign-ins are not limited: %d", last)
+	}
+	if st, _, _ := p.loginStatus("alice", pw); st != http.StatusTooManyRequests {
+		t.Fatalf("after the form's failures, POST /api/v1/auth/login answers %d, want 429", st)
+	}
 }
