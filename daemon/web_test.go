@@ -859,15 +859,19 @@ func BenchmarkWebUIStream(b *testing.B) {
 // too), refuses another origin, sends only to this server's paths
 // afterwards, and every page carries the security headers.
 func TestWebSignIn(t *testing.T) {
-	in := newInstance(t, "")
+	// The test is its own TLS-terminating proxy when it says so.
+	in := newInstance(t, "trusted_proxies: [\"127.0.0.0/8\"]\n")
 	in.addUser("alice", pw, false)
 	p := in.start()
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	post := func(origin, user, password, next string) *http.Response {
+	post := func(origin, user, password, next string, header ...string) *http.Response {
 		t.Helper()
 		form := url.Values{"username": {user}, "password": {password}, "next": {next}}
 		req, _ := http.NewRequest("POST", p.URL+"/login", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
@@ -912,9 +916,17 @@ func TestWebSignIn(t *testing.T) {
 		res := post(p.URL, "alice", pw, next)
 		cookie := res.Header.Get("Set-Cookie")
 		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != want ||
-			!strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "Secure") {
+			!strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(strings.ToLower(cookie), "; secure") {
 			t.Errorf("sign-in, next %q: %d to %q, cookie %q", next, res.StatusCode, res.Header.Get("Location"), cookie)
 		}
+	}
+	// Behind a TLS proxy: the origin is https, the cookie Secure.
+	https := "https://" + strings.TrimPrefix(p.URL, "http://")
+	if res := post(https, "alice", pw, "/", "X-Forwarded-Proto", "https"); res.StatusCode != http.StatusSeeOther || !strings.Contains(strings.ToLower(res.Header.Get("Set-Cookie")), "; secure") {
+		t.Errorf("sign-in through a TLS proxy: %d, cookie %q", res.StatusCode, res.Header.Get("Set-Cookie"))
+	}
+	if res := post(p.URL, "alice", pw, "/", "X-Forwarded-Proto", "https"); res.StatusCode != http.StatusForbidden {
+		t.Errorf("an http origin through a TLS proxy: %d, want 403", res.StatusCode)
 	}
 	// The same limiter as POST /api/v1/auth/login.
 	last := 0
