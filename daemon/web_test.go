@@ -377,7 +377,7 @@ func TestWebUI(t *testing.T) {
 
 	script := &llmtest.Script{
 		Steps: []llmtest.Step{
-			{Text: "Hello, **streaming** world.\n\n```go\nfunc main() {}\n```\n", ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: `{"command":"echo out-$((6*7))"}`}}},
+			{Text: "Hello, **streaming** world. " + strings.Repeat("This reply arrives in small pieces, as a model streams it. ", 4) + "\n\n```go\nfunc main() {}\n```\n", ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: `{"command":"echo out-$((6*7))"}`}}},
 			{Text: "Editing.", ToolCalls: []agentcore.ToolCall{{Name: "edit_file", Arguments: `{"path":"README.md","old_string":"hello","new_string":"hello world"}`}}},
 			{Text: "Done."},
 		},
