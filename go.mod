@@ -3,6 +3,7 @@ module github.com/codumentor/codumentor
 go 1.26.0
 
 require (
+	github.com/alecthomas/chroma/v2 v2.20.0
 	github.com/codumentor/codumentor/agentcore v0.0.0
 	github.com/codumentor/codumentor/sandboxkit v0.0.0
 	github.com/fernet/fernet-go v0.0.0-20240119011108-303da6aec611
@@ -21,6 +22,7 @@ require (
 	github.com/weaviate/weaviate v1.27.0
 	github.com/weaviate/weaviate-go-client/v4 v4.16.1
 	github.com/xuri/excelize/v2 v2.11.1
+	github.com/yuin/goldmark v1.7.13
 	golang.org/x/crypto v0.59.0
 	golang.org/x/term v0.48.0
 	gopkg.in/yaml.v3 v3.0.1
@@ -35,6 +37,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
+	github.com/dlclark/regexp2 v1.11.5 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fatih/color v1.17.0 // indirect
 	github.com/go-asn1-ber/asn1-ber v1.5.8 // indirect

@@ -65,6 +65,7 @@ func runScriptAndStop(t *testing.T, group bool, sig syscall.Signal) {
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // what it leaves running may hold the output open
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +80,12 @@ func runScriptAndStop(t *testing.T, group bool, sig syscall.Signal) {
 	}
 	if !listens(llmAddr) {
 		t.Fatalf("the demo model does not listen on %s:\n%s", llmAddr, out)
+	}
+	// It ends by saying where the web UI is.
+	for want := "open http://" + srvAddr + "/ in a browser"; !strings.Contains(out.String(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("scripts/run did not print %q:\n%s", want, out)
+		}
 	}
 	if group {
 		syscall.Kill(-cmd.Process.Pid, sig)

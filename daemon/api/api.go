@@ -35,6 +35,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/web"
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/retrieval"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
@@ -269,17 +270,19 @@ func (s *Server) routes() {
 	authed.Get("/jobs/:id", s.getJob)
 	authed.Get("/search", s.search)
 	authed.Post("/render/diagram", s.renderDiagram)
+	authed.Post("/render/markdown", s.renderMarkdown)
 
+	web.Mount(app, s)
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }
 
 // Routes lists the routes the API serves (method and OpenAPI path), for
-// the document's test.
+// the document's test; the web UI's pages (package web) are not API.
 func (s *Server) Routes() []Route {
 	var out []Route
 	seen := map[Route]bool{}
 	for _, r := range s.app.GetRoutes(true) {
-		if r.Method == fiber.MethodHead || r.Method == "USE" {
+		if r.Method == fiber.MethodHead || r.Method == "USE" || r.Name == web.RouteName {
 			continue
 		}
 		p := r.Path
@@ -330,10 +333,16 @@ const (
 	localToken
 )
 
-// authenticate admits requests with a valid bearer token of an existing,
+// authenticate admits requests with a valid bearer token (or, without
+// one, browser session cookie: authenticateCookie) of an existing,
 // enabled user that has not revoked it. The scheme's case does not
 // matter (RFC 9110 §11.1). Every failure is the same 401.
 func (s *Server) authenticate(c *fiber.Ctx) error {
+	if c.Get(fiber.HeaderAuthorization) == "" {
+		if tok := c.Cookies(SessionCookie); tok != "" {
+			return s.authenticateCookie(c, tok)
+		}
+	}
 	scheme, tok, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
 	tok = strings.TrimLeft(tok, " ")
 	if !strings.EqualFold(scheme, "Bearer") || tok == "" {

@@ -30,6 +30,10 @@ func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Cod
 
 func (e *Error) Unwrap() error { return e.cause }
 
+// StatusMessage is the answer's status and message, for the web UI's
+// pages.
+func (e *Error) StatusMessage() (int, string) { return e.Status, e.Message }
+
 // apiError formats an answer. An error among args is kept as its cause:
 // if that carries an OS error, the client gets a generic answer instead
 // (asAPIError), so a handler cannot pass a host path on by formatting.

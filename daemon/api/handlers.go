@@ -35,39 +35,8 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	if req.Username == "" || req.Password == "" {
-		return badRequest("username and password are required")
-	}
-	// No user has a longer name: refused before it costs a limiter key,
-	// a password check or a log line.
-	if len(req.Username) > auth.MaxNameLength {
-		return badRequest("username is longer than %d bytes", auth.MaxNameLength)
-	}
-	ip := s.clientIP(c)
-	u, err := s.d.Login.Login(c.UserContext(), auth.LoginRequest{Username: req.Username, Password: req.Password, IP: ip})
-	var limited *auth.RateLimitedError
-	switch {
-	case errors.As(err, &limited):
-		secs := int(limited.RetryAfter.Round(time.Second) / time.Second)
-		if secs < 1 {
-			secs = 1
-		}
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
-		return apiError(http.StatusTooManyRequests, "rate_limited", "too many failed logins; try again in %d s", secs)
-	case errors.Is(err, auth.ErrBusy):
-		c.Set(fiber.HeaderRetryAfter, "1")
-		return apiError(http.StatusServiceUnavailable, "busy", "too many logins at once; try again in a moment")
-	case errors.Is(err, ldap.ErrUnavailable):
-		s.log.Warn("login: the LDAP directory is unavailable", "user", clip(req.Username), "err", err)
-		c.Set(fiber.HeaderRetryAfter, "10")
-		return apiError(http.StatusServiceUnavailable, "ldap_unavailable", "the user directory (LDAP) cannot be reached; try again later or ask the administrator")
-	case errors.Is(err, auth.ErrInvalidCredentials), errors.Is(err, auth.ErrUserDisabled):
-		s.log.Info("login refused", "user", clip(req.Username), "ip", ip, "err", err)
-		s.metrics.logins.WithLabelValues("refused").Inc()
-		return errBadLogin
-	case errors.Is(err, auth.ErrInvalidName):
-		return badRequest("username is longer than %d bytes", auth.MaxNameLength)
-	case err != nil:
+	u, err := s.checkLogin(c, req.Username, req.Password)
+	if err != nil {
 		return err
 	}
 	tok, exp, err := s.d.Tokens.Load().Issue(u)
@@ -76,6 +45,47 @@ func (s *Server) login(c *fiber.Ctx) error {
 	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	return c.JSON(fiber.Map{"token": tok, "expires_at": exp.UTC(), "user": u})
+}
+
+// checkLogin is the login path of POST /auth/login and of the web UI's
+// sign-in: the limiter, the directory, and the answers to refusals.
+func (s *Server) checkLogin(c *fiber.Ctx, username, password string) (auth.User, error) {
+	if username == "" || password == "" {
+		return auth.User{}, badRequest("username and password are required")
+	}
+	// No user has a longer name: refused before it costs a limiter key,
+	// a password check or a log line.
+	if len(username) > auth.MaxNameLength {
+		return auth.User{}, badRequest("username is longer than %d bytes", auth.MaxNameLength)
+	}
+	ip := s.clientIP(c)
+	u, err := s.d.Login.Login(c.UserContext(), auth.LoginRequest{Username: username, Password: password, IP: ip})
+	var limited *auth.RateLimitedError
+	switch {
+	case errors.As(err, &limited):
+		secs := int(limited.RetryAfter.Round(time.Second) / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
+		return auth.User{}, apiError(http.StatusTooManyRequests, "rate_limited", "too many failed logins; try again in %d s", secs)
+	case errors.Is(err, auth.ErrBusy):
+		c.Set(fiber.HeaderRetryAfter, "1")
+		return auth.User{}, apiError(http.StatusServiceUnavailable, "busy", "too many logins at once; try again in a moment")
+	case errors.Is(err, ldap.ErrUnavailable):
+		s.log.Warn("login: the LDAP directory is unavailable", "user", clip(username), "err", err)
+		c.Set(fiber.HeaderRetryAfter, "10")
+		return auth.User{}, apiError(http.StatusServiceUnavailable, "ldap_unavailable", "the user directory (LDAP) cannot be reached; try again later or ask the administrator")
+	case errors.Is(err, auth.ErrInvalidCredentials), errors.Is(err, auth.ErrUserDisabled):
+		s.log.Info("login refused", "user", clip(username), "ip", ip, "err", err)
+		s.metrics.logins.WithLabelValues("refused").Inc()
+		return auth.User{}, errBadLogin
+	case errors.Is(err, auth.ErrInvalidName):
+		return auth.User{}, badRequest("username is longer than %d bytes", auth.MaxNameLength)
+	case err != nil:
+		return auth.User{}, err
+	}
+	return u, nil
 }
 
 // clip bounds a client-chosen string for a log line.

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,6 +30,7 @@ const issuer = "codumentor"
 // verify against whichever one they meet.
 type Tokens struct {
 	keys      [][]byte // keys[0] signs; all verify
+	csrfKey   []byte   // CSRF's HMAC key, from the current secret
 	ttl       time.Duration
 	ephemeral bool
 }
@@ -82,12 +84,15 @@ func NewTokens(secret string, previous []string, ttl time.Duration) (*Tokens, er
 		k := make([]byte, 32)
 		rand.Read(k)
 		t.keys = append(t.keys, k)
+		t.csrfKey = make([]byte, 32)
+		rand.Read(t.csrfKey)
 		t.ephemeral = true
 	} else {
 		if len(secret) < MinSecretLength {
 			return nil, fmt.Errorf("auth: auth.jwt_secret has %d bytes, at least %d needed", len(secret), MinSecretLength)
 		}
 		t.keys = append(t.keys, signingKey(secret))
+		t.csrfKey = derive(secret, "codumentor csrf v1")
 	}
 	for i, p := range previous {
 		if len(p) < MinSecretLength {
@@ -98,12 +103,33 @@ func NewTokens(secret string, previous []string, ttl time.Duration) (*Tokens, er
 	return t, nil
 }
 
-func signingKey(secret string) []byte {
-	k, err := hkdf.Key(sha256.New, []byte(secret), nil, "codumentor jwt hs256 v1", 32)
+func signingKey(secret string) []byte { return derive(secret, "codumentor jwt hs256 v1") }
+
+func derive(secret, purpose string) []byte {
+	k, err := hkdf.Key(sha256.New, []byte(secret), nil, purpose, 32)
 	if err != nil {
 		panic(err) // only for lengths beyond 255*32
 	}
 	return k
+}
+
+// CSRF is the anti-forgery token of the browser session whose token ID
+// (jti, Claims.ID) is session: an HMAC-SHA256 of it with a key derived
+// from auth.jwt_secret for this purpose alone. A page embeds it; a
+// cookie-authenticated request that changes state must send it back
+// (header X-CSRF-Token or form field csrf_token), which another origin
+// cannot read. After a rotation of the secret, pages loaded before it
+// need a reload.
+func (t *Tokens) CSRF(session string) string {
+	m := hmac.New(sha256.New, t.csrfKey)
+	m.Write([]byte(session))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// CheckCSRF reports whether token is session's CSRF token, in constant
+// time.
+func (t *Tokens) CheckCSRF(session, token string) bool {
+	return session != "" && hmac.Equal([]byte(t.CSRF(session)), []byte(token))
 }
 
 // Ephemeral reports whether the signing key is random for this process

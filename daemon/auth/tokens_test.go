@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -221,5 +222,45 @@ func TestNewTokensErrors(t *testing.T) {
 		if _, err := auth.NewTokens(tc.secret, tc.previous, tc.ttl); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: NewTokens = %v, want an error naming %s", name, err, tc.want)
 		}
+	}
+}
+
+func TestCSRF(t *testing.T) {
+	a, err := auth.NewTokens(secretA, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := auth.NewTokens(secretA, []string{secretB}, 0)
+	b, _ := auth.NewTokens(secretB, nil, 0)
+	tok := a.CSRF("session-1")
+	if len(tok) != 64 || tok != a2.CSRF("session-1") {
+		t.Fatalf("CSRF is not a stable function of secret and session: %q %q", tok, a2.CSRF("session-1"))
+	}
+	for _, tc := range []struct {
+		name    string
+		t       *auth.Tokens
+		session string
+		token   string
+		want    bool
+	}{
+		{"its own", a, "session-1", tok, true},
+		{"another session's", a, "session-2", tok, false},
+		{"another secret's", b, "session-1", tok, false},
+		{"empty", a, "session-1", "", false},
+		{"no session", a, "", a.CSRF(""), false},
+		{"upper case", a, "session-1", strings.ToUpper(tok), false},
+	} {
+		if got := tc.t.CheckCSRF(tc.session, tc.token); got != tc.want {
+			t.Errorf("%s: CheckCSRF = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Not the JWT key: a CSRF token says nothing about the signing key.
+	if tok == hex.EncodeToString(hmacKey(t, secretA)) {
+		t.Fatal("the CSRF key is the signing key")
+	}
+	e1, _ := auth.NewTokens("", nil, 0)
+	e2, _ := auth.NewTokens("", nil, 0)
+	if e1.CSRF("s") == e2.CSRF("s") {
+		t.Fatal("ephemeral instances share a CSRF key")
 	}
 }

@@ -1,0 +1,226 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/web"
+)
+
+// Browser sessions. The web UI (package web) signs in through the same
+// login path as POST /auth/login, and keeps the token in an HttpOnly,
+// SameSite=Strict cookie instead of handing it to script. authenticate
+// accepts that cookie as it accepts a bearer token; a request that
+// changes state with it must also come from the server's own origin
+// (Origin, else Referer) and carry the session's CSRF token (header
+// X-CSRF-Token, or form field csrf_token). Bearer requests are not
+// affected: no browser sends an Authorization header by itself.
+
+// SessionCookie names the browser session's cookie.
+const SessionCookie = "codumentor_session"
+
+// HeaderCSRF carries a cookie session's CSRF token on a fetch.
+const HeaderCSRF = "X-CSRF-Token"
+
+var (
+	errCrossOrigin = &Error{Status: http.StatusForbidden, Code: "cross_origin", Message: "a browser request that changes state must come from this server's own pages (Origin)"}
+	errCSRF        = &Error{Status: http.StatusForbidden, Code: "csrf", Message: "missing or wrong CSRF token: reload the page"}
+)
+
+// session is identify, also returning the token's claims.
+func (s *Server) session(c *fiber.Ctx, tok string) (auth.User, auth.Claims, error) {
+	claims, err := s.d.Tokens.Load().Verify(tok)
+	if err != nil {
+		return auth.User{}, claims, err
+	}
+	u, err := s.d.Users.ForToken(c.UserContext(), claims)
+	return u, claims, err
+}
+
+// authenticateCookie admits a request by its session cookie: like a
+// bearer token, and for a method that can change state, only from this
+// origin with the session's CSRF token.
+func (s *Server) authenticateCookie(c *fiber.Ctx, tok string) error {
+	u, claims, err := s.session(c, tok)
+	if errors.Is(err, auth.ErrInvalidToken) {
+		s.log.Debug("session cookie refused", "ip", s.clientIP(c), "err", err)
+		return errUnauthorized
+	}
+	if err != nil {
+		return err
+	}
+	switch c.Method() {
+	case fiber.MethodGet, fiber.MethodHead, fiber.MethodOptions:
+	default:
+		if !s.sameOrigin(c) {
+			return errCrossOrigin
+		}
+		csrf := c.Get(HeaderCSRF)
+		// The form field only from a urlencoded form: a multipart body
+		// (an upload) is not parsed into memory here to look for it.
+		if csrf == "" && strings.HasPrefix(c.Get(fiber.HeaderContentType), fiber.MIMEApplicationForm) {
+			csrf = c.FormValue("csrf_token")
+		}
+		if !s.d.Tokens.Load().CheckCSRF(claims.ID, csrf) {
+			return errCSRF
+		}
+	}
+	c.Locals(localUser, u)
+	c.Locals(localToken, tok)
+	return c.Next()
+}
+
+// secure reports whether the client reached us over TLS: directly, or
+// through a trusted proxy that says so.
+func (s *Server) secure(c *fiber.Ctx) bool {
+	if c.Context().IsTLS() {
+		return true
+	}
+	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
+	if !ok || !slices.ContainsFunc(s.d.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(peer.Unmap()) }) {
+		return false
+	}
+	return strings.EqualFold(c.Get(fiber.HeaderXForwardedProto), "https")
+}
+
+// sameOrigin reports whether the request names this server's origin in
+// Origin or, without it, Referer. Without either it is refused: every
+// browser this UI supports sends Origin on a POST.
+func (s *Server) sameOrigin(c *fiber.Ctx) bool {
+	scheme := "http"
+	if s.secure(c) {
+		scheme = "https"
+	}
+	own := scheme + "://" + strings.ToLower(string(c.Request().Host()))
+	if o := c.Get(fiber.HeaderOrigin); o != "" {
+		return strings.EqualFold(o, own)
+	}
+	u, err := url.Parse(c.Get(fiber.HeaderReferer))
+	return err == nil && u.Host != "" && strings.EqualFold(u.Scheme+"://"+u.Host, own)
+}
+
+// The web.Backend the UI's pages use.
+
+// Session is the request's browser session, or web.ErrNoSession.
+func (s *Server) Session(c *fiber.Ctx) (web.Session, error) {
+	tok := c.Cookies(SessionCookie)
+	if tok == "" {
+		return web.Session{}, web.ErrNoSession
+	}
+	u, claims, err := s.session(c, tok)
+	if errors.Is(err, auth.ErrInvalidToken) {
+		return web.Session{}, web.ErrNoSession
+	}
+	if err != nil {
+		return web.Session{}, err
+	}
+	return web.Session{User: u, CSRF: s.d.Tokens.Load().CSRF(claims.ID)}, nil
+}
+
+// Conversation is the session user's conversation id, by the same
+// query as every conversation route (owned): web.ErrNotFound for an
+// unknown or foreign ID.
+func (s *Server) Conversation(c *fiber.Ctx, sess web.Session, id string) (store.Conversation, error) {
+	conv, err := s.d.Conversations.Get(c.UserContext(), sess.User.ID, id)
+	if errors.Is(err, agentcore.ErrNotFound) {
+		return conv, web.ErrNotFound
+	}
+	return conv, err
+}
+
+// MayInvestigate reports whether the session's user may create host
+// read-only conversations (checkMode).
+func (s *Server) MayInvestigate(sess web.Session) bool {
+	return s.checkMode(sess.User, store.ModeHostReadOnly) == nil
+}
+
+// SignIn checks the credentials as POST /auth/login does (same
+// limiter, same answers) and sets the session cookie. A refusal is an
+// error whose message can be shown.
+func (s *Server) SignIn(c *fiber.Ctx, username, password string) error {
+	if !s.sameOrigin(c) {
+		return errCrossOrigin
+	}
+	u, err := s.checkLogin(c, username, password)
+	if err != nil {
+		if ae, known := asAPIError(err); known {
+			return ae
+		}
+		return err
+	}
+	tok, exp, err := s.d.Tokens.Load().Issue(u)
+	if err != nil {
+		return err
+	}
+	s.metrics.logins.WithLabelValues("ok").Inc()
+	c.Cookie(&fiber.Cookie{
+		Name: SessionCookie, Value: tok, Path: "/", Expires: exp,
+		HTTPOnly: true, SameSite: fiber.CookieSameSiteStrictMode, Secure: s.secure(c),
+	})
+	return nil
+}
+
+// SignOut revokes the user's tokens (as POST /auth/logout) and clears
+// the cookie. The caller has checked the CSRF token.
+func (s *Server) SignOut(c *fiber.Ctx, sess web.Session) error {
+	if !s.sameOrigin(c) {
+		return errCrossOrigin
+	}
+	if !s.checkFormCSRF(c) {
+		return errCSRF
+	}
+	if err := s.d.Users.Revoke(c.UserContext(), sess.User.ID); err != nil {
+		return err
+	}
+	c.Cookie(&fiber.Cookie{
+		Name: SessionCookie, Value: "", Path: "/", Expires: time.Unix(0, 0), MaxAge: -1,
+		HTTPOnly: true, SameSite: fiber.CookieSameSiteStrictMode, Secure: s.secure(c),
+	})
+	return nil
+}
+
+// checkFormCSRF checks the CSRF token of a form posted with the cookie.
+func (s *Server) checkFormCSRF(c *fiber.Ctx) bool {
+	claims, err := s.d.Tokens.Load().Verify(c.Cookies(SessionCookie))
+	return err == nil && s.d.Tokens.Load().CheckCSRF(claims.ID, c.FormValue("csrf_token"))
+}
+
+// maxMarkdown bounds POST /render/markdown: texts and bytes.
+const (
+	maxMarkdownTexts = 1000
+	maxMarkdownBytes = 4 << 20
+)
+
+// renderMarkdown is POST /render/markdown: texts (messages) rendered
+// as the web UI shows them, HTML-safe (no raw HTML, no dangerous link
+// schemes, code highlighted with CSS classes).
+func (s *Server) renderMarkdown(c *fiber.Ctx) error {
+	var req struct {
+		Texts []string `json:"texts"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	total := 0
+	for _, t := range req.Texts {
+		total += len(t)
+	}
+	if len(req.Texts) > maxMarkdownTexts || total > maxMarkdownBytes {
+		return apiError(http.StatusRequestEntityTooLarge, "too_large", "at most %d texts of %d bytes in all", maxMarkdownTexts, maxMarkdownBytes)
+	}
+	out := make([]string, len(req.Texts))
+	for i, t := range req.Texts {
+		out[i] = string(web.Markdown(t))
+	}
+	return c.JSON(fiber.Map{"html": out})
+}

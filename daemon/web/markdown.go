@@ -1,0 +1,197 @@
+package web
+
+import (
+	"bytes"
+	"html"
+	"html/template"
+	"strings"
+
+	"github.com/alecthomas/chroma/v2"
+	chtml "github.com/alecthomas/chroma/v2/formatters/html"
+	"github.com/alecthomas/chroma/v2/lexers"
+	"github.com/alecthomas/chroma/v2/styles"
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/extension"
+	"github.com/yuin/goldmark/renderer"
+	"github.com/yuin/goldmark/util"
+)
+
+// Markdown is text (a message: model output, hostile) rendered as the
+// UI shows it. It is safe to insert as HTML: raw HTML in the text is
+// dropped (goldmark without WithUnsafe), a link keeps its target only
+// for http, https, mailto and relative URLs, an image becomes a link
+// (a page never loads what a reply names), and code is highlighted by
+// chroma with CSS classes (no style attributes, which the CSP forbids).
+func Markdown(text string) template.HTML {
+	var b bytes.Buffer
+	if err := md.Convert([]byte(text), &b); err != nil {
+		// goldmark fails only on a writer error; show the text as is.
+		return template.HTML("<pre>" + html.EscapeString(text) + "</pre>")
+	}
+	return template.HTML(b.String())
+}
+
+var md = goldmark.New(
+	goldmark.WithExtensions(extension.GFM),
+	goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(safeRenderer{}, 100))),
+)
+
+var formatter = chtml.New(chtml.WithClasses(true), chtml.ClassPrefix("ch-"))
+
+// safeURL reports whether a link may keep its target: a relative URL or
+// an http, https or mailto one. The browser's own view of the scheme
+// counts, so tabs and newlines (which it strips) and leading controls
+// and spaces are removed first.
+func safeURL(u []byte) bool {
+	s := strings.Map(func(r rune) rune {
+		if r == '\t' || r == '\n' || r == '\r' {
+			return -1
+		}
+		return r
+	}, string(u))
+	s = strings.TrimLeft(s, "\x00\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f ")
+	i := strings.IndexAny(s, ":/?#")
+	if i < 0 || s[i] != ':' {
+		return true // no scheme: relative
+	}
+	switch strings.ToLower(s[:i]) {
+	case "http", "https", "mailto":
+		return true
+	}
+	return false
+}
+
+// safeRenderer renders links, images and code blocks (see Markdown).
+type safeRenderer struct{}
+
+func (safeRenderer) RegisterFuncs(r renderer.NodeRendererFuncRegisterer) {
+	r.Register(ast.KindLink, renderLink)
+	r.Register(ast.KindImage, renderImage)
+	r.Register(ast.KindAutoLink, renderAutoLink)
+	r.Register(ast.KindFencedCodeBlock, renderCode)
+	r.Register(ast.KindCodeBlock, renderCode)
+}
+
+// href is a link's destination as the page gets it (entities resolved,
+// escaped), and whether it may be kept: the check is of what the
+// browser sees, not of the Markdown source.
+func href(dest []byte) ([]byte, bool) {
+	u := util.URLEscape(dest, true)
+	return u, safeURL(u)
+}
+
+func openLink(w util.BufWriter, u []byte) {
+	w.WriteString(`<a href="`)
+	w.WriteString(html.EscapeString(string(u)))
+	w.WriteString(`" rel="nofollow noopener noreferrer">`)
+}
+
+func renderLink(w util.BufWriter, _ []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	n := node.(*ast.Link)
+	u, ok := href(n.Destination)
+	if !ok {
+		return ast.WalkContinue, nil // the text only
+	}
+	if entering {
+		openLink(w, u)
+	} else {
+		w.WriteString("</a>")
+	}
+	return ast.WalkContinue, nil
+}
+
+func renderImage(w util.BufWriter, _ []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	n := node.(*ast.Image)
+	u, ok := href(n.Destination)
+	switch {
+	case entering && ok:
+		openLink(w, u)
+		w.WriteString("[image: ")
+	case entering:
+		w.WriteString("[image: ")
+	case ok:
+		w.WriteString("]</a>")
+	default:
+		w.WriteString("]")
+	}
+	return ast.WalkContinue, nil
+}
+
+func renderAutoLink(w util.BufWriter, source []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkContinue, nil
+	}
+	n := node.(*ast.AutoLink)
+	u, label := n.URL(source), n.Label(source)
+	if n.AutoLinkType == ast.AutoLinkEmail && !bytes.HasPrefix(bytes.ToLower(u), []byte("mailto:")) {
+		u = append([]byte("mailto:"), u...)
+	}
+	if u, ok := href(u); ok {
+		openLink(w, u)
+		w.WriteString(html.EscapeString(string(label)))
+		w.WriteString("</a>")
+	} else {
+		w.WriteString(html.EscapeString(string(label)))
+	}
+	return ast.WalkSkipChildren, nil
+}
+
+func renderCode(w util.BufWriter, source []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkContinue, nil
+	}
+	var code strings.Builder
+	lines := node.Lines()
+	for i := 0; i < lines.Len(); i++ {
+		seg := lines.At(i)
+		code.Write(seg.Value(source))
+	}
+	lang := ""
+	if f, ok := node.(*ast.FencedCodeBlock); ok && f.Info != nil {
+		lang = string(f.Language(source))
+	}
+	w.WriteString(Highlight(code.String(), lang))
+	return ast.WalkSkipChildren, nil
+}
+
+// maxHighlight bounds the text chroma tokenizes; beyond it, code is
+// shown plain (escaped).
+const maxHighlight = 512 << 10
+
+// Highlight is code as highlighted HTML (<pre class="ch-chroma">…),
+// escaped; lang is a chroma lexer name or alias ("go", "diff"), or a
+// file name; unknown or empty: plain.
+func Highlight(code, lang string) string {
+	var lx chroma.Lexer
+	if lang != "" && len(code) <= maxHighlight {
+		lx = lexers.Get(lang)
+		if lx == nil {
+			lx = lexers.Match(lang)
+		}
+	}
+	if lx == nil {
+		return `<pre tabindex="0" class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
+	}
+	it, err := chroma.Coalesce(lx).Tokenise(nil, code)
+	if err != nil {
+		return `<pre class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
+	}
+	var b strings.Builder
+	if err := formatter.Format(&b, styles.Get("github"), it); err != nil {
+		return `<pre class="ch-chroma"><code>` + html.EscapeString(code) + "</code></pre>"
+	}
+	// Focusable, so that a keyboard can scroll a wide block.
+	return strings.Replace(b.String(), `<pre class="ch-chroma"`, `<pre tabindex="0" class="ch-chroma"`, 1)
+}
+
+// chromaCSS is the highlighting's classes: light, and dark under
+// prefers-color-scheme, appended to the one stylesheet.
+func chromaCSS() []byte {
+	var b bytes.Buffer
+	formatter.WriteCSS(&b, styles.Get("github"))
+	b.WriteString("@media (prefers-color-scheme: dark) {\n")
+	formatter.WriteCSS(&b, styles.Get("github-dark"))
+	b.WriteString("}\n")
+	return b.Bytes()
+}

@@ -1,0 +1,107 @@
+// The admin pages: users, repositories, MCP servers, the sandbox doctor.
+import { api, el, say, guard, when } from './app.js';
+
+const row = (...cells) => el('tr', {}, ...cells.map((c) => (c instanceof Node ? el('td', {}, c) : el('td', { text: c ?? '' }))));
+
+async function users() {
+  const tbody = document.querySelector('#users tbody');
+  const load = async () => {
+    const r = await api('/admin/users');
+    tbody.replaceChildren();
+    for (const u of r.data.users || []) {
+      const acts = el('div', { class: 'row' });
+      const toggle = el('button', { type: 'button' }, u.disabled ? 'Enable' : 'Disable');
+      toggle.onclick = () => guard(async () => { await patch(u.id, { disabled: !u.disabled }); await load(); });
+      acts.append(toggle);
+      if (u.source !== 'ldap') {
+        const pw = el('input', { type: 'password', autocomplete: 'new-password', 'aria-label': `New password for ${u.name}` });
+        const reset = el('button', { type: 'button' }, 'Reset password');
+        reset.onclick = () => guard(async () => { await patch(u.id, { password: pw.value }); pw.value = ''; say('Password reset.'); });
+        acts.append(pw, reset);
+      }
+      tbody.append(row(u.name, u.role, u.disabled ? 'disabled' : 'active', acts));
+    }
+  };
+  const patch = async (id, body) => {
+    const r = await api('/admin/users/' + encodeURIComponent(id), { method: 'PATCH', body, allow: [404, 405] });
+    if (r.status === 404 || r.status === 405) throw new Error('Changing users is not enabled on this server.');
+  };
+  document.getElementById('user-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const f = e.target;
+    guard(async () => {
+      await api('/admin/users', { method: 'POST', body: { name: f.elements.name.value, password: f.password.value, admin: f.admin.checked } });
+      f.reset();
+      say('User added.');
+      await load();
+    });
+  });
+  await load();
+}
+
+async function watchJob(id, bar, label) {
+  for (;;) {
+    const j = (await api('/jobs/' + encodeURIComponent(id))).data;
+    const p = j.progress;
+    if (p && p.total) { bar.max = p.total; bar.value = p.done; label.textContent = `${p.done}/${p.total} ${p.unit || ''}`; }
+    if (j.status === 'succeeded' || j.status === 'failed') {
+      label.textContent = j.status + (j.last_error ? ': ' + j.last_error : '');
+      return;
+    }
+    await new Promise((res) => setTimeout(res, 1000));
+  }
+}
+
+async function repositories() {
+  const tbody = document.querySelector('#repos tbody');
+  const form = document.getElementById('repo-form');
+  const load = async () => {
+    const r = await api('/repositories', { allow: [404, 503] });
+    if (r.status !== 200) { document.getElementById('repos-off').hidden = false; form.hidden = true; return; }
+    tbody.replaceChildren();
+    for (const x of r.data.repositories || []) {
+      const bar = el('progress', { max: 1, value: 0, 'aria-label': `Sync progress of ${x.name}` });
+      const label = el('span', { class: 'hint', text: x.synced ? 'synced ' + when(x.synced) : 'never synced' });
+      const sync = el('button', { type: 'button' }, 'Sync');
+      sync.onclick = () => guard(async () => {
+        const j = await api(`/repositories/${encodeURIComponent(x.id)}/sync`, { method: 'POST' });
+        await watchJob(j.data.job.id, bar, label);
+        await load();
+      });
+      tbody.append(row(x.name, x.branch, (x.head || '').slice(0, 12), el('div', { class: 'row' }, sync, bar, label)));
+    }
+  };
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    guard(async () => {
+      await api('/repositories', { method: 'POST', body: { name: form.elements.name.value, url: form.url.value, branch: form.branch.value } });
+      form.reset();
+      say('Repository added; sync it to use it.');
+      await load();
+    });
+  });
+  await load();
+}
+
+async function mcp() {
+  const r = await api('/admin/mcp');
+  const tbody = document.querySelector('#mcp tbody');
+  const servers = r.data.servers || [];
+  document.getElementById('mcp-off').hidden = servers.length > 0;
+  for (const s of servers) tbody.append(row(s.name, s.state, (s.tools || []).join(', '), s.last_error || ''));
+}
+
+async function doctor() {
+  const r = await api('/admin/doctor');
+  const v = document.getElementById('verdict');
+  v.textContent = r.data.ready ? 'Ready: every check passes.' : 'Not ready: see the failing checks below.';
+  v.classList.add(r.data.ready ? 'ok' : 'bad');
+  const tbody = document.querySelector('#checks tbody');
+  for (const c of r.data.checks || []) tbody.append(row(c.name, c.ok ? 'ok' : 'FAILED', c.detail || '', c.remedy || ''));
+  const ul = document.getElementById('warnings');
+  for (const w of r.data.warnings || []) ul.append(el('li', { class: 'notice', text: w }));
+}
+
+export function start(page) {
+  guard({ users, repositories, mcp, doctor }[page]);
+}

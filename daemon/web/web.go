@@ -1,0 +1,281 @@
+// Package web is the browser UI, served by the server at /: Go
+// html/template pages and a little plain JavaScript (ES modules), all
+// embedded, that call the JSON API with the session cookie.
+//
+// Model output, file names and diffs are hostile input to the page.
+// Every page is sent with a strict Content-Security-Policy (scripts only
+// from this origin, no inline script or style attribute, no plugins, no
+// framing, forms only to this origin), nosniff and no Referer to
+// other origins. Templates
+// escape what they print; the scripts insert text with textContent and
+// HTML only from the server's Markdown renderer (Markdown), which drops
+// raw HTML and unsafe link targets.
+//
+// A page needs a session (the cookie the sign-in form sets); without one
+// it redirects to /login. Authentication, CSRF tokens and the ownership
+// check are the API's (Backend): a page reads a conversation by the same
+// query as every conversation route, so a foreign ID is 404 here too.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/store"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// CSP is every page's Content-Security-Policy.
+const CSP = "default-src 'self'; script-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// RouteName names the routes Mount adds (fiber.Route.Name), so that the
+// API's route list can leave them out.
+const RouteName = "web"
+
+var (
+	// ErrNoSession is Backend.Session's answer to a request without a
+	// valid session cookie.
+	ErrNoSession = errors.New("web: not signed in")
+	// ErrNotFound is Backend.Conversation's answer to an unknown or
+	// foreign conversation ID.
+	ErrNotFound = errors.New("web: no such conversation")
+)
+
+// Session is a signed-in browser.
+type Session struct {
+	User auth.User
+	// CSRF is the session's anti-forgery token, which every state
+	// changing request must carry.
+	CSRF string
+}
+
+// Backend is what the pages need of the API: its sessions and its one
+// ownership check.
+type Backend interface {
+	// Session is the request's session, or ErrNoSession.
+	Session(c *fiber.Ctx) (Session, error)
+	// SignIn checks the credentials (the API's login path and limiter)
+	// and sets the session cookie; an error's message can be shown.
+	SignIn(c *fiber.Ctx, username, password string) error
+	// SignOut revokes the session (after checking the form's Origin and
+	// CSRF token) and clears the cookie.
+	SignOut(c *fiber.Ctx, s Session) error
+	// Conversation is s's conversation id, or ErrNotFound.
+	Conversation(c *fiber.Ctx, s Session, id string) (store.Conversation, error)
+	// MayInvestigate reports whether s may start host read-only
+	// investigations.
+	MayInvestigate(s Session) bool
+}
+
+// page is what a template gets.
+type page struct {
+	Title   string
+	Page    string // data-page: which script part runs
+	Session Session
+	Admin   bool
+	Nav     string
+	Conv    store.Conversation
+	Error   string
+	Next    string
+	// Investigate offers the host read-only mode for a new conversation.
+	Investigate bool
+}
+
+type ui struct {
+	b     Backend
+	pages map[string]*template.Template
+	// static holds the assets by name, with their ETags.
+	static map[string]asset
+}
+
+type asset struct {
+	body  []byte
+	ctype string
+	etag  string
+}
+
+// Mount adds the UI's routes to app: the pages, /login, /logout and
+// /static/.
+func Mount(app fiber.Router, b Backend) {
+	u := &ui{b: b, pages: map[string]*template.Template{}, static: map[string]asset{}}
+	names, _ := fs.Glob(templateFS, "templates/*.html")
+	for _, n := range names {
+		base := path.Base(n)
+		if base == "layout.html" {
+			continue
+		}
+		u.pages[strings.TrimSuffix(base, ".html")] = template.Must(template.ParseFS(templateFS, "templates/layout.html", n))
+	}
+	fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, _ := staticFS.ReadFile(p)
+		ctype := "text/javascript; charset=utf-8"
+		if strings.HasSuffix(p, ".css") {
+			ctype = "text/css; charset=utf-8"
+			body = append(body, chromaCSS()...)
+		}
+		sum := sha256.Sum256(body)
+		u.static[path.Base(p)] = asset{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
+		return nil
+	})
+
+	get := func(p string, h fiber.Handler) { app.Get(p, headers, h).Name(RouteName) }
+	get("/static/:name", u.asset)
+	get("/login", u.loginPage)
+	app.Post("/login", headers, u.signIn).Name(RouteName)
+	app.Post("/logout", headers, u.signOut).Name(RouteName)
+	get("/", u.show("conversations", "Conversations", "conversations", false))
+	get("/c/:id", u.conversation("conversation"))
+	get("/c/:id/workspace", u.conversation("workspace"))
+	get("/secrets", u.show("secrets", "Secrets", "secrets", false))
+	get("/profiles", u.show("profiles", "Model profiles", "profiles", false))
+	get("/admin/users", u.show("users", "Users", "admin", true))
+	get("/admin/repositories", u.show("repositories", "Repositories", "admin", true))
+	get("/admin/mcp", u.show("mcp", "MCP servers", "admin", true))
+	get("/admin/doctor", u.show("doctor", "Sandbox doctor", "admin", true))
+}
+
+// headers sets the security headers of every page and asset.
+func headers(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderContentSecurityPolicy, CSP)
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	// Not no-referrer: under it a browser sends "Origin: null" on the
+	// pages' own POSTs, which the Origin check must refuse. same-origin
+	// sends no Referer to any other origin either.
+	c.Set(fiber.HeaderReferrerPolicy, "same-origin")
+	c.Set(fiber.HeaderXFrameOptions, "DENY")
+	return c.Next()
+}
+
+func (u *ui) asset(c *fiber.Ctx) error {
+	a, ok := u.static[c.Params("name")]
+	if !ok {
+		return c.Status(http.StatusNotFound).SendString("not found")
+	}
+	c.Set(fiber.HeaderETag, a.etag)
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	if c.Get(fiber.HeaderIfNoneMatch) == a.etag {
+		return c.SendStatus(http.StatusNotModified)
+	}
+	c.Set(fiber.HeaderContentType, a.ctype)
+	return c.Send(a.body)
+}
+
+func (u *ui) render(c *fiber.Ctx, status int, name string, p page) error {
+	var b bytes.Buffer
+	if err := u.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Status(status).Send(b.Bytes())
+}
+
+// session is the request's session; without one, the answer is a
+// redirect to the sign-in page (ok false).
+func (u *ui) session(c *fiber.Ctx) (Session, bool, error) {
+	s, err := u.b.Session(c)
+	if errors.Is(err, ErrNoSession) {
+		return s, false, c.Redirect("/login?next="+url.QueryEscape(c.OriginalURL()), http.StatusSeeOther)
+	}
+	return s, err == nil, err
+}
+
+func (u *ui) show(name, title, nav string, admin bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		s, ok, err := u.session(c)
+		if !ok {
+			return err
+		}
+		isAdmin := s.User.Role == auth.RoleAdmin
+		if admin && !isAdmin {
+			return u.render(c, http.StatusForbidden, "error", page{Title: "Not allowed", Session: s, Error: "This page needs the admin role."})
+		}
+		return u.render(c, http.StatusOK, name, page{Title: title, Page: name, Session: s, Admin: isAdmin, Nav: nav, Investigate: name == "conversations" && u.b.MayInvestigate(s)})
+	}
+}
+
+func (u *ui) conversation(name string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		s, ok, err := u.session(c)
+		if !ok {
+			return err
+		}
+		conv, err := u.b.Conversation(c, s, c.Params("id"))
+		if errors.Is(err, ErrNotFound) {
+			return u.render(c, http.StatusNotFound, "error", page{Title: "Not found", Session: s, Admin: s.User.Role == auth.RoleAdmin, Error: "No such conversation."})
+		}
+		if err != nil {
+			return err
+		}
+		title := conv.Title
+		if title == "" {
+			title = "Conversation"
+		}
+		return u.render(c, http.StatusOK, name, page{Title: title, Page: name, Session: s, Admin: s.User.Role == auth.RoleAdmin, Nav: "conversations", Conv: conv})
+	}
+}
+
+func (u *ui) loginPage(c *fiber.Ctx) error {
+	return u.render(c, http.StatusOK, "login", page{Title: "Sign in", Page: "login", Next: safeNext(c.Query("next"))})
+}
+
+// safeNext is where to go after signing in: a path on this server only.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n\t") {
+		return "/"
+	}
+	return next
+}
+
+func (u *ui) signIn(c *fiber.Ctx) error {
+	next := safeNext(c.FormValue("next"))
+	err := u.b.SignIn(c, c.FormValue("username"), c.FormValue("password"))
+	if err != nil {
+		status, msg := http.StatusInternalServerError, "Signing in failed; the server log has the details."
+		var se interface{ StatusMessage() (int, string) }
+		if errors.As(err, &se) {
+			status, msg = se.StatusMessage()
+		}
+		return u.render(c, status, "login", page{Title: "Sign in", Page: "login", Error: msg, Next: next})
+	}
+	return c.Redirect(next, http.StatusSeeOther)
+}
+
+func (u *ui) signOut(c *fiber.Ctx) error {
+	s, err := u.b.Session(c)
+	if errors.Is(err, ErrNoSession) {
+		return c.Redirect("/login", http.StatusSeeOther)
+	}
+	if err != nil {
+		return err
+	}
+	if err := u.b.SignOut(c, s); err != nil {
+		var se interface{ StatusMessage() (int, string) }
+		if errors.As(err, &se) {
+			status, msg := se.StatusMessage()
+			return u.render(c, status, "error", page{Title: "Not signed out", Session: s, Error: msg})
+		}
+		return err
+	}
+	return c.Redirect("/login", http.StatusSeeOther)
+}
