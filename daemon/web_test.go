@@ -400,7 +400,7 @@ func TestWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(llm.Close)
-	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nplugins:\n  - workspace_isolation\n  - office\ninvestigation:\n  enabled: true\n", llm.URL()))
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n  allowed_endpoints: [\"http://127.0.0.1:9/v1\"]\nplugins:\n  - workspace_isolation\n  - office\ninvestigation:\n  enabled: true\n", llm.URL()))
 	in.addUser("alice", pw, false)
 	in.addUser("root", pw, true)
 	p := in.start()
@@ -530,8 +530,19 @@ func TestWebUI(t *testing.T) {
 		t.Fatal("the secrets page shows a value")
 	}
 	w.check("secrets", "document.querySelector('#secrets li')")
-	w.open("/profiles", "!document.getElementById('profiles-off').hidden || document.querySelector('#profile-endpoint option')")
-	w.check("profiles", "true")
+	// Model profiles: saved against the endpoint the operator listed, the
+	// key never sent back, the profile offered for new conversations.
+	w.open("/profiles", "document.querySelector('#profile-endpoint option')")
+	w.fill("#profile-name", "work")
+	w.fill("#profile-model", "m1")
+	w.fill("#profile-key", "sk-web-key-123")
+	w.click("#profile-form button[type=submit]")
+	w.until("document.getElementById('profiles').innerText.includes('m1 at http://127.0.0.1:9/v1') && document.getElementById('profiles').innerText.includes('key stored')", 20*time.Second)
+	if strings.Contains(eval[string](w, "document.documentElement.outerHTML"), "sk-web-key-123") {
+		t.Fatal("the profiles page shows a key")
+	}
+	w.check("profiles", "document.querySelector('#profiles li')")
+	w.open("/", "document.querySelector('#new-profile option[value=work]')")
 
 	t.Run("reconnect", func(t *testing.T) {
 		defer w.as(t)()
@@ -766,6 +777,24 @@ func TestWebUI(t *testing.T) {
 	w.click("#user-form button[type=submit]")
 	w.until("document.querySelector('#users tbody').innerText.includes('carol')", 20*time.Second)
 	w.check("users", "document.querySelectorAll('#users tbody tr').length >= 3")
+	// carol disabled from the page: the server says so too.
+	eval[chromedp.Void](w, "[...document.querySelectorAll('#users tbody tr')].find((r) => r.cells[0].textContent === 'carol').querySelector('button').click()")
+	w.until("[...document.querySelectorAll('#users tbody tr')].some((r) => r.cells[0].textContent === 'carol' && r.cells[2].textContent === 'disabled')", 20*time.Second)
+	var users struct {
+		Users []struct {
+			Name     string
+			Disabled bool
+		}
+	}
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/users", nil, &users)
+	if i := slices.IndexFunc(users.Users, func(u struct {
+		Name     string
+		Disabled bool
+	}) bool {
+		return u.Name == "carol"
+	}); i < 0 || !users.Users[i].Disabled {
+		t.Fatalf("carol after Disable: %+v", users.Users)
+	}
 	w.open("/admin/repositories", "document.querySelector('#repos tbody tr')")
 	w.click("#repos tbody button")
 	w.until("document.querySelector('#repos tbody').innerText.includes('synced')", 60*time.Second)

@@ -101,10 +101,17 @@ async function profiles() {
       return;
     }
     const sel = form.endpoint;
-    sel.replaceChildren(...(r.data.allowed_endpoints || []).map((u) => el('option', { value: u }, u)));
+    const endpoints = r.data.allowed_endpoints || [];
+    sel.replaceChildren(...endpoints.map((u) => el('option', { value: u }, u)));
+    // Without an endpoint the operator allowed, nothing can be saved.
+    document.getElementById('profiles-none').hidden = endpoints.length > 0;
+    form.hidden = endpoints.length === 0;
     ul.replaceChildren();
     for (const p of r.data.model_profiles || []) {
-      ul.append(el('li', {}, el('strong', { text: p.name }), ' ', el('span', { text: `${p.model} at ${p.endpoint}` }), ' ',
+      const what = p.unreadable
+        ? el('span', { class: 'notice', text: 'unreadable (stored under a secret the server no longer has): save it again with its API key' })
+        : el('span', { text: `${p.model} at ${p.endpoint}` });
+      ul.append(el('li', {}, el('strong', { text: p.name }), ' ', what, ' ',
         el('span', { class: 'hint', text: p.has_api_key ? 'key stored' : 'no key' }), ' ',
         confirmButton('Delete', async () => { await api('/model-profiles/' + encodeURIComponent(p.name), { method: 'DELETE' }); say('Deleted.'); load(); })));
     }
