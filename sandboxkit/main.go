@@ -19,6 +19,7 @@ var mainCalled atomic.Bool
 // Package init functions run before Main, in the sandbox too: keep them
 // free of side effects (files, network, goroutines that do work).
 func Main() {
+	takeSelfRlimits()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case supervisorFlag:
