@@ -191,6 +191,10 @@ type Browser struct {
 	mermaidOnce sync.Once
 	mermaid     []byte
 	mermaidErr  error
+
+	// screenshotPNG makes PNGs by screenshot even when the canvas can
+	// be read (tests of that path).
+	screenshotPNG bool
 }
 
 // New returns a Browser; nothing starts until the first request.
@@ -301,7 +305,7 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 	b.mu.Unlock()
 
 	if p == nil || p.ctx.Err() != nil {
-		p, err = b.openPage(bctx, k)
+		p, err = b.openPage(bctx, k, false)
 	}
 	if err != nil {
 		b.release()
@@ -327,8 +331,10 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 	return p, release, nil
 }
 
-// openPage opens and prepares a page of kind k in the browser bctx.
-func (b *Browser) openPage(bctx context.Context, k pageKind) (*tab, error) {
+// openPage opens and prepares a page of kind k in the browser bctx; warm
+// readies a render page for a later request with a first render (warmJS),
+// which one waiting for the page would pay twice.
+func (b *Browser) openPage(bctx context.Context, k pageKind, warm bool) (*tab, error) {
 	tctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy}}
 	err := func() error {
@@ -350,6 +356,11 @@ func (b *Browser) openPage(bctx context.Context, k pageKind) (*tab, error) {
 		if k == renderPage {
 			if err := chromedp.Do(tctx, chromedp.Navigate(renderURL)); err != nil {
 				return fmt.Errorf("browser: render page: %w", err)
+			}
+			if warm {
+				if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](warmJS, chromedp.EvalAwaitPromise)); err != nil {
+					return fmt.Errorf("browser: render page: warm-up: %w", err)
+				}
 			}
 		}
 		return nil
@@ -373,7 +384,7 @@ func (b *Browser) refill(bctx context.Context, gen int, k pageKind) {
 	if busy {
 		return
 	}
-	p, err := b.openPage(bctx, k)
+	p, err := b.openPage(bctx, k, true)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refilling[k] = false

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"net"
 	"net/http"
@@ -360,16 +362,46 @@ func TestRenderDiagram(t *testing.T) {
 	if !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("Ship")) {
 		t.Errorf("svg = %.300s, want an <svg> with the labels", svg)
 	}
-	pngData, err := b.RenderDiagram(context.Background(), src, PNG)
-	if err != nil {
-		t.Fatal(err)
+	// Drawn on a canvas in the page, and as a screenshot (the way for a
+	// canvas the image taints): the same picture, white with dark lines.
+	var sizes []image.Point
+	for _, shot := range []bool{false, true} {
+		b.screenshotPNG = shot
+		pngData, err := b.RenderDiagram(context.Background(), src, PNG)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(pngData))
+		if err != nil {
+			t.Fatalf("png (screenshot %v): %v", shot, err)
+		}
+		r := img.Bounds()
+		if r.Dx() < 50 || r.Dy() < 50 {
+			t.Errorf("png (screenshot %v) is %v, want the diagram's size", shot, r)
+		}
+		sizes = append(sizes, r.Size())
+		dark := 0
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				if c := color.GrayModel.Convert(img.At(x, y)).(color.Gray); c.Y < 100 {
+					dark++
+				}
+			}
+		}
+		if c := color.GrayModel.Convert(img.At(r.Min.X, r.Min.Y)).(color.Gray); c.Y != 255 || dark < 100 {
+			t.Errorf("png (screenshot %v): corner %v, %d dark pixels; want white with the diagram's lines", shot, c, dark)
+		}
 	}
-	img, err := png.Decode(bytes.NewReader(pngData))
-	if err != nil {
-		t.Fatalf("png: %v", err)
+	b.screenshotPNG = false
+	if sizes[0] != sizes[1] {
+		t.Errorf("canvas %v, screenshot %v: want the same size", sizes[0], sizes[1])
 	}
-	if r := img.Bounds(); r.Dx() < 50 || r.Dy() < 50 {
-		t.Errorf("png is %v, want the diagram's size", r)
+	// The next render takes the spare page, warmed up with a diagram of
+	// its own: only the request's diagram is in the answer.
+	waitSpare(t, b, renderPage)
+	svg, err = b.RenderDiagram(context.Background(), "graph LR\n  X[Other] --> Y\n", SVG)
+	if err != nil || !bytes.Contains(svg, []byte("Other")) || bytes.Contains(svg, []byte("warm")) {
+		t.Errorf("render in the spare page: %v, %.300s", err, svg)
 	}
 	if _, err := b.RenderDiagram(context.Background(), "graph TD\n  A -->", SVG); !errorsIs(err, ErrDiagram) {
 		t.Errorf("syntax error: %v, want ErrDiagram", err)

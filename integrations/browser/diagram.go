@@ -1,10 +1,13 @@
 package browser
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image/png"
 	"os"
 	"strings"
 
@@ -47,12 +50,31 @@ const (
 <script src="/mermaid.js"></script></head><body style="margin:0;background:#fff"></body></html>`
 )
 
-// renderJS renders the source (a JSON string) with mermaid's strict
-// security level (labels sanitized, no click handlers, directives cannot
-// change it) and returns the SVG text; for PNG it shows the SVG as an
-// image (an SVG image runs no script) and returns its size.
-const renderJS = `(async (src, png) => {
-	mermaid.initialize({startOnLoad: false, securityLevel: 'strict', htmlLabels: false, flowchart: {htmlLabels: false}});
+// mermaidInit sets mermaid up with its strict security level (labels
+// sanitized, no click handlers, directives cannot change it).
+const mermaidInit = `mermaid.initialize({startOnLoad: false, securityLevel: 'strict', htmlLabels: false, flowchart: {htmlLabels: false}});`
+
+// warmJS renders a constant diagram in a spare render page, before any
+// request: mermaid's first render in a page sets up much of what later
+// ones reuse (its diagram registry, the flowchart code, text measuring),
+// and then costs about twice a second one. The page is still the
+// request's own: nothing of a user's is in it.
+const warmJS = `(async () => {
+	` + mermaidInit + `
+	await mermaid.render('codumentor-warmup', 'graph TD\n  a[warm] --> b[up]');
+	return true;
+})()`
+
+// renderJS renders the source (a JSON string) and returns the SVG text;
+// for PNG it draws the SVG as an image (an SVG image runs no script and
+// loads nothing) on a white canvas and returns the canvas's PNG data URL
+// and its size, all in the page: no screenshot, which waits for a
+// compositor frame. A canvas that the image taints (an SVG with a
+// foreignObject) cannot be read: the image is then shown in the page
+// for a screenshot instead. Beyond maxSide pixels on a side it draws
+// nothing.
+const renderJS = `(async (src, png, maxSide) => {
+	` + mermaidInit + `
 	let svg;
 	try {
 		svg = (await mermaid.render('codumentor-diagram', src)).svg;
@@ -63,15 +85,27 @@ const renderJS = `(async (src, png) => {
 	const doc = new DOMParser().parseFromString(svg, 'image/svg+xml');
 	const vb = (doc.documentElement.getAttribute('viewBox') || '').split(/[\s,]+/).map(Number);
 	const w = Math.ceil(vb[2] || 800), h = Math.ceil(vb[3] || 600);
+	if (w > maxSide || h > maxSide) return {width: w, height: h};
 	const img = new Image(w, h);
 	img.src = 'data:image/svg+xml;base64,' + btoa(unescape(encodeURIComponent(svg)));
 	await img.decode();
+	const canvas = document.createElement('canvas');
+	canvas.width = w;
+	canvas.height = h;
+	const g = canvas.getContext('2d');
+	g.fillStyle = '#fff';
+	g.fillRect(0, 0, w, h);
+	g.drawImage(img, 0, 0, w, h);
+	try {
+		if (!%t) return {png: canvas.toDataURL('image/png'), width: w, height: h};
+	} catch (e) {}
 	document.body.replaceChildren(img);
 	return {width: w, height: h};
-})(%s, %t)`
+})(%s, %t, %d)`
 
 type rendered struct {
 	SVG    string  `json:"svg"`
+	PNG    string  `json:"png"` // a data URL
 	Error  string  `json:"error"`
 	Width  float64 `json:"width"`
 	Height float64 `json:"height"`
@@ -104,7 +138,7 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 	defer release()
 	tctx, in := pg.ctx, pg.in
 	src, _ := json.Marshal(source)
-	r, err := chromedp.Run(tctx, chromedp.Evaluate[rendered](fmt.Sprintf(renderJS, src, format == PNG), chromedp.EvalAwaitPromise))
+	r, err := chromedp.Run(tctx, chromedp.Evaluate[rendered](fmt.Sprintf(renderJS, b.screenshotPNG, src, format == PNG, maxPNGSide), chromedp.EvalAwaitPromise))
 	if err != nil {
 		return nil, fmt.Errorf("browser: render: %w", err)
 	}
@@ -121,6 +155,17 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 	}
 	if r.Width > maxPNGSide || r.Height > maxPNGSide {
 		return nil, fmt.Errorf("%w: %.0fx%.0f pixels; at most %d on a side", ErrDiagram, r.Width, r.Height, maxPNGSide)
+	}
+	if r.PNG != "" {
+		data, ok := strings.CutPrefix(r.PNG, "data:image/png;base64,")
+		out, err := base64.StdEncoding.DecodeString(data)
+		if !ok || err != nil {
+			return nil, errors.New("browser: render: the page returned no PNG")
+		}
+		if cfg, err := png.DecodeConfig(bytes.NewReader(out)); err != nil || cfg.Width != int(r.Width) || cfg.Height != int(r.Height) {
+			return nil, errors.New("browser: render: the page returned no PNG of the diagram's size")
+		}
+		return out, nil
 	}
 	shot, err := chromedp.Call(tctx, page.CaptureScreenshot, page.CaptureScreenshotParams{
 		Format:                page.CaptureScreenshotFormatPng,
