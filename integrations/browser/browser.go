@@ -158,7 +158,9 @@ type Options struct {
 	// MaxTabs caps the pages open for requests at once, over all
 	// callers (default 4); more requests wait for a free one.
 	MaxTabs int
-	// Mermaid is mermaid.min.js (default: DefaultMermaid).
+	// Mermaid is mermaid.min.js (default: DefaultMermaid). When it is
+	// an npm install's, pages load the ESM build beside it instead (see
+	// loadMermaid).
 	Mermaid string
 	Log     hclog.Logger
 
@@ -189,7 +191,7 @@ type Browser struct {
 	slots chan struct{} // a token per page open for a request (MaxTabs)
 
 	mermaidOnce sync.Once
-	mermaid     []byte
+	mermaid     map[string]localFile // renderFiles
 	mermaidErr  error
 
 	// screenshotPNG makes PNGs by screenshot even when the canvas can
@@ -339,14 +341,11 @@ func (b *Browser) openPage(bctx context.Context, k pageKind, warm bool) (*tab, e
 	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy}}
 	err := func() error {
 		if k == renderPage {
-			script, err := b.mermaidScript()
+			files, err := b.renderFiles()
 			if err != nil {
 				return err
 			}
-			p.in.local = map[string]localFile{
-				renderURL:    {body: []byte(renderHTML), ctype: "text/html; charset=utf-8"},
-				renderScript: {body: script, ctype: "text/javascript; charset=utf-8"},
-			}
+			p.in.local = files
 		}
 		t := time.AfterFunc(pageTimeout, cancel)
 		defer t.Stop()

@@ -413,23 +413,69 @@ func TestRenderDiagram(t *testing.T) {
 // gets no request, the render page made none, the SVG carries neither.
 func TestRenderDiagramScript(t *testing.T) {
 	witness := newCounter(t)
-	b, _ := newBrowser(t, Options{})
+	// mermaid's ESM build (beside the npm install's mermaid.min.js) and
+	// the bundle alone.
+	bundle := filepath.Join(t.TempDir(), "mermaid.min.js")
+	if err := os.WriteFile(bundle, readFile(t, DefaultMermaid), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	src := fmt.Sprintf("graph TD\n  A[\"<script>fetch('%[1]s/script')</script>\"] --> B[\"<img src=x onerror=fetch('%[1]s/onerror')>\"]\n  click A call alert(1)\n", witness.srv.URL)
-	for _, f := range []Format{SVG, PNG} {
-		out, err := b.RenderDiagram(context.Background(), src, f)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if f == SVG {
-			low := strings.ToLower(string(out))
-			if strings.Contains(low, "<script") || strings.Contains(low, "onerror") {
-				t.Errorf("svg carries the script: %s", out)
+	for _, mermaid := range []string{DefaultMermaid, bundle} {
+		b, _ := newBrowser(t, Options{Mermaid: mermaid})
+		for _, f := range []Format{SVG, PNG} {
+			out, err := b.RenderDiagram(context.Background(), src, f)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", mermaid, f, err)
+			}
+			if f == SVG {
+				low := strings.ToLower(string(out))
+				if strings.Contains(low, "<script") || strings.Contains(low, "onerror") {
+					t.Errorf("%s: svg carries the script: %s", mermaid, out)
+				}
 			}
 		}
 	}
 	if n := witness.hits.Load(); n != 0 {
 		t.Errorf("the diagram's script ran: %d requests", n)
 	}
+}
+
+// TestLoadMermaid: beside an npm install's mermaid.min.js the render
+// page loads the ESM build (entry and chunks); a bundle alone is loaded
+// whole; no script at all is ErrNoMermaid.
+func TestLoadMermaid(t *testing.T) {
+	files, err := loadMermaid(DefaultMermaid)
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "mermaid: %v", err)
+	}
+	page := string(files[renderURL].body)
+	if !strings.Contains(page, `type="module" src="/boot.mjs"`) || files[renderOrigin+esmEntry].body == nil || len(files) < 20 || files[renderOrigin+"mermaid.js"].body != nil {
+		t.Errorf("npm install: %d files, page %q; want the ESM build", len(files), page)
+	}
+	for u, f := range files {
+		if u != renderURL && !strings.HasPrefix(f.ctype, "text/javascript") {
+			t.Errorf("%s: %s", u, f.ctype)
+		}
+	}
+	bundle := filepath.Join(t.TempDir(), "mermaid.min.js")
+	os.WriteFile(bundle, []byte("var mermaid = {};"), 0o644)
+	files, err = loadMermaid(bundle)
+	if err != nil || len(files) != 2 || string(files[renderOrigin+"mermaid.js"].body) != "var mermaid = {};" || !strings.Contains(string(files[renderURL].body), `<script src="/mermaid.js">`) {
+		t.Errorf("bundle alone: %v, %v", files, err)
+	}
+	b := New(Options{Binary: Binary{Path: "/nonexistent/chromium"}, Mermaid: filepath.Join(t.TempDir(), "mermaid.min.js")})
+	if _, err := b.RenderDiagram(context.Background(), "graph TD\n  a --> b", SVG); !errors.Is(err, ErrNoMermaid) {
+		t.Errorf("no mermaid: %v, want ErrNoMermaid", err)
+	}
+}
+
+func readFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "%v", err)
+	}
+	return data
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
