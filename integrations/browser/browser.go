@@ -465,6 +465,11 @@ func (b *Browser) launchLocked(noSandbox bool) error {
 		chromedp.Flag("no-pings", true),
 		chromedp.Flag("disable-field-trial-config", true),
 		chromedp.Flag("mute-audio", true),
+		// New headless is the whole browser: without these it preloads
+		// the omnibox popup's WebUI, a renderer of its own for each
+		// window, so for each request's context too, which took more
+		// CPU than the page. (chromedp's defaults first.)
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,PreloadTopChromeWebUI,WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup"),
 		chromedp.Flag("hide-scrollbars", true),
 		// The backstop of the request policy: what the Fetch domain
 		// does not pause cannot connect anywhere.

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/codumentor/codumentor/agentcore"
@@ -405,6 +406,37 @@ func TestRenderDiagram(t *testing.T) {
 	}
 	if _, err := b.RenderDiagram(context.Background(), "graph TD\n  A -->", SVG); !errorsIs(err, ErrDiagram) {
 		t.Errorf("syntax error: %v, want ErrDiagram", err)
+	}
+}
+
+// TestNoBrowserUI: the headless browser runs the pages it is given and
+// no WebUI of its own (new headless preloads the omnibox popup's, in a
+// renderer for each window: each request's context).
+func TestNoBrowserUI(t *testing.T) {
+	b, _ := newBrowser(t, Options{})
+	_, release, err := b.take(context.Background(), renderPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	b.mu.Lock()
+	bctx := b.ctx
+	b.mu.Unlock()
+	ts, err := chromedp.Targets(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	for _, ti := range ts {
+		if ti.Type == "browser_ui" || strings.HasPrefix(ti.URL, "chrome://") {
+			t.Errorf("target %s %s", ti.Type, ti.URL)
+		}
+		if ti.Type == "page" {
+			pages++
+		}
+	}
+	if pages < 2 {
+		t.Errorf("%d pages, want the first tab and the render page", pages)
 	}
 }
 
