@@ -137,7 +137,9 @@ func takeSelfRlimits() {
 // program's own code, as the office worker does. The binary is passed in
 // as a descriptor (it need not be under /usr), and, like the spawner, it
 // calls Main first; the program's main must recognise args and run the
-// worker before doing anything else.
+// worker before doing anything else. There Main sets the Policy's
+// AddressSpace and CPUTime limits (hard) before it returns: the worker
+// reads its input under them, with no launch step in between.
 func SelfCommand(ctx context.Context, p *Policy, args ...string) *Cmd {
 	c := Command(ctx, p, args...)
 	c.self = true
