@@ -14,11 +14,13 @@ var mainCalled atomic.Bool
 // that starts sandboxes (Run, Session, Doctor). The spawner that starts
 // every bwrap, and a Session's pid 1 inside its sandbox, are this same
 // binary, executed again; there Main runs them and never returns.
-// Everywhere else it returns at once.
+// In a SelfCommand it sets the sandbox's rlimits first. Everywhere else
+// it returns at once.
 //
 // Package init functions run before Main, in the sandbox too: keep them
 // free of side effects (files, network, goroutines that do work).
 func Main() {
+	takeSelfRlimits()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case supervisorFlag:

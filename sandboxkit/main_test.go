@@ -16,6 +16,9 @@ const testChildEnv = "SANDBOXKIT_TEST_CHILD"
 func TestMain(m *testing.M) {
 	// The test binary is also the Session supervisor inside sandboxes.
 	Main()
+	if len(os.Args) > 1 && os.Args[1] == testRlimitsFlag {
+		printRlimits()
+	}
 	if mode, ok := os.LookupEnv(testChildEnv); ok {
 		var err error
 		if mode == "session" {

@@ -60,25 +60,76 @@ func runRlimited(args []string) int {
 	if err := ownProc(); err != nil {
 		return fail("%v", err)
 	}
-	as, err1 := strconv.ParseUint(args[0], 10, 64)
-	cpu, err2 := strconv.ParseUint(args[1], 10, 64)
+	if err := setRlimits(args[0], args[1]); err != nil {
+		return fail("%v", err)
+	}
+	err := syscall.Exec(args[2], args[2:], os.Environ())
+	return fail("exec %s: %v", args[2], err)
+}
+
+// setRlimits sets the address space in bytes and the CPU seconds (0:
+// unchanged) on this process, hard.
+func setRlimits(asArg, cpuArg string) error {
+	as, err1 := strconv.ParseUint(asArg, 10, 64)
+	cpu, err2 := strconv.ParseUint(cpuArg, 10, 64)
 	if err1 != nil || err2 != nil {
-		return fail("bad limits %q", args[:2])
+		return fmt.Errorf("bad limits %q %q", asArg, cpuArg)
 	}
 	if as > 0 {
 		if err := syscall.Setrlimit(unix.RLIMIT_AS, &syscall.Rlimit{Cur: as, Max: as}); err != nil {
-			return fail("RLIMIT_AS %d: %v", as, err)
+			return fmt.Errorf("RLIMIT_AS %d: %w", as, err)
 		}
 	}
 	if cpu > 0 {
 		// SIGXCPU at the limit, which a program may catch to say so;
 		// SIGKILL one second later.
 		if err := syscall.Setrlimit(unix.RLIMIT_CPU, &syscall.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
-			return fail("RLIMIT_CPU %d: %v", cpu, err)
+			return fmt.Errorf("RLIMIT_CPU %d: %w", cpu, err)
 		}
 	}
-	err := syscall.Exec(args[2], args[2:], os.Environ())
-	return fail("exec %s: %v", args[2], err)
+	return nil
+}
+
+// selfRlimitFlag is os.Args[1] of a SelfCommand under a Policy with an
+// address-space or CPU-time limit: the command sets the two on itself in
+// Main (see selfRlimits) instead of a rlimit step.
+const selfRlimitFlag = "--sandboxkit-self-rlimit"
+
+// selfRlimits returns the arguments of a SelfCommand under p: args, or
+// selfRlimitFlag and the two limits in front of them when p has either.
+// The command is this program, whose Main sets them (hard) before main
+// runs anything that reads the sandbox's input; executed by bwrap
+// directly, it saves the launch the start of a whole second copy of this
+// binary (a server's package inits included), which the rlimit step
+// costs.
+func selfRlimits(p *Policy, args []string) []string {
+	l := p.Limits
+	if l.AddressSpace == 0 && l.CPUTime == 0 {
+		return args
+	}
+	cpu := uint64(0)
+	if l.CPUTime > 0 {
+		cpu = cpuSeconds(l.CPUTime)
+	}
+	return append([]string{selfRlimitFlag, strconv.FormatInt(l.AddressSpace, 10), strconv.FormatUint(cpu, 10)}, args...)
+}
+
+// takeSelfRlimits is Main's part of selfRlimits: in a SelfCommand that
+// carries the flag, it sets the limits and removes the flag and them
+// from os.Args; on failure the process exits, having run nothing.
+func takeSelfRlimits() {
+	if len(os.Args) < 2 || os.Args[1] != selfRlimitFlag {
+		return
+	}
+	if len(os.Args) < 4 {
+		fmt.Fprintf(os.Stderr, "sandboxkit: sandbox rlimits: want the address space and the CPU seconds, got %q\n", os.Args[2:])
+		os.Exit(2)
+	}
+	if err := setRlimits(os.Args[2], os.Args[3]); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxkit: sandbox rlimits: %v\n", err)
+		os.Exit(2)
+	}
+	os.Args = append(os.Args[:1:1], os.Args[4:]...)
 }
 
 // SelfCommand returns a Cmd that runs this program's own binary under p,
@@ -86,7 +137,9 @@ func runRlimited(args []string) int {
 // program's own code, as the office worker does. The binary is passed in
 // as a descriptor (it need not be under /usr), and, like the spawner, it
 // calls Main first; the program's main must recognise args and run the
-// worker before doing anything else.
+// worker before doing anything else. There Main sets the Policy's
+// AddressSpace and CPUTime limits (hard) before it returns: the worker
+// reads its input under them, with no launch step in between.
 func SelfCommand(ctx context.Context, p *Policy, args ...string) *Cmd {
 	c := Command(ctx, p, args...)
 	c.self = true

@@ -3,10 +3,14 @@ package sandboxkit
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestRlimitLaunch: the rlimit step runs only for a Policy that has an
@@ -53,5 +57,52 @@ func TestLimitsAddressSpaceAndCPU(t *testing.T) {
 	var ee *ExitError
 	if !errors.As(err, &ee) || c.State.ExitCode != 128+24 {
 		t.Fatalf("spinning: %v, state %+v, %q; want SIGXCPU (exit 152)", err, c.State, buf.String())
+	}
+}
+
+// testRlimitsFlag makes the test binary, run as a SelfCommand, print its
+// arguments and rlimits (printRlimits).
+const testRlimitsFlag = "--sandboxkit-test-rlimits"
+
+func printRlimits() {
+	var as, cpu unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &as); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if err := unix.Getrlimit(unix.RLIMIT_CPU, &cpu); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	raise := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: as.Max + 1<<20, Max: as.Max + 1<<20})
+	fmt.Printf("args %q as %d %d cpu %d %d raise %v\n", os.Args[1:], as.Cur, as.Max, cpu.Cur, cpu.Max, raise != nil)
+	os.Exit(0)
+}
+
+// TestSelfRlimits: a SelfCommand gets the sandbox's address-space and
+// CPU-time limits (hard: it cannot raise them) from its own Main rather
+// than from a rlimit step, which would start a second copy of the binary;
+// main sees its own arguments only.
+func TestSelfRlimits(t *testing.T) {
+	args := []string{"--worker", "x"}
+	if got := selfRlimits(&Policy{}, args); !slices.Equal(got, args) {
+		t.Errorf("no limits: %q", got)
+	}
+	p := &Policy{Limits: Limits{AddressSpace: 1 << 30, CPUTime: 1500 * time.Millisecond}}
+	if got, want := selfRlimits(p, args), append([]string{selfRlimitFlag, "1073741824", "2"}, args...); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.AddressSpace, l.CPUTime = 3<<30, 3*time.Second
+	var out bytes.Buffer
+	c := SelfCommand(t.Context(), enforcePolicy(t, l), testRlimitsFlag, "a b")
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Run(); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if want := fmt.Sprintf("args %q as %d %d cpu 3 4 raise true\n", []string{testRlimitsFlag, "a b"}, 3<<30, 3<<30); out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }

@@ -186,7 +186,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		}
 		defer exe.Close()
 		o.reserved = 1
-		argv = append([]string{"/proc/self/fd/" + strconv.Itoa(o.firstFile()-1)}, c.Args...)
+		argv = append([]string{"/proc/self/fd/" + strconv.Itoa(o.firstFile()-1)}, selfRlimits(&p, c.Args)...)
 		reserved = []*os.File{exe}
 	}
 	if px != nil {
@@ -209,7 +209,10 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
-	l.Args = rlimitLaunch(&p, scopedLaunch(&p, l.Args))
+	l.Args = scopedLaunch(&p, l.Args)
+	if !c.self { // else it sets its rlimits itself (selfRlimits)
+		l.Args = rlimitLaunch(&p, l.Args)
+	}
 	if err := p.launching(ctx, LaunchRun, c.Args, p.Dir); err != nil {
 		unlock()
 		return err

@@ -19,7 +19,7 @@ func p50(b *testing.B, ds []time.Duration) {
 // waitSpare waits until the browser has a spare page of kind k, as a
 // server between requests has: warm requests are measured as they
 // arrive at a warm server, not back to back.
-func waitSpare(b *testing.B, br *Browser, k pageKind) {
+func waitSpare(b testing.TB, br *Browser, k pageKind) {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		br.mu.Lock()
 		ready := br.spares[k] != nil

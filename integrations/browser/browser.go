@@ -158,7 +158,9 @@ type Options struct {
 	// MaxTabs caps the pages open for requests at once, over all
 	// callers (default 4); more requests wait for a free one.
 	MaxTabs int
-	// Mermaid is mermaid.min.js (default: DefaultMermaid).
+	// Mermaid is mermaid.min.js (default: DefaultMermaid). When it is
+	// an npm install's, pages load the ESM build beside it instead (see
+	// loadMermaid).
 	Mermaid string
 	Log     hclog.Logger
 
@@ -189,8 +191,12 @@ type Browser struct {
 	slots chan struct{} // a token per page open for a request (MaxTabs)
 
 	mermaidOnce sync.Once
-	mermaid     []byte
+	mermaid     map[string]localFile // renderFiles
 	mermaidErr  error
+
+	// screenshotPNG makes PNGs by screenshot even when the canvas can
+	// be read (tests of that path).
+	screenshotPNG bool
 }
 
 // New returns a Browser; nothing starts until the first request.
@@ -301,7 +307,7 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 	b.mu.Unlock()
 
 	if p == nil || p.ctx.Err() != nil {
-		p, err = b.openPage(bctx, k)
+		p, err = b.openPage(bctx, k, false)
 	}
 	if err != nil {
 		b.release()
@@ -327,20 +333,19 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 	return p, release, nil
 }
 
-// openPage opens and prepares a page of kind k in the browser bctx.
-func (b *Browser) openPage(bctx context.Context, k pageKind) (*tab, error) {
+// openPage opens and prepares a page of kind k in the browser bctx; warm
+// readies a render page for a later request with a first render (warmJS),
+// which one waiting for the page would pay twice.
+func (b *Browser) openPage(bctx context.Context, k pageKind, warm bool) (*tab, error) {
 	tctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
 	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy}}
 	err := func() error {
 		if k == renderPage {
-			script, err := b.mermaidScript()
+			files, err := b.renderFiles()
 			if err != nil {
 				return err
 			}
-			p.in.local = map[string]localFile{
-				renderURL:    {body: []byte(renderHTML), ctype: "text/html; charset=utf-8"},
-				renderScript: {body: script, ctype: "text/javascript; charset=utf-8"},
-			}
+			p.in.local = files
 		}
 		t := time.AfterFunc(pageTimeout, cancel)
 		defer t.Stop()
@@ -350,6 +355,11 @@ func (b *Browser) openPage(bctx context.Context, k pageKind) (*tab, error) {
 		if k == renderPage {
 			if err := chromedp.Do(tctx, chromedp.Navigate(renderURL)); err != nil {
 				return fmt.Errorf("browser: render page: %w", err)
+			}
+			if warm {
+				if _, err := chromedp.Run(tctx, chromedp.Evaluate[bool](warmJS, chromedp.EvalAwaitPromise)); err != nil {
+					return fmt.Errorf("browser: render page: warm-up: %w", err)
+				}
 			}
 		}
 		return nil
@@ -373,7 +383,7 @@ func (b *Browser) refill(bctx context.Context, gen int, k pageKind) {
 	if busy {
 		return
 	}
-	p, err := b.openPage(bctx, k)
+	p, err := b.openPage(bctx, k, true)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refilling[k] = false
@@ -455,6 +465,11 @@ func (b *Browser) launchLocked(noSandbox bool) error {
 		chromedp.Flag("no-pings", true),
 		chromedp.Flag("disable-field-trial-config", true),
 		chromedp.Flag("mute-audio", true),
+		// New headless is the whole browser: without these it preloads
+		// the omnibox popup's WebUI, a renderer of its own for each
+		// window, so for each request's context too, which took more
+		// CPU than the page. (chromedp's defaults first.)
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,PreloadTopChromeWebUI,WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup"),
 		chromedp.Flag("hide-scrollbars", true),
 		// The backstop of the request policy: what the Fetch domain
 		// does not pause cannot connect anywhere.

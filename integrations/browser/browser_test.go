@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/codumentor/codumentor/agentcore"
@@ -360,19 +363,80 @@ func TestRenderDiagram(t *testing.T) {
 	if !bytes.HasPrefix(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("Ship")) {
 		t.Errorf("svg = %.300s, want an <svg> with the labels", svg)
 	}
-	pngData, err := b.RenderDiagram(context.Background(), src, PNG)
-	if err != nil {
-		t.Fatal(err)
+	// Drawn on a canvas in the page, and as a screenshot (the way for a
+	// canvas the image taints): the same picture, white with dark lines.
+	var sizes []image.Point
+	for _, shot := range []bool{false, true} {
+		b.screenshotPNG = shot
+		pngData, err := b.RenderDiagram(context.Background(), src, PNG)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(pngData))
+		if err != nil {
+			t.Fatalf("png (screenshot %v): %v", shot, err)
+		}
+		r := img.Bounds()
+		if r.Dx() < 50 || r.Dy() < 50 {
+			t.Errorf("png (screenshot %v) is %v, want the diagram's size", shot, r)
+		}
+		sizes = append(sizes, r.Size())
+		dark := 0
+		for y := r.Min.Y; y < r.Max.Y; y++ {
+			for x := r.Min.X; x < r.Max.X; x++ {
+				if c := color.GrayModel.Convert(img.At(x, y)).(color.Gray); c.Y < 100 {
+					dark++
+				}
+			}
+		}
+		if c := color.GrayModel.Convert(img.At(r.Min.X, r.Min.Y)).(color.Gray); c.Y != 255 || dark < 100 {
+			t.Errorf("png (screenshot %v): corner %v, %d dark pixels; want white with the diagram's lines", shot, c, dark)
+		}
 	}
-	img, err := png.Decode(bytes.NewReader(pngData))
-	if err != nil {
-		t.Fatalf("png: %v", err)
+	b.screenshotPNG = false
+	if sizes[0] != sizes[1] {
+		t.Errorf("canvas %v, screenshot %v: want the same size", sizes[0], sizes[1])
 	}
-	if r := img.Bounds(); r.Dx() < 50 || r.Dy() < 50 {
-		t.Errorf("png is %v, want the diagram's size", r)
+	// The next render takes the spare page, warmed up with a diagram of
+	// its own: only the request's diagram is in the answer.
+	waitSpare(t, b, renderPage)
+	svg, err = b.RenderDiagram(context.Background(), "graph LR\n  X[Other] --> Y\n", SVG)
+	if err != nil || !bytes.Contains(svg, []byte("Other")) || bytes.Contains(svg, []byte("warm")) {
+		t.Errorf("render in the spare page: %v, %.300s", err, svg)
 	}
 	if _, err := b.RenderDiagram(context.Background(), "graph TD\n  A -->", SVG); !errorsIs(err, ErrDiagram) {
 		t.Errorf("syntax error: %v, want ErrDiagram", err)
+	}
+}
+
+// TestNoBrowserUI: the headless browser runs the pages it is given and
+// no WebUI of its own (new headless preloads the omnibox popup's, in a
+// renderer for each window: each request's context).
+func TestNoBrowserUI(t *testing.T) {
+	b, _ := newBrowser(t, Options{})
+	_, release, err := b.take(context.Background(), renderPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	b.mu.Lock()
+	bctx := b.ctx
+	b.mu.Unlock()
+	ts, err := chromedp.Targets(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	for _, ti := range ts {
+		if ti.Type == "browser_ui" || strings.HasPrefix(ti.URL, "chrome://") {
+			t.Errorf("target %s %s", ti.Type, ti.URL)
+		}
+		if ti.Type == "page" {
+			pages++
+		}
+	}
+	if pages < 2 {
+		t.Errorf("%d pages, want the first tab and the render page", pages)
 	}
 }
 
@@ -381,23 +445,69 @@ func TestRenderDiagram(t *testing.T) {
 // gets no request, the render page made none, the SVG carries neither.
 func TestRenderDiagramScript(t *testing.T) {
 	witness := newCounter(t)
-	b, _ := newBrowser(t, Options{})
+	// mermaid's ESM build (beside the npm install's mermaid.min.js) and
+	// the bundle alone.
+	bundle := filepath.Join(t.TempDir(), "mermaid.min.js")
+	if err := os.WriteFile(bundle, readFile(t, DefaultMermaid), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	src := fmt.Sprintf("graph TD\n  A[\"<script>fetch('%[1]s/script')</script>\"] --> B[\"<img src=x onerror=fetch('%[1]s/onerror')>\"]\n  click A call alert(1)\n", witness.srv.URL)
-	for _, f := range []Format{SVG, PNG} {
-		out, err := b.RenderDiagram(context.Background(), src, f)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if f == SVG {
-			low := strings.ToLower(string(out))
-			if strings.Contains(low, "<script") || strings.Contains(low, "onerror") {
-				t.Errorf("svg carries the script: %s", out)
+	for _, mermaid := range []string{DefaultMermaid, bundle} {
+		b, _ := newBrowser(t, Options{Mermaid: mermaid})
+		for _, f := range []Format{SVG, PNG} {
+			out, err := b.RenderDiagram(context.Background(), src, f)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", mermaid, f, err)
+			}
+			if f == SVG {
+				low := strings.ToLower(string(out))
+				if strings.Contains(low, "<script") || strings.Contains(low, "onerror") {
+					t.Errorf("%s: svg carries the script: %s", mermaid, out)
+				}
 			}
 		}
 	}
 	if n := witness.hits.Load(); n != 0 {
 		t.Errorf("the diagram's script ran: %d requests", n)
 	}
+}
+
+// TestLoadMermaid: beside an npm install's mermaid.min.js the render
+// page loads the ESM build (entry and chunks); a bundle alone is loaded
+// whole; no script at all is ErrNoMermaid.
+func TestLoadMermaid(t *testing.T) {
+	files, err := loadMermaid(DefaultMermaid)
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "mermaid: %v", err)
+	}
+	page := string(files[renderURL].body)
+	if !strings.Contains(page, `type="module" src="/boot.mjs"`) || files[renderOrigin+esmEntry].body == nil || len(files) < 20 || files[renderOrigin+"mermaid.js"].body != nil {
+		t.Errorf("npm install: %d files, page %q; want the ESM build", len(files), page)
+	}
+	for u, f := range files {
+		if u != renderURL && !strings.HasPrefix(f.ctype, "text/javascript") {
+			t.Errorf("%s: %s", u, f.ctype)
+		}
+	}
+	bundle := filepath.Join(t.TempDir(), "mermaid.min.js")
+	os.WriteFile(bundle, []byte("var mermaid = {};"), 0o644)
+	files, err = loadMermaid(bundle)
+	if err != nil || len(files) != 2 || string(files[renderOrigin+"mermaid.js"].body) != "var mermaid = {};" || !strings.Contains(string(files[renderURL].body), `<script src="/mermaid.js">`) {
+		t.Errorf("bundle alone: %v, %v", files, err)
+	}
+	b := New(Options{Binary: Binary{Path: "/nonexistent/chromium"}, Mermaid: filepath.Join(t.TempDir(), "mermaid.min.js")})
+	if _, err := b.RenderDiagram(context.Background(), "graph TD\n  a --> b", SVG); !errors.Is(err, ErrNoMermaid) {
+		t.Errorf("no mermaid: %v, want ErrNoMermaid", err)
+	}
+}
+
+func readFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "%v", err)
+	}
+	return data
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

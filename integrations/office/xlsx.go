@@ -8,6 +8,10 @@ import (
 	"github.com/xuri/excelize/v2"
 )
 
+// cellSpace turns the separators of the text's table (tabs, line breaks)
+// inside a cell into spaces.
+var cellSpace = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
 // parseXLSX reads every sheet as a table, one row a line, cells
 // separated by tabs; a formula cell shows its cached value, as the
 // spreadsheet last computed it (nothing is recalculated).
@@ -46,7 +50,7 @@ func parseXLSX(f *os.File, p *pkg, b *builder) error {
 				if i > 0 {
 					sb.WriteByte('\t')
 				}
-				sb.WriteString(strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c))
+				sb.WriteString(cellSpace.Replace(c))
 			}
 			sb.WriteByte('\n')
 		}
