@@ -201,8 +201,10 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	return nil
 }
 
-// insertRows is how many rows one INSERT statement stores.
-const insertRows = 64
+// insertRows is how many rows one INSERT statement stores. Not more:
+// the driver matches each parameter to its argument by a linear search,
+// quadratic in a statement's parameters (9 a row).
+const insertRows = 16
 
 // placeholders is "(?,…),(?,…)…": rows groups of cols parameters.
 func placeholders(rows, cols int) string {
