@@ -137,10 +137,7 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
-	ids := make([]int64, len(old))
-	for i, c := range old {
-		ids[i] = c.id
-	}
+	ids := chunkIDs(old)
 	// The chunks' rows first, then the index's: once FTS5 is written to
 	// in a transaction, every later statement that opens a savepoint
 	// (any of several rows) makes it write its pending terms out as a
@@ -244,7 +241,10 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer tx.Rollback()
-	// A page of chunks at a time: their index entries, then their rows.
+	// A page of chunks at a time leaves the index, then all their rows
+	// (the first statement of several rows makes FTS5 write out what is
+	// pending: once, not once a page).
+	var ids []int64
 	for last := int64(0); ; {
 		rows, err := tx.QueryContext(ctx, `SELECT id, path, text FROM retrieval_chunks WHERE repository = ? AND id > ? ORDER BY id LIMIT 512`, repository, last)
 		if err != nil {
@@ -270,13 +270,10 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 		if err := s.ftsDelete(ctx, tx, repository, page); err != nil {
 			return err
 		}
-		ids := make([]int64, len(page))
-		for i, c := range page {
-			ids[i] = c.id
-		}
-		if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
-			return err
-		}
+		ids = append(ids, chunkIDs(page)...)
+	}
+	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
@@ -287,6 +284,14 @@ type indexed struct {
 	path, text string
 }
 
+func chunkIDs(cs []indexed) []int64 {
+	ids := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i] = c.id
+	}
+	return ids
+}
+
 // ftsDelete removes chunks from retrieval_fts. A contentless index
 // holds no copy of what it indexed: FTS5's 'delete' command takes the
 // very terms the chunk was indexed with (other terms would corrupt the
@@ -294,11 +299,7 @@ type indexed struct {
 // computed them.
 func (s *SQLite) ftsDelete(ctx context.Context, tx *sql.Tx, repository string, chunks []indexed) error {
 	if !s.contentless {
-		ids := make([]int64, len(chunks))
-		for i, c := range chunks {
-			ids[i] = c.id
-		}
-		return deleteIDs(ctx, tx, "retrieval_fts", "rowid", ids)
+		return deleteIDs(ctx, tx, "retrieval_fts", "rowid", chunkIDs(chunks))
 	}
 	if len(chunks) == 0 {
 		return nil

@@ -40,12 +40,18 @@ func vocab(t *testing.T, db *sql.DB) []string {
 // older version (with a content table).
 func TestIndexAfterChanges(t *testing.T) {
 	long := strings.Repeat("func padding() {}\n", 600) // past the binary probe
+	// Over 512 chunks: DeleteRepository reads them in pages.
+	var many strings.Builder
+	for i := range 36000 {
+		fmt.Fprintf(&many, "func f%d() {}\n", i)
+	}
 	dir, first := makeRepo(t, []repoFile{
 		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers.\nfunc (s *Server) ServeHTTP() {}\n\nfunc parseConfig() {}\n"},
 		{path: "docs/guide.md", content: "# Guide\n\nHow to parse config files.\n\n## Más\n\nÜber naïve café.\n"},
 		{path: "odd.txt", content: long + "bytes \xff\xfe invalid UTF-8, a NUL \x00 late\n"},
 		{path: "gone.go", content: "package pkg\n\nfunc goneSoon() {}\n"},
 		{path: "same.go", content: "package pkg\n\nfunc unchangedFunc() {}\n"},
+		{path: "many.go", content: many.String()},
 	})
 	second := commitOn(t, dir, first, []repoFile{
 		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers differently.\nfunc (s *Server) ServeHTTP() { handleRequest() }\n"},
