@@ -107,8 +107,15 @@ type Stats struct {
 	Chunks  int
 }
 
-// ingestBatch is how many files are written to the backend at a time.
-const ingestBatch = 1024
+// A batch written to the backend at a time is ingestBatch files, or
+// fewer when their chunks' text reaches ingestBatchBytes (a batch is in
+// memory twice: one being written while the next is read). Larger
+// batches were not faster: FTS5's in-memory hash of a batch's terms
+// outgrows the CPU caches.
+const (
+	ingestBatch      = 1024
+	ingestBatchBytes = 32 << 20
+)
 
 // embedBatch is how many chunks one embeddings request carries.
 const embedBatch = 64
@@ -210,6 +217,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 	var (
 		remove []string
 		chunks []Chunk
+		size   int // of the chunks' text
 		buf    []byte
 		closed bool
 	)
@@ -234,7 +242,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			}
 			return ctx.Err()
 		}
-		remove, chunks = nil, nil
+		remove, chunks, size = nil, nil, 0
 		return nil
 	}
 	for _, c := range list {
@@ -270,12 +278,13 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
 				cs[i].terms = terms(cs[i].Text)
+				size += len(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++
 			st.Chunks += len(cs)
 		}
-		if len(remove) >= ingestBatch {
+		if len(remove) >= ingestBatch || size >= ingestBatchBytes {
 			if err := flush(); err != nil {
 				return st, err
 			}

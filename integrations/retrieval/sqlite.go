@@ -21,6 +21,9 @@ import (
 // reciprocal rank.
 type SQLite struct {
 	db *sql.DB
+	// contentless: retrieval_fts stores no text (an index created by
+	// this version); rows leave it by ftsDelete.
+	contentless bool
 }
 
 // BM25 column weights: words of the path count this much more than words
@@ -48,7 +51,12 @@ var sqliteSchema = []string{
 	// spaces we put.
 	// repo holds one token per chunk naming its repository (repoToken),
 	// so a search intersects posting lists instead of joining rows.
-	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`,
+	// Contentless (content = ''): the terms are not stored a second time
+	// (the chunks' text is in retrieval_chunks); a chunk leaves the
+	// index by FTS5's 'delete' command with the terms it was indexed
+	// with, recomputed from its text (ftsDelete). An index created
+	// before keeps its content table and plain DELETEs.
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii', content = '')`,
 	// FTS5 writes a segment each time its in-memory terms exceed
 	// hashsize (default 1 MiB): a bigger one makes fewer segments to
 	// merge while ingesting.
@@ -70,7 +78,11 @@ func NewSQLite(ctx context.Context, db *sql.DB) (*SQLite, error) {
 			return nil, fmt.Errorf("retrieval: creating the index tables: %w", err)
 		}
 	}
-	return &SQLite{db: db}, nil
+	var ddl string
+	if err := db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl); err != nil {
+		return nil, fmt.Errorf("retrieval: reading the index's schema: %w", err)
+	}
+	return &SQLite{db: db, contentless: strings.Contains(ddl, "content = ''")}, nil
 }
 
 // Replace implements Backend, in one transaction.
@@ -96,30 +108,36 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer tx.Rollback()
-	find, err := tx.PrepareContext(ctx, `SELECT id FROM retrieval_chunks WHERE repository = ? AND path = ?`)
+	// The removed chunks (with their text, which a contentless index
+	// needs to remove them).
+	find, err := tx.PrepareContext(ctx, `SELECT id, text FROM retrieval_chunks WHERE repository = ? AND path = ?`)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer find.Close()
-	var ids []int64
+	var old []indexed
 	for _, p := range remove {
 		rows, err := find.QueryContext(ctx, repository, p)
 		if err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			c := indexed{path: p}
+			if err := rows.Scan(&c.id, &c.text); err != nil {
 				rows.Close()
 				return fmt.Errorf("retrieval: %w", err)
 			}
-			ids = append(ids, id)
+			if !s.contentless {
+				c.text = ""
+			}
+			old = append(old, c)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
+	ids := chunkIDs(old)
 	// The chunks' rows first, then the index's: once FTS5 is written to
 	// in a transaction, every later statement that opens a savepoint
 	// (any of several rows) makes it write its pending terms out as a
@@ -151,7 +169,7 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 			return fmt.Errorf("retrieval: storing chunks: %w", err)
 		}
 	}
-	if err := deleteIDs(ctx, tx, "retrieval_fts", "rowid", ids); err != nil {
+	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
 		return err
 	}
 	// One row at a time into FTS5 (a statement of several rows opens a
@@ -180,8 +198,10 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	return nil
 }
 
-// insertRows is how many rows one INSERT statement stores.
-const insertRows = 64
+// insertRows is how many rows one INSERT statement stores. Not more:
+// the driver matches each parameter to its argument by a linear search,
+// quadratic in a statement's parameters (9 a row).
+const insertRows = 16
 
 // placeholders is "(?,…),(?,…)…": rows groups of cols parameters.
 func placeholders(rows, cols int) string {
@@ -221,13 +241,81 @@ func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error 
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_fts WHERE rowid IN (SELECT id FROM retrieval_chunks WHERE repository = ?)`, repository); err != nil {
-		return fmt.Errorf("retrieval: %w", err)
+	// A page of chunks at a time leaves the index, then all their rows
+	// (the first statement of several rows makes FTS5 write out what is
+	// pending: once, not once a page).
+	var ids []int64
+	for last := int64(0); ; {
+		rows, err := tx.QueryContext(ctx, `SELECT id, path, text FROM retrieval_chunks WHERE repository = ? AND id > ? ORDER BY id LIMIT 512`, repository, last)
+		if err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		var page []indexed
+		for rows.Next() {
+			var c indexed
+			if err := rows.Scan(&c.id, &c.path, &c.text); err != nil {
+				rows.Close()
+				return fmt.Errorf("retrieval: %w", err)
+			}
+			page = append(page, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		last = page[len(page)-1].id
+		if err := s.ftsDelete(ctx, tx, repository, page); err != nil {
+			return err
+		}
+		ids = append(ids, chunkIDs(page)...)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE repository = ?`, repository); err != nil {
-		return fmt.Errorf("retrieval: %w", err)
+	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
+		return err
 	}
 	return tx.Commit()
+}
+
+// indexed is a chunk in the index, as ftsDelete needs it.
+type indexed struct {
+	id         int64
+	path, text string
+}
+
+func chunkIDs(cs []indexed) []int64 {
+	ids := make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i] = c.id
+	}
+	return ids
+}
+
+// ftsDelete removes chunks from retrieval_fts. A contentless index
+// holds no copy of what it indexed: FTS5's 'delete' command takes the
+// very terms the chunk was indexed with (other terms would corrupt the
+// index), recomputed here from its path, text and repository as Replace
+// computed them.
+func (s *SQLite) ftsDelete(ctx context.Context, tx *sql.Tx, repository string, chunks []indexed) error {
+	if !s.contentless {
+		return deleteIDs(ctx, tx, "retrieval_fts", "rowid", chunkIDs(chunks))
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	del, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (retrieval_fts, rowid, path, body, repo) VALUES ('delete', ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer del.Close()
+	rt := repoToken(repository)
+	for _, c := range chunks {
+		if _, err := del.ExecContext(ctx, c.id, terms(c.path), terms(c.text), rt); err != nil {
+			return fmt.Errorf("retrieval: removing a chunk from the index: %w", err)
+		}
+	}
+	return nil
 }
 
 // ftsQuery is the FTS5 MATCH expression of a query: each word a quoted

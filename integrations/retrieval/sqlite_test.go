@@ -1,0 +1,155 @@
+package retrieval
+
+import (
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// vocab is the index's terms with their document and occurrence counts.
+func vocab(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), `SELECT term, doc, cnt FROM retrieval_vocab ORDER BY term`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var term string
+		var doc, cnt int64
+		if err := rows.Scan(&term, &doc, &cnt); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %d %d", term, doc, cnt))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestIndexAfterChanges: a chunk leaves the full-text index exactly (a
+// contentless index removes it with the terms recomputed from its text,
+// which must be the ones it was indexed with): after a re-sync that
+// changes, deletes and adds files, the index holds what a fresh index of
+// the new commit holds, and after DeleteRepository nothing of that
+// repository. Both for the contentless index and for one created by an
+// older version (with a content table).
+func TestIndexAfterChanges(t *testing.T) {
+	long := strings.Repeat("func padding() {}\n", 600) // past the binary probe
+	// Over 512 chunks: DeleteRepository reads them in pages.
+	var many strings.Builder
+	for i := range 36000 {
+		fmt.Fprintf(&many, "func f%d() {}\n", i)
+	}
+	dir, first := makeRepo(t, []repoFile{
+		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers.\nfunc (s *Server) ServeHTTP() {}\n\nfunc parseConfig() {}\n"},
+		{path: "docs/guide.md", content: "# Guide\n\nHow to parse config files.\n\n## Más\n\nÜber naïve café.\n"},
+		{path: "odd.txt", content: long + "bytes \xff\xfe invalid UTF-8, a NUL \x00 late\n"},
+		{path: "gone.go", content: "package pkg\n\nfunc goneSoon() {}\n"},
+		{path: "same.go", content: "package pkg\n\nfunc unchangedFunc() {}\n"},
+		{path: "many.go", content: many.String()},
+	})
+	second := commitOn(t, dir, first, []repoFile{
+		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers differently.\nfunc (s *Server) ServeHTTP() { handleRequest() }\n"},
+		{path: "odd.txt", content: long + "other \xff bytes \x00 here\n"},
+		{path: "new/added.py", content: "def added_later():\n    return parse_config()\n"},
+	}, "gone.go")
+
+	for _, tc := range []struct {
+		name   string
+		oldDDL string // created before NewSQLite, as an older version did
+	}{
+		{"contentless", ""},
+		{"with content", `CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			open := func() (*sql.DB, *Index) {
+				db := openTestDB(t, t.TempDir())
+				t.Cleanup(func() { db.Close() })
+				if tc.oldDDL != "" {
+					if _, err := db.ExecContext(t.Context(), tc.oldDDL); err != nil {
+						t.Fatal(err)
+					}
+				}
+				be, err := NewSQLite(t.Context(), db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if be.contentless != (tc.oldDDL == "") {
+					t.Fatalf("contentless = %v with the table %q", be.contentless, tc.oldDDL)
+				}
+				ix, _ := New(Options{Backend: be})
+				return db, ix
+			}
+			synced, ix := open()
+			for _, step := range [][2]string{{"", first}, {first, second}} {
+				if err := ix.Ingest(t.Context(), "r", dir, step[0], step[1], nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fresh, ixFresh := open()
+			if err := ixFresh.Ingest(t.Context(), "r", dir, "", second, nil); err != nil {
+				t.Fatal(err)
+			}
+			got, want := vocab(t, synced), vocab(t, fresh)
+			if !slices.Equal(got, want) {
+				t.Fatalf("index after the re-sync:\n%s\nwant (a fresh index of the commit):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if !slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, repoToken("r")+" ") }) || !slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "added ") }) {
+				t.Fatalf("r and its new file are not in the index:\n%s", strings.Join(got, "\n"))
+			}
+			if _, err := synced.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
+				t.Fatalf("integrity-check: %v", err)
+			}
+
+			// Another repository stays when r is deleted.
+			if err := ix.Ingest(t.Context(), "other", dir, "", first, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := ix.DeleteRepository(t.Context(), "r"); err != nil {
+				t.Fatal(err)
+			}
+			onlyOther, ixOther := open()
+			if err := ixOther.Ingest(t.Context(), "other", dir, "", first, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := vocab(t, synced), vocab(t, onlyOther); !slices.Equal(got, want) {
+				t.Fatalf("index after deleting r:\n%s\nwant only other's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			var n int
+			if err := synced.QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_chunks WHERE repository = 'r'`).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("%d chunks of r left (%v)", n, err)
+			}
+			rs, err := ix.Search(t.Context(), Query{Text: "goneSoon parseConfig", Repositories: []string{"other"}})
+			if got := paths(rs); err != nil || !slices.Equal(slices.Sorted(slices.Values(got)), []string{"docs/guide.md", "gone.go", "pkg/server.go"}) {
+				t.Fatalf("search in other: %v %v, want its 3 files", got, err)
+			}
+		})
+	}
+}
+
+// commitOn adds a commit on parent to the bare repository dir (branch
+// main) that writes files and deletes the paths in del; its ID.
+func commitOn(t *testing.T, dir, parent string, files []repoFile, del ...string) string {
+	t.Helper()
+	var s strings.Builder
+	fmt.Fprintf(&s, "commit refs/heads/main\ncommitter t <t@example.org> 1700000100 +0000\ndata 2\nc\nfrom %s\n", parent)
+	for _, f := range files {
+		fmt.Fprintf(&s, "M 100644 inline %s\ndata %d\n%s\n", f.path, len(f.content), f.content)
+	}
+	for _, p := range del {
+		fmt.Fprintf(&s, "D %s\n", p)
+	}
+	if _, err := gitT(dir, strings.NewReader(s.String()), "fast-import", "--quiet", "--force"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := gitT(dir, nil, "rev-parse", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
