@@ -212,13 +212,15 @@ func TestLimitsTmpfs(t *testing.T) {
 	p := enforcePolicy(t, DefaultLimits())
 	for _, dir := range []string{"/tmp", HomeDir} {
 		var out bytes.Buffer
-		c := Command(t.Context(), p, "sh", "-c", "head -c 1073741824 /dev/zero > "+dir+"/f; echo rc=$?; stat -c %s "+dir+"/f")
+		c := Command(t.Context(), p, "sh", "-c", "head -c 1073741824 /dev/zero > "+dir+"/f; echo rc=$?; echo size=$(stat -c %s "+dir+"/f)")
+		// Two pipes: head's error may come after the echoes.
 		c.Stdout, c.Stderr = &out, &out
 		if err := c.Run(); err != nil {
 			t.Fatalf("%s: %v %s", dir, err, out.String())
 		}
-		lines := strings.Fields(out.String())
-		size, _ := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+		_, after, _ := strings.Cut(out.String(), "size=")
+		digits, _, _ := strings.Cut(after, "\n")
+		size, _ := strconv.ParseInt(digits, 10, 64)
 		if !strings.Contains(out.String(), "No space left on device") || !strings.Contains(out.String(), "rc=1") || size > 512<<20 || size < 500<<20 {
 			t.Fatalf("%s: %q (size %d), want ENOSPC at 512 MiB", dir, out.String(), size)
 		}
