@@ -48,7 +48,10 @@ func Plain(text string) template.HTML {
 }
 
 var md = goldmark.New(
-	goldmark.WithExtensions(extension.GFM),
+	// GFM, with a table cell's alignment as an align attribute: a style
+	// attribute is refused by the CSP (and logged as a violation).
+	goldmark.WithExtensions(extension.Linkify, extension.NewTable(extension.WithTableCellAlignMethod(extension.TableCellAlignAttribute)),
+		extension.Strikethrough, extension.TaskList),
 	goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(safeRenderer{}, 100))),
 )
 

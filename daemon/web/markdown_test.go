@@ -27,6 +27,7 @@ func TestMarkdownIsInert(t *testing.T) {
 		{"attribute breakout", `[x](http://a.example/"onmouseover="alert(1))`, []string{"http://a.example/"}},
 		{"http link kept", "[ok](https://example.com/a?b=c)", []string{`<a href="https://example.com/a?b=c"`}},
 		{"relative link kept", "[ok](/c/x)", []string{`<a href="/c/x"`}},
+		{"table alignment", "|a|b|\n|:-|-:|\n|1|2|", []string{"<table>", "<td"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := string(Markdown(tc.in))
