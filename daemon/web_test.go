@@ -980,6 +980,20 @@ func TestWebSignIn(t *testing.T) {
 			t.Errorf("GET /secrets through a TLS proxy with %.30q…: %d, want %d", cookie, res.StatusCode, want)
 		}
 	}
+	// What the API answers a browser session is not kept in the
+	// browser's cache (a shared machine, after sign-out).
+	req, _ := http.NewRequest("GET", p.URL+"/api/v1/secrets", nil)
+	req.Header.Set("Cookie", tlsCookie)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	res, err = noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	observe("GET", "/api/v1/secrets", res.StatusCode)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("GET /api/v1/secrets with the cookie: %d, Cache-Control %q", res.StatusCode, res.Header.Get("Cache-Control"))
+	}
 	// The same limiter as POST /api/v1/auth/login.
 	last := 0
 	for i := 0; i < 40 && last != http.StatusTooManyRequests; i++ {

@@ -87,6 +87,8 @@ func (s *Server) authenticateCookie(c *fiber.Ctx, tok string) error {
 			return errCSRF
 		}
 	}
+	// Not kept in the browser's cache (a shared machine, after sign-out).
+	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Locals(localUser, u)
 	c.Locals(localToken, tok)
 	return c.Next()
