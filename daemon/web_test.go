@@ -957,6 +957,43 @@ func TestWebSignIn(t *testing.T) {
 	if res := post(p.URL, "alice", pw, "/", "X-Forwarded-Proto", "https"); res.StatusCode != http.StatusForbidden {
 		t.Errorf("an http origin through a TLS proxy: %d, want 403", res.StatusCode)
 	}
+	// Under TLS the cookie is __Host- prefixed, so that a sibling
+	// subdomain cannot toss its own session to the browser (a login
+	// CSRF: the victim would work in the attacker's account); the plain
+	// name is then not a session.
+	res = post(https, "alice", pw, "/", "X-Forwarded-Proto", "https")
+	tlsCookie, _, _ := strings.Cut(res.Header.Get("Set-Cookie"), ";")
+	name, tok, _ := strings.Cut(tlsCookie, "=")
+	if name != "__Host-codumentor_session" || !strings.Contains(res.Header.Get("Set-Cookie"), "path=/") || strings.Contains(strings.ToLower(res.Header.Get("Set-Cookie")), "domain=") {
+		t.Errorf("sign-in through a TLS proxy sets %q", res.Header.Get("Set-Cookie"))
+	}
+	for cookie, want := range map[string]int{tlsCookie: http.StatusOK, "codumentor_session=" + tok: http.StatusSeeOther} {
+		req, _ := http.NewRequest("GET", p.URL+"/secrets", nil)
+		req.Header.Set("Cookie", cookie)
+		req.Header.Set("X-Forwarded-Proto", "https")
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET /secrets through a TLS proxy with %.30q…: %d, want %d", cookie, res.StatusCode, want)
+		}
+	}
+	// What the API answers a browser session is not kept in the
+	// browser's cache (a shared machine, after sign-out).
+	req, _ := http.NewRequest("GET", p.URL+"/api/v1/secrets", nil)
+	req.Header.Set("Cookie", tlsCookie)
+	req.Header.Set("X-Forwarded-Proto", "https")
+	res, err = noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	observe("GET", "/api/v1/secrets", res.StatusCode)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("GET /api/v1/secrets with the cookie: %d, Cache-Control %q", res.StatusCode, res.Header.Get("Cache-Control"))
+	}
 	// The same limiter as POST /api/v1/auth/login.
 	last := 0
 	for i := 0; i < 40 && last != http.StatusTooManyRequests; i++ {

@@ -44,13 +44,20 @@ func (s *Server) updateUser(c *fiber.Ctx) error {
 		if errors.Is(err, auth.ErrWeakPassword) {
 			return badRequest("%v", err)
 		}
+		if errors.Is(err, auth.ErrNotAdmin) {
+			return errUnauthorized // disabled meanwhile: as its next request
+		}
 		if err != nil {
 			return err
 		}
 		s.log.Info("user's password reset; their tokens are revoked", "user", u.Name, "by", admin.Name)
 	}
 	if req.Disabled != nil {
-		if err := s.d.Users.SetDisabled(ctx, admin.ID, u.Name, *req.Disabled); err != nil {
+		err := s.d.Users.SetDisabled(ctx, admin.ID, u.Name, *req.Disabled)
+		if errors.Is(err, auth.ErrNotAdmin) {
+			return errUnauthorized
+		}
+		if err != nil {
 			return err
 		}
 		s.log.Info("user updated", "user", u.Name, "disabled", *req.Disabled, "by", admin.Name)

@@ -339,7 +339,7 @@ const (
 // matter (RFC 9110 §11.1). Every failure is the same 401.
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	if c.Get(fiber.HeaderAuthorization) == "" {
-		if tok := c.Cookies(SessionCookie); tok != "" {
+		if tok := c.Cookies(s.sessionCookie(c)); tok != "" {
 			return s.authenticateCookie(c, tok)
 		}
 	}

@@ -26,8 +26,20 @@ import (
 // X-CSRF-Token, or form field csrf_token). Bearer requests are not
 // affected: no browser sends an Authorization header by itself.
 
-// SessionCookie names the browser session's cookie.
+// SessionCookie names the browser session's cookie; under TLS it is
+// "__Host-" + SessionCookie, a name browsers accept only from this very
+// host (Secure, Path=/, no Domain): a sibling subdomain cannot toss its
+// own session into the browser (login CSRF), and the plain name is
+// then not read.
 const SessionCookie = "codumentor_session"
+
+// sessionCookie is the request's session cookie's name (SessionCookie).
+func (s *Server) sessionCookie(c *fiber.Ctx) string {
+	if s.secure(c) {
+		return "__Host-" + SessionCookie
+	}
+	return SessionCookie
+}
 
 // HeaderCSRF carries a cookie session's CSRF token on a fetch.
 const HeaderCSRF = "X-CSRF-Token"
@@ -75,6 +87,8 @@ func (s *Server) authenticateCookie(c *fiber.Ctx, tok string) error {
 			return errCSRF
 		}
 	}
+	// Not kept in the browser's cache (a shared machine, after sign-out).
+	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Locals(localUser, u)
 	c.Locals(localToken, tok)
 	return c.Next()
@@ -113,7 +127,7 @@ func (s *Server) sameOrigin(c *fiber.Ctx) bool {
 
 // Session is the request's browser session, or web.ErrNoSession.
 func (s *Server) Session(c *fiber.Ctx) (web.Session, error) {
-	tok := c.Cookies(SessionCookie)
+	tok := c.Cookies(s.sessionCookie(c))
 	if tok == "" {
 		return web.Session{}, web.ErrNoSession
 	}
@@ -164,7 +178,7 @@ func (s *Server) SignIn(c *fiber.Ctx, username, password string) error {
 	}
 	s.metrics.logins.WithLabelValues("ok").Inc()
 	c.Cookie(&fiber.Cookie{
-		Name: SessionCookie, Value: tok, Path: "/", Expires: exp,
+		Name: s.sessionCookie(c), Value: tok, Path: "/", Expires: exp,
 		HTTPOnly: true, SameSite: fiber.CookieSameSiteStrictMode, Secure: s.secure(c),
 	})
 	return nil
@@ -183,7 +197,7 @@ func (s *Server) SignOut(c *fiber.Ctx, sess web.Session) error {
 		return err
 	}
 	c.Cookie(&fiber.Cookie{
-		Name: SessionCookie, Value: "", Path: "/", Expires: time.Unix(0, 0), MaxAge: -1,
+		Name: s.sessionCookie(c), Value: "", Path: "/", Expires: time.Unix(0, 0), MaxAge: -1,
 		HTTPOnly: true, SameSite: fiber.CookieSameSiteStrictMode, Secure: s.secure(c),
 	})
 	return nil
@@ -191,14 +205,18 @@ func (s *Server) SignOut(c *fiber.Ctx, sess web.Session) error {
 
 // checkFormCSRF checks the CSRF token of a form posted with the cookie.
 func (s *Server) checkFormCSRF(c *fiber.Ctx) bool {
-	claims, err := s.d.Tokens.Load().Verify(c.Cookies(SessionCookie))
+	claims, err := s.d.Tokens.Load().Verify(c.Cookies(s.sessionCookie(c)))
 	return err == nil && s.d.Tokens.Load().CheckCSRF(claims.ID, c.FormValue("csrf_token"))
 }
 
-// maxMarkdown bounds POST /render/markdown: texts and bytes.
+// maxMarkdown bounds POST /render/markdown: texts and bytes. Once a
+// request has spent markdownBudget formatting, its other texts are shown
+// as typed (web.Plain): with web.MaxMarkdown bounding one text's time,
+// that bounds the request's.
 const (
 	maxMarkdownTexts = 1000
 	maxMarkdownBytes = 4 << 20
+	markdownBudget   = time.Second
 )
 
 // renderMarkdown is POST /render/markdown: texts (messages) rendered
@@ -219,8 +237,13 @@ func (s *Server) renderMarkdown(c *fiber.Ctx) error {
 		return apiError(http.StatusRequestEntityTooLarge, "too_large", "at most %d texts of %d bytes in all", maxMarkdownTexts, maxMarkdownBytes)
 	}
 	out := make([]string, len(req.Texts))
+	start := time.Now()
 	for i, t := range req.Texts {
-		out[i] = string(web.Markdown(t))
+		if time.Since(start) < markdownBudget {
+			out[i] = string(web.Markdown(t))
+		} else {
+			out[i] = string(web.Plain(t))
+		}
 	}
 	return c.JSON(fiber.Map{"html": out})
 }

@@ -101,7 +101,7 @@ func (s *Server) getModelProfile(c *fiber.Ctx) error {
 // putModelProfile creates or replaces a profile. Its endpoint must be one
 // of llm.allowed_endpoints: the server connects where its operator's
 // configuration says, never to a URL a user typed. Without api_key a
-// replaced profile keeps its key.
+// replaced profile keeps its key, for the same endpoint only.
 func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	var req struct {
 		Endpoint string `json:"endpoint"`
@@ -138,6 +138,10 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 			return badRequest("model profile %q is stored under a key the server no longer has, so its API key cannot be kept: send api_key", name)
 		case err != nil && !errors.Is(err, agentcore.ErrNotFound):
 			return err
+		case old.APIKey != "" && old.BaseURL != endpoint:
+			// The key was given for the old endpoint: it goes to another
+			// one only if its owner sends it again.
+			return badRequest("model profile %q's API key was given for %s: send api_key to use it with another endpoint", name, old.BaseURL)
 		}
 		key = old.APIKey
 	}

@@ -41,6 +41,10 @@ var (
 	// ErrUserNotFound is returned by lookups and updates of a user that
 	// does not exist.
 	ErrUserNotFound = errors.New("auth: user not found")
+	// ErrNotAdmin refuses an administrator's change when, by the time it
+	// is written, they are no longer an enabled administrator (another
+	// admin disabled them meanwhile).
+	ErrNotAdmin = errors.New("auth: no longer an enabled administrator")
 	// ErrInvalidToken is wrapped by every token Verify refuses; the
 	// wrapped detail is for logs.
 	ErrInvalidToken = errors.New("auth: invalid token")

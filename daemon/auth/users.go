@@ -247,12 +247,24 @@ func (us *Users) ForToken(ctx context.Context, c Claims) (User, error) {
 // recording rec (if not nil) in the same transaction.
 func (us *Users) update(ctx context.Context, by, key string, cols map[string]any, rec *audit.Entry) error {
 	cols["updated"] = time.Now().UTC()
+	// An administrator's change is written only while they are still an
+	// enabled administrator, in the same statement: two admins disabling
+	// each other at once cannot both succeed.
+	byAdmin := rec != nil && rec.User != CommandLine
 	return us.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Model(&User{}).Where(by+" = ?", key).Updates(cols)
+		q := tx.Model(&User{}).Where(by+" = ?", key)
+		if byAdmin {
+			q = q.Where("EXISTS (SELECT 1 FROM users a WHERE a.id = ? AND a.role = ? AND a.disabled = ?)", rec.User, RoleAdmin, false)
+		}
+		res := q.Updates(cols)
 		if res.Error != nil {
 			return fmt.Errorf("auth: updating user %s: %w", key, res.Error)
 		}
 		if res.RowsAffected == 0 {
+			var n int64
+			if byAdmin && tx.Model(&User{}).Where(by+" = ?", key).Count(&n).Error == nil && n > 0 {
+				return fmt.Errorf("%w: %s cannot change user %s", ErrNotAdmin, rec.User, key)
+			}
 			return fmt.Errorf("%w: %s", ErrUserNotFound, key)
 		}
 		if rec == nil {

@@ -227,3 +227,43 @@ func TestForToken(t *testing.T) {
 		t.Fatalf("Revoke of an unknown ID = %v, want ErrUserNotFound", err)
 	}
 }
+
+// TestAdminActsOnlyWhileAdmin: an administrator's change applies only if
+// they are still an enabled administrator when it is written. Two
+// admins disabling each other at once both passed the request's check;
+// the later write must not leave the instance without an admin.
+func TestAdminActsOnlyWhileAdmin(t *testing.T) {
+	ctx := context.Background()
+	us := newUsers(t)
+	a, err := us.Add(ctx, auth.AddUser{Name: "ada", Password: "ada-password", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := us.Add(ctx, auth.AddUser{Name: "ben", Password: "ben-password", Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := us.Add(ctx, auth.AddUser{Name: "cy", Password: "cy-password"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := us.SetDisabled(ctx, a.ID, "ben", true); err != nil {
+		t.Fatal(err)
+	}
+	// ben's request was admitted before: now refused.
+	if err := us.SetDisabled(ctx, b.ID, "ada", true); !errors.Is(err, auth.ErrNotAdmin) {
+		t.Fatalf("a disabled admin disables another: %v, want ErrNotAdmin", err)
+	}
+	if err := us.SetPassword(ctx, b.ID, "cy", "new-cy-password"); !errors.Is(err, auth.ErrNotAdmin) {
+		t.Fatalf("a disabled admin resets a password: %v, want ErrNotAdmin", err)
+	}
+	if u, err := us.ByName(ctx, "ada"); err != nil || u.Disabled {
+		t.Fatalf("ada after ben's refused change: %+v, %v", u, err)
+	}
+	// Still an admin: applied; an unknown user is still ErrUserNotFound.
+	if err := us.SetPassword(ctx, a.ID, "cy", "new-cy-password"); err != nil {
+		t.Fatal(err)
+	}
+	if err := us.SetDisabled(ctx, a.ID, "nobody", true); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("disabling nobody: %v, want ErrUserNotFound", err)
+	}
+}

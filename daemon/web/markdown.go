@@ -23,7 +23,11 @@ import (
 // for http, https, mailto and relative URLs, an image becomes a link
 // (a page never loads what a reply names), and code is highlighted by
 // chroma with CSS classes (no style attributes, which the CSP forbids).
+// A text longer than MaxMarkdown is shown as typed (Plain).
 func Markdown(text string) template.HTML {
+	if len(text) > MaxMarkdown {
+		return Plain(text)
+	}
 	var b bytes.Buffer
 	if err := md.Convert([]byte(text), &b); err != nil {
 		// goldmark fails only on a writer error; show the text as is.
@@ -32,8 +36,22 @@ func Markdown(text string) template.HTML {
 	return template.HTML(b.String())
 }
 
+// MaxMarkdown is the longest text Markdown formats. goldmark's time
+// grows with the square of some texts' length (lists or quotes nested
+// on one line, unclosed "[](", runs of delimiters): a hostile reply
+// must not cost a render more than a bounded time.
+const MaxMarkdown = 64 << 10
+
+// Plain is text shown as typed: escaped, in a <pre>.
+func Plain(text string) template.HTML {
+	return template.HTML(`<pre tabindex="0" class="plain">` + html.EscapeString(text) + "</pre>")
+}
+
 var md = goldmark.New(
-	goldmark.WithExtensions(extension.GFM),
+	// GFM, with a table cell's alignment as an align attribute: a style
+	// attribute is refused by the CSP (and logged as a violation).
+	goldmark.WithExtensions(extension.Linkify, extension.NewTable(extension.WithTableCellAlignMethod(extension.TableCellAlignAttribute)),
+		extension.Strikethrough, extension.TaskList),
 	goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(safeRenderer{}, 100))),
 )
 

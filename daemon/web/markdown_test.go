@@ -27,6 +27,7 @@ func TestMarkdownIsInert(t *testing.T) {
 		{"attribute breakout", `[x](http://a.example/"onmouseover="alert(1))`, []string{"http://a.example/"}},
 		{"http link kept", "[ok](https://example.com/a?b=c)", []string{`<a href="https://example.com/a?b=c"`}},
 		{"relative link kept", "[ok](/c/x)", []string{`<a href="/c/x"`}},
+		{"table alignment", "|a|b|\n|:-|-:|\n|1|2|", []string{"<table>", "<td"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := string(Markdown(tc.in))
@@ -54,5 +55,27 @@ func TestSafeURL(t *testing.T) {
 		if got := safeURL([]byte(u)); got != want {
 			t.Errorf("safeURL(%q) = %v, want %v", u, got, want)
 		}
+	}
+}
+
+// Some inputs take goldmark time that grows with the square of their
+// length (nested lists or quotes on one line, unclosed "[](" or
+// delimiter runs): a text longer than MaxMarkdown is shown as typed,
+// escaped, rather than parsed.
+func TestMarkdownLongTextIsPlain(t *testing.T) {
+	for name, unit := range map[string]string{"nested lists": "- ", "nested quotes": "> ", "unclosed links": "[](", "delimiters": "~a"} {
+		t.Run(name, func(t *testing.T) {
+			in := strings.Repeat(unit, (MaxMarkdown+len(unit))/len(unit)) + "<b>x</b>"
+			out := string(Markdown(in))
+			if !strings.HasPrefix(out, `<pre tabindex="0" class="plain">`) || strings.Contains(out, "<b>") || !strings.Contains(out, "&lt;b&gt;") ||
+				strings.Contains(out, "<ul>") || strings.Contains(out, "<blockquote>") || strings.Contains(out, "<del>") {
+				t.Errorf("a text of %d bytes renders as %.120q…", len(in), out)
+			}
+		})
+	}
+	// At the bound, still formatted.
+	in := "*x*" + strings.Repeat(" ", MaxMarkdown-3)
+	if out := string(Markdown(in)); !strings.Contains(out, "<em>x</em>") {
+		t.Errorf("a text of %d bytes renders as %.120q…", len(in), out)
 	}
 }

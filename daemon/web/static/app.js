@@ -55,7 +55,9 @@ export async function guard(f) {
 }
 
 // Markdown rendering, batched: render(el, text) shows text at once and
-// replaces it with the server's rendering when that arrives.
+// replaces it with the server's rendering when that arrives. A batch
+// holds at most 256 KiB of text (the server formats a request's texts
+// for a second, then returns the rest as typed).
 let queue = [];
 let timer = 0;
 export function render(target, text) {
@@ -65,7 +67,9 @@ export function render(target, text) {
 }
 async function flush() {
   timer = 0;
-  const batch = queue.splice(0, 500);
+  let n = 0;
+  for (let bytes = 0; n < queue.length && n < 500 && (n === 0 || bytes + queue[n][1].length <= 256 * 1024); n++) bytes += queue[n][1].length;
+  const batch = queue.splice(0, n);
   if (!batch.length) return;
   const r = await guard(() => api('/render/markdown', { method: 'POST', body: { texts: batch.map((b) => b[1]) } }));
   if (r) batch.forEach(([t], i) => { t.innerHTML = r.data.html[i]; });

@@ -19,6 +19,14 @@ function fence(text, lang) {
   return `${f}${lang}\n${text}\n${f}\n`;
 }
 
+// code shows text highlighted as lang, or as typed where the server
+// would not format it (over 64 KiB: web.MaxMarkdown).
+function code(body, text, lang) {
+  const f = fence(text, lang);
+  if (new TextEncoder().encode(f).length > 64 * 1024) body.append(el('pre', { class: 'plain', tabindex: '0', text }));
+  else render(body, f);
+}
+
 function language(name) {
   const m = /\.([A-Za-z0-9+#-]{1,10})$/.exec(name);
   return m ? m[1] : '';
@@ -51,7 +59,7 @@ async function show(path) {
   if (bytes.includes(0)) { view.append(el('p', { class: 'hint', text: `A binary file of ${bytes.length} bytes.` })); return; }
   const body = el('div', { class: 'md' });
   view.append(body);
-  render(body, fence(new TextDecoder().decode(bytes), language(path)));
+  code(body, new TextDecoder().decode(bytes), language(path));
 }
 
 async function diff() {
@@ -81,7 +89,7 @@ function showDiff() {
   if (sideBySide) { out.replaceChildren(sbs(diffText)); return; }
   const body = el('div', { class: 'md diff' });
   out.replaceChildren(body);
-  render(body, fence(diffText, 'diff'));
+  code(body, diffText, 'diff');
 }
 
 // sbs lays a unified diff out side by side: removed lines on the left,
