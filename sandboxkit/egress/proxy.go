@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -394,6 +395,10 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.o.DialTimeout)
 	defer cancel()
+	own, err := hostAddrs()
+	if err != nil {
+		return refused("cannot list this host's addresses (to refuse them): %v", errnoOf(err))
+	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
 		a = a.Unmap()
@@ -402,6 +407,9 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		}
 		if why := blockedReason(a); why != "" {
 			return refused("%s is %s", a, why)
+		}
+		if slices.Contains(own, a) {
+			return refused("%s is %s", a, ownAddress)
 		}
 		addrs = []netip.Addr{a}
 	} else {
@@ -429,6 +437,9 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 			if why := blockedReason(a); why != "" {
 				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, why)}
 			}
+			if slices.Contains(own, a) {
+				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, ownAddress)}
+			}
 		}
 		for _, a := range found {
 			addrs = append(addrs, a.Unmap())
@@ -448,6 +459,30 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		reason = fmt.Sprintf("no connection within %v", p.o.DialTimeout)
 	}
 	return nil, addrs[len(addrs)-1], dialFailure{reason: reason, failed: true}
+}
+
+// ownAddress says why an address of this host is no destination.
+const ownAddress = "an address of this host (its own services answer there, as on loopback)"
+
+// hostAddrs returns the addresses of this host's interfaces: whatever
+// range they are in (a public one, a documentation one), a connection to
+// one is routed over loopback to the host's own services. They are read
+// for every connection, since they change (DHCP, hotplug); it costs some
+// 20µs.
+func hostAddrs() ([]netip.Addr, error) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	own := make([]netip.Addr, 0, len(ifas))
+	for _, ifa := range ifas {
+		if n, ok := ifa.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				own = append(own, a.Unmap())
+			}
+		}
+	}
+	return own, nil
 }
 
 // relay copies both ways until both sides are done, and returns the

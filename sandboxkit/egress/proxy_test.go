@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -403,5 +404,56 @@ func TestProxyCannotListen(t *testing.T) {
 	_, err := egress.Listen(path, egress.Options{Allow: []string{"allowed.test"}})
 	if !errors.Is(err, egress.ErrProxyDown) || strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Listen = %v, want ErrProxyDown naming no path", err)
+	}
+}
+
+// A destination that is one of this host's own addresses reaches the
+// host's own services (the kernel routes it over loopback), whatever
+// range the address is in: it is refused like loopback, for a name
+// that resolves to it as for a listed IP literal.
+func TestProxyRefusesHostAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", ":0") // every address of the host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := egresstest.Resolver{}
+	var allow, dests []string
+	for i, ifa := range ifas {
+		a, ok := netip.AddrFromSlice(ifa.(*net.IPNet).IP)
+		if a = a.Unmap(); !ok || a.IsLoopback() { // loopback: the tests' switch lets resolved ones through
+			continue
+		}
+		name := fmt.Sprintf("self%d.test", i)
+		res[name] = []netip.Addr{a}
+		allow = append(allow, name, a.String())
+		dests = append(dests, net.JoinHostPort(name, strconv.Itoa(port)), net.JoinHostPort(a.String(), strconv.Itoa(port)))
+	}
+	if len(dests) == 0 {
+		t.Fatal("this host has no address but loopback")
+	}
+	p, ev := start(t, egress.Options{Allow: allow}, res)
+	for _, hp := range dests {
+		c, st, err := connect(p, hp)
+		if c != nil {
+			c.Close()
+		}
+		if c != nil || !strings.HasPrefix(st, "403") {
+			t.Errorf("CONNECT %s (an address of this host): %q %v, want 403; events:\n%s", hp, st, err, ev)
+		}
 	}
 }
