@@ -104,7 +104,8 @@ type Event struct {
 	// (a plain HTTP request) or "socks5".
 	Proto string
 	// Host and Port are the destination as asked (a name or an IP
-	// literal); Host is empty when the request could not be read.
+	// literal), quoted and escaped to ASCII if it has a byte that is not
+	// printable ASCII; Host is empty when the request could not be read.
 	Host string
 	Port int
 	// Addr is the address connected to (allowed attempts, and refused

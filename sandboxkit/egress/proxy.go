@@ -246,7 +246,7 @@ func (p *Proxy) handle(c net.Conn) {
 	head.N = math.MaxInt64
 	ev := Event{Time: start, Verdict: Refused}
 	if req != nil {
-		ev.Proto, ev.Host, ev.Port = req.proto, req.host, req.port
+		ev.Proto, ev.Host, ev.Port = req.proto, printable(req.host), req.port
 	}
 	refuse := func(why string) {
 		ev.Reason, ev.Duration = why, time.Since(start)
@@ -415,7 +415,7 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	} else {
 		name, ok := normalName(host)
 		if !ok {
-			return refused("%q is not a host name", host)
+			return refused("%+q is not a host name", host)
 		}
 		if !matchName(p.rules, name, port) {
 			return refused("%s:%d is not in the allow-list", name, port)
@@ -671,7 +671,7 @@ func readHTTP(c net.Conn, br *bufio.Reader) (*request, error) {
 	req.proto = "http"
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		answer(http.StatusBadRequest, "want CONNECT host:port or an absolute http:// URL")
-		return nil, fmt.Errorf("%s %q is not a proxy request", clip(r.Method), clip(r.RequestURI))
+		return nil, fmt.Errorf("%s %+q is not a proxy request", clip(r.Method), clip(r.RequestURI))
 	}
 	host, port, err := splitHostPort(r.URL.Host, 80)
 	if err != nil {
@@ -688,15 +688,27 @@ func splitHostPort(s string, def int) (string, int, error) {
 	host, ps, err := net.SplitHostPort(s)
 	if err != nil {
 		if def == 0 {
-			return "", 0, fmt.Errorf("bad destination %q: want host:port", clip(s))
+			return "", 0, fmt.Errorf("bad destination %+q: want host:port", clip(s))
 		}
 		host, ps = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), strconv.Itoa(def)
 	}
 	port, err := strconv.Atoi(ps)
 	if err != nil || port < 1 || port > 65535 || host == "" || len(host) > 255 {
-		return "", 0, fmt.Errorf("bad destination %q", clip(s))
+		return "", 0, fmt.Errorf("bad destination %+q", clip(s))
 	}
 	return host, port, nil
+}
+
+// printable is host as a client asked for it, quoted and escaped to
+// ASCII if it has a byte that is not printable ASCII: a sandbox chooses
+// those bytes, and events are shown on terminals and in logs.
+func printable(host string) string {
+	for i := 0; i < len(host); i++ {
+		if host[i] <= ' ' || host[i] >= 0x7f {
+			return strconv.QuoteToASCII(host)
+		}
+	}
+	return host
 }
 
 // clip shortens what a client wrote to a length fit for an event.

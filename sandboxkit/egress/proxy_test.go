@@ -457,3 +457,50 @@ func TestProxyRefusesHostAddresses(t *testing.T) {
 		}
 	}
 }
+
+// The destination a client asks for is the sandbox's to choose, any
+// bytes: an event carries it printable (it is shown on terminals, in
+// logs), with no control character that could drive a terminal.
+func TestProxyEventHostPrintable(t *testing.T) {
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}}, egresstest.Resolver{})
+	for _, tc := range []struct{ name, host string }{
+		{"SOCKS5 escape", "\x1b]0;owned\x07\x1b[2Jallowed.test"},
+		{"SOCKS5 C1", "a\u009b31mb.test"},
+		{"SOCKS5 newline", "x.test\nfake event line"},
+		{"CONNECT C1", "a\u009b31mb.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(ev.All())
+			c, err := net.Dial("unix", p.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if strings.HasPrefix(tc.name, "SOCKS5") {
+				if code, err := socksConnect(c, tc.host, 443); err != nil || code == 0 {
+					t.Fatalf("SOCKS5 reply %d %v, want a refusal", code, err)
+				}
+			} else {
+				fmt.Fprintf(c, "CONNECT %s:443 HTTP/1.1\r\n\r\n", tc.host)
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.Copy(io.Discard, c)
+			}
+			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == before; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no event")
+				}
+			}
+			e := ev.All()[before]
+			if e.Verdict != egress.Refused || e.Host == "" {
+				t.Fatalf("event %+v, want refused naming the host", e)
+			}
+			for _, s := range []string{e.Host, e.Reason} {
+				for i := 0; i < len(s); i++ {
+					if s[i] < 0x20 || s[i] >= 0x7f {
+						t.Fatalf("event %+v: byte %#x in %q", e, s[i], s)
+					}
+				}
+			}
+		})
+	}
+}
