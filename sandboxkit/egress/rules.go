@@ -182,9 +182,16 @@ var embedsV4 = []struct {
 	at     int // byte offset of the IPv4 address
 }{
 	{netip.MustParsePrefix("64:ff9b::/96"), 12},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},  // in its /96 form only: localNAT64
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), 12}, // IPv4-translated (SIIT, RFC 2765)
 	{netip.MustParsePrefix("2002::/16"), 2},
 }
+
+// localNAT64 is the local-use NAT64 prefix (RFC 8215): a network may
+// embed the IPv4 address after a /48, /56 or /64 of it (RFC 6052) as
+// well as after a /96, so an address of it outside the /96 form (bytes 6
+// to 11 zero) cannot be judged, and is refused.
+var localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
 
 // blockedReason says why a is never a destination (loopback, private
 // network, link-local and cloud metadata, CGNAT, multicast,
@@ -209,6 +216,11 @@ func blockedReason(a netip.Addr) string {
 	for _, p := range blockedPrefixes {
 		if p.Contains(a) {
 			return "a reserved address (" + p.String() + ")"
+		}
+	}
+	if localNAT64.Contains(a) {
+		if b := a.As16(); [6]byte(b[6:12]) != [6]byte{} {
+			return "a local-use NAT64 address (" + localNAT64.String() + ") whose IPv4 address cannot be told"
 		}
 	}
 	if a.Is6() {
