@@ -131,6 +131,15 @@ func TestProxyPlainHTTPAndSOCKS(t *testing.T) {
 	if string(body) != fmt.Sprintf("plain allowed.test:%d", port) {
 		t.Fatalf("plain HTTP body %q", body)
 	}
+	// Every method, HEAD too (its first byte is no bridge's handover).
+	resp, err = c.Head(fmt.Sprintf("http://allowed.test:%d/x", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("plain HTTP HEAD: %s", resp.Status)
+	}
 	resp, err = c.Get(fmt.Sprintf("http://other.test:%d/x", port))
 	if err != nil {
 		t.Fatal(err)
