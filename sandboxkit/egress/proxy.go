@@ -588,6 +588,10 @@ func (p *Proxy) copy(dst, src net.Conn, n *int64) error {
 }
 
 // reserve takes up to copyChunk bytes of the budget; 0 when it is spent.
+// A copy that waits to read holds what it took, so it takes at most a
+// share of what is left, one of as many as copies may run at once (two a
+// connection): the others still get theirs, and the budget runs out
+// only once spent.
 func (p *Proxy) reserve() int64 {
 	for {
 		left := p.budget.Load()
@@ -595,7 +599,7 @@ func (p *Proxy) reserve() int64 {
 			p.spent.Store(true)
 			return 0
 		}
-		chunk := min(left, copyChunk)
+		chunk := min(max(left/int64(2*p.o.MaxConns+1), 1), copyChunk)
 		if p.budget.CompareAndSwap(left, left-chunk) {
 			return chunk
 		}

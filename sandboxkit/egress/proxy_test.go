@@ -513,3 +513,52 @@ func TestProxyEventHostPrintable(t *testing.T) {
 		})
 	}
 }
+
+// A connection that waits holds no more than a share of the byte budget
+// left: others still get through, and the budget is not taken for spent
+// while most of it is.
+func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
+	serve := func(h func(net.Conn)) int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); h(c) }()
+			}
+		}()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	idle := serve(func(c net.Conn) { io.Copy(io.Discard, c) })
+	talker := serve(func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			c.Write(make([]byte, 10<<10))
+		}
+	})
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxBytes: 1 << 20}, egresstest.Resolver{"allowed.test": loopback})
+	waiting, st, err := connect(p, fmt.Sprintf("allowed.test:%d", idle))
+	if waiting == nil {
+		t.Fatalf("idle tunnel: %s %v", st, err)
+	}
+	defer waiting.Close()
+	time.Sleep(100 * time.Millisecond) // its relay is waiting to read, both ways
+	for i := range 3 {
+		c, st, err := connect(p, fmt.Sprintf("allowed.test:%d", talker))
+		if c == nil {
+			t.Fatalf("tunnel %d beside an idle one, with the budget nearly whole: %s %v; events:\n%s", i, st, err, ev)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "?")
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		if n != 10<<10 {
+			t.Fatalf("tunnel %d relayed %d bytes, want %d; events:\n%s", i, n, 10<<10, ev)
+		}
+	}
+}
