@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,9 +394,9 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.o.DialTimeout)
 	defer cancel()
-	own, err := hostAddrs()
+	own, err := hostNetworks()
 	if err != nil {
-		return refused("cannot list this host's addresses (to refuse them): %v", errnoOf(err))
+		return refused("cannot list this host's networks (to refuse them): %v", errnoOf(err))
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
@@ -408,8 +407,8 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		if why := blockedReason(a); why != "" {
 			return refused("%s is %s", a, why)
 		}
-		if slices.Contains(own, a) {
-			return refused("%s is %s", a, ownAddress)
+		if why := ownReason(own, a); why != "" {
+			return refused("%s is %s", a, why)
 		}
 		addrs = []netip.Addr{a}
 	} else {
@@ -437,8 +436,8 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 			if why := blockedReason(a); why != "" {
 				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, why)}
 			}
-			if slices.Contains(own, a) {
-				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, ownAddress)}
+			if why := ownReason(own, a); why != "" {
+				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, why)}
 			}
 		}
 		for _, a := range found {
@@ -461,28 +460,55 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	return nil, addrs[len(addrs)-1], dialFailure{reason: reason, failed: true}
 }
 
-// ownAddress says why an address of this host is no destination.
-const ownAddress = "an address of this host (its own services answer there, as on loopback)"
-
-// hostAddrs returns the addresses of this host's interfaces: whatever
-// range they are in (a public one, a documentation one), a connection to
-// one is routed over loopback to the host's own services. They are read
+// hostNetworks returns the addresses of this host's interfaces with
+// their prefixes: whatever range they are in (a public one, a
+// documentation one), a connection to one of the addresses is routed
+// over loopback to the host's own services, and one to the rest of a
+// prefix goes to a neighbour on the host's own network. They are read
 // for every connection, since they change (DHCP, hotplug); it costs some
 // 20µs.
-func hostAddrs() ([]netip.Addr, error) {
+func hostNetworks() ([]netip.Prefix, error) {
 	ifas, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, err
 	}
-	own := make([]netip.Addr, 0, len(ifas))
+	own := make([]netip.Prefix, 0, len(ifas))
 	for _, ifa := range ifas {
-		if n, ok := ifa.(*net.IPNet); ok {
-			if a, ok := netip.AddrFromSlice(n.IP); ok {
-				own = append(own, a.Unmap())
+		n, ok := ifa.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(n.IP) // an IPv4 address in 16 bytes
+		ones, bits := n.Mask.Size()
+		if a.Is4In6() {
+			if a = a.Unmap(); bits == 128 {
+				ones, bits = ones-96, 32
 			}
 		}
+		if !ok {
+			continue
+		}
+		if bits != a.BitLen() || ones < 0 { // a mask not understood: the address alone
+			ones = a.BitLen()
+		}
+		own = append(own, netip.PrefixFrom(a, ones))
 	}
 	return own, nil
+}
+
+// ownReason says why a is no destination if it is in one of own (see
+// hostNetworks), or "".
+func ownReason(own []netip.Prefix, a netip.Addr) string {
+	a = a.WithZone("") // a zone does not take an address off the host's networks
+	for _, p := range own {
+		switch {
+		case p.Addr() == a:
+			return "an address of this host (its own services answer there, as on loopback)"
+		case p.Contains(a):
+			return "on a network of this host (" + p.Masked().String() + ")"
+		}
+	}
+	return ""
 }
 
 // relay copies both ways until both sides are done, and returns the

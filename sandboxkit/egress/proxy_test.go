@@ -417,9 +417,11 @@ func TestProxyCannotListen(t *testing.T) {
 }
 
 // A destination that is one of this host's own addresses reaches the
-// host's own services (the kernel routes it over loopback), whatever
-// range the address is in: it is refused like loopback, for a name
-// that resolves to it as for a listed IP literal.
+// host's own services (the kernel routes it over loopback), and one on
+// a network the host is attached to is a neighbour on its LAN, whatever
+// range the address is in (this test host's LAN is 192.0.2.0/24, a
+// documentation range): both are refused like loopback and private
+// addresses, for a name that resolves there as for a listed IP literal.
 func TestProxyRefusesHostAddresses(t *testing.T) {
 	ln, err := net.Listen("tcp", ":0") // every address of the host
 	if err != nil {
@@ -443,14 +445,27 @@ func TestProxyRefusesHostAddresses(t *testing.T) {
 	res := egresstest.Resolver{}
 	var allow, dests []string
 	for i, ifa := range ifas {
-		a, ok := netip.AddrFromSlice(ifa.(*net.IPNet).IP)
+		n := ifa.(*net.IPNet)
+		a, ok := netip.AddrFromSlice(n.IP)
 		if a = a.Unmap(); !ok || a.IsLoopback() { // loopback: the tests' switch lets resolved ones through
 			continue
 		}
-		name := fmt.Sprintf("self%d.test", i)
-		res[name] = []netip.Addr{a}
-		allow = append(allow, name, a.String())
-		dests = append(dests, net.JoinHostPort(name, strconv.Itoa(port)), net.JoinHostPort(a.String(), strconv.Itoa(port)))
+		ones, _ := n.Mask.Size()
+		targets := []netip.Addr{a}
+		if ones < a.BitLen()-1 { // a neighbour: the network's first address, else its second
+			pfx, _ := a.Prefix(ones)
+			nb := pfx.Addr().Next()
+			if nb == a {
+				nb = nb.Next()
+			}
+			targets = append(targets, nb)
+		}
+		for j, a := range targets {
+			name := fmt.Sprintf("self%d-%d.test", i, j)
+			res[name] = []netip.Addr{a}
+			allow = append(allow, name, a.String())
+			dests = append(dests, net.JoinHostPort(name, strconv.Itoa(port)), net.JoinHostPort(a.String(), strconv.Itoa(port)))
+		}
 	}
 	if len(dests) == 0 {
 		t.Fatal("this host has no address but loopback")
@@ -461,8 +476,10 @@ func TestProxyRefusesHostAddresses(t *testing.T) {
 		if c != nil {
 			c.Close()
 		}
-		if c != nil || !strings.HasPrefix(st, "403") {
-			t.Errorf("CONNECT %s (an address of this host): %q %v, want 403; events:\n%s", hp, st, err, ev)
+		host, _, _ := net.SplitHostPort(hp)
+		// Refused, not failed: no connection was tried.
+		if e, ok := ev.Find(host, egress.Refused); c != nil || !strings.HasPrefix(st, "403") || !ok {
+			t.Errorf("CONNECT %s (an address of this host or its networks): %q %v, event %+v, want 403 and refused; events:\n%s", hp, st, err, e, ev)
 		}
 	}
 }
