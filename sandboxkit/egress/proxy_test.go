@@ -12,10 +12,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -576,6 +578,73 @@ func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
 		c.Close()
 		if n != 10<<10 {
 			t.Fatalf("tunnel %d relayed %d bytes, want %d; events:\n%s", i, n, 10<<10, ev)
+		}
+	}
+}
+
+// The sandbox can speak on the proxy's socket itself (it is bound in):
+// a handover of anything but one TCP connection is refused, and every
+// descriptor it sent is closed.
+func TestProxyHostileHandover(t *testing.T) {
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}}, egresstest.Resolver{})
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	uf, err := udp.(*net.UDPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uf.Close()
+	open := func() int { d, _ := os.ReadDir("/proc/self/fd"); return len(d) }
+	before := open()
+	for _, tc := range []struct {
+		name   string
+		fds    []int
+		reason string
+	}{
+		{"none", nil, "want exactly one descriptor"},
+		{"a pipe", []int{int(pr.Fd())}, "bad handover"},
+		{"a UDP socket", []int{int(uf.Fd())}, "not a TCP connection"},
+		{"two", []int{int(pr.Fd()), int(pw.Fd())}, "want exactly one descriptor"},
+		{"more than fit", []int{0, 1, 2, 0, 1, 2, 0, 1, 2}, "want exactly one descriptor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(ev.All())
+			c, err := net.Dial("unix", p.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var oob []byte
+			if tc.fds != nil {
+				oob = syscall.UnixRights(tc.fds...)
+			}
+			if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{0}, oob, nil); err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(15 * time.Second))
+			io.Copy(io.Discard, c) // the proxy hangs up
+			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == n; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no event")
+				}
+			}
+			if e := ev.All()[n]; e.Verdict != egress.Refused || !strings.Contains(e.Reason, tc.reason) {
+				t.Fatalf("event %+v, want refused with %q", e, tc.reason)
+			}
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); open() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors open after the handovers, %d before", open(), before)
 		}
 	}
 }
