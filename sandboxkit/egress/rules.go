@@ -187,6 +187,11 @@ var embedsV4 = []struct {
 	{netip.MustParsePrefix("2002::/16"), 2},
 }
 
+// teredo is the Teredo prefix (RFC 4380): its addresses tunnel to the
+// IPv4 address of a Teredo server (bytes 4 to 7) and of the client
+// (bytes 12 to 15, inverted), which are checked in turn.
+var teredo = netip.MustParsePrefix("2001::/32")
+
 // localNAT64 is the local-use NAT64 prefix (RFC 8215): a network may
 // embed the IPv4 address after a /48, /56 or /64 of it (RFC 6052) as
 // well as after a /96, so an address of it outside the /96 form (bytes 6
@@ -221,6 +226,15 @@ func blockedReason(a netip.Addr) string {
 	if localNAT64.Contains(a) {
 		if b := a.As16(); [6]byte(b[6:12]) != [6]byte{} {
 			return "a local-use NAT64 address (" + localNAT64.String() + ") whose IPv4 address cannot be told"
+		}
+	}
+	if teredo.Contains(a) {
+		b := a.As16()
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		for _, v4 := range []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)} {
+			if why := blockedReason(v4); why != "" {
+				return why + " (embedded in " + teredo.String() + ")"
+			}
 		}
 	}
 	if a.Is6() {

@@ -96,16 +96,18 @@ func TestBlocked(t *testing.T) {
 		{"224.0.0.1", true},
 		{"ff02::1", true},
 		{"255.255.255.255", true},
-		{"64:ff9b::a9fe:a9fe", true},           // NAT64 of 169.254.169.254
-		{"64:ff9b::7f00:1", true},              // NAT64 of 127.0.0.1
-		{"2002:7f00:1::", true},                // 6to4 of 127.0.0.1
-		{"::127.0.0.1", true},                  // IPv4-compatible
-		{"::ffff:0:7f00:1", true},              // IPv4-translated (SIIT) of 127.0.0.1
-		{"::ffff:0:a9fe:a9fe", true},           // IPv4-translated of 169.254.169.254
-		{"64:ff9b:1::7f00:1", true},            // local-use NAT64 (/96 form) of 127.0.0.1
-		{"64:ff9b:1:7f00:0:100:808:808", true}, // local-use NAT64 /48 form of 127.0.0.1 (suffix not zero)
-		{"64:ff9b:1:a00:1:100::", true},        // local-use NAT64 /48 form of 10.0.1.1
-		{"64:ff9b:1::808:808", false},          // local-use NAT64 (/96 form) of 8.8.8.8
+		{"64:ff9b::a9fe:a9fe", true},                   // NAT64 of 169.254.169.254
+		{"64:ff9b::7f00:1", true},                      // NAT64 of 127.0.0.1
+		{"2002:7f00:1::", true},                        // 6to4 of 127.0.0.1
+		{"::127.0.0.1", true},                          // IPv4-compatible
+		{"::ffff:0:7f00:1", true},                      // IPv4-translated (SIIT) of 127.0.0.1
+		{"::ffff:0:a9fe:a9fe", true},                   // IPv4-translated of 169.254.169.254
+		{"64:ff9b:1::7f00:1", true},                    // local-use NAT64 (/96 form) of 127.0.0.1
+		{"64:ff9b:1:7f00:0:100:808:808", true},         // local-use NAT64 /48 form of 127.0.0.1 (suffix not zero)
+		{"64:ff9b:1:a00:1:100::", true},                // local-use NAT64 /48 form of 10.0.1.1
+		{"64:ff9b:1::808:808", false},                  // local-use NAT64 (/96 form) of 8.8.8.8
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", true}, // Teredo, client 127.0.0.1 (inverted)
+		{"2001:0:a00:1:8000:63bf:f7f7:f7f7", true},     // Teredo, server 10.0.0.1
 		{"93.184.216.34", false},
 		{"8.8.8.8", false},
 		{"100.128.0.1", false},
