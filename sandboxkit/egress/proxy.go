@@ -505,7 +505,8 @@ func ownReason(own []netip.Prefix, a netip.Addr) string {
 		case p.Addr() == a:
 			return "an address of this host (its own services answer there, as on loopback)"
 		case p.Contains(a):
-			return "on a network of this host (" + p.Masked().String() + ")"
+			// Not which one: the answer goes back to the sandbox.
+			return "on a network this host is on"
 		}
 	}
 	return ""
