@@ -110,10 +110,16 @@ func parsePort(s string) (int, error) {
 }
 
 // normalName returns host in lower case without a trailing dot, if it
-// is a DNS name of letters, digits, hyphens and underscores.
+// is a DNS name of letters, digits, hyphens and underscores whose last
+// label is not a number: "127.1", "2130706433" or "0x7f.1" are IPv4
+// addresses to inet_aton, and so to the C library's resolver.
 func normalName(host string) (string, bool) {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
 	if h == "" || len(h) > 253 {
+		return "", false
+	}
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") && strings.Trim(last[2:], "0123456789abcdef") == "" {
 		return "", false
 	}
 	for _, label := range strings.Split(h, ".") {

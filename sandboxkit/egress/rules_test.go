@@ -30,10 +30,28 @@ func TestParseAllow(t *testing.T) {
 		{"-bad.example", false},
 		{"ex*.example.com", false},
 		{"http://example.com", false},
+		{"1password.com", true},
+		{"*.3com.example", true},
+		// IPv4 addresses in the forms inet_aton takes (a resolver
+		// may read them so) are no names: a top-level label is never
+		// all digits.
+		{"*.8.8", false},
+		{"127.1", false},
+		{"2130706433", false},
+		{"0x7f.1", false},
+		{"0177.0.0.1", false},
+		{"*.0.0.1", false},
 	} {
 		err := ParseAllow([]string{tc.entry})
 		if (err == nil) != tc.ok {
 			t.Errorf("ParseAllow(%q) = %v, want ok=%v", tc.entry, err, tc.ok)
+		}
+	}
+	// Nor does a client's destination pass for a name in those forms (the
+	// trailing dot keeps "8.8.8.8." from being read as the literal).
+	for _, host := range []string{"8.8.8.8.", "127.1", "2130706433", "0x7f.0.0.1", "0x7f000001"} {
+		if name, ok := normalName(host); ok {
+			t.Errorf("normalName(%q) = %q, a name", host, name)
 		}
 	}
 }
