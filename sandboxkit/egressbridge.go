@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
@@ -128,6 +130,12 @@ func runEgressBridge(args []string) int {
 		return code
 	}
 	if len(args) == 1 && args[0] == "serve" {
+		// The command runs as the same uid: without this it could ptrace
+		// the bridge or open /proc/PID/fd and /proc/PID/exe (this
+		// program, opened on the host, named by its host path).
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			return fail(2, "egress bridge: PR_SET_DUMPABLE: %v", err)
+		}
 		ln, err := net.FileListener(os.NewFile(3, "egress-bridge"))
 		if err != nil {
 			return fail(2, "egress bridge: %v", err)
@@ -161,6 +169,11 @@ func runEgressBridge(args []string) int {
 	}
 	f.Close()
 	ln.Close()
+	// Whatever is still open (this program's descriptor, bwrap's status
+	// pipe) must not reach the command.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(2, "egress bridge: close_range: %v", err)
+	}
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		return fail(127, "%s: command not found", args[0])

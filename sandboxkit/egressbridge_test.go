@@ -140,6 +140,38 @@ env | grep -i _proxy= | sort | tr '\n' ' '
 	f.refused(t, host, "http", "not in the allow-list")
 }
 
+// TestEgressRunDescriptors: the command of a one-shot sandbox with egress
+// inherits no descriptor of the bridge's launcher (this program, opened
+// on the host: readlink names its host path), and cannot ptrace or read
+// the bridge.
+func TestEgressRunDescriptors(t *testing.T) {
+	f := newEgressFixture(t)
+	out, err := sh(t, f.p, `for fd in /proc/$$/fd/*; do echo "fd $(readlink $fd)"; done
+for p in /proc/[0-9]*; do
+	case "$(cat $p/cmdline 2>/dev/null | tr '\0' ' ')" in
+	"/proc/self/exe --sandboxkit-egress serve ") echo bridge-seen; ls $p/fd/ >/dev/null 2>&1 && echo bridge-fds-readable; head -c 1 $p/exe >/dev/null 2>&1 && echo bridge-exe-readable;;
+	esac
+done
+echo done`)
+	if err != nil || !strings.Contains(out, "done") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "bridge-seen") {
+		t.Errorf("no bridge process found:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		// Its stdin, its output pipes, and copies the shell makes of them.
+		if target, ok := strings.CutPrefix(l, "fd "); ok && target != "/dev/null" && !strings.HasPrefix(target, "pipe:") {
+			t.Errorf("the command inherited a descriptor of %s:\n%s", target, out)
+		}
+	}
+	for _, bad := range []string{"bridge-fds-readable", "bridge-exe-readable"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s:\n%s", bad, out)
+		}
+	}
+}
+
 // TestEgressProxyDies: once the proxy is gone, mid-command, nothing gets
 // out, and the command's result says why.
 func TestEgressProxyDies(t *testing.T) {

@@ -8,8 +8,10 @@ import (
 )
 
 // handoverByte is the one byte of a bridge's message that carries a
-// client's TCP connection (SCM_RIGHTS) to the proxy.
-const handoverByte = 'H'
+// client's TCP connection (SCM_RIGHTS) to the proxy: NUL, which starts
+// no HTTP method and no SOCKS greeting (a client speaking on the socket
+// itself may send "HEAD ...").
+const handoverByte = 0
 
 // Bridge serves ln, a TCP listener on 127.0.0.1:Port inside a sandbox:
 // each connection accepted is handed over, as a descriptor, to the proxy

@@ -12,10 +12,11 @@
 // Each connection is checked on its own: the name must match the
 // allow-list, the proxy resolves it itself and refuses it if any address
 // is a loopback, private, link-local (cloud metadata), CGNAT, multicast,
-// unspecified or reserved one, IPv4-mapped or embedded (NAT64, 6to4)
-// ones included; then it connects to the very address it checked, so a
-// name that resolves differently a moment later (DNS rebinding) gains
-// nothing. IP literals are refused unless listed. Every attempt, allowed
+// unspecified or reserved one, IPv4-mapped or embedded (NAT64, 6to4,
+// Teredo) ones included, or an address of this host or of a network it
+// is on (whatever its range); then it connects to the very address it
+// checked, so a name that resolves differently a moment later (DNS
+// rebinding) gains nothing. IP literals are refused unless listed. Every attempt, allowed
 // or refused, is reported to Options.OnEvent.
 package egress
 
@@ -104,7 +105,8 @@ type Event struct {
 	// (a plain HTTP request) or "socks5".
 	Proto string
 	// Host and Port are the destination as asked (a name or an IP
-	// literal); Host is empty when the request could not be read.
+	// literal), quoted and escaped to ASCII if it has a byte that is not
+	// printable ASCII; Host is empty when the request could not be read.
 	Host string
 	Port int
 	// Addr is the address connected to (allowed attempts, and refused

@@ -245,7 +245,7 @@ func (p *Proxy) handle(c net.Conn) {
 	head.N = math.MaxInt64
 	ev := Event{Time: start, Verdict: Refused}
 	if req != nil {
-		ev.Proto, ev.Host, ev.Port = req.proto, req.host, req.port
+		ev.Proto, ev.Host, ev.Port = req.proto, printable(req.host), req.port
 	}
 	refuse := func(why string) {
 		ev.Reason, ev.Duration = why, time.Since(start)
@@ -394,6 +394,10 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.o.DialTimeout)
 	defer cancel()
+	own, err := hostNetworks()
+	if err != nil {
+		return refused("cannot list this host's networks (to refuse them): %v", errnoOf(err))
+	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")); err == nil {
 		a = a.Unmap()
@@ -403,11 +407,14 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		if why := blockedReason(a); why != "" {
 			return refused("%s is %s", a, why)
 		}
+		if why := ownReason(own, a); why != "" {
+			return refused("%s is %s", a, why)
+		}
 		addrs = []netip.Addr{a}
 	} else {
 		name, ok := normalName(host)
 		if !ok {
-			return refused("%q is not a host name", host)
+			return refused("%+q is not a host name", host)
 		}
 		if !matchName(p.rules, name, port) {
 			return refused("%s:%d is not in the allow-list", name, port)
@@ -429,6 +436,9 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 			if why := blockedReason(a); why != "" {
 				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, why)}
 			}
+			if why := ownReason(own, a); why != "" {
+				return nil, a, dialFailure{reason: fmt.Sprintf("%s resolves to %s, %s", name, a, why)}
+			}
 		}
 		for _, a := range found {
 			addrs = append(addrs, a.Unmap())
@@ -448,6 +458,58 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		reason = fmt.Sprintf("no connection within %v", p.o.DialTimeout)
 	}
 	return nil, addrs[len(addrs)-1], dialFailure{reason: reason, failed: true}
+}
+
+// hostNetworks returns the addresses of this host's interfaces with
+// their prefixes: whatever range they are in (a public one, a
+// documentation one), a connection to one of the addresses is routed
+// over loopback to the host's own services, and one to the rest of a
+// prefix goes to a neighbour on the host's own network. They are read
+// for every connection, since they change (DHCP, hotplug); it costs some
+// 20µs.
+func hostNetworks() ([]netip.Prefix, error) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	own := make([]netip.Prefix, 0, len(ifas))
+	for _, ifa := range ifas {
+		n, ok := ifa.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(n.IP) // an IPv4 address in 16 bytes
+		ones, bits := n.Mask.Size()
+		if a.Is4In6() {
+			if a = a.Unmap(); bits == 128 {
+				ones, bits = ones-96, 32
+			}
+		}
+		if !ok {
+			continue
+		}
+		if bits != a.BitLen() || ones < 0 { // a mask not understood: the address alone
+			ones = a.BitLen()
+		}
+		own = append(own, netip.PrefixFrom(a, ones))
+	}
+	return own, nil
+}
+
+// ownReason says why a is no destination if it is in one of own (see
+// hostNetworks), or "".
+func ownReason(own []netip.Prefix, a netip.Addr) string {
+	a = a.WithZone("") // a zone does not take an address off the host's networks
+	for _, p := range own {
+		switch {
+		case p.Addr() == a:
+			return "an address of this host (its own services answer there, as on loopback)"
+		case p.Contains(a):
+			// Not which one: the answer goes back to the sandbox.
+			return "on a network this host is on"
+		}
+	}
+	return ""
 }
 
 // relay copies both ways until both sides are done, and returns the
@@ -553,6 +615,10 @@ func (p *Proxy) copy(dst, src net.Conn, n *int64) error {
 }
 
 // reserve takes up to copyChunk bytes of the budget; 0 when it is spent.
+// A copy that waits to read holds what it took, so it takes at most a
+// share of what is left, one of as many as copies may run at once (two a
+// connection): the others still get theirs, and the budget runs out
+// only once spent.
 func (p *Proxy) reserve() int64 {
 	for {
 		left := p.budget.Load()
@@ -560,7 +626,7 @@ func (p *Proxy) reserve() int64 {
 			p.spent.Store(true)
 			return 0
 		}
-		chunk := min(left, copyChunk)
+		chunk := min(max(left/int64(2*p.o.MaxConns+1), 1), copyChunk)
 		if p.budget.CompareAndSwap(left, left-chunk) {
 			return chunk
 		}
@@ -636,7 +702,7 @@ func readHTTP(c net.Conn, br *bufio.Reader) (*request, error) {
 	req.proto = "http"
 	if r.URL.Scheme != "http" || r.URL.Host == "" {
 		answer(http.StatusBadRequest, "want CONNECT host:port or an absolute http:// URL")
-		return nil, fmt.Errorf("%s %q is not a proxy request", clip(r.Method), clip(r.RequestURI))
+		return nil, fmt.Errorf("%s %+q is not a proxy request", clip(r.Method), clip(r.RequestURI))
 	}
 	host, port, err := splitHostPort(r.URL.Host, 80)
 	if err != nil {
@@ -653,15 +719,27 @@ func splitHostPort(s string, def int) (string, int, error) {
 	host, ps, err := net.SplitHostPort(s)
 	if err != nil {
 		if def == 0 {
-			return "", 0, fmt.Errorf("bad destination %q: want host:port", clip(s))
+			return "", 0, fmt.Errorf("bad destination %+q: want host:port", clip(s))
 		}
 		host, ps = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), strconv.Itoa(def)
 	}
 	port, err := strconv.Atoi(ps)
 	if err != nil || port < 1 || port > 65535 || host == "" || len(host) > 255 {
-		return "", 0, fmt.Errorf("bad destination %q", clip(s))
+		return "", 0, fmt.Errorf("bad destination %+q", clip(s))
 	}
 	return host, port, nil
+}
+
+// printable is host as a client asked for it, quoted and escaped to
+// ASCII if it has a byte that is not printable ASCII: a sandbox chooses
+// those bytes, and events are shown on terminals and in logs.
+func printable(host string) string {
+	for i := 0; i < len(host); i++ {
+		if host[i] <= ' ' || host[i] >= 0x7f {
+			return strconv.QuoteToASCII(host)
+		}
+	}
+	return host
 }
 
 // clip shortens what a client wrote to a length fit for an event.

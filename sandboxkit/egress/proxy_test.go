@@ -12,9 +12,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +132,15 @@ func TestProxyPlainHTTPAndSOCKS(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != fmt.Sprintf("plain allowed.test:%d", port) {
 		t.Fatalf("plain HTTP body %q", body)
+	}
+	// Every method, HEAD too (its first byte is no bridge's handover).
+	resp, err = c.Head(fmt.Sprintf("http://allowed.test:%d/x", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("plain HTTP HEAD: %s", resp.Status)
 	}
 	resp, err = c.Get(fmt.Sprintf("http://other.test:%d/x", port))
 	if err != nil {
@@ -403,5 +415,236 @@ func TestProxyCannotListen(t *testing.T) {
 	_, err := egress.Listen(path, egress.Options{Allow: []string{"allowed.test"}})
 	if !errors.Is(err, egress.ErrProxyDown) || strings.Contains(err.Error(), "missing") {
 		t.Fatalf("Listen = %v, want ErrProxyDown naming no path", err)
+	}
+}
+
+// A destination that is one of this host's own addresses reaches the
+// host's own services (the kernel routes it over loopback), and one on
+// a network the host is attached to is a neighbour on its LAN, whatever
+// range the address is in (this test host's LAN is 192.0.2.0/24, a
+// documentation range): both are refused like loopback and private
+// addresses, for a name that resolves there as for a listed IP literal.
+func TestProxyRefusesHostAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", ":0") // every address of the host
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := egresstest.Resolver{}
+	var allow, dests []string
+	for i, ifa := range ifas {
+		n := ifa.(*net.IPNet)
+		a, ok := netip.AddrFromSlice(n.IP)
+		if a = a.Unmap(); !ok || a.IsLoopback() { // loopback: the tests' switch lets resolved ones through
+			continue
+		}
+		ones, _ := n.Mask.Size()
+		targets := []netip.Addr{a}
+		if ones < a.BitLen()-1 { // a neighbour: the network's first address, else its second
+			pfx, _ := a.Prefix(ones)
+			nb := pfx.Addr().Next()
+			if nb == a {
+				nb = nb.Next()
+			}
+			targets = append(targets, nb)
+		}
+		for j, a := range targets {
+			name := fmt.Sprintf("self%d-%d.test", i, j)
+			res[name] = []netip.Addr{a}
+			allow = append(allow, name, a.String())
+			dests = append(dests, net.JoinHostPort(name, strconv.Itoa(port)), net.JoinHostPort(a.String(), strconv.Itoa(port)))
+		}
+	}
+	if len(dests) == 0 {
+		t.Fatal("this host has no address but loopback")
+	}
+	p, ev := start(t, egress.Options{Allow: allow}, res)
+	for _, hp := range dests {
+		c, st, err := connect(p, hp)
+		if c != nil {
+			c.Close()
+		}
+		host, _, _ := net.SplitHostPort(hp)
+		// Refused, not failed: no connection was tried.
+		if e, ok := ev.Find(host, egress.Refused); c != nil || !strings.HasPrefix(st, "403") || !ok {
+			t.Errorf("CONNECT %s (an address of this host or its networks): %q %v, event %+v, want 403 and refused; events:\n%s", hp, st, err, e, ev)
+		}
+	}
+}
+
+// The destination a client asks for is the sandbox's to choose, any
+// bytes: an event carries it printable (it is shown on terminals, in
+// logs), with no control character that could drive a terminal.
+func TestProxyEventHostPrintable(t *testing.T) {
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}}, egresstest.Resolver{})
+	for _, tc := range []struct{ name, host string }{
+		{"SOCKS5 escape", "\x1b]0;owned\x07\x1b[2Jallowed.test"},
+		{"SOCKS5 C1", "a\u009b31mb.test"},
+		{"SOCKS5 newline", "x.test\nfake event line"},
+		{"CONNECT C1", "a\u009b31mb.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(ev.All())
+			c, err := net.Dial("unix", p.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if strings.HasPrefix(tc.name, "SOCKS5") {
+				if code, err := socksConnect(c, tc.host, 443); err != nil || code == 0 {
+					t.Fatalf("SOCKS5 reply %d %v, want a refusal", code, err)
+				}
+			} else {
+				fmt.Fprintf(c, "CONNECT %s:443 HTTP/1.1\r\n\r\n", tc.host)
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				io.Copy(io.Discard, c)
+			}
+			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == before; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no event")
+				}
+			}
+			e := ev.All()[before]
+			if e.Verdict != egress.Refused || e.Host == "" {
+				t.Fatalf("event %+v, want refused naming the host", e)
+			}
+			for _, s := range []string{e.Host, e.Reason} {
+				for i := 0; i < len(s); i++ {
+					if s[i] < 0x20 || s[i] >= 0x7f {
+						t.Fatalf("event %+v: byte %#x in %q", e, s[i], s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A connection that waits holds no more than a share of the byte budget
+// left: others still get through, and the budget is not taken for spent
+// while most of it is.
+func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
+	serve := func(h func(net.Conn)) int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); h(c) }()
+			}
+		}()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	idle := serve(func(c net.Conn) { io.Copy(io.Discard, c) })
+	talker := serve(func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			c.Write(make([]byte, 10<<10))
+		}
+	})
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxBytes: 1 << 20}, egresstest.Resolver{"allowed.test": loopback})
+	waiting, st, err := connect(p, fmt.Sprintf("allowed.test:%d", idle))
+	if waiting == nil {
+		t.Fatalf("idle tunnel: %s %v", st, err)
+	}
+	defer waiting.Close()
+	time.Sleep(100 * time.Millisecond) // its relay is waiting to read, both ways
+	for i := range 3 {
+		c, st, err := connect(p, fmt.Sprintf("allowed.test:%d", talker))
+		if c == nil {
+			t.Fatalf("tunnel %d beside an idle one, with the budget nearly whole: %s %v; events:\n%s", i, st, err, ev)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "?")
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		if n != 10<<10 {
+			t.Fatalf("tunnel %d relayed %d bytes, want %d; events:\n%s", i, n, 10<<10, ev)
+		}
+	}
+}
+
+// The sandbox can speak on the proxy's socket itself (it is bound in):
+// a handover of anything but one TCP connection is refused, and every
+// descriptor it sent is closed.
+func TestProxyHostileHandover(t *testing.T) {
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}}, egresstest.Resolver{})
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	uf, err := udp.(*net.UDPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uf.Close()
+	open := func() int { d, _ := os.ReadDir("/proc/self/fd"); return len(d) }
+	before := open()
+	for _, tc := range []struct {
+		name   string
+		fds    []int
+		reason string
+	}{
+		{"none", nil, "want exactly one descriptor"},
+		{"a pipe", []int{int(pr.Fd())}, "bad handover"},
+		{"a UDP socket", []int{int(uf.Fd())}, "not a TCP connection"},
+		{"two", []int{int(pr.Fd()), int(pw.Fd())}, "want exactly one descriptor"},
+		{"more than fit", []int{0, 1, 2, 0, 1, 2, 0, 1, 2}, "want exactly one descriptor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(ev.All())
+			c, err := net.Dial("unix", p.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var oob []byte
+			if tc.fds != nil {
+				oob = syscall.UnixRights(tc.fds...)
+			}
+			if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{0}, oob, nil); err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(15 * time.Second))
+			io.Copy(io.Discard, c) // the proxy hangs up
+			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == n; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no event")
+				}
+			}
+			if e := ev.All()[n]; e.Verdict != egress.Refused || !strings.Contains(e.Reason, tc.reason) {
+				t.Fatalf("event %+v, want refused with %q", e, tc.reason)
+			}
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); open() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors open after the handovers, %d before", open(), before)
+		}
 	}
 }

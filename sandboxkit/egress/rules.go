@@ -110,10 +110,16 @@ func parsePort(s string) (int, error) {
 }
 
 // normalName returns host in lower case without a trailing dot, if it
-// is a DNS name of letters, digits, hyphens and underscores.
+// is a DNS name of letters, digits, hyphens and underscores whose last
+// label is not a number: "127.1", "2130706433" or "0x7f.1" are IPv4
+// addresses to inet_aton, and so to the C library's resolver.
 func normalName(host string) (string, bool) {
 	h := strings.ToLower(strings.TrimSuffix(host, "."))
 	if h == "" || len(h) > 253 {
+		return "", false
+	}
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") && strings.Trim(last[2:], "0123456789abcdef") == "" {
 		return "", false
 	}
 	for _, label := range strings.Split(h, ".") {
@@ -182,9 +188,21 @@ var embedsV4 = []struct {
 	at     int // byte offset of the IPv4 address
 }{
 	{netip.MustParsePrefix("64:ff9b::/96"), 12},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},  // in its /96 form only: localNAT64
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), 12}, // IPv4-translated (SIIT, RFC 2765)
 	{netip.MustParsePrefix("2002::/16"), 2},
 }
+
+// teredo is the Teredo prefix (RFC 4380): its addresses tunnel to the
+// IPv4 address of a Teredo server (bytes 4 to 7) and of the client
+// (bytes 12 to 15, inverted), which are checked in turn.
+var teredo = netip.MustParsePrefix("2001::/32")
+
+// localNAT64 is the local-use NAT64 prefix (RFC 8215): a network may
+// embed the IPv4 address after a /48, /56 or /64 of it (RFC 6052) as
+// well as after a /96, so an address of it outside the /96 form (bytes 6
+// to 11 zero) cannot be judged, and is refused.
+var localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
 
 // blockedReason says why a is never a destination (loopback, private
 // network, link-local and cloud metadata, CGNAT, multicast,
@@ -209,6 +227,20 @@ func blockedReason(a netip.Addr) string {
 	for _, p := range blockedPrefixes {
 		if p.Contains(a) {
 			return "a reserved address (" + p.String() + ")"
+		}
+	}
+	if localNAT64.Contains(a) {
+		if b := a.As16(); [6]byte(b[6:12]) != [6]byte{} {
+			return "a local-use NAT64 address (" + localNAT64.String() + ") whose IPv4 address cannot be told"
+		}
+	}
+	if teredo.Contains(a) {
+		b := a.As16()
+		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
+		for _, v4 := range []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)} {
+			if why := blockedReason(v4); why != "" {
+				return why + " (embedded in " + teredo.String() + ")"
+			}
 		}
 	}
 	if a.Is6() {

@@ -30,10 +30,28 @@ func TestParseAllow(t *testing.T) {
 		{"-bad.example", false},
 		{"ex*.example.com", false},
 		{"http://example.com", false},
+		{"1password.com", true},
+		{"*.3com.example", true},
+		// IPv4 addresses in the forms inet_aton takes (a resolver
+		// may read them so) are no names: a top-level label is never
+		// all digits.
+		{"*.8.8", false},
+		{"127.1", false},
+		{"2130706433", false},
+		{"0x7f.1", false},
+		{"0177.0.0.1", false},
+		{"*.0.0.1", false},
 	} {
 		err := ParseAllow([]string{tc.entry})
 		if (err == nil) != tc.ok {
 			t.Errorf("ParseAllow(%q) = %v, want ok=%v", tc.entry, err, tc.ok)
+		}
+	}
+	// Nor does a client's destination pass for a name in those forms (the
+	// trailing dot keeps "8.8.8.8." from being read as the literal).
+	for _, host := range []string{"8.8.8.8.", "127.1", "2130706433", "0x7f.0.0.1", "0x7f000001"} {
+		if name, ok := normalName(host); ok {
+			t.Errorf("normalName(%q) = %q, a name", host, name)
 		}
 	}
 }
@@ -96,10 +114,18 @@ func TestBlocked(t *testing.T) {
 		{"224.0.0.1", true},
 		{"ff02::1", true},
 		{"255.255.255.255", true},
-		{"64:ff9b::a9fe:a9fe", true}, // NAT64 of 169.254.169.254
-		{"64:ff9b::7f00:1", true},    // NAT64 of 127.0.0.1
-		{"2002:7f00:1::", true},      // 6to4 of 127.0.0.1
-		{"::127.0.0.1", true},        // IPv4-compatible
+		{"64:ff9b::a9fe:a9fe", true},                   // NAT64 of 169.254.169.254
+		{"64:ff9b::7f00:1", true},                      // NAT64 of 127.0.0.1
+		{"2002:7f00:1::", true},                        // 6to4 of 127.0.0.1
+		{"::127.0.0.1", true},                          // IPv4-compatible
+		{"::ffff:0:7f00:1", true},                      // IPv4-translated (SIIT) of 127.0.0.1
+		{"::ffff:0:a9fe:a9fe", true},                   // IPv4-translated of 169.254.169.254
+		{"64:ff9b:1::7f00:1", true},                    // local-use NAT64 (/96 form) of 127.0.0.1
+		{"64:ff9b:1:7f00:0:100:808:808", true},         // local-use NAT64 /48 form of 127.0.0.1 (suffix not zero)
+		{"64:ff9b:1:a00:1:100::", true},                // local-use NAT64 /48 form of 10.0.1.1
+		{"64:ff9b:1::808:808", false},                  // local-use NAT64 (/96 form) of 8.8.8.8
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", true}, // Teredo, client 127.0.0.1 (inverted)
+		{"2001:0:a00:1:8000:63bf:f7f7:f7f7", true},     // Teredo, server 10.0.0.1
 		{"93.184.216.34", false},
 		{"8.8.8.8", false},
 		{"100.128.0.1", false},
