@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,6 +233,39 @@ func TestLDAPLogin(t *testing.T) {
 	status, body, _ := p.anon().do("POST", "/api/v1/auth/login", map[string]string{"username": "carol", "password": "wrong password"})
 	if status != http.StatusUnauthorized {
 		t.Fatalf("wrong LDAP password: %d %s", status, body)
+	}
+	// The web UI's sign-in form binds to the directory the same way.
+	signIn := func(password string) *http.Response {
+		t.Helper()
+		form := url.Values{"username": {"carol"}, "password": {password}, "next": {"/"}}
+		req, _ := http.NewRequest("POST", p.URL+"/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", p.URL)
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	if res := signIn("wrong password"); res.StatusCode == http.StatusSeeOther || res.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("web sign-in with a wrong LDAP password: %d, cookie %q", res.StatusCode, res.Header.Get("Set-Cookie"))
+	}
+	res := signIn("ldap password 1")
+	cookie, _, _ := strings.Cut(res.Header.Get("Set-Cookie"), ";")
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(cookie, "codumentor_session=") {
+		t.Fatalf("web sign-in of an LDAP user: %d, cookie %q", res.StatusCode, res.Header.Get("Set-Cookie"))
+	}
+	req, _ := http.NewRequest("GET", p.URL+"/api/v1/me", nil)
+	req.Header.Set("Cookie", cookie)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(res.Body).Decode(&me)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || me.Name != "carol" || me.Source != "ldap" {
+		t.Fatalf("GET /api/v1/me with the LDAP user's cookie: %d %+v", res.StatusCode, me)
 	}
 }
 
