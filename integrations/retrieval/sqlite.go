@@ -138,7 +138,7 @@ func (s *SQLite) Replace(ctx context.Context, repository string, remove []string
 	})
 }
 
-// each runs f on every shard at once; the first error.
+// each runs f on every shard at once; their errors, joined.
 func (s *SQLite) each(f func(i int, sh *shard) error) error {
 	if len(s.shards) == 1 {
 		return f(0, s.shards[0])
