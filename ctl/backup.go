@@ -20,6 +20,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
 func backupCommand() *cli.Command {
@@ -72,13 +73,17 @@ func runBackup(ctx context.Context, cmd *cli.Command) error {
 	if err := snapshotDB(ctx, inst, snapshot); err != nil {
 		return exitWith(exitFailure, err)
 	}
+	index, err := snapshotIndex(ctx, inst, tmp)
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
 
 	out := cmd.String("out")
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return exitWith(exitFailure, fmt.Errorf("backup: %w", err))
 	}
-	err = writeBackup(f, h, secret, inst, snapshot)
+	err = writeBackup(f, h, secret, inst, snapshot, index)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -133,7 +138,42 @@ func snapshotDB(ctx context.Context, inst config.Instance, dst string) error {
 	return nil
 }
 
-func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instance, snapshot string) error {
+// snapshotIndex copies the embedded code index's files
+// (data/index-N.db) that exist into dir, each by VACUUM INTO, after the
+// database: a sync that goes on meanwhile leaves the copy holding more
+// than the database records as indexed, which the next sync replaces;
+// never less. The names of the copies.
+func snapshotIndex(ctx context.Context, inst config.Instance, dir string) ([]string, error) {
+	var out []string
+	for i := range retrieval.Shards {
+		src := filepath.Join(inst.DataDir(), retrieval.ShardFile(i))
+		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		db, err := retrieval.OpenShard(ctx, src)
+		if err != nil {
+			return nil, err
+		}
+		// Created 0600 first (VACUUM INTO takes an empty file): the
+		// archive keeps the mode.
+		dst := filepath.Join(dir, retrieval.ShardFile(i))
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			f.Close()
+			_, err = db.ExecContext(ctx, "VACUUM INTO ?", dst)
+		}
+		db.Close()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot of the code index: %w", err)
+		}
+		out = append(out, dst)
+	}
+	return out, nil
+}
+
+func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instance, snapshot string, index []string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	sw, err := newSealWriter(bw, h, secret)
 	if err != nil {
@@ -143,6 +183,11 @@ func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instanc
 	a := &archiver{tw: tw}
 	if err := a.file(snapshot, "data/codumentor.db"); err != nil {
 		return err
+	}
+	for _, p := range index {
+		if err := a.file(p, "data/"+filepath.Base(p)); err != nil {
+			return err
+		}
 	}
 	if err := a.file(inst.ConfigFile(), "config.yaml"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

@@ -1,16 +1,20 @@
 package ctl_test
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
 // backupInstance is an instance with a user, a layer whose upper holds
-// a symlink out of the tree, and a backup of it under a passphrase.
+// a symlink out of the tree, a code index (indexFiles), and a backup of
+// it under a passphrase.
 func backupInstance(t *testing.T) (dir, file string) {
 	t.Helper()
 	dir = newInstance(t)
@@ -23,11 +27,55 @@ func backupInstance(t *testing.T) (dir, file string) {
 	}
 	os.Symlink("/etc/hostname", filepath.Join(upper, "escape"))
 	os.WriteFile(filepath.Join(upper, "file.txt"), []byte("content\n"), 0o640)
+	writeIndex(t, dir)
 	file = filepath.Join(t.TempDir(), "b.cbk")
 	if r := (run{args: []string{"backup", "--instance", dir, "--out", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}).do(t); r.code != 0 {
 		t.Fatalf("backup: %v", r)
 	}
 	return dir, file
+}
+
+// indexFiles are files in the code index of backupInstance, over both
+// of its shards.
+var indexFiles = []string{"a.go", "b.go", "c.go", "d.go", "e.go"}
+
+// writeIndex writes the code index of the instance dir as the server
+// does (retrieval.Shards files in its data directory), with a chunk
+// of each of indexFiles.
+func writeIndex(t *testing.T, dir string) {
+	t.Helper()
+	be, dbs := openIndex(t, dir)
+	var chunks []retrieval.Chunk
+	for _, p := range indexFiles {
+		chunks = append(chunks, retrieval.Chunk{Path: p, Commit: "c1", StartLine: 1, EndLine: 1, Language: "go", Text: "func backedUp() {}"})
+	}
+	if err := be.Replace(t.Context(), "repo", indexFiles, chunks); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range dbs {
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// openIndex opens the code index of the instance dir.
+func openIndex(t *testing.T, dir string) (*retrieval.SQLite, []*sql.DB) {
+	t.Helper()
+	var dbs []*sql.DB
+	for i := range retrieval.Shards {
+		db, err := retrieval.OpenShard(t.Context(), filepath.Join(dir, "data", retrieval.ShardFile(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	be, err := retrieval.NewSQLite(t.Context(), dbs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, dbs
 }
 
 func TestBackupRestoreFiles(t *testing.T) {
@@ -49,6 +97,22 @@ func TestBackupRestoreFiles(t *testing.T) {
 	}
 	if r := ctl(t, "users", "list", "--instance", dst); !strings.Contains(r.stdout, "alice") {
 		t.Errorf("users after restore: %v", r)
+	}
+	// The code index, every shard of it, 0600 like the server makes it.
+	for i := range retrieval.Shards {
+		p := filepath.Join(dst, "data", retrieval.ShardFile(i))
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("restored %s: %v, %v; want mode 0600", p, fi, err)
+		}
+	}
+	be, _ := openIndex(t, dst)
+	rs, err := be.Search(t.Context(), retrieval.Query{Text: "backedUp", Repositories: []string{"repo"}, Limit: 10})
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Path)
+	}
+	if slices.Sort(got); err != nil || !slices.Equal(got, indexFiles) {
+		t.Errorf("search in the restored index: %v, %v; want %v", got, err, indexFiles)
 	}
 }
 

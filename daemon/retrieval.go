@@ -3,7 +3,9 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
+	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	"gorm.io/gorm"
@@ -22,7 +24,7 @@ import (
 // search_code searches the conversation's repository by default (Scope);
 // Readable stays nil: every signed-in user may read every repository, as
 // GET /api/v1/repositories shows them.
-func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
+func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
 	var backend retrieval.Backend
 	switch cfg.Retrieval.Backend {
 	case config.RetrievalWeaviate:
@@ -33,11 +35,7 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm
 		}
 		backend = b
 	default:
-		sqlDB, err := db.DB()
-		if err != nil {
-			return err
-		}
-		b, err := retrieval.NewSQLite(ctx, sqlDB)
+		b, err := s.openEmbeddedIndex(ctx, inst, db)
 		if err != nil {
 			return err
 		}
@@ -67,6 +65,52 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, db *gorm
 		return c.Repository, nil
 	}}
 	return s.engine.Register(s.search.Tool())
+}
+
+// openEmbeddedIndex opens the embedded code index: retrieval.Shards
+// files beside the instance database (data/index-N.db, 0600), each with
+// its own writer. An index that an older version built in the instance
+// database (retrieval_chunks has rows) keeps working there, with one
+// writer, until its repositories are removed.
+func (s *server) openEmbeddedIndex(ctx context.Context, inst config.Instance, db *gorm.DB) (*retrieval.SQLite, error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	var legacy bool
+	err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'retrieval_chunks')`).Scan(&legacy)
+	if err == nil && legacy {
+		err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM retrieval_chunks)`).Scan(&legacy)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: looking for an index in the instance database: %w", err)
+	}
+	if legacy {
+		return retrieval.NewSQLite(ctx, sqlDB)
+	}
+	var dbs []*sql.DB
+	for i := range retrieval.Shards {
+		d, err := retrieval.OpenShard(ctx, filepath.Join(inst.DataDir(), retrieval.ShardFile(i)))
+		if err != nil {
+			for _, d := range dbs {
+				d.Close()
+			}
+			return nil, err
+		}
+		dbs = append(dbs, d)
+	}
+	s.indexDB = dbs
+	return retrieval.NewSQLite(ctx, dbs...)
+}
+
+// indexFiles are the embedded index's databases, which the server
+// closes when it stops.
+type indexFiles []*sql.DB
+
+func (f indexFiles) close() {
+	for _, d := range f {
+		d.Close()
+	}
 }
 
 // codeIndex hands the repositories' sync jobs the code index that

@@ -2,8 +2,11 @@ package daemon_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,44 +16,39 @@ import (
 	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
-// GET /api/v1/search finds what was ingested into the instance's
-// database, with paths and lines; bad parameters are 400s.
+// GET /api/v1/search finds what was ingested into the instance's code
+// index (the shard files beside its database), with paths and lines; bad
+// parameters are 400s.
 func TestSearchRoute(t *testing.T) {
 	in := newInstance(t, "")
 	in.addUser("alice", pw, false)
 	p := in.start()
 
-	// A repository, indexed into the running server's database as the
-	// sync job does.
-	repo := filepath.Join(t.TempDir(), "r.git")
-	stream := "commit refs/heads/main\ncommitter t <t@example.org> 1700000000 +0000\ndata 2\nr\n" +
-		"M 100644 inline conf/load.go\ndata 63\npackage conf\n\n// loadSettings reads it.\nfunc loadSettings() {}\n\n"
-	for _, args := range [][]string{{"init", "-q", "--bare", repo}, {"--git-dir", repo, "fast-import", "--quiet"}} {
-		cmd := exec.Command("git", args...)
-		cmd.Stdin = strings.NewReader(stream)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v: %s", args, err, out)
-		}
-	}
-	head, err := exec.Command("git", "--git-dir", repo, "rev-parse", "main").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A repository, indexed into the running server's index files as
+	// the sync job does.
+	repo, head := searchRepo(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
+	var dbs []*sql.DB
+	for i := range retrieval.Shards {
+		f := filepath.Join(in.config().DataDir(), retrieval.ShardFile(i))
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("the server's index file %s: %v, %v; want it 0600", f, fi, err)
+		}
+		db, err := retrieval.OpenShard(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		dbs = append(dbs, db)
 	}
-	sqlDB, _ := db.DB()
-	be, err := retrieval.NewSQLite(ctx, sqlDB)
+	be, err := retrieval.NewSQLite(ctx, dbs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ix, _ := retrieval.New(retrieval.Options{Backend: be})
-	if err := ix.Ingest(ctx, "repo1", repo, "", strings.TrimSpace(string(head)), nil); err != nil {
+	if err := ix.Ingest(ctx, "repo1", repo, "", head, nil); err != nil {
 		t.Fatal(err)
 	}
-	store.Close(db)
 
 	alice := p.login("alice", pw)
 	var res struct {
@@ -77,4 +75,57 @@ func TestSearchRoute(t *testing.T) {
 		alice.must(http.StatusBadRequest, "GET", "/api/v1/search"+q, nil, nil)
 	}
 	p.anon().must(http.StatusUnauthorized, "GET", "/api/v1/search?q=x", nil, nil)
+}
+
+// searchRepo is a bare repository with conf/load.go; its head commit.
+func searchRepo(t *testing.T) (dir, head string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "r.git")
+	stream := "commit refs/heads/main\ncommitter t <t@example.org> 1700000000 +0000\ndata 2\nr\n" +
+		"M 100644 inline conf/load.go\ndata 63\npackage conf\n\n// loadSettings reads it.\nfunc loadSettings() {}\n\n"
+	for _, args := range [][]string{{"init", "-q", "--bare", dir}, {"--git-dir", dir, "fast-import", "--quiet"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Stdin = strings.NewReader(stream)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+	out, err := exec.Command("git", "--git-dir", dir, "rev-parse", "main").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, strings.TrimSpace(string(out))
+}
+
+// An index that an older version built in the instance database keeps
+// working there: the server opens no index files beside it.
+func TestSearchRouteIndexInDatabase(t *testing.T) {
+	in := newInstance(t, "")
+	in.addUser("alice", pw, false)
+	repo, head := searchRepo(t)
+	ctx := context.Background()
+	db, err := store.Open(ctx, in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	be, err := retrieval.NewSQLite(ctx, sqlDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := retrieval.New(retrieval.Options{Backend: be})
+	if err := ix.Ingest(ctx, "repo1", repo, "", head, nil); err != nil {
+		t.Fatal(err)
+	}
+	store.Close(db)
+
+	p := in.start()
+	var res struct{ Results []struct{ Path string } }
+	p.login("alice", pw).must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings&repository=repo1", nil, &res)
+	if len(res.Results) != 1 || res.Results[0].Path != "conf/load.go" {
+		t.Fatalf("results %+v, want conf/load.go", res.Results)
+	}
+	if _, err := os.Stat(filepath.Join(in.config().DataDir(), retrieval.ShardFile(0))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an index file beside the database with an index in it: %v", err)
+	}
 }

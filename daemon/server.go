@@ -127,6 +127,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	defer s.indexDB.close()
 	defer s.engine.Close()
 	return s.serve(ctx, ln, scheme, inst, o)
 }
@@ -147,6 +148,7 @@ type server struct {
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 	attach  *api.Attachments
 	search  *retrieval.Searcher // code search; its Index ingests
+	indexDB indexFiles          // the embedded index's files
 
 	browsers browsers            // the webretrieve and mermaid_render plugins'
 	diagrams api.DiagramRenderer // set by mermaid_render
@@ -261,7 +263,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
 		return nil, err
 	}
-	if err := s.startRetrieval(ctx, cfg, db, convs, log); err != nil {
+	if err := s.startRetrieval(ctx, cfg, inst, db, convs, log); err != nil {
 		return nil, err
 	}
 	for _, name := range cfg.Plugins {

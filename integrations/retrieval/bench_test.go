@@ -1,9 +1,11 @@
 package retrieval
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -51,9 +53,12 @@ func percentile(d []time.Duration, p float64) float64 {
 
 // BenchmarkIngest measures ingesting the Go tree into the embedded
 // backend against merely reading the same blobs with git cat-file
-// --batch, in the same run (scripts/bench: -benchtime 1x).
+// --batch, in the same run (scripts/bench: -benchtime 1x); and the same
+// into one database (one-ratio, one-cpu-ratio: the layout before the
+// shards, which an index created by an older version keeps).
 func BenchmarkIngest(b *testing.B) {
 	g := goTreeRepo(b)
+	run := 0
 	for b.Loop() {
 		// The baseline: list the tree, read every blob, nothing else.
 		start, cpu0 := time.Now(), cpuTime()
@@ -84,26 +89,68 @@ func BenchmarkIngest(b *testing.B) {
 		}
 		read, readCPU := time.Since(start), cpuTime()-cpu0
 
-		db := openTestDB(b, b.TempDir())
-		be, err := NewSQLite(b.Context(), db)
+		// The server's layout (Shards files, one writer each) and the
+		// previous one (the instance database, one writer), in turn
+		// first: paired in the same run.
+		layouts := []string{"", "one-"}
+		if run%2 == 1 {
+			slices.Reverse(layouts)
+		}
+		run++
+		for _, layout := range layouts {
+			var be *SQLite
+			var close func()
+			if layout == "" {
+				be, close = benchShards(b)
+			} else {
+				db := openTestDB(b, b.TempDir())
+				be, err = NewSQLite(b.Context(), db)
+				if err != nil {
+					b.Fatal(err)
+				}
+				close = func() { db.Close() }
+			}
+			ix, _ := New(Options{Backend: be})
+			start, cpu0 = time.Now(), cpuTime()
+			st, err := ix.IngestStats(b.Context(), "go", g.dir, "", g.first, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ingest, ingestCPU := time.Since(start), cpuTime()-cpu0
+			close()
+			if layout == "" {
+				b.ReportMetric(float64(st.Files)/ingest.Seconds(), "files/s")
+				b.ReportMetric(float64(st.Files)/read.Seconds(), "read-files/s")
+				b.ReportMetric(float64(st.Chunks), "chunks")
+			}
+			b.ReportMetric(ingest.Seconds()/read.Seconds(), layout+"ratio")
+			// CPU time (this process and the git processes it waited
+			// for): the same ratio, less dependent on the machine's load.
+			b.ReportMetric(ingestCPU.Seconds()/readCPU.Seconds(), layout+"cpu-ratio")
+		}
+	}
+}
+
+// benchShards is the embedded index in Shards new files, and what
+// closes them.
+func benchShards(b *testing.B) (*SQLite, func()) {
+	dir := b.TempDir()
+	var dbs []*sql.DB
+	for i := range Shards {
+		db, err := OpenShard(b.Context(), filepath.Join(dir, ShardFile(i)))
 		if err != nil {
 			b.Fatal(err)
 		}
-		ix, _ := New(Options{Backend: be})
-		start, cpu0 = time.Now(), cpuTime()
-		st, err := ix.IngestStats(b.Context(), "go", g.dir, "", g.first, nil)
-		if err != nil {
-			b.Fatal(err)
+		dbs = append(dbs, db)
+	}
+	be, err := NewSQLite(b.Context(), dbs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return be, func() {
+		for _, db := range dbs {
+			db.Close()
 		}
-		ingest, ingestCPU := time.Since(start), cpuTime()-cpu0
-		db.Close()
-		b.ReportMetric(float64(st.Files)/ingest.Seconds(), "files/s")
-		b.ReportMetric(float64(st.Files)/read.Seconds(), "read-files/s")
-		b.ReportMetric(ingest.Seconds()/read.Seconds(), "ratio")
-		b.ReportMetric(float64(st.Chunks), "chunks")
-		// CPU time (this process and the git processes it waited
-		// for): the same ratio, less dependent on the machine's load.
-		b.ReportMetric(ingestCPU.Seconds()/readCPU.Seconds(), "cpu-ratio")
 	}
 }
 

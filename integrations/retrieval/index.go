@@ -58,7 +58,8 @@ type Result struct {
 	Chunk
 	Score float64
 
-	id int64 // the backend's key, while ranking
+	id    int64 // the backend's key, while ranking
+	shard int   // and the SQLite shard it is in
 }
 
 // Embedder turns texts into vectors, one per text in order

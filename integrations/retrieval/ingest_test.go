@@ -27,6 +27,26 @@ func openTestDB(t testing.TB, dir string) *sql.DB {
 	return db
 }
 
+// openShards is the embedded index as the server opens it: Shards
+// files in dir; with their databases.
+func openShards(t testing.TB, dir string) (*SQLite, []*sql.DB) {
+	t.Helper()
+	var dbs []*sql.DB
+	for i := range Shards {
+		db, err := OpenShard(t.Context(), filepath.Join(dir, ShardFile(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	be, err := NewSQLite(t.Context(), dbs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be, dbs
+}
+
 // backendKind is one Backend the suite runs against.
 type backendKind struct {
 	name string
@@ -46,12 +66,7 @@ var (
 // collection per call).
 var backends = []backendKind{
 	{"sqlite", func(t testing.TB) Backend {
-		db := openTestDB(t, t.TempDir())
-		t.Cleanup(func() { db.Close() })
-		be, err := NewSQLite(t.Context(), db)
-		if err != nil {
-			t.Fatal(err)
-		}
+		be, _ := openShards(t, t.TempDir())
 		return be
 	}},
 	{"weaviate", func(t testing.TB) Backend {

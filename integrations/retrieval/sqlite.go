@@ -1,25 +1,39 @@
 package retrieval
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
-// SQLite is the embedded Backend: chunks in a table of the instance
-// database, their words in an FTS5 index ranked by BM25 (the path's words
-// weigh pathWeight times the body's), and their vectors, when there are
-// some, searched by brute-force cosine similarity and fused with BM25 by
-// reciprocal rank.
+// SQLite is the embedded Backend: chunks in a table, their words in an
+// FTS5 index ranked by BM25 (the path's words weigh pathWeight times the
+// body's), and their vectors, when there are some, searched by
+// brute-force cosine similarity and fused with BM25 by reciprocal rank.
+//
+// The index may be spread over several databases (shards), each file's
+// chunks in the one its path hashes to: each shard has its own writer,
+// so a batch is written by as many connections at once (one SQLite
+// writer is what bounds an ingestion), and a search asks every shard and
+// merges their rankings.
 type SQLite struct {
+	shards []*shard
+}
+
+// shard is one database of the index.
+type shard struct {
 	db *sql.DB
 	// contentless: retrieval_fts stores no text (an index created by
 	// this version); rows leave it by ftsDelete.
@@ -70,23 +84,80 @@ func repoToken(repository string) string {
 	return "r" + hex.EncodeToString(sum[:10])
 }
 
-// NewSQLite creates the tables (if missing) in db, the instance database
-// (glebarez/sqlite, which has FTS5).
-func NewSQLite(ctx context.Context, db *sql.DB) (*SQLite, error) {
-	for _, q := range sqliteSchema {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("retrieval: creating the index tables: %w", err)
+// NewSQLite creates the tables (if missing) in each of dbs (glebarez's
+// driver, which has FTS5): the index's shards, in this order always (a
+// file's chunks are in the shard its path hashes to among them).
+func NewSQLite(ctx context.Context, dbs ...*sql.DB) (*SQLite, error) {
+	if len(dbs) == 0 {
+		return nil, errors.New("retrieval: NewSQLite needs a database")
+	}
+	s := &SQLite{}
+	for _, db := range dbs {
+		for _, q := range sqliteSchema {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return nil, fmt.Errorf("retrieval: creating the index tables: %w", err)
+			}
 		}
+		var ddl string
+		if err := db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl); err != nil {
+			return nil, fmt.Errorf("retrieval: reading the index's schema: %w", err)
+		}
+		s.shards = append(s.shards, &shard{db: db, contentless: strings.Contains(ddl, "content = ''")})
 	}
-	var ddl string
-	if err := db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl); err != nil {
-		return nil, fmt.Errorf("retrieval: reading the index's schema: %w", err)
-	}
-	return &SQLite{db: db, contentless: strings.Contains(ddl, "content = ''")}, nil
+	return s, nil
 }
 
-// Replace implements Backend, in one transaction.
+// shardOf is the index of the shard that holds path's chunks.
+func (s *SQLite) shardOf(path string) int {
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return int(h.Sum32() % uint32(len(s.shards)))
+}
+
+// Replace implements Backend: each shard's part in its own transaction,
+// the shards at once.
 func (s *SQLite) Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
+	if len(s.shards) == 1 {
+		return s.shards[0].replace(ctx, repository, remove, chunks)
+	}
+	removes := make([][]string, len(s.shards))
+	parts := make([][]Chunk, len(s.shards))
+	for _, p := range remove {
+		i := s.shardOf(p)
+		removes[i] = append(removes[i], p)
+	}
+	for _, c := range chunks {
+		i := s.shardOf(c.Path)
+		parts[i] = append(parts[i], c)
+	}
+	return s.each(func(i int, sh *shard) error {
+		if len(removes[i]) == 0 && len(parts[i]) == 0 {
+			return nil
+		}
+		return sh.replace(ctx, repository, removes[i], parts[i])
+	})
+}
+
+// each runs f on every shard at once; their errors, joined.
+func (s *SQLite) each(f func(i int, sh *shard) error) error {
+	if len(s.shards) == 1 {
+		return f(0, s.shards[0])
+	}
+	errs := make([]error, len(s.shards))
+	var wg sync.WaitGroup
+	for i, sh := range s.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, sh)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// replace is Replace in one shard, in one transaction.
+func (s *shard) replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
@@ -234,8 +305,13 @@ func idList(ids []int64) string {
 	return b.String()
 }
 
-// DeleteRepository implements Backend.
+// DeleteRepository implements Backend, shard by shard (one transaction
+// each: a repository half deleted is deleted again by a retry).
 func (s *SQLite) DeleteRepository(ctx context.Context, repository string) error {
+	return s.each(func(_ int, sh *shard) error { return sh.deleteRepository(ctx, repository) })
+}
+
+func (s *shard) deleteRepository(ctx context.Context, repository string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
@@ -297,7 +373,7 @@ func chunkIDs(cs []indexed) []int64 {
 // very terms the chunk was indexed with (other terms would corrupt the
 // index), recomputed here from its path, text and repository as Replace
 // computed them.
-func (s *SQLite) ftsDelete(ctx context.Context, tx *sql.Tx, repository string, chunks []indexed) error {
+func (s *shard) ftsDelete(ctx context.Context, tx *sql.Tx, repository string, chunks []indexed) error {
 	if !s.contentless {
 		return deleteIDs(ctx, tx, "retrieval_fts", "rowid", chunkIDs(chunks))
 	}
@@ -351,13 +427,13 @@ const commonShare = 0.1
 // pruned: a small index is fast anyway, and there every word is common.
 const pruneFrom = 5000
 
-// pruneCommon drops the query's very common words (by the index's
-// document counts) unless that leaves none.
-func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, error) {
-	if len(ws) < 2 {
-		return ws, nil
+// pruneCommon drops the query's very common words (by the document
+// counts of the whole index, every shard's summed: all shards search the
+// same words, so that their BM25 scores compare) unless that leaves none.
+func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, []float64, error) {
+	if len(s.shards) == 1 && len(ws) < 2 {
+		return ws, nil, nil
 	}
-	// One query: the index's size and the words' document counts.
 	var parts []any
 	for _, w := range ws {
 		for _, p := range w {
@@ -366,32 +442,33 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 			}
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT '', (SELECT coalesce(max(id), 0) FROM retrieval_chunks)
-		UNION ALL SELECT term, doc FROM retrieval_vocab WHERE term IN (?`+strings.Repeat(",?", len(parts)-1)+`)`, parts...)
-	if err != nil {
-		return nil, fmt.Errorf("retrieval: %w", err)
+	ns := make([]int64, len(s.shards))
+	counts := make([]map[string]int64, len(s.shards))
+	if err := s.each(func(i int, sh *shard) error {
+		var err error
+		ns[i], counts[i], err = sh.docCounts(ctx, parts)
+		return err
+	}); err != nil {
+		return nil, nil, err
 	}
-	defer rows.Close()
 	var n int64
 	docs := map[string]int64{}
-	for rows.Next() {
-		var term string
-		var df int64
-		if err := rows.Scan(&term, &df); err != nil {
-			return nil, fmt.Errorf("retrieval: %w", err)
-		}
-		if term == "" {
-			n = df
-		} else {
-			docs[term] = df
+	for i := range s.shards {
+		n += ns[i]
+		for term, df := range counts[i] {
+			docs[term] += df
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("retrieval: %w", err)
+	kept := ws
+	if n >= pruneFrom && len(ws) >= 2 {
+		kept = prune(ws, docs, n)
 	}
-	if n < pruneFrom {
-		return ws, nil
-	}
+	return kept, idfScales(kept, ns, counts, n, docs), nil
+}
+
+// prune is ws without its words in over commonShare of the n chunks,
+// unless that leaves none.
+func prune(ws []queryWord, docs map[string]int64, n int64) []queryWord {
 	limit := int64(float64(n) * commonShare)
 	var kept []queryWord
 	found := false
@@ -409,12 +486,84 @@ func (s *SQLite) pruneCommon(ctx context.Context, ws []queryWord) ([]queryWord, 
 		}
 	}
 	if !found { // only common words, or only words nowhere
-		return ws, nil
+		return ws
 	}
-	return kept, nil
+	return kept
 }
 
-// Search implements Backend.
+// idfScales are the factors that bring each shard's BM25 scores near
+// what one index would give: a word's IDF is the shard's (its count of
+// chunks with the word, of all its chunks), and the sum of the query's
+// IDFs over the whole index, divided by that in the shard, corrects for
+// most of the difference. (A phrase counts as its rarest part.)
+func idfScales(ws []queryWord, ns []int64, counts []map[string]int64, n int64, docs map[string]int64) []float64 {
+	if len(ns) == 1 {
+		return nil
+	}
+	idf := func(n, df int64) float64 {
+		return max(1e-6, math.Log((float64(n)-float64(df)+0.5)/(float64(df)+0.5)))
+	}
+	rarest := func(w queryWord, docs map[string]int64) int64 {
+		r := int64(-1)
+		for _, p := range w {
+			if df := docs[p]; r < 0 || df < r {
+				r = df
+			}
+		}
+		return r
+	}
+	var global float64
+	for _, w := range ws {
+		global += idf(n, rarest(w, docs))
+	}
+	scales := make([]float64, len(ns))
+	for i := range ns {
+		var local float64
+		for _, w := range ws {
+			local += idf(ns[i], rarest(w, counts[i]))
+		}
+		scales[i] = 1
+		if local > 0 {
+			scales[i] = global / local
+		}
+	}
+	return scales
+}
+
+// docCounts is the shard's size (chunks) and the document counts of the
+// terms parts, in one query.
+func (s *shard) docCounts(ctx context.Context, parts []any) (int64, map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT '', (SELECT coalesce(max(id), 0) FROM retrieval_chunks)
+		UNION ALL SELECT term, doc FROM retrieval_vocab WHERE term IN (?`+strings.Repeat(",?", len(parts)-1)+`)`, parts...)
+	if err != nil {
+		return 0, nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
+	var n int64
+	docs := map[string]int64{}
+	for rows.Next() {
+		var term string
+		var df int64
+		if err := rows.Scan(&term, &df); err != nil {
+			return 0, nil, fmt.Errorf("retrieval: %w", err)
+		}
+		if term == "" {
+			n = df
+		} else {
+			docs[term] = df
+		}
+	}
+	return n, docs, rows.Err()
+}
+
+// Search implements Backend: every shard ranks its chunks for the same
+// words (pruneCommon over the whole index), the rankings are merged by
+// score (the best depth of all shards), then fused. BM25 in a shard
+// uses that shard's document counts, so a shard where the query's words
+// are rarer scores higher: each shard's scores are scaled by idfScales
+// (without it, lexical recall@5 over testdata/relevance.json was 0.74
+// with two shards, 0.77 with it, 0.79 with one database). Cosine
+// similarity does not depend on the shard.
 func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
 		return nil, err
@@ -423,31 +572,103 @@ func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	if q.Vector != nil {
 		depth = max(depth, hybridDepth)
 	}
-	lex, err := s.lexical(ctx, q, depth)
+	ws, scales, err := s.pruneCommon(ctx, parseQuery(q.Text))
 	if err != nil {
 		return nil, err
 	}
-	ranked := lex
-	if q.Vector != nil {
-		vec, err := s.nearest(ctx, q, depth)
-		if err != nil {
-			return nil, err
+	lexs := make([][]Result, len(s.shards))
+	vecs := make([][]Result, len(s.shards))
+	err = s.each(func(i int, sh *shard) error {
+		var err error
+		if lexs[i], err = sh.lexical(ctx, ws, q.Repositories, depth); err != nil {
+			return err
 		}
-		ranked = fuse(q.Limit, func(r Result) string { return strconv.FormatInt(r.id, 10) }, lex, vec)
+		if scales != nil {
+			for j := range lexs[i] {
+				lexs[i][j].Score *= scales[i]
+			}
+		}
+		if q.Vector != nil {
+			if vecs[i], err = sh.nearest(ctx, q, depth); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ranked := mergeRanked(lexs, depth)
+	if q.Vector != nil {
+		ranked = fuse(q.Limit, func(r Result) string {
+			return strconv.Itoa(r.shard) + ":" + strconv.FormatInt(r.id, 10)
+		}, ranked, mergeRanked(vecs, depth))
 	}
 	ranked = ranked[:min(len(ranked), q.Limit)]
-	return s.load(ctx, ranked)
+	if len(s.shards) == 1 {
+		return s.shards[0].load(ctx, ranked)
+	}
+	// Each shard loads its chunks; the ranking keeps its order.
+	mine := make([][]Result, len(s.shards))
+	for _, r := range ranked {
+		mine[r.shard] = append(mine[r.shard], r)
+	}
+	if err := s.each(func(i int, sh *shard) error {
+		var err error
+		mine[i], err = sh.load(ctx, mine[i])
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	type key struct {
+		shard int
+		id    int64
+	}
+	loaded := map[key]Result{}
+	for _, rs := range mine {
+		for _, r := range rs {
+			loaded[key{r.shard, r.id}] = r
+		}
+	}
+	out := ranked[:0]
+	for _, r := range ranked {
+		if l, ok := loaded[key{r.shard, r.id}]; ok {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// mergeRanked is the depth best of the shards' rankings (lists[i] is
+// shard i's, best first), by score.
+func mergeRanked(lists [][]Result, depth int) []Result {
+	if len(lists) == 1 {
+		return lists[0]
+	}
+	var all []Result
+	for i, l := range lists {
+		for _, r := range l {
+			r.shard = i
+			all = append(all, r)
+		}
+	}
+	slices.SortFunc(all, func(a, b Result) int {
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.shard, b.shard); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	return all[:min(len(all), depth)]
 }
 
 // lexical ranks chunks by BM25 (path words weigh pathWeight, the
 // repository token nothing).
-func (s *SQLite) lexical(ctx context.Context, q Query, depth int) ([]Result, error) {
-	ws, err := s.pruneCommon(ctx, parseQuery(q.Text))
-	if err != nil {
-		return nil, err
-	}
+func (s *shard) lexical(ctx context.Context, ws []queryWord, repos []string, depth int) ([]Result, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT rowid, bm25(retrieval_fts, `+strconv.FormatFloat(pathWeight, 'f', 1, 64)+`, 1.0, 0.0) AS rank
-		FROM retrieval_fts WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?`, ftsQuery(ws, q.Repositories), depth)
+		FROM retrieval_fts WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?`, ftsQuery(ws, repos), depth)
 	if err != nil {
 		return nil, fmt.Errorf("retrieval: searching: %w", err)
 	}
@@ -477,7 +698,7 @@ func repoFilter(repos []string) (string, []any) {
 }
 
 // nearest ranks chunks by cosine similarity to q.Vector, scanning them.
-func (s *SQLite) nearest(ctx context.Context, q Query, depth int) ([]Result, error) {
+func (s *shard) nearest(ctx context.Context, q Query, depth int) ([]Result, error) {
 	filter, args := repoFilter(q.Repositories)
 	rows, err := s.db.QueryContext(ctx, `SELECT c.id, c.vector FROM retrieval_chunks c WHERE c.vector IS NOT NULL`+filter, args...)
 	if err != nil {
@@ -511,7 +732,7 @@ func (s *SQLite) nearest(ctx context.Context, q Query, depth int) ([]Result, err
 }
 
 // load fills in the chunks of ranked results, keeping their order.
-func (s *SQLite) load(ctx context.Context, ranked []Result) ([]Result, error) {
+func (s *shard) load(ctx context.Context, ranked []Result) ([]Result, error) {
 	if len(ranked) == 0 {
 		return []Result{}, nil
 	}

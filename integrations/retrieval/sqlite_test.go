@@ -8,25 +8,28 @@ import (
 	"testing"
 )
 
-// vocab is the index's terms with their document and occurrence counts.
-func vocab(t *testing.T, db *sql.DB) []string {
+// vocab is the index's terms with their document and occurrence counts,
+// shard by shard ("i term doc cnt").
+func vocab(t *testing.T, dbs []*sql.DB) []string {
 	t.Helper()
-	rows, err := db.QueryContext(t.Context(), `SELECT term, doc, cnt FROM retrieval_vocab ORDER BY term`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var term string
-		var doc, cnt int64
-		if err := rows.Scan(&term, &doc, &cnt); err != nil {
+	for i, db := range dbs {
+		rows, err := db.QueryContext(t.Context(), `SELECT term, doc, cnt FROM retrieval_vocab ORDER BY term`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprintf("%s %d %d", term, doc, cnt))
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		for rows.Next() {
+			var term string
+			var doc, cnt int64
+			if err := rows.Scan(&term, &doc, &cnt); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%d %s %d %d", i, term, doc, cnt))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return out
 }
@@ -36,8 +39,9 @@ func vocab(t *testing.T, db *sql.DB) []string {
 // which must be the ones it was indexed with): after a re-sync that
 // changes, deletes and adds files, the index holds what a fresh index of
 // the new commit holds, and after DeleteRepository nothing of that
-// repository. Both for the contentless index and for one created by an
-// older version (with a content table).
+// repository. For the server's index (contentless, in Shards files),
+// and in the instance database for a contentless index and one created
+// by an older version (with a content table).
 func TestIndexAfterChanges(t *testing.T) {
 	long := strings.Repeat("func padding() {}\n", 600) // past the binary probe
 	// Over 512 chunks: DeleteRepository reads them in pages.
@@ -60,14 +64,21 @@ func TestIndexAfterChanges(t *testing.T) {
 	}, "gone.go")
 
 	for _, tc := range []struct {
-		name   string
-		oldDDL string // created before NewSQLite, as an older version did
+		name    string
+		sharded bool
+		oldDDL  string // created before NewSQLite, as an older version did
 	}{
-		{"contentless", ""},
-		{"with content", `CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`},
+		{"sharded", true, ""},
+		{"contentless", false, ""},
+		{"with content", false, `CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			open := func() (*sql.DB, *Index) {
+			open := func() ([]*sql.DB, *Index) {
+				if tc.sharded {
+					be, dbs := openShards(t, t.TempDir())
+					ix, _ := New(Options{Backend: be})
+					return dbs, ix
+				}
 				db := openTestDB(t, t.TempDir())
 				t.Cleanup(func() { db.Close() })
 				if tc.oldDDL != "" {
@@ -79,11 +90,11 @@ func TestIndexAfterChanges(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if be.contentless != (tc.oldDDL == "") {
-					t.Fatalf("contentless = %v with the table %q", be.contentless, tc.oldDDL)
+				if be.shards[0].contentless != (tc.oldDDL == "") {
+					t.Fatalf("contentless = %v with the table %q", be.shards[0].contentless, tc.oldDDL)
 				}
 				ix, _ := New(Options{Backend: be})
-				return db, ix
+				return []*sql.DB{db}, ix
 			}
 			synced, ix := open()
 			for _, step := range [][2]string{{"", first}, {first, second}} {
@@ -99,11 +110,24 @@ func TestIndexAfterChanges(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("index after the re-sync:\n%s\nwant (a fresh index of the commit):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
-			if !slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, repoToken("r")+" ") }) || !slices.ContainsFunc(got, func(v string) bool { return strings.HasPrefix(v, "added ") }) {
+			has := func(term string) bool {
+				return slices.ContainsFunc(got, func(v string) bool { return strings.Contains(v, " "+term+" ") })
+			}
+			if !has(repoToken("r")) || !has("added") {
 				t.Fatalf("r and its new file are not in the index:\n%s", strings.Join(got, "\n"))
 			}
-			if _, err := synced.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
-				t.Fatalf("integrity-check: %v", err)
+			for i, db := range synced {
+				if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
+					t.Fatalf("integrity-check of shard %d: %v", i, err)
+				}
+			}
+			if tc.sharded { // both shards hold chunks of r
+				for i, db := range synced {
+					var n int
+					if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_chunks WHERE repository = 'r'`).Scan(&n); err != nil || n == 0 {
+						t.Fatalf("shard %d holds %d chunks of r (%v)", i, n, err)
+					}
+				}
 			}
 
 			// Another repository stays when r is deleted.
@@ -120,9 +144,11 @@ func TestIndexAfterChanges(t *testing.T) {
 			if got, want := vocab(t, synced), vocab(t, onlyOther); !slices.Equal(got, want) {
 				t.Fatalf("index after deleting r:\n%s\nwant only other's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
-			var n int
-			if err := synced.QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_chunks WHERE repository = 'r'`).Scan(&n); err != nil || n != 0 {
-				t.Fatalf("%d chunks of r left (%v)", n, err)
+			for _, db := range synced {
+				var n int
+				if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_chunks WHERE repository = 'r'`).Scan(&n); err != nil || n != 0 {
+					t.Fatalf("%d chunks of r left (%v)", n, err)
+				}
 			}
 			rs, err := ix.Search(t.Context(), Query{Text: "goneSoon parseConfig", Repositories: []string{"other"}})
 			if got := paths(rs); err != nil || !slices.Equal(slices.Sorted(slices.Values(got)), []string{"docs/guide.md", "gone.go", "pkg/server.go"}) {
