@@ -24,20 +24,7 @@ type benchPath struct {
 
 func newBenchPath(b *testing.B, serve func(net.Conn)) *benchPath {
 	b.Helper()
-	srv, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { srv.Close() })
-	go func() {
-		for {
-			c, err := srv.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); serve(c) }()
-		}
-	}()
+	port := serveTCP(b, "127.0.0.1:0", serve)
 	p, err := egress.Listen(filepath.Join(b.TempDir(), "egress.sock"), egress.Options{
 		Allow: []string{"allowed.test"}, Resolver: egresstest.Resolver{"allowed.test": loopback},
 		TestResolvedLoopback: true, MaxBytes: 1 << 40})
@@ -51,7 +38,7 @@ func newBenchPath(b *testing.B, serve func(net.Conn)) *benchPath {
 	}
 	b.Cleanup(func() { br.Close() })
 	go egress.Bridge(br.(*net.TCPListener), p.Path())
-	return &benchPath{server: srv.Addr().String(), bridge: br.Addr().String()}
+	return &benchPath{server: fmt.Sprintf("127.0.0.1:%d", port), bridge: br.Addr().String()}
 }
 
 // tunnel opens a connection to the server, through the proxy or not.

@@ -27,6 +27,27 @@ import (
 
 var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 
+// serveTCP listens on addr until the test ends, hands each connection
+// to h on its own goroutine (closing it after), and returns the port.
+func serveTCP(tb testing.TB, addr string, h func(net.Conn)) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); h(c) }()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // start runs a proxy for the test with the test names of egresstest.
 func start(t *testing.T, o egress.Options, res egresstest.Resolver) (*egress.Proxy, *egresstest.Events) {
 	t.Helper()
@@ -227,25 +248,11 @@ func connect(p *egress.Proxy, hostport string) (net.Conn, string, error) {
 
 func TestProxyCaps(t *testing.T) {
 	// An echo-less sink that writes n bytes to whoever connects, then waits.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.Write(make([]byte, 64<<10))
-				io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	hp := fmt.Sprintf("allowed.test:%d", ln.Addr().(*net.TCPAddr).Port)
+	port := serveTCP(t, "127.0.0.1:0", func(c net.Conn) {
+		c.Write(make([]byte, 64<<10))
+		io.Copy(io.Discard, c)
+	})
+	hp := fmt.Sprintf("allowed.test:%d", port)
 	res := egresstest.Resolver{"allowed.test": loopback}
 
 	t.Run("conns", func(t *testing.T) {
@@ -375,27 +382,14 @@ func (r *rebinder) LookupNetIP(context.Context, string, string) ([]netip.Addr, e
 // Every connection is checked anew, against what the name resolves to
 // then, and goes to the address checked.
 func TestProxyRebinding(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	port := serveTCP(t, "127.0.0.1:0", func(net.Conn) {})
 	ev := &egresstest.Events{}
 	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"rebind.test"}, Resolver: &rebinder{}, OnEvent: ev.Add, TestResolvedLoopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	hp := fmt.Sprintf("rebind.test:%d", ln.Addr().(*net.TCPAddr).Port)
+	hp := fmt.Sprintf("rebind.test:%d", port)
 	c, st, _ := connect(p, hp)
 	if c == nil {
 		t.Fatalf("first connection: %s", st)
@@ -425,21 +419,7 @@ func TestProxyCannotListen(t *testing.T) {
 // documentation range): both are refused like loopback and private
 // addresses, for a name that resolves there as for a listed IP literal.
 func TestProxyRefusesHostAddresses(t *testing.T) {
-	ln, err := net.Listen("tcp", ":0") // every address of the host
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := serveTCP(t, ":0", func(net.Conn) {}) // every address of the host
 	ifas, err := net.InterfaceAddrs()
 	if err != nil {
 		t.Fatal(err)
@@ -537,25 +517,8 @@ func TestProxyEventHostPrintable(t *testing.T) {
 // left: others still get through, and the budget is not taken for spent
 // while most of it is.
 func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
-	serve := func(h func(net.Conn)) int {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); h(c) }()
-			}
-		}()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
-	idle := serve(func(c net.Conn) { io.Copy(io.Discard, c) })
-	talker := serve(func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
+	idle := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { io.Copy(io.Discard, c) })
+	talker := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
 		if _, err := c.Read(make([]byte, 1)); err == nil {
 			c.Write(make([]byte, 10<<10))
 		}
