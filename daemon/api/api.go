@@ -366,11 +366,19 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 // gone or disabled. Every request checks it, and an event stream at
 // every heartbeat.
 func (s *Server) identify(ctx context.Context, tok string) (auth.User, error) {
+	u, _, err := s.session(ctx, tok)
+	return u, err
+}
+
+// session is identify, also returning the token's claims (a cookie
+// session's CSRF token is derived from their ID).
+func (s *Server) session(ctx context.Context, tok string) (auth.User, auth.Claims, error) {
 	claims, err := s.d.Tokens.Load().Verify(tok)
 	if err != nil {
-		return auth.User{}, err
+		return auth.User{}, claims, err
 	}
-	return s.d.Users.ForToken(ctx, claims)
+	u, err := s.d.Users.ForToken(ctx, claims)
+	return u, claims, err
 }
 
 func (s *Server) admin(c *fiber.Ctx) error {

@@ -49,21 +49,11 @@ var (
 	errCSRF        = &Error{Status: http.StatusForbidden, Code: "csrf", Message: "missing or wrong CSRF token: reload the page"}
 )
 
-// session is identify, also returning the token's claims.
-func (s *Server) session(c *fiber.Ctx, tok string) (auth.User, auth.Claims, error) {
-	claims, err := s.d.Tokens.Load().Verify(tok)
-	if err != nil {
-		return auth.User{}, claims, err
-	}
-	u, err := s.d.Users.ForToken(c.UserContext(), claims)
-	return u, claims, err
-}
-
 // authenticateCookie admits a request by its session cookie: like a
 // bearer token, and for a method that can change state, only from this
 // origin with the session's CSRF token.
 func (s *Server) authenticateCookie(c *fiber.Ctx, tok string) error {
-	u, claims, err := s.session(c, tok)
+	u, claims, err := s.session(c.UserContext(), tok)
 	if errors.Is(err, auth.ErrInvalidToken) {
 		s.log.Debug("session cookie refused", "ip", s.clientIP(c), "err", err)
 		return errUnauthorized
@@ -131,7 +121,7 @@ func (s *Server) Session(c *fiber.Ctx) (web.Session, error) {
 	if tok == "" {
 		return web.Session{}, web.ErrNoSession
 	}
-	u, claims, err := s.session(c, tok)
+	u, claims, err := s.session(c.UserContext(), tok)
 	if errors.Is(err, auth.ErrInvalidToken) {
 		return web.Session{}, web.ErrNoSession
 	}
