@@ -34,7 +34,14 @@ func cpuSeconds(d time.Duration) uint64 {
 // under p: args itself, or this binary with rlimitFlag in front of it
 // when p has an address-space or CPU-time limit.
 func rlimitLaunch(p *Policy, args []string) []string {
-	l := p.Limits
+	// Executed by the spawner, a fork of this very binary.
+	return withRlimits(p.Limits, args, "/proc/self/exe", rlimitFlag)
+}
+
+// withRlimits puts prefix and l's address space in bytes and CPU seconds
+// (0: unchanged; setRlimits reads them) in front of args, or returns
+// args when l has neither limit.
+func withRlimits(l Limits, args []string, prefix ...string) []string {
 	if l.AddressSpace == 0 && l.CPUTime == 0 {
 		return args
 	}
@@ -42,8 +49,7 @@ func rlimitLaunch(p *Policy, args []string) []string {
 	if l.CPUTime > 0 {
 		cpu = cpuSeconds(l.CPUTime)
 	}
-	// Executed by the spawner, a fork of this very binary.
-	return append([]string{"/proc/self/exe", rlimitFlag, strconv.FormatInt(l.AddressSpace, 10), strconv.FormatUint(cpu, 10)}, args...)
+	return append(append(prefix, strconv.FormatInt(l.AddressSpace, 10), strconv.FormatUint(cpu, 10)), args...)
 }
 
 // runRlimited is the rlimit step (see rlimitFlag): args are the address
@@ -103,15 +109,7 @@ const selfRlimitFlag = "--sandboxkit-self-rlimit"
 // binary (a server's package inits included), which the rlimit step
 // costs.
 func selfRlimits(p *Policy, args []string) []string {
-	l := p.Limits
-	if l.AddressSpace == 0 && l.CPUTime == 0 {
-		return args
-	}
-	cpu := uint64(0)
-	if l.CPUTime > 0 {
-		cpu = cpuSeconds(l.CPUTime)
-	}
-	return append([]string{selfRlimitFlag, strconv.FormatInt(l.AddressSpace, 10), strconv.FormatUint(cpu, 10)}, args...)
+	return withRlimits(p.Limits, args, selfRlimitFlag)
 }
 
 // takeSelfRlimits is Main's part of selfRlimits: in a SelfCommand that
