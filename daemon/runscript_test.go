@@ -1,10 +1,12 @@
 package daemon_test
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,26 +33,50 @@ func listens(addr string) bool {
 }
 
 // Item 13: scripts/run --demo-llm stopped the way a supervisor stops it
-// (SIGTERM to the script) or the way a terminal does (Ctrl-C: SIGINT to
-// its process group) leaves neither the demo model nor the server
-// running.
+// (SIGTERM to the script), the way a terminal does (Ctrl-C: SIGINT to
+// its process group, or SIGHUP when it closes), or by the server ending
+// on its own, leaves neither the demo model nor the server running.
 func TestRunScriptStopsDemoModel(t *testing.T) {
 	if os.Getuid() == 0 {
 		t.Skip("as root, scripts/run sets up the system user codumentor; the suite runs as the unprivileged test user")
 	}
 	for _, tc := range []struct {
-		name  string
-		group bool
-		sig   syscall.Signal
+		name   string
+		target stopTarget
+		sig    syscall.Signal
 	}{
-		{"SIGTERM to the script", false, syscall.SIGTERM},
-		{"Ctrl-C", true, syscall.SIGINT},
+		{"SIGTERM to the script", stopScript, syscall.SIGTERM},
+		{"Ctrl-C", stopGroup, syscall.SIGINT},
+		{"terminal closed", stopScript, syscall.SIGHUP},
+		{"the server stops", stopServer, syscall.SIGTERM},
 	} {
-		t.Run(tc.name, func(t *testing.T) { runScriptAndStop(t, tc.group, tc.sig) })
+		t.Run(tc.name, func(t *testing.T) { runScriptAndStop(t, tc.target, tc.sig) })
 	}
 }
 
-func runScriptAndStop(t *testing.T, group bool, sig syscall.Signal) {
+// stopTarget is what runScriptAndStop signals.
+type stopTarget int
+
+const (
+	stopScript stopTarget = iota // the script's own process
+	stopGroup                    // its process group, as a terminal does
+	stopServer                   // the server the script started, alone
+)
+
+// childRunning returns the pid of parent's child process whose command
+// line contains arg, or 0.
+func childRunning(parent int, arg string) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && strings.Contains(string(cmd), arg) {
+			return pid
+		}
+	}
+	return 0
+}
+
+func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -87,9 +113,16 @@ func runScriptAndStop(t *testing.T, group bool, sig syscall.Signal) {
 			t.Fatalf("scripts/run did not print %q:\n%s", want, out)
 		}
 	}
-	if group {
+	switch target {
+	case stopGroup:
 		syscall.Kill(-cmd.Process.Pid, sig)
-	} else {
+	case stopServer:
+		srv := childRunning(cmd.Process.Pid, "\x00api\x00")
+		if srv == 0 {
+			t.Fatalf("no codumentor api among the script's children:\n%s", out)
+		}
+		syscall.Kill(srv, sig)
+	default:
 		cmd.Process.Signal(sig)
 	}
 	select {
