@@ -124,7 +124,9 @@ func (s *stream) ended(timeout time.Duration) {
 
 // An open event stream ends at the next heartbeat once its user is
 // disabled, its token is revoked by a password change, or it expires.
-// Through the real server process.
+// Through the real server process, with bob holding as many streams as
+// a user may (16, over 4 conversations): every one of them ends, and
+// their places are free again for his next session.
 func TestStreamEndsWithItsToken(t *testing.T) {
 	in := newInstance(t, "  token_ttl: 4s\nplugins: []\n")
 	in.args = []string{"--sse-heartbeat", "100ms"}
@@ -133,16 +135,27 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	in.addUser("dave", pw, false)
 	p := in.start()
 
+	const perUser = 16 // server.max_streams_per_user's default
+	openAll := func(c *client) []*stream {
+		var ss []*stream
+		for range perUser / 4 {
+			conv := c.newConversation()
+			for range 4 {
+				ss = append(ss, c.follow(conv, ""))
+			}
+		}
+		return ss
+	}
 	open := func(name string) (*client, *stream) {
 		c := p.login(name, pw)
 		s := c.follow(c.newConversation(), "")
 		return c, s
 	}
-	_, bob := open("bob")
+	bobs := openAll(p.login("bob", pw))
 	_, carol := open("carol")
 	_, dave := open("dave")
-	// All three stay open across heartbeats while their tokens are good.
-	bob.quiet(500 * time.Millisecond)
+	// All stay open across heartbeats while their tokens are good.
+	bobs[0].quiet(500 * time.Millisecond)
 
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)
@@ -150,10 +163,21 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetPassword(ctx, auth.CommandLine, "carol", "new password 1")
 	})
-	bob.ended(time.Second)
+	for _, s := range bobs {
+		s.ended(2 * time.Second)
+	}
 	carol.ended(time.Second)
 	// dave's token expires 4 s after its login.
 	dave.ended(8 * time.Second)
+
+	// The ended streams gave their places back: bob, enabled again,
+	// opens his 16 at once.
+	in.users(func(ctx context.Context, us *auth.Users) error {
+		return us.SetDisabled(ctx, auth.CommandLine, "bob", false)
+	})
+	for _, s := range openAll(p.login("bob", pw)) {
+		s.cancel()
+	}
 	p.healthy()
 }
 
