@@ -122,6 +122,52 @@ func TestIdleConnectionFlood(t *testing.T) {
 	p.healthyFrom("127.0.0.2")
 }
 
+// Behind a trusted reverse proxy every client has the proxy's address,
+// so the per-address connection cap does not apply to it (the total cap
+// does): with max_connections 40 (10 per address), the proxy holds 20
+// idle connections while an untrusted address gets 10 and no more.
+func TestProxyConnectionsNotCappedPerIP(t *testing.T) {
+	in := newInstance(t, "trusted_proxies: [127.0.0.1]\nserver:\n  max_connections: 40\n  header_timeout: 5s\n")
+	p := in.start()
+	addr := strings.TrimPrefix(p.URL, "http://")
+	openFrom := func(ip string, n int) int {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 3 * time.Second}
+		var conns []net.Conn
+		for range n {
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				t.Fatalf("dial from %s: %v", ip, err)
+			}
+			t.Cleanup(func() { c.Close() })
+			conns = append(conns, c)
+		}
+		// A connection beyond a cap is closed at once; an admitted one
+		// stays open until the header timeout.
+		deadline := time.Now().Add(time.Second)
+		var kept atomic.Int64
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Go(func() {
+				c.SetReadDeadline(deadline)
+				var b [1]byte
+				var ne net.Error
+				if _, err := c.Read(b[:]); errors.As(err, &ne) && ne.Timeout() {
+					kept.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return int(kept.Load())
+	}
+	if n := openFrom("127.0.0.1", 20); n != 20 {
+		t.Errorf("the trusted proxy kept %d of 20 connections, want all", n)
+	}
+	if n := openFrom("127.0.0.2", 20); n != 10 {
+		t.Errorf("an untrusted address kept %d of 20 connections, want 10 (max_connections/4)", n)
+	}
+	p.healthyFrom("127.0.0.3")
+}
+
 // The item 6 as a load test: one user asks for 100 event
 // streams at once; 16 open and the rest get 429. Another user still
 // gets a stream until the global cap (max_streams: 20) is reached; a

@@ -342,6 +342,7 @@ func listen(cfg config.Config, log hclog.Logger) (net.Listener, string, error) {
 	}
 	lo, _ := limits(cfg.Server)
 	lo.Log = log.Named("listener").Warn
+	lo.Proxies, _ = cfg.Proxies() // checked by the config's validation
 	ln = connlimit.New(ln, lo)
 	scheme := "http"
 	if cfg.TLS.Enabled() {

@@ -120,7 +120,8 @@ type Server struct {
 	// limit, the rest is for the database, logs and sandboxes).
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerIP caps one client address's connections; more are
-	// closed at once (default: a quarter of max_connections).
+	// closed at once (default: a quarter of max_connections). It does not
+	// apply to trusted_proxies, whose clients all have their address.
 	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
 	// HeaderTimeout closes a connection that has not sent a request
 	// header in this time (default 10s).

@@ -9,7 +9,7 @@
 // beyond MaxConns (waiting connections stay in the kernel's backlog and
 // hold none of the process's descriptors), and closes at once a
 // connection from an address that already holds MaxPerIP, so that one
-// client cannot take all the places. Idle connections are the HTTP
+// client cannot take all the places (a trusted proxy's address excepted). Idle connections are the HTTP
 // server's to close (header and idle timeouts).
 package connlimit
 
@@ -17,6 +17,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,6 +30,9 @@ type Options struct {
 	MaxConns int
 	// MaxPerIP caps one remote address's connections (required).
 	MaxPerIP int
+	// Proxies are the trusted reverse proxies, which MaxPerIP does not
+	// bind: every client behind one has its address (MaxConns does).
+	Proxies []netip.Prefix
 	// Log reports refused connections and accept errors, each kind at
 	// most once a second (nil: not reported).
 	Log func(msg string, args ...any)
@@ -120,9 +124,10 @@ func (l *Listener) Close() error {
 func (l *Listener) Open() int { return len(l.slots) }
 
 func (l *Listener) admit(ip netip.Addr) bool {
+	proxy := slices.ContainsFunc(l.o.Proxies, func(p netip.Prefix) bool { return p.Contains(ip) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.perIP[ip] >= l.o.MaxPerIP {
+	if l.perIP[ip] >= l.o.MaxPerIP && !proxy {
 		return false
 	}
 	l.perIP[ip]++

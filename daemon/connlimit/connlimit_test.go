@@ -3,6 +3,7 @@ package connlimit
 import (
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -167,5 +168,27 @@ func TestSurvivesEMFILE(t *testing.T) {
 	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(client, buf); err != nil || string(buf) != "ok" {
 		t.Fatalf("the accepted connection: %q %v", buf, err)
+	}
+}
+
+// A trusted proxy's address is bound by MaxConns only.
+func TestProxyNotCappedPerIP(t *testing.T) {
+	l, ch := serve(t, Options{MaxConns: 6, MaxPerIP: 2, Proxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	for i := 0; i < 4; i++ {
+		dialFrom(t, "127.0.0.1", l.Addr())
+		if accepted(t, ch, 5*time.Second) == nil {
+			t.Fatalf("the proxy's connection %d was not accepted", i)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		dialFrom(t, "127.0.0.2", l.Addr())
+		if accepted(t, ch, 5*time.Second) == nil {
+			t.Fatalf("connection %d from another address was not accepted", i)
+		}
+	}
+	// MaxConns binds the proxy too.
+	dialFrom(t, "127.0.0.1", l.Addr())
+	if accepted(t, ch, 300*time.Millisecond) != nil || l.Open() != 6 {
+		t.Fatalf("accepted beyond MaxConns: Open() = %d", l.Open())
 	}
 }
