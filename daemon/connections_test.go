@@ -345,6 +345,12 @@ func TestAPIHygiene(t *testing.T) {
 		expect(http.StatusBadRequest, "GET", "/api/v1/conversations?limit="+url.QueryEscape(q), nil)
 	}
 	a.must(http.StatusOK, "GET", "/api/v1/conversations?limit=5", nil, nil)
+	// The answer quotes a bad value only in part.
+	for _, path := range []string{"/api/v1/conversations?limit=", "/api/v1/conversations/" + conv + "/events?after="} {
+		if status, body, _ := a.do("GET", path+strings.Repeat("9a", 1000), nil); status != http.StatusBadRequest || len(body) > 400 {
+			t.Errorf("GET %s<2000 bytes>: %d, %d bytes: %.100s…", path, status, len(body), body)
+		}
+	}
 	for _, title := range []string{"a\x00b", "red \x1b[31m", "two\nlines", "tab\there", "c1 \u0085 next line"} {
 		expect(http.StatusBadRequest, "POST", "/api/v1/conversations", map[string]string{"title": title})
 	}

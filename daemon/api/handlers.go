@@ -208,15 +208,11 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 }
 
 func (s *Server) listConversations(c *fiber.Ctx) error {
-	limit := 100
-	if raw := c.Query("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > 1000 {
-			return badRequest("limit must be a whole number from 1 to 1000, not %q", raw)
-		}
-		limit = n
+	limit, err := queryInt(c, "limit", 100, 1, 1000)
+	if err != nil {
+		return err
 	}
-	cs, err := s.d.Conversations.List(c.UserContext(), user(c).ID, limit)
+	cs, err := s.d.Conversations.List(c.UserContext(), user(c).ID, int(limit))
 	if err != nil {
 		return err
 	}
@@ -315,7 +311,7 @@ func (s *Server) events(c *fiber.Ctx) error {
 	if raw != "" {
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || n < 0 {
-			return badRequest("Last-Event-ID / after must be a non-negative event sequence number, not %q", raw)
+			return badRequest("Last-Event-ID / after must be a non-negative event sequence number, not %q", clip(raw))
 		}
 		after = n
 	}
