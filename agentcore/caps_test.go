@@ -74,6 +74,12 @@ func TestToolCallCaps(t *testing.T) {
 	if len(res["longerr"]) > 40<<10 {
 		t.Errorf("unknown tool's answer is %d bytes", len(res["longerr"]))
 	}
+	// The log gets the capped error too, not the model's 45 KiB path.
+	for line := range strings.Lines(h.logs.String()) {
+		if len(line) > 4<<10 {
+			t.Errorf("log line of %d bytes: %.300s", len(line), line)
+		}
+	}
 }
 
 func toolChunks(calls []agentcore.ToolCall) []agentcore.Chunk {

@@ -419,7 +419,7 @@ func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": errText})
 	}
 	if err != nil {
-		t.log.Info("tool failed", "tool", tc.Name, "err", err)
+		t.log.Info("tool failed", "tool", tc.Name, "err", errText)
 		if out != "" && !strings.HasSuffix(out, "\n") {
 			out += "\n"
 		}

@@ -105,10 +105,13 @@ func checkOwner(dir string) error {
 //
 // codumentorctl does not take the instance lock (config.Instance.Lock)
 // that the server holds, so it works beside a running server: its writes
-// (users, secrets rotate --reencrypt) are short transactions under
-// SQLite's own locking that never touch what the server keeps in memory
-// (conversations, turns, approvals), it never runs crash recovery, and gc
-// skips layers a sandbox has locked.
+// (users, secrets rotate --reencrypt, repos add and sync, whose job the
+// server runs) are short transactions under SQLite's own locking that
+// never touch what the server keeps in memory (conversations, turns,
+// approvals), it never runs crash recovery, gc skips layers a sandbox has
+// locked, and backup reads a VACUUM INTO snapshot. restore writes only
+// into an empty directory, never a served instance (its lock file is
+// there).
 func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm.DB, error) {
 	if !create {
 		if _, err := os.Stat(inst.Database()); err != nil {

@@ -44,6 +44,10 @@ type Fault struct {
 	// ReplyBytes streams this many bytes of text in 64 KiB deltas instead
 	// of the step's text; the step's tool calls and finish_reason follow.
 	ReplyBytes int
+	// ReasoningBytes streams, before the reply, this many bytes of
+	// reasoning_content (a reasoning model's thinking, which clients do
+	// not show) in 64 KiB deltas.
+	ReasoningBytes int
 	// Trickle writes the reply one byte at a time, this long apart.
 	Trickle time.Duration
 	// InvalidChunk sends a data line that is not JSON after the role delta.
@@ -52,8 +56,8 @@ type Fault struct {
 	NoFinish bool
 }
 
-// bigPiece is the size of the writes and text deltas of LineBytes and
-// ReplyBytes: large enough to be fast, small enough to stay cheap here.
+// bigPiece is the size of the writes and text deltas of LineBytes,
+// ReplyBytes and ReasoningBytes: large enough to be fast, small enough to stay cheap here.
 const bigPiece = 64 << 10
 
 // Inject queues faults for the next chat completion requests, one each,

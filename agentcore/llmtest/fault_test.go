@@ -62,6 +62,21 @@ func TestInject(t *testing.T) {
 				t.Errorf("%d chunks, done %v, %d bytes of text", len(chunks), done, text.Len())
 			}
 		}},
+		{"long reasoning", Fault{ReasoningBytes: bigPiece + 1}, func(t *testing.T, resp *http.Response, body string) {
+			chunks, done := readSSE(t, strings.NewReader(body))
+			var reasoning, text strings.Builder
+			for _, c := range chunks {
+				if len(c.Choices) > 0 {
+					reasoning.WriteString(c.Choices[0].Delta.Reasoning)
+					if c.Choices[0].Delta.Content != nil {
+						text.WriteString(*c.Choices[0].Delta.Content)
+					}
+				}
+			}
+			if !done || reasoning.String() != strings.Repeat("x", bigPiece+1) || text.String() != "fine" {
+				t.Errorf("%d chunks, done %v, %d bytes of reasoning, text %q", len(chunks), done, reasoning.Len(), text.String())
+			}
+		}},
 		{"invalid chunk, no finish", Fault{InvalidChunk: true, NoFinish: true}, func(t *testing.T, resp *http.Response, body string) {
 			if !strings.Contains(body, `"content":"unterminated`+"\n") || strings.Contains(body, "finish_reason\":\"") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 				t.Errorf("%q", body)

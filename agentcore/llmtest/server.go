@@ -277,10 +277,16 @@ func (srv *Server) stream(rw http.ResponseWriter, r *http.Request, id, model str
 	if f.LineBytes > 0 && writeLongLine(w, id, model, f.LineBytes) != nil {
 		return // the client is gone
 	}
+	piece := strings.Repeat("x", bigPiece)
+	for n := f.ReasoningBytes; n > 0; n -= bigPiece {
+		if r.Context().Err() != nil {
+			return
+		}
+		send(wireDelta{Reasoning: piece[:min(n, bigPiece)]}, nil)
+	}
 	text := pieces(st.Text, textPiece)
 	if f.ReplyBytes > 0 {
 		text = nil
-		piece := strings.Repeat("x", bigPiece)
 		for n := f.ReplyBytes; n > 0; n -= bigPiece {
 			if r.Context().Err() != nil {
 				return

@@ -115,6 +115,7 @@ type wireChunkChoice struct {
 type wireDelta struct {
 	Role      string         `json:"role,omitempty"`
 	Content   *string        `json:"content,omitempty"`
+	Reasoning string         `json:"reasoning_content,omitempty"`
 	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 }
 

@@ -113,6 +113,7 @@ func TestReplyLimits(t *testing.T) {
 		{"reply over the default", llmtest.Fault{ReplyBytes: llm.DefaultMaxReplyBytes + 1<<20}, func(*llm.Config) {}, "reply longer than 8 MiB"},
 		{"line over a set limit", llmtest.Fault{LineBytes: 300 << 10}, func(c *llm.Config) { c.MaxLineBytes = 256 << 10 }, "event-stream line longer than 256 KiB"},
 		{"reply over a set limit", llmtest.Fault{ReplyBytes: 1 << 20}, func(c *llm.Config) { c.MaxReplyBytes = 512 << 10 }, "reply longer than 512 KiB"},
+		{"reasoning over a set limit", llmtest.Fault{ReasoningBytes: 1 << 20}, func(c *llm.Config) { c.MaxReplyBytes = 512 << 10 }, "reply longer than 512 KiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -80,7 +80,8 @@ type Config struct {
 	// DefaultMaxLineBytes.
 	MaxLineBytes int
 	// MaxReplyBytes caps one reply's text and tool calls (names and
-	// arguments), counted as they arrive, and at 8 times that the body of
+	// arguments), and what else its deltas carry (reasoning_content,
+	// refusal), counted as they arrive, and at 8 times that the body of
 	// a whole JSON answer (embeddings). Default DefaultMaxReplyBytes.
 	MaxReplyBytes int
 	// HTTPClient, when set, sends the requests (custom TLS or proxy); its

@@ -174,7 +174,13 @@ func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) error {
 		if ch.Index != 0 { // only one choice is asked for
 			continue
 		}
-		s.size += len(ch.Delta.Content)
+		// Every field counts, also those not passed on (a reasoning
+		// model's thinking, a refusal, a legacy function call): the cap
+		// bounds what the endpoint makes us read, not only what we keep.
+		s.size += len(ch.Delta.Content) + len(ch.Delta.ReasoningContent) + len(ch.Delta.Refusal)
+		if fc := ch.Delta.FunctionCall; fc != nil {
+			s.size += len(fc.Name) + len(fc.Arguments)
+		}
 		for _, d := range ch.Delta.ToolCalls {
 			s.size += len(d.ID) + len(d.Function.Name) + len(d.Function.Arguments)
 		}
