@@ -68,7 +68,8 @@ func checkCommand() *cli.Command {
 			"With --probe it then runs the seccomp probe suite in a workspace sandbox under each\n" +
 			"mode (off, log, enforce) and prints the matrix: every blocklisted call, what must keep\n" +
 			"working, real toolchains under enforce, and the host's abstract sockets from a\n" +
-			"shared-network sandbox; about 30-60 s.\n" +
+			"shared-network sandbox; about two minutes on 2 cores (most of it the Go race check\n" +
+			"building the race-instrumented standard library from a cold cache).\n" +
 			"With --instance DIR it also checks the server's instance directory (modes,\n" +
 			"config.yaml, auth.jwt_secret, the database in WAL mode), without changing it, and\n" +
 			"runs the sandbox checks with its sandbox.bwrap and on its workspaces' filesystem.\n" +

@@ -374,6 +374,10 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=greeting.txt", nil, nil); string(got) != "hello\n" {
 		t.Fatalf("file: %q", got)
 	}
+	// A path that does not exist is 404 not_found (documented for the route).
+	if b := a.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=no-such-file.txt", nil, nil); !strings.Contains(string(b), `"not_found"`) {
+		t.Errorf("missing file: %s", b)
+	}
 	var dir agentcore.WorkspaceFile
 	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=", nil, &dir)
 	if !dir.Dir || len(dir.Entries) != 1 || dir.Entries[0].Name != "greeting.txt" {

@@ -116,9 +116,11 @@ func runScoped(args []string) int {
 // landlockCheck is the Doctor's report on the abstract-socket scope. A
 // kernel without it is a warning, not a failure: sandboxes run, and those
 // that share the network reach the host's abstract sockets.
-func landlockCheck() Check {
+func landlockCheck() Check { return landlockCheckFor(landlockABI()) }
+
+// landlockCheckFor is landlockCheck on a kernel whose Landlock ABI is abi.
+func landlockCheckFor(abi int) Check {
 	const name = "landlock"
-	abi := landlockABI()
 	if abi >= landlockScopeABI {
 		return Check{Name: name, OK: true, Detail: fmt.Sprintf("Landlock ABI %d: sandboxes that share the host network are scoped away from its abstract UNIX sockets", abi)}
 	}

@@ -102,6 +102,24 @@ func TestLandlockCheckWarning(t *testing.T) {
 	if c.Name != "landlock" || !c.OK || c.Warning == AbstractUnixScoped() || c.Detail == "" || (c.Warning && c.Remedy == "") {
 		t.Errorf("landlockCheck = %+v (scoped: %v)", c, AbstractUnixScoped())
 	}
+	// Every kernel, also the ones this machine is not: below ABI 6 the
+	// Doctor warns and names the exposure.
+	for _, k := range []struct {
+		abi  int
+		warn bool
+		has  string
+	}{
+		{0, true, "no Landlock"},
+		{5, true, "Landlock ABI 5"},
+		{6, false, "Landlock ABI 6"},
+		{7, false, "Landlock ABI 7"},
+	} {
+		c := landlockCheckFor(k.abi)
+		exposed := strings.Contains(c.Detail, "can connect to the host's abstract UNIX sockets")
+		if !c.OK || c.Warning != k.warn || exposed != k.warn || (c.Remedy != "") != k.warn || !strings.Contains(c.Detail, k.has) {
+			t.Errorf("ABI %d: %+v", k.abi, c)
+		}
+	}
 }
 
 // Only a shared-network launch goes through the scope step.
