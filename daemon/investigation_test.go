@@ -19,7 +19,8 @@ import (
 // TestHostReadOnlyInvestigation: a host_readonly conversation's command
 // reads /etc/hostname but not the instance's database, the service
 // user's home or a UNIX socket under /run, and writes nowhere. Its first
-// command asks for the host network once: denied, the sandbox has none;
+// command asks for the host network, once (its second command does not
+// ask again): denied, the sandbox has none;
 // approved (another conversation), it reaches a host service.
 func TestHostReadOnlyInvestigation(t *testing.T) {
 	needSandbox(t)
@@ -56,7 +57,7 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 		"echo END",
 	}, "; ")
 	// The script names the instance's paths: the configuration comes after.
-	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + llm(t, shellCall(script), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
+	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + llm(t, shellCall(script), shellCall("echo SECOND"), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
 	if err := os.WriteFile(in.config().ConfigFile(), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,16 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 			t.Fatalf("second approval: %s (want kind host_network)", last.Data)
 		}
 		c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+a.ID, map[string]string{"decision": decision}, nil)
-		evs = s.until(agentcore.EventTurnFinished, 60*time.Second)
+		// The conversation's second command asks only for itself: the
+		// network question was asked once.
+		evs = s.until(agentcore.EventApprovalPending, 60*time.Second)
+		last = evs[len(evs)-1]
+		var second agentcore.Approval
+		if err := json.Unmarshal(eventData(t, last), &second); err != nil || second.Kind == agentcore.ApprovalHostNetwork || second.Command != "echo SECOND" {
+			t.Fatalf("third approval: %s (want the second command's, the network not asked again)", last.Data)
+		}
+		c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+second.ID, map[string]string{"decision": "approve"}, nil)
+		s.until(agentcore.EventTurnFinished, 60*time.Second)
 		i := slices.IndexFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventToolOutput })
 		if i < 0 {
 			t.Fatalf("no tool output: %v", evs)

@@ -355,7 +355,7 @@ func TestUnavailableSandboxFailsClosed(t *testing.T) {
 		t.Fatalf("tools = %v", tools)
 	}
 	_, err := tools[0].Run(ctx, &agentcore.Call{Name: "mcp__marker"})
-	if !errors.Is(err, sandboxkit.ErrUnavailable) || !strings.Contains(err.Error(), "nothing ran unsandboxed") {
+	if !errors.Is(err, sandboxkit.ErrUnavailable) || !strings.Contains(err.Error(), "nothing was run") {
 		t.Errorf("call = %v, want the sandbox's ErrUnavailable", err)
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
