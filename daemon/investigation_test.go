@@ -150,3 +150,60 @@ func TestInvestigationDisabled(t *testing.T) {
 		t.Errorf("a refused request created conversations: %+v", list)
 	}
 }
+
+// TestInvestigationNetworkExpires: a host_network question nobody
+// answers expires, and the conversation stays isolated: the command runs
+// without the host network, and the next one is not asked again.
+// (shell_always_allow does not answer the network question.)
+func TestInvestigationNetworkExpires(t *testing.T) {
+	needSandbox(t)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	probe := `python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port) + `), 2)' 2>/dev/null && echo NET-OK; echo END`
+	in := newInstance(t, llm(t, shellCall(probe), shellCall(probe), llmtest.Step{Text: "Done."})+
+		"investigation:\n  enabled: true\nsandbox:\n  shell_always_allow: true\n  approval_timeout: 1s\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	var conv struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"mode": "host_readonly"}, &conv)
+	s := admin.follow(conv.ID, "")
+	admin.send(conv.ID, "investigate")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	var asked, outputs []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case agentcore.EventApprovalPending:
+			var a agentcore.Approval
+			json.Unmarshal(eventData(t, ev), &a)
+			asked = append(asked, a.Kind)
+		case agentcore.EventToolOutput:
+			var out struct{ Output string }
+			json.Unmarshal(eventData(t, ev), &out)
+			outputs = append(outputs, out.Output)
+		}
+	}
+	if len(asked) != 1 || asked[0] != agentcore.ApprovalHostNetwork {
+		t.Errorf("approvals asked: %q; want one host_network question", asked)
+	}
+	if len(outputs) != 2 {
+		t.Fatalf("tool outputs: %q", outputs)
+	}
+	for _, out := range outputs {
+		if !strings.Contains(out, "END") || strings.Contains(out, "NET-OK") {
+			t.Errorf("after the question expired: %q; want the command run without the host network", out)
+		}
+	}
+}
