@@ -114,9 +114,9 @@ func TestExternalAgentTier0NeedsOverride(t *testing.T) {
 // sandbox (bwrap missing; a kernel that refuses the seccomp filter), the
 // shell and file tools, tier-1 external agents (with and without
 // network) and an isolated subagent refuse with a clear error, and the
-// marker file each would write proves nothing ran on the host; so does a
-// repository's setup script. (Sandboxed MCP servers are another
-// issue's row.)
+// marker file each would write proves nothing ran on the host; so do a
+// sandboxed MCP server (its tool says why it is down) and a repository's
+// setup script.
 func TestFailClosedMatrix(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
 	bin := agentCLI(t)
@@ -148,12 +148,14 @@ func TestFailClosedMatrix(t *testing.T) {
 				toolCall("external_agent", map[string]string{"agent": "fake", "task": "touch the marker"}),
 				toolCall("external_agent", map[string]string{"agent": "net", "task": "touch the marker"}),
 				toolCall("delegate", map[string]string{"task": "SUBTASK: touch the marker"}),
+				toolCall("mcp__marker", map[string]string{}),
 				{Text: "Nothing ran."},
 			}
 			sub := []llmtest.Step{toolCall("shell", map[string]string{"command": "touch " + marker("subagent")}), {Text: "touched"}}
 			cfg := llmScript(t, &llmtest.Script{Steps: steps, Branches: []llmtest.Branch{{Match: "SUBTASK", Steps: sub}}}) +
-				"subagent_isolation: isolated\n" + externalAgentYAML(bin, marker("agent"), "") +
+				"subagent_isolation: isolated\n" + strings.Replace(externalAgentYAML(bin, marker("agent"), ""), "external_agent]", "external_agent, mcp]", 1) +
 				fmt.Sprintf("  - name: net\n    command: %s\n    egress_allowlist: [127.0.0.1]\n    env: {AGENTCLI_MARKER: %q}\n", bin, marker("agent-net")) +
+				fmt.Sprintf("mcp:\n  servers:\n    - {name: marker, command: /bin/sh, args: [-c, %q]}\n", "touch "+marker("mcp")) +
 				fmt.Sprintf("sandbox:\n  bwrap: %s\n  shell_always_allow: true\n", tc.bwrap)
 			in := newInstance(t, cfg)
 			in.addUser("alice", pw, false)
@@ -179,8 +181,8 @@ func TestFailClosedMatrix(t *testing.T) {
 					finished[d["name"]+"#"+d["id"]] = d["error"]
 				}
 			}
-			if len(finished) != 7 {
-				t.Fatalf("%d tools finished, want 7: %v", len(finished), finished)
+			if len(finished) != 8 {
+				t.Fatalf("%d tools finished, want 8: %v", len(finished), finished)
 			}
 			for tool, e := range finished {
 				t.Logf("%s: %s", tool, e)
@@ -213,7 +215,7 @@ func TestFailClosedMatrix(t *testing.T) {
 			if e, _ := end["error"].(string); types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(e, "snapshot could not be prepared") {
 				t.Errorf("setup without a snapshot: events %v, error %q", types, e)
 			}
-			for _, m := range []string{"shell", "agent", "agent-net", "subagent", "setup"} {
+			for _, m := range []string{"shell", "agent", "agent-net", "subagent", "mcp", "setup"} {
 				if _, err := os.Stat(marker(m)); err == nil {
 					t.Errorf("%s ran on the host: its marker exists", m)
 				}

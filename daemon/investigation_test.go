@@ -19,7 +19,8 @@ import (
 // TestHostReadOnlyInvestigation: a host_readonly conversation's command
 // reads /etc/hostname but not the instance's database, the service
 // user's home or a UNIX socket under /run, and writes nowhere. Its first
-// command asks for the host network once: denied, the sandbox has none;
+// command asks for the host network, once (its second command does not
+// ask again): denied, the sandbox has none;
 // approved (another conversation), it reaches a host service.
 func TestHostReadOnlyInvestigation(t *testing.T) {
 	needSandbox(t)
@@ -56,7 +57,7 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 		"echo END",
 	}, "; ")
 	// The script names the instance's paths: the configuration comes after.
-	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + llm(t, shellCall(script), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
+	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + llm(t, shellCall(script), shellCall("echo SECOND"), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
 	if err := os.WriteFile(in.config().ConfigFile(), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,16 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 			t.Fatalf("second approval: %s (want kind host_network)", last.Data)
 		}
 		c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+a.ID, map[string]string{"decision": decision}, nil)
-		evs = s.until(agentcore.EventTurnFinished, 60*time.Second)
+		// The conversation's second command asks only for itself: the
+		// network question was asked once.
+		evs = s.until(agentcore.EventApprovalPending, 60*time.Second)
+		last = evs[len(evs)-1]
+		var second agentcore.Approval
+		if err := json.Unmarshal(eventData(t, last), &second); err != nil || second.Kind == agentcore.ApprovalHostNetwork || second.Command != "echo SECOND" {
+			t.Fatalf("third approval: %s (want the second command's, the network not asked again)", last.Data)
+		}
+		c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+second.ID, map[string]string{"decision": "approve"}, nil)
+		s.until(agentcore.EventTurnFinished, 60*time.Second)
 		i := slices.IndexFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventToolOutput })
 		if i < 0 {
 			t.Fatalf("no tool output: %v", evs)
@@ -138,5 +148,62 @@ func TestInvestigationDisabled(t *testing.T) {
 	admin.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
 	if len(list.Conversations) != 0 {
 		t.Errorf("a refused request created conversations: %+v", list)
+	}
+}
+
+// TestInvestigationNetworkExpires: a host_network question nobody
+// answers expires, and the conversation stays isolated: the command runs
+// without the host network, and the next one is not asked again.
+// (shell_always_allow does not answer the network question.)
+func TestInvestigationNetworkExpires(t *testing.T) {
+	needSandbox(t)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	probe := `python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port) + `), 2)' 2>/dev/null && echo NET-OK; echo END`
+	in := newInstance(t, llm(t, shellCall(probe), shellCall(probe), llmtest.Step{Text: "Done."})+
+		"investigation:\n  enabled: true\nsandbox:\n  shell_always_allow: true\n  approval_timeout: 1s\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	var conv struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"mode": "host_readonly"}, &conv)
+	s := admin.follow(conv.ID, "")
+	admin.send(conv.ID, "investigate")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	var asked, outputs []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case agentcore.EventApprovalPending:
+			var a agentcore.Approval
+			json.Unmarshal(eventData(t, ev), &a)
+			asked = append(asked, a.Kind)
+		case agentcore.EventToolOutput:
+			var out struct{ Output string }
+			json.Unmarshal(eventData(t, ev), &out)
+			outputs = append(outputs, out.Output)
+		}
+	}
+	if len(asked) != 1 || asked[0] != agentcore.ApprovalHostNetwork {
+		t.Errorf("approvals asked: %q; want one host_network question", asked)
+	}
+	if len(outputs) != 2 {
+		t.Fatalf("tool outputs: %q", outputs)
+	}
+	for _, out := range outputs {
+		if !strings.Contains(out, "END") || strings.Contains(out, "NET-OK") {
+			t.Errorf("after the question expired: %q; want the command run without the host network", out)
+		}
 	}
 }

@@ -140,7 +140,7 @@ mcp:
 	admin.send(conv, "go")
 	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
 	if !slices.ContainsFunc(evs, func(e sseEvent) bool {
-		return e.Type == agentcore.EventToolOutput && strings.Contains(string(e.Data), "sandbox unavailable") && strings.Contains(string(e.Data), "nothing ran unsandboxed")
+		return e.Type == agentcore.EventToolOutput && strings.Contains(string(e.Data), "sandbox unavailable") && strings.Contains(string(e.Data), "nothing was run")
 	}) || !slices.ContainsFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventSandboxUnavailable }) {
 		t.Errorf("the tool did not say why it is unavailable: %v", evs)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,9 @@ import (
 )
 
 // setupRepo makes a bare repository whose main has a working setup.sh
-// (naming deps.lock as its input) and whose branch broken has a failing
-// one; marker is a host path the script tries to write.
+// (naming deps.lock as its input; extra runs before it writes its files)
+// and whose branch broken has a failing one; marker is a host path the
+// script tries to write.
 func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -28,7 +30,7 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	git := func(d string, args ...string) { gitCmdT(t, d, args...) }
 	git(dir, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\nmkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"+extra), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
 	git(work, "add", "-A")
 	git(work, "commit", "-q", "-m", "initial")
 	git(work, "checkout", "-q", "-b", "broken")
@@ -100,14 +102,15 @@ func setupEvents(t testing.TB, s *stream) (types []string, output string, last m
 }
 
 // The project setup through the API: the script runs in the sandbox at
-// the conversation's start with its output streamed; its files are in
-// the workspace (not in the diff); a second conversation on the same key
+// the conversation's start with its output streamed; a turn sent at once
+// finds its files (the workspace tools wait for the setup); its files are
+// in the workspace (not in the diff); a second conversation on the same key
 // reuses the layer without running the script; a failing setup disables
 // the workspace tools with the reason, shown to the user and the model.
 func TestSetupScriptEndToEnd(t *testing.T) {
 	needSandbox(t)
 	marker := filepath.Join(t.TempDir(), "marker")
-	bare := setupRepo(t, marker, "")
+	bare := setupRepo(t, marker, "sleep 1\n")
 	script := &llmtest.Script{
 		Steps: []llmtest.Step{toolCall("shell", map[string]string{"command": "cat vendor/installed.txt BUILT"}), {Expect: "lockv1\nbuilt", Text: "Set up."}},
 		Branches: []llmtest.Branch{{Match: "BROKEN", Steps: []llmtest.Step{
@@ -125,8 +128,9 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 	var conv struct{ ID string }
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
 	s := a.follow(conv.ID, "")
+	a.send(conv.ID, "check the setup")
 	types, output, end := setupEvents(t, s)
-	if types[0] != agentcore.EventSetupStarted || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") || !strings.Contains(output, "interfaces: lo\n") {
+	if !slices.Contains(types, agentcore.EventSetupStarted) || end["cached"] != false || !strings.Contains(output, "installing deps") || !strings.Contains(output, "host not writable") || !strings.Contains(output, "interfaces: lo\n") {
 		t.Fatalf("first setup: events %v, output %q, end %v", types, output, end)
 	}
 	if _, err := os.Stat(marker); err == nil {
@@ -135,7 +139,6 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=vendor/installed.txt", nil, nil); string(got) != "lockv1\n" {
 		t.Fatalf("the setup's file in the workspace: %q", got)
 	}
-	a.send(conv.ID, "check the setup")
 	s.until(agentcore.EventTurnFinished, 60*time.Second)
 	if diff, _ := a.readDiff(conv.ID); strings.Contains(diff, "BUILT") || strings.Contains(diff, "vendor") {
 		t.Fatalf("the setup's files are in the conversation's diff:\n%s", diff)

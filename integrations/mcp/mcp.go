@@ -594,7 +594,7 @@ func (s *server) spawn() (*process, error) {
 // is unavailable).
 func (s *server) unavailable(err error) error {
 	if errors.Is(err, sandboxkit.ErrUnavailable) {
-		return fmt.Errorf("MCP server %s was not started because its sandbox is unavailable (nothing ran unsandboxed): %w", s.cfg.Name, err)
+		return fmt.Errorf("MCP server %s was not started because its sandbox is unavailable: %w; nothing was run", s.cfg.Name, err)
 	}
 	return fmt.Errorf("MCP server %s: starting its sandbox: %w", s.cfg.Name, err)
 }

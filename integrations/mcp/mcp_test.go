@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,19 @@ func testServer() {
 			"s": &sdk.CreateMessageParams{MaxTokens: 10, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}},
 			"e": &sdk.ElicitParams{Message: "your password?", RequestedSchema: &jsonschemaObject},
 		}}, nil, nil
+	})
+	// dial connects to the TCP address it is given and says whether it
+	// got through.
+	sdk.AddTool(s, &sdk.Tool{Name: "dial"}, func(ctx context.Context, req *sdk.CallToolRequest, in struct {
+		Addr string `json:"addr"`
+	}) (*sdk.CallToolResult, any, error) {
+		text := "connected"
+		if c, err := net.DialTimeout("tcp", in.Addr, 5*time.Second); err != nil {
+			text = "dial failed: " + err.Error()
+		} else {
+			c.Close()
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil, nil
 	})
 	sdk.AddTool(s, &sdk.Tool{Name: "crash"}, func(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
 		os.Exit(3)
@@ -304,6 +318,46 @@ func TestSamplingAndElicitationRefused(t *testing.T) {
 	}
 }
 
+// TestNetwork: a server has no network (its own network namespace: the
+// host's loopback listener is out of reach) unless its network is host.
+func TestNetwork(t *testing.T) {
+	requireSandbox(t)
+	ctx := t.Context()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	for _, tc := range []struct{ network, want string }{
+		{"", "dial failed"},
+		{NetworkNone, "dial failed"},
+		{NetworkHost, "connected"},
+	} {
+		m := newManager(t, Options{Servers: []ServerConfig{{Name: "own", Command: exe, Network: tc.network, Env: map[string]string{envTestServer: "1"}, AutoApprove: []string{"dial"}}}})
+		dial := toolsByName(ctx, m)["mcp__own__dial"]
+		if dial == nil {
+			t.Fatalf("network %q: no dial tool; status %+v", tc.network, m.Status())
+		}
+		if out, err := call(ctx, dial, map[string]string{"addr": l.Addr().String()}); err != nil || !strings.HasPrefix(out, tc.want) {
+			t.Errorf("network %q: dial the host's listener = %q, %v; want %q", tc.network, out, err, tc.want)
+		}
+		m.Close()
+	}
+}
+
 // TestCrashRestarts: a server that dies during a call fails that call
 // with an error saying so, and is restarted with backoff.
 func TestCrashRestarts(t *testing.T) {
@@ -355,7 +409,7 @@ func TestUnavailableSandboxFailsClosed(t *testing.T) {
 		t.Fatalf("tools = %v", tools)
 	}
 	_, err := tools[0].Run(ctx, &agentcore.Call{Name: "mcp__marker"})
-	if !errors.Is(err, sandboxkit.ErrUnavailable) || !strings.Contains(err.Error(), "nothing ran unsandboxed") {
+	if !errors.Is(err, sandboxkit.ErrUnavailable) || !strings.Contains(err.Error(), "nothing was run") {
 		t.Errorf("call = %v, want the sandbox's ErrUnavailable", err)
 	}
 	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
