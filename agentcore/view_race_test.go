@@ -287,3 +287,31 @@ func TestSandboxStartErrorShowsNoHostPath(t *testing.T) {
 		t.Errorf("result %q: want the layer in use, without a host path", out)
 	}
 }
+
+// TestWorkspaceChmod000Readable: a sandbox that takes its owner's access
+// to /workspace itself (chmod 000) does not make the file tools and
+// ReadWorkspace fail until the next sandbox starts.
+func TestWorkspaceChmod000Readable(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("lock", "echo x > made.txt && chmod 000 /workspace")}},
+		{ToolCalls: []agentcore.ToolCall{call("list", "list_files", map[string]any{})}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	if err := h.wait(h.start("conv1", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("conv1")
+	if !strings.Contains(res["lock"], "exit status 0") {
+		t.Fatalf("lock: %q", res["lock"])
+	}
+	if !strings.Contains(res["list"], "made.txt") {
+		t.Errorf("list_files after chmod 000 /workspace: %q", res["list"])
+	}
+	f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", "made.txt", "")
+	if err != nil {
+		t.Errorf("ReadWorkspace after chmod 000 /workspace: %v", err)
+	} else if string(f.Content) != "x\n" {
+		t.Errorf("ReadWorkspace after chmod 000 /workspace: %q", f.Content)
+	}
+}
