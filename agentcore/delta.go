@@ -1,6 +1,7 @@
 package agentcore
 
 import (
+	"bytes"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -69,7 +70,7 @@ func (d *deltaWriter) release(hold int) string {
 		// the cut then redacts differently in two parts than whole.
 		// The window starts a form's length before the earliest cut
 		// tried, so no form crossing a cut tried starts before it.
-		longest := d.red.longestForm()
+		longest := d.red.longestSpan()
 		lo := max(0, cut-2*longest)
 		stop := lo
 		if lo > 0 {
@@ -109,14 +110,61 @@ func (r *redactor) longestForm() int {
 	return len(r.forms[0])
 }
 
+// longestSpan bounds the length of a text r replaces as it appears: a
+// wrapped form has line breaks between its characters (unwrap joins
+// them at any width, LF or CRLF).
+func (r *redactor) longestSpan() int {
+	n := r.longestForm()
+	if r != nil && len(r.wrapped) > 0 {
+		n = max(n, 3*len(r.wrapped[0].s))
+	}
+	return n
+}
+
 // formStart is the length of the longest tail of b that is the beginning
-// (not the whole) of a text r replaces.
+// (not the whole) of a text r replaces, also of a wrapped form with line
+// breaks in it.
 func (r *redactor) formStart(b []byte) int {
-	for k := min(len(b), r.longestForm()-1); k > 0; k-- {
+	w := r.wrappedStart(b)
+	for k := min(len(b), r.longestForm()-1); k > w; k-- {
 		tail := string(b[len(b)-k:])
 		for _, f := range r.forms {
 			if len(f) > k && strings.HasPrefix(f, tail) {
 				return k
+			}
+		}
+	}
+	return w
+}
+
+// wrappedStart is formStart for the wrapped forms: the longest tail of b
+// that, with its line breaks taken out, is the beginning of one.
+func (r *redactor) wrappedStart(b []byte) int {
+	if r == nil || len(r.wrapped) == 0 {
+		return 0
+	}
+	longest := len(r.wrapped[0].s)
+	i := len(b)
+	for i > 0 && len(b)-i < 3*longest && (isEncodingChar(b[i-1]) || b[i-1] == '\n' || b[i-1] == '\r') {
+		i--
+	}
+	run := b[i:]
+	if !bytes.ContainsAny(run, "\r\n") {
+		return 0 // without a line break, formStart's own search covers it
+	}
+	var joined []byte
+	var pos []int // pos[j]: where joined[j] is in run
+	for j, c := range run {
+		if c != '\n' && c != '\r' {
+			joined = append(joined, c)
+			pos = append(pos, j)
+		}
+	}
+	for k := min(len(joined), longest-1); k > 0; k-- {
+		tail := string(joined[len(joined)-k:])
+		for _, f := range r.wrapped {
+			if len(f.s) > k && strings.HasPrefix(f.s, tail) {
+				return len(run) - pos[len(joined)-k]
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package agentcore
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -11,11 +12,38 @@ import (
 // every position, in pieces of every size, join to exactly the text
 // redacted whole.
 func TestDeltaWriterSplits(t *testing.T) {
-	secrets := map[string]string{"A": "abcabcabd-value", "B": "value-abc", "C": "zz\u00e9zzz"}
+	longV := strings.Repeat("L0ng/secret+", 6) // wrapped by base64 at 76 columns
+	secrets := map[string]string{"A": "abcabcabd-value", "B": "value-abc", "C": "zz\u00e9zzz", "L": longV}
 	red := newRedactor(secrets)
-	text := "x abcabcabd-value y abcabcabcabd-value-abc " + hex.EncodeToString([]byte("value-abc")) + " zz\u00e9zzz ünï abcab"
-	want := red.String(text)
-	for size := 1; size <= 20; size++ {
+	b64 := base64.StdEncoding.EncodeToString([]byte(longV))
+	tests := []struct {
+		text  string
+		sizes []int
+	}{
+		{"x abcabcabd-value y abcabcabcabd-value-abc " + hex.EncodeToString([]byte("value-abc")) + " zz\u00e9zzz ünï abcab", nil},
+		// Forms that the redactor finds across line breaks, or with
+		// spaces and escapes in them: longer, so fewer piece sizes.
+		{"abcab\n" + b64[:76] + "\n" + b64[76:] + "\n" + b64[:76] + "\r\n" + b64[76:] + " " +
+			spacedHex(hex.EncodeToString([]byte(longV))) + " " + strings.ReplaceAll(longV, "/", `\/`) + " end", []int{1, 2, 3, 7, 16}},
+	}
+	for _, tt := range tests {
+		want := red.String(tt.text)
+		if strings.Contains(want, b64[:20]) || strings.Contains(want, "L0ng") {
+			t.Fatalf("the whole text is not redacted: %q", want)
+		}
+		sizes := tt.sizes
+		if sizes == nil {
+			for size := 1; size <= 20; size++ {
+				sizes = append(sizes, size)
+			}
+		}
+		splits(t, red, tt.text, want, sizes)
+	}
+}
+
+func splits(t *testing.T, red *redactor, text, want string, sizes []int) {
+	t.Helper()
+	for _, size := range sizes {
 		for offset := range size {
 			d := deltaWriter{red: red}
 			now := time.Unix(0, 0)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"golang.org/x/sys/unix"
 )
 
@@ -211,6 +212,11 @@ func (v *view) openRoot() (*mdir, error) {
 	d := &mdir{dirs: make([]*os.File, len(layers))}
 	for i, p := range layers {
 		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EACCES) && i < len(layers)-1 && overlay.RestoreAccess(p) == nil {
+			// An upper layer's sandbox did chmod 000 /workspace (the
+			// lower tree is the project's, never changed).
+			fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		}
 		if err != nil {
 			d.close()
 			return nil, wsErr("", err)

@@ -1,6 +1,7 @@
 package agentcore_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -197,16 +198,23 @@ func TestReadWorkspacePages(t *testing.T) {
 
 // TestWriteFileFIFOTimesOut: a FIFO swapped in after write_file's check
 // must not hold the write (and the turn) until the turn is cancelled. A
-// background job keeps making f a file, nothing and a FIFO; some of the
-// writes (about one in twenty) pass the check and then open the FIFO.
+// background job keeps f a file until another process starts in the
+// sandbox (a write's command), then renames a FIFO over f, and makes f
+// a file again once that process is gone; the model asks for each write
+// once f is a file. The rename wins the race most times (4 in 5 here),
+// so at least one of the writes must time out.
 func TestWriteFileFIFOTimesOut(t *testing.T) {
-	var calls []agentcore.ToolCall
-	calls = append(calls, call("bg", "shell", map[string]any{"command": "while :; do rm -f f; : > f; rm -f f; mkfifo f; done", "background": true}))
-	for i := range 80 {
-		calls = append(calls, call(fmt.Sprintf("w%d", i), "write_file", map[string]any{"path": "f", "content": "data"}))
-	}
-	s := &llmtest.Script{Steps: []llmtest.Step{{ToolCalls: calls}, {Text: "done"}}}
-	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.CommandTimeout = true, 500*time.Millisecond })
+	const writes = 6
+	// Builtins only from counting the processes to the rename, and f
+	// stays a FIFO until no more processes run than before.
+	const swap = `while :; do rm -f f p; mkfifo p; set -- /proc/[0-9]*; k=$#; : > f
+until [ $# -gt $k ]; do set -- /proc/[0-9]*; done; mv -f p f
+until [ $# -le $k ]; do set -- /proc/[0-9]*; done; done`
+	model := &fifoLLM{swap: swap, writes: writes}
+	h := newHarness(t, nil, func(c *agentcore.Config) {
+		c.LLM, c.ShellAlwaysAllow, c.CommandTimeout = model, true, 500*time.Millisecond
+	})
+	model.file = filepath.Join(h.upper("conv1"), "f")
 	start := time.Now()
 	if err := h.wait(h.start("conv1", "go")); err != nil {
 		t.Fatal(err)
@@ -217,7 +225,41 @@ func TestWriteFileFIFOTimesOut(t *testing.T) {
 			timedOut++
 		}
 	}
-	t.Logf("%d of 80 writes met a FIFO and timed out; the turn took %v", timedOut, time.Since(start))
+	t.Logf("%d of %d writes met a FIFO and timed out; the turn took %v", timedOut, writes, time.Since(start))
+	if timedOut == 0 {
+		t.Errorf("no write met the FIFO: the race was not exercised")
+	}
+}
+
+// fifoLLM starts the background job swap, then makes writes write_file
+// calls of f, one a reply, each once file is a regular file.
+type fifoLLM struct {
+	swap, file string
+	writes     int
+	mu         sync.Mutex
+	n          int
+}
+
+func (l *fifoLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
+	l.mu.Lock()
+	n := l.n
+	l.n++
+	l.mu.Unlock()
+	var c agentcore.ToolCall
+	switch {
+	case n == 0:
+		c = call("bg", "shell", map[string]any{"command": l.swap, "background": true})
+	case n <= l.writes:
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if fi, err := os.Lstat(l.file); err == nil && fi.Mode().IsRegular() || time.Now().After(deadline) {
+				break
+			}
+		}
+		c = call(fmt.Sprintf("w%d", n), "write_file", map[string]any{"path": "f", "content": "data"})
+	default:
+		return &sliceStream{ctx: ctx, chunks: textPieces("done")}, nil
+	}
+	return &sliceStream{ctx: ctx, chunks: []agentcore.Chunk{{ToolCall: &c}, {FinishReason: "tool_calls"}}}, nil
 }
 
 // TestSandboxStartErrorShowsNoHostPath: a sandbox that cannot start
@@ -243,5 +285,33 @@ func TestSandboxStartErrorShowsNoHostPath(t *testing.T) {
 	out := h.toolResults("conv1")["run"]
 	if !strings.Contains(out, "in use") || strings.Contains(out, h.dir) {
 		t.Errorf("result %q: want the layer in use, without a host path", out)
+	}
+}
+
+// TestWorkspaceChmod000Readable: a sandbox that takes its owner's access
+// to /workspace itself (chmod 000) does not make the file tools and
+// ReadWorkspace fail until the next sandbox starts.
+func TestWorkspaceChmod000Readable(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("lock", "echo x > made.txt && chmod 000 /workspace")}},
+		{ToolCalls: []agentcore.ToolCall{call("list", "list_files", map[string]any{})}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	if err := h.wait(h.start("conv1", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("conv1")
+	if !strings.Contains(res["lock"], "exit status 0") {
+		t.Fatalf("lock: %q", res["lock"])
+	}
+	if !strings.Contains(res["list"], "made.txt") {
+		t.Errorf("list_files after chmod 000 /workspace: %q", res["list"])
+	}
+	f, err := h.e.ReadWorkspace(t.Context(), "alice", "conv1", "made.txt", "")
+	if err != nil {
+		t.Errorf("ReadWorkspace after chmod 000 /workspace: %v", err)
+	} else if string(f.Content) != "x\n" {
+		t.Errorf("ReadWorkspace after chmod 000 /workspace: %q", f.Content)
 	}
 }

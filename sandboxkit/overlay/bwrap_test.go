@@ -225,6 +225,11 @@ func TestChmod000Workspace(t *testing.T) {
 		t.Errorf("the next sandbox reads %q", out)
 	}
 	run(l, "chmod 000 /workspace")
+	// The patch reads it too, with no sandbox started since.
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, l.Upper); err != nil || !strings.Contains(patch.String(), "+new") {
+		t.Errorf("patch after chmod 000 /workspace: %v\n%s", err, patch.String())
+	}
 	if err := s.Remove("conv"); err != nil {
 		t.Errorf("Remove: %v", err)
 	}

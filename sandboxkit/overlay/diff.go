@@ -81,6 +81,9 @@ func diff(lower, upper string, budget int64) ([]Change, error) {
 	}
 	defer low.close()
 	up, err := openRootDir(upper)
+	if errors.Is(err, unix.EACCES) && RestoreAccess(upper) == nil {
+		up, err = openRootDir(upper) // chmod 000 /workspace
+	}
 	if err != nil {
 		return nil, err
 	}

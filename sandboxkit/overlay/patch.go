@@ -203,18 +203,49 @@ func dirMark(dir bool) string {
 	return ""
 }
 
-// gitPrefix returns the part of p up to its first .git component (in any
-// case), or "" if it has none.
+// gitPrefix returns the part of p up to its first .git component, or ""
+// if it has none. A component is .git if a file system where the patch
+// may be applied takes it for .git (isDotGit).
 func gitPrefix(p string) string {
 	end := 0
 	for comp := range strings.SplitSeq(p, "/") {
 		end += len(comp)
-		if strings.EqualFold(comp, ".git") {
+		if isDotGit(comp) {
 			return p[:end]
 		}
 		end++
 	}
 	return ""
+}
+
+// isDotGit reports whether the name comp means .git somewhere: in any
+// case; on Windows also with trailing dots and spaces, an alternate data
+// stream (".git::$INDEX_ALLOCATION") or as the 8.3 short name GIT~1;
+// on HFS+ also with the code points it ignores in names. These are the
+// forms git's own core.protectNTFS and core.protectHFS refuse.
+func isDotGit(comp string) bool {
+	s := strings.Map(func(r rune) rune {
+		if hfsIgnored(r) {
+			return -1
+		}
+		return r
+	}, comp)
+	s, _, _ = strings.Cut(s, ":")
+	s = strings.TrimRight(s, ". ")
+	return strings.EqualFold(s, ".git") || strings.EqualFold(s, "git~1")
+}
+
+// hfsIgnored reports the code points HFS+ leaves out of names (git's
+// list in utf8.c, next_hfs_char).
+func hfsIgnored(r rune) bool {
+	switch {
+	case r == 0x200c, r == 0x200d, r == 0x200e, r == 0x200f,
+		0x202a <= r && r <= 0x202e,
+		0x206a <= r && r <= 0x206f,
+		r == 0xfeff:
+		return true
+	}
+	return false
 }
 
 // leavesTree reports whether the symlink at p with target t points

@@ -164,3 +164,32 @@ func TestQuotePath(t *testing.T) {
 		}
 	}
 }
+
+// A path component that a file system where the patch may be applied
+// takes for .git is one: any case, Windows' trailing dots and spaces,
+// alternate data streams and 8.3 short name (git~1), and the code
+// points HFS+ ignores, as git's own protectNTFS and protectHFS checks.
+func TestGitPrefix(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{".git", ".git"},
+		{".git/config", ".git"},
+		{"sub/.GIT/hooks/x", "sub/.GIT"},
+		{".Git", ".Git"},
+		{".git./config", ".git."},
+		{".git . /config", ".git . "},
+		{"GIT~1/config", "GIT~1"},
+		{".git::$INDEX_ALLOCATION/config", ".git::$INDEX_ALLOCATION"},
+		{".g\u200cit/config", ".g\u200cit"},
+		{"a/\ufeff.git\u200d/config", "a/\ufeff.git\u200d"},
+		{".gitignore", ""},
+		{".github/workflows/x.yml", ""},
+		{"a.git/x", ""},
+		{"git/x", ""},
+		{".git2/x", ""},
+		{"git~2/x", ""},
+	} {
+		if got := gitPrefix(c.in); got != c.want {
+			t.Errorf("gitPrefix(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -329,8 +329,8 @@ func (l *Layer) LastUse() (time.Time, error) {
 // /workspace sets it), and a lock that needs to open it would fail for
 // good. It works across processes and between two Locks in one process.
 // A held lock makes it fail at once with an error wrapping ErrInUse. Once
-// locked, the directory's owner permissions are restored (u+rwx), so that
-// the next sandbox, a diff and Remove can read it. The lock lasts until
+// locked, the directory's owner permissions are restored (RestoreAccess),
+// so that the next sandbox and Remove can read it. The lock lasts until
 // unlock is called or the process exits; it is not inherited by child
 // processes.
 func Lock(upper string) (unlock func() error, err error) {
@@ -362,11 +362,9 @@ func Lock(upper string) (unlock func() error, err error) {
 		}
 		return nil, fmt.Errorf("overlay: lock %s: %w", upper, err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o700 != 0o700 {
-		if err := os.Chmod(upper, perm|0o700); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("overlay: restore the owner's access to %s: %w", upper, err)
-		}
+	if err := RestoreAccess(upper); err != nil {
+		f.Close()
+		return nil, err
 	}
 	var once sync.Once
 	unlock = func() error {
@@ -376,6 +374,28 @@ func Lock(upper string) (unlock func() error, err error) {
 		return err
 	}
 	return unlock, nil
+}
+
+// RestoreAccess gives the owner back read, write and search permission
+// on the upper directory upper, which a sandbox can take away (chmod 000
+// /workspace sets its mode) while it runs or before it exits. Lock calls
+// it, Diff and a patch when they cannot open the upper directory, and so
+// should anything else that reads an upper directory host-side. It
+// changes nothing else, and nothing if the owner has that access.
+func RestoreAccess(upper string) error {
+	fi, err := os.Lstat(upper)
+	if err != nil {
+		return fmt.Errorf("overlay: upper directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("overlay: upper directory %s: not a directory", upper)
+	}
+	if perm := fi.Mode().Perm(); perm&0o700 != 0o700 {
+		if err := os.Chmod(upper, perm|0o700); err != nil {
+			return fmt.Errorf("overlay: restore the owner's access to %s: %w", upper, err)
+		}
+	}
+	return nil
 }
 
 // RemoveAll removes dir and everything below it, including the mode-000
