@@ -143,14 +143,19 @@ func Watch(l *os.File, report func(Call)) error {
 			id := n.id
 			_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&id)))
 			valid = e == 0
-			if valid {
-				r := seccompNotifResp{id: n.id, flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
-				unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&r)))
-			}
 		})
-		if valid && !ordinary {
+		if !valid {
+			continue
+		}
+		// Reported while the caller still waits: a command that ends
+		// right after the call is counted by the time its Wait returns.
+		if !ordinary {
 			report(c)
 		}
+		rc.Control(func(fd uintptr) {
+			r := seccompNotifResp{id: n.id, flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
+			unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&r)))
+		})
 	}
 }
 
