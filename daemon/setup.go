@@ -134,22 +134,30 @@ func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setup
 }
 
 // Start begins the setup of a new conversation on a repository with
-// run_setup; it returns at once.
-func (s *setups) Start(user, conversation string) {
+// run_setup; it returns at once. Its error says the setup could not be
+// recorded: without its row the conversation's tools would run without
+// the setup, so the caller must not keep the conversation.
+func (s *setups) Start(user, conversation string) error {
 	c, err := s.convs.Get(s.ctx, user, conversation)
-	if err != nil || c.Repository == "" {
-		return
+	if err != nil {
+		return fmt.Errorf("reading the conversation for its setup: %w", err)
+	}
+	if c.Repository == "" {
+		return nil
 	}
 	r, err := s.repos.Get(s.ctx, c.Repository)
-	if err != nil || !r.RunSetup {
-		return
+	if err != nil {
+		return fmt.Errorf("reading the repository for a setup: %w", err)
+	}
+	if !r.RunSetup {
+		return nil
 	}
 	row := setupRow{Conversation: conversation, Status: setupRunning, Updated: time.Now().UTC()}
 	if err := s.db.Create(&row).Error; err != nil {
-		s.log.Error("recording a setup failed", "conversation", conversation, "err", err)
-		return
+		return fmt.Errorf("recording a setup: %w", err)
 	}
 	s.begin(user, conversation)
+	return nil
 }
 
 // begin starts conversation's setup run unless one runs, and returns it.

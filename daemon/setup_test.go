@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -343,5 +345,34 @@ func TestSetupEgress(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// A conversation whose setup cannot be recorded is not kept: without its
+// record, its tools would run on the snapshot without the setup.
+func TestSetupUnrecordedRefused(t *testing.T) {
+	needSandbox(t)
+	bare := setupRepo(t, filepath.Join(t.TempDir(), "marker"), "")
+	in := newInstance(t, "")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
+
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Exec(`CREATE TRIGGER test_no_setups BEFORE INSERT ON conversation_setups BEGIN SELECT RAISE(ABORT, 'the test refuses setup records'); END`).Error
+	store.Close(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.must(http.StatusInternalServerError, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, nil)
+	var list struct{ Conversations []struct{ ID string } }
+	a.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
+	if len(list.Conversations) != 0 {
+		t.Fatalf("the conversation without its setup record was kept: %+v", list.Conversations)
 	}
 }

@@ -47,8 +47,10 @@ var openAPI []byte
 // Deps are what the API serves. All are required but Registry.
 type Deps struct {
 	// StartSetup, if set, begins the project setup of a conversation
-	// just started on a repository (in the background).
-	StartSetup    func(user, conversation string)
+	// just started on a repository (in the background). Its error means
+	// the setup could not even be recorded: the conversation must not
+	// be kept (its tools would run without the setup).
+	StartSetup    func(user, conversation string) error
 	Conversations *store.Conversations
 	Users         *auth.Users
 	Login         *auth.Authenticator

@@ -201,7 +201,12 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 			return err
 		}
 		if s.d.StartSetup != nil {
-			s.d.StartSetup(conv.UserID, conv.ID)
+			if err := s.d.StartSetup(conv.UserID, conv.ID); err != nil {
+				if derr := s.d.Conversations.Delete(c.UserContext(), conv.UserID, conv.ID); derr != nil {
+					s.log.Warn("removing a conversation whose setup was not recorded", "conversation", conv.ID, "err", derr)
+				}
+				return err // for the log only: a generic 500
+			}
 		}
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
