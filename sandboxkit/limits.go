@@ -331,11 +331,16 @@ const (
 	diskPollMax = 5 * time.Second
 )
 
-func watchDisk(w *Workspace, budget int64, active func() bool, over func(used int64)) *diskWatch {
+// watchDisk starts watching w. base is w's usage before the first command
+// started (workspaceUsage): the first reading is compared with it, so a
+// command that crosses the budget at once (fallocate) is stopped too. A
+// reading is also taken when the commands stop running, so the next
+// command is compared with what they left.
+func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(used int64)) *diskWatch {
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
-		last := int64(-1)
+		last, wasActive := base, false
 		interval := diskPollMin
 		t := time.NewTimer(0)
 		defer t.Stop()
@@ -345,21 +350,25 @@ func watchDisk(w *Workspace, budget int64, active func() bool, over func(used in
 				return
 			case <-t.C:
 			}
-			if active() {
+			if now := active(); now || wasActive {
 				start := time.Now()
-				used := diskUsage(w.Upper) + diskUsage(w.Work)
+				used := workspaceUsage(w)
 				// The walk is the cost: poll at most a tenth of the time.
 				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
-				if used > budget && last >= 0 && used > last {
+				if now && used > budget && used > last {
 					over(used)
 				}
-				last = used
+				last, wasActive = used, now
 			}
 			t.Reset(interval)
 		}
 	}()
 	return d
 }
+
+// workspaceUsage is the blocks w's upper layer and overlayfs's work dir
+// occupy.
+func workspaceUsage(w *Workspace) int64 { return diskUsage(w.Upper) + diskUsage(w.Work) }
 
 func (d *diskWatch) close() {
 	if d != nil {

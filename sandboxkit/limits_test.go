@@ -259,10 +259,45 @@ func TestLimitsDiskBudget(t *testing.T) {
 	if out, _, err := inSession(t, s, "rm big && echo freed"); err != nil || out != "freed\n" {
 		t.Fatalf("rm after the budget: %q %v", out, err)
 	}
+	if out, _, err := inSession(t, s, "truncate -s 3G sparse && sleep 0.5 && echo sparse-ok"); err != nil || out != "sparse-ok\n" {
+		t.Fatalf("sparse file: %q %v", out, err)
+	}
 	s.Close()
 
 	c = Command(t.Context(), p, "sh", "-c", "yes > big2")
 	check("run", c.Run(), c.State)
+}
+
+// TestLimitsDiskFastFill: a command that crosses the disk budget at
+// once (fallocate takes no time) and then stops writing is stopped too,
+// in a Session and in a one-shot Run; a sparse file of 3 GiB is not
+// (blocks count, not apparent size).
+func TestLimitsDiskFastFill(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Disk = 64 << 20
+	p := enforcePolicy(t, l)
+	s := startSession(t, p, SessionOptions{})
+	// The session's first command: no reading of the workspace yet.
+	const fill = "fallocate -l 200M big && sleep 3 && echo survived"
+	start := time.Now()
+	out, c, err := inSession(t, s, fill)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != LimitDisk || strings.Contains(out, "survived") {
+		t.Fatalf("session: %q %v (state %+v), want a disk LimitError", out, err, c.State)
+	}
+	t.Logf("session: stopped after %v", time.Since(start))
+	if out, _, err := inSession(t, s, "rm big && echo freed"); err != nil || out != "freed\n" {
+		t.Fatalf("rm after the budget: %q %v", out, err)
+	}
+	s.Close()
+
+	var buf bytes.Buffer
+	r := Command(t.Context(), p, "sh", "-c", fill)
+	r.Stdout, r.Stderr = &buf, &buf
+	if err := r.Run(); !errors.As(err, &le) || le.Limit != LimitDisk || strings.Contains(buf.String(), "survived") {
+		t.Fatalf("run: %q %v (state %+v), want a disk LimitError", buf.String(), err, r.State)
+	}
 }
 
 // TestLimitsRlimits: the rlimits hold inside, hard, and no core dumps.
