@@ -327,15 +327,17 @@ func TestLimitsRlimits(t *testing.T) {
 }
 
 // TestLimitsCPU: spinning processes run in their sandbox's CPU group,
-// under its quota. (That the quota keeps the server responsive is
-// measured by scripts/bench, not by a timed test.)
+// under its quota, and are throttled there. (That the quota keeps the
+// server responsive is measured by scripts/bench, not by a timed test.)
 func TestLimitsCPU(t *testing.T) {
 	tr := requireCgroups(t)
 	if tr.Version() != cgroup.V1 {
 		t.Skip("reads the v1 cpu layout")
 	}
 	l := DefaultLimits()
-	l.CPU = 0.5
+	// 5 ms of every 100 ms: two busy loops exceed it even on a loaded
+	// machine, so the group is throttled in every period.
+	l.CPU = 0.05
 	s := startSession(t, enforcePolicy(t, l), SessionOptions{})
 	var pids []int
 	for range 2 {
@@ -349,12 +351,32 @@ func TestLimitsCPU(t *testing.T) {
 	quota, _ := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
 	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	// The supervisor, bwrap and its child, the two jobs.
-	if strings.TrimSpace(string(quota)) != "50000" || len(strings.Fields(string(procs))) < 4 {
+	if strings.TrimSpace(string(quota)) != "5000" || len(strings.Fields(string(procs))) < 4 {
 		t.Fatalf("quota %q, processes %q", quota, procs)
 	}
-	time.Sleep(300 * time.Millisecond)
-	stat, _ := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	t.Logf("cpu.stat after 300 ms:\n%s", stat)
+	var stat []byte
+	for range 40 {
+		time.Sleep(50 * time.Millisecond)
+		stat, _ = os.ReadFile(filepath.Join(dir, "cpu.stat"))
+		if throttled(stat) > 0 {
+			break
+		}
+	}
+	if throttled(stat) == 0 {
+		t.Fatalf("two busy loops were never throttled at 0.05 cores:\n%s", stat)
+	}
+	t.Logf("cpu.stat:\n%s", stat)
+}
+
+// throttled reads nr_throttled from a cpu.stat.
+func throttled(stat []byte) int {
+	for line := range strings.Lines(string(stat)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "nr_throttled "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // TestLimitsRequire: without a delegated cgroup, the Doctor says "rlimits
