@@ -3,14 +3,13 @@ package sandboxkit
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"path/filepath"
+	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"golang.org/x/sys/unix"
 )
 
 // Limits bound what one sandbox (a Run, or a whole Session) may consume,
@@ -377,21 +376,70 @@ func (d *diskWatch) close() {
 	}
 }
 
-// diskUsage sums the blocks the tree at dir occupies. It never follows a
-// symlink; entries that vanish while it walks (the sandbox runs
-// concurrently) are skipped.
+// diskUsage sums the blocks the tree at dir occupies. The sandbox runs
+// concurrently and may swap a directory for a symlink at any moment, so
+// the walk never resolves a path: each directory is opened from its
+// parent's descriptor with O_NOFOLLOW, and a symlink, an entry that
+// vanished or one that cannot be opened is counted as itself only.
 func diskUsage(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return 0
+	}
+	return st.Blocks*512 + dirUsage(fd, nil)
+}
+
+// diskAnchorDepth is how many levels below an open directory the walk
+// descends by name before it keeps one open: a walk holds a descriptor
+// per diskAnchorDepth levels (and two more), whatever the tree's depth,
+// and counts what lies deeper than PATH_MAX.
+const diskAnchorDepth = 128
+
+// dirUsage sums the blocks of the entries of the directory reached from
+// anchor through the directories rel, and of their subtrees.
+func dirUsage(anchor int, rel []string) int64 {
+	fd, err := unix.Openat(anchor, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	for _, name := range rel {
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
 		if err != nil {
-			return nil
+			return 0
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
+		fd = next
+	}
+	f := os.NewFile(uintptr(fd), "")
+	names, _ := f.Readdirnames(-1)
+	var n int64
+	var dirs []string
+	for _, name := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
 		}
-		return nil
-	})
+		n += st.Blocks * 512
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			dirs = append(dirs, name)
+		}
+	}
+	if len(rel) < diskAnchorDepth {
+		f.Close()
+		for _, d := range dirs {
+			n += dirUsage(anchor, append(rel[:len(rel):len(rel)], d))
+		}
+		return n
+	}
+	// Deep enough: this directory anchors its subtree.
+	defer f.Close()
+	for _, d := range dirs {
+		n += dirUsage(fd, []string{d})
+	}
 	return n
 }

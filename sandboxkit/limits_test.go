@@ -16,6 +16,7 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 func TestBuildTmpfsSizes(t *testing.T) {
@@ -444,5 +445,79 @@ func TestSessionMaxJobs(t *testing.T) {
 	}
 	if _, err := s.StartBackground(context.Background(), []string{"true"}, nil, ""); err != nil {
 		t.Fatalf("after a kill: %v", err)
+	}
+}
+
+// TestDiskUsageHostile: the disk budget's walk counts what lies below
+// PATH_MAX, and never follows a directory that the sandbox swaps for a
+// symlink while it walks (it then measured the host tree it points to).
+func TestDiskUsageHostile(t *testing.T) {
+	dir := t.TempDir()
+	// 20 levels of 250-byte names: the file's path is over 5,000 bytes.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("d", 250)
+	for range 20 {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	ffd, err := unix.Openat(fd, "deep", unix.O_WRONLY|unix.O_CREAT, 0o644)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(ffd), "deep")
+	if _, err := f.Write(bytes.Repeat([]byte("x"), 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n := diskUsage(dir); n < 4<<20 {
+		t.Errorf("a 4 MiB file below PATH_MAX: %d bytes counted", n)
+	}
+
+	// A directory and a symlink to a big tree swap places all the time.
+	swap := t.TempDir()
+	target, err := filepath.Abs(filepath.Dir(os.Args[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := diskUsage(target)
+	if err := os.Mkdir(filepath.Join(swap, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(swap, "s")); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Renameat2(unix.AT_FDCWD, filepath.Join(swap, "d"), unix.AT_FDCWD, filepath.Join(swap, "s"), unix.RENAME_EXCHANGE)
+		}
+	})
+	followed := 0
+	for range 3000 {
+		if diskUsage(swap) >= big/2 {
+			followed++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if followed > 0 {
+		t.Errorf("%d of 3000 walks followed the symlink into %s (%d bytes)", followed, target, big)
 	}
 }
