@@ -351,7 +351,7 @@ func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(u
 			}
 			if now := active(); now || wasActive {
 				start := time.Now()
-				used := workspaceUsage(w)
+				used := workspaceUsage(w, budget)
 				// The walk is the cost: poll at most a tenth of the time.
 				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
 				if now && used > budget && used > last {
@@ -365,10 +365,6 @@ func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(u
 	return d
 }
 
-// workspaceUsage is the blocks w's upper layer and overlayfs's work dir
-// occupy.
-func workspaceUsage(w *Workspace) int64 { return diskUsage(w.Upper) + diskUsage(w.Work) }
-
 func (d *diskWatch) close() {
 	if d != nil {
 		close(d.stop)
@@ -376,55 +372,87 @@ func (d *diskWatch) close() {
 	}
 }
 
-// diskUsage sums the blocks the tree at dir occupies. The sandbox runs
-// concurrently and may swap a directory for a symlink at any moment, so
-// the walk never resolves a path: each directory is opened from its
-// parent's descriptor with O_NOFOLLOW, and a symlink, an entry that
-// vanished or one that cannot be opened is counted as itself only.
-func diskUsage(dir string) int64 {
+// workspaceUsage is the blocks w's upper layer and overlayfs's work dir
+// occupy. A tree deeper than the walk goes counts as the whole budget
+// more: what it holds is not known, so the command that makes one is
+// stopped as crossing the budget, and so is, while it exists, any
+// command that writes elsewhere (writes below that depth are not seen).
+func workspaceUsage(w *Workspace, budget int64) int64 {
+	u, deepU := diskUsage(w.Upper)
+	k, deepK := diskUsage(w.Work)
+	if deepU || deepK {
+		return u + k + budget
+	}
+	return u + k
+}
+
+// diskUsage sums the blocks the tree at dir occupies, and says whether
+// it holds directories deeper than diskMaxDepth, which it does not walk.
+// The sandbox runs concurrently and may swap a directory for a symlink
+// at any moment, so the walk never resolves a path: each directory is
+// opened from its parent's descriptor with O_NOFOLLOW, and a symlink,
+// an entry that vanished or one that cannot be opened is counted as
+// itself only.
+func diskUsage(dir string) (n int64, deep bool) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
-		return 0
+		return 0, false
 	}
-	return st.Blocks*512 + dirUsage(fd, nil)
+	w := diskWalk{n: st.Blocks * 512}
+	w.dir(fd, nil, 0)
+	return w.n, w.deep
 }
 
-// diskAnchorDepth is how many levels below an open directory the walk
-// descends by name before it keeps one open: a walk holds a descriptor
-// per diskAnchorDepth levels (and two more), whatever the tree's depth,
-// and counts what lies deeper than PATH_MAX.
-const diskAnchorDepth = 128
+const (
+	// diskAnchorDepth is how many levels below an open directory the
+	// walk descends by name before it keeps one open: a walk holds a
+	// descriptor per diskAnchorDepth levels (and two more), and counts
+	// what lies deeper than PATH_MAX.
+	diskAnchorDepth = 32
+	// diskMaxDepth bounds the walk's depth, and so its time, stack and
+	// descriptors; no project's tree comes near it.
+	diskMaxDepth = 1024
+)
 
-// dirUsage sums the blocks of the entries of the directory reached from
-// anchor through the directories rel, and of their subtrees.
-func dirUsage(anchor int, rel []string) int64 {
+type diskWalk struct {
+	n    int64
+	deep bool
+}
+
+// dir adds the blocks of the entries of the directory reached from
+// anchor through the directories rel, depth levels below the top, and
+// of their subtrees.
+func (w *diskWalk) dir(anchor int, rel []string, depth int) {
+	if depth >= diskMaxDepth {
+		w.deep = true
+		return
+	}
 	fd, err := unix.Openat(anchor, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0
+		return
 	}
 	for _, name := range rel {
 		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
-			return 0
+			return
 		}
 		fd = next
 	}
 	f := os.NewFile(uintptr(fd), "")
 	names, _ := f.Readdirnames(-1)
-	var n int64
 	var dirs []string
 	for _, name := range names {
 		var st unix.Stat_t
 		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			continue
 		}
-		n += st.Blocks * 512
+		w.n += st.Blocks * 512
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			dirs = append(dirs, name)
 		}
@@ -432,14 +460,13 @@ func dirUsage(anchor int, rel []string) int64 {
 	if len(rel) < diskAnchorDepth {
 		f.Close()
 		for _, d := range dirs {
-			n += dirUsage(anchor, append(rel[:len(rel):len(rel)], d))
+			w.dir(anchor, append(rel[:len(rel):len(rel)], d), depth+1)
 		}
-		return n
+		return
 	}
 	// Deep enough: this directory anchors its subtree.
 	defer f.Close()
 	for _, d := range dirs {
-		n += dirUsage(fd, []string{d})
+		w.dir(fd, []string{d}, depth+1)
 	}
-	return n
 }

@@ -245,7 +245,7 @@ func TestLimitsDiskBudget(t *testing.T) {
 		if !strings.Contains(le.Error(), "disk budget (64 MiB) is used up") {
 			t.Errorf("%s: message %q", what, le.Error())
 		}
-		used := diskUsage(p.Workspace.Upper)
+		used, _ := diskUsage(p.Workspace.Upper)
 		// Stopped near the budget: yes alone would fill the disk.
 		if used < l.Disk || used > l.Disk+768<<20 {
 			t.Errorf("%s: upper layer holds %d bytes, want just over %d", what, used, l.Disk)
@@ -480,8 +480,34 @@ func TestDiskUsageHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if n := diskUsage(dir); n < 4<<20 {
-		t.Errorf("a 4 MiB file below PATH_MAX: %d bytes counted", n)
+	if n, deep := diskUsage(dir); n < 4<<20 || deep {
+		t.Errorf("a 4 MiB file below PATH_MAX: %d bytes counted (too deep %v)", n, deep)
+	}
+
+	// Deeper than the walk goes (its depth bounds the walk's time and
+	// stack): the tree counts as the whole budget.
+	chain := t.TempDir()
+	if fd, err = unix.Open(chain, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range diskMaxDepth + 10 {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	if _, deep := diskUsage(chain); !deep {
+		t.Errorf("a chain of %d directories was walked to its end", diskMaxDepth+10)
+	}
+	ws := &Workspace{Upper: chain, Work: t.TempDir()}
+	if used := workspaceUsage(ws, 64<<20); used <= 64<<20 {
+		t.Errorf("a workspace too deep to measure used %d of a 64 MiB budget, want more", used)
 	}
 
 	// A directory and a symlink to a big tree swap places all the time.
@@ -490,7 +516,7 @@ func TestDiskUsageHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := diskUsage(target)
+	big, _ := diskUsage(target)
 	if err := os.Mkdir(filepath.Join(swap, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +537,7 @@ func TestDiskUsageHostile(t *testing.T) {
 	})
 	followed := 0
 	for range 3000 {
-		if diskUsage(swap) >= big/2 {
+		if n, _ := diskUsage(swap); n >= big/2 {
 			followed++
 		}
 	}

@@ -219,7 +219,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 	}
 	var base int64 // the workspace before the command wrote
 	if w := p.Workspace; w != nil && p.Limits.Disk > 0 {
-		base = workspaceUsage(w)
+		base = workspaceUsage(w, p.Limits.Disk)
 	}
 	c.begin(ctx)
 	c.unlock = unlock
