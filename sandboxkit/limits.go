@@ -192,7 +192,13 @@ func limitsCheck(l Limits) Check {
 		}
 		return c
 	}
-	return Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: each sandbox in its own group (pids %d, memory %s, cpu %g)", t, l.Pids, sizeString(l.Memory), l.CPU)}
+	c := Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: each sandbox in its own group (pids %d, memory %s, cpu %g)", t, l.Pids, sizeString(l.Memory), l.CPU)}
+	if l.Memory > 0 && !t.SwapLimited() {
+		c.Warning = true
+		c.Detail += "; swap is not bounded: the kernel does not account swap in cgroups, so a sandbox may swap beyond its memory"
+		c.Remedy = "enable swap accounting (kernel parameter swapaccount=1, or a kernel with it), or run without swap"
+	}
+	return c
 }
 
 // limitsErr is the fail-closed error of a Policy that requires cgroup

@@ -416,6 +416,18 @@ func TestLimitsRequire(t *testing.T) {
 	}
 }
 
+// TestLimitsDoctorDelegated: with the delegated tree the limits check
+// passes and names it; it warns exactly when swap is not accounted.
+func TestLimitsDoctorDelegated(t *testing.T) {
+	tr := requireCgroups(t)
+	l := DefaultLimits()
+	lc := limitsCheck(l)
+	if !lc.OK || !strings.HasPrefix(lc.Detail, tr.String()) || lc.Warning != !tr.SwapLimited() {
+		t.Fatalf("limits check with %v (swap limited %v): %+v", tr, tr.SwapLimited(), lc)
+	}
+	t.Logf("%+v", lc)
+}
+
 func exec1(t *testing.T, p *Policy, script string) (string, error) {
 	var out bytes.Buffer
 	c := Command(t.Context(), p, "sh", "-c", script)

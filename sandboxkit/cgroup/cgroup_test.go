@@ -245,3 +245,36 @@ func TestDelegateLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapLimited: memory's "no swap beyond it" needs the kernel's swap
+// accounting (v1 memsw files, v2 memory.swap.max); without it the tree
+// says so, for the doctor.
+func TestSwapLimited(t *testing.T) {
+	mount := t.TempDir()
+	for _, c := range Controllers {
+		touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+	}
+	v1 := Options{Mount: mount, Path: "codumentor/alice"}
+	if tr, err := Open(v1); err != nil || tr.SwapLimited() {
+		t.Errorf("v1 without memsw: %v %v, want not limited", tr, err)
+	}
+	touch(t, filepath.Join(mount, "memory", "codumentor", "alice"), map[string]string{"memory.memsw.limit_in_bytes": ""})
+	if tr, err := Open(v1); err != nil || !tr.SwapLimited() {
+		t.Errorf("v1 with memsw: %v %v, want limited", tr, err)
+	}
+
+	mount = t.TempDir()
+	touch(t, mount, map[string]string{"cgroup.controllers": "cpu memory pids\n"})
+	svc := filepath.Join(mount, "svc")
+	files := v2Files("")
+	delete(files, "memory.swap.max")
+	touch(t, svc, files)
+	v2 := Options{Mount: mount, Path: "svc"}
+	if tr, err := Open(v2); err != nil || tr.SwapLimited() {
+		t.Errorf("v2 without memory.swap.max: %v %v, want not limited", tr, err)
+	}
+	touch(t, svc, map[string]string{"memory.swap.max": "max\n"})
+	if tr, err := Open(v2); err != nil || !tr.SwapLimited() {
+		t.Errorf("v2 with memory.swap.max: %v %v, want limited", tr, err)
+	}
+}
