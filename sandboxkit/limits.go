@@ -3,14 +3,13 @@ package sandboxkit
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"path/filepath"
+	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"golang.org/x/sys/unix"
 )
 
 // Limits bound what one sandbox (a Run, or a whole Session) may consume,
@@ -193,7 +192,13 @@ func limitsCheck(l Limits) Check {
 		}
 		return c
 	}
-	return Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: each sandbox in its own group (pids %d, memory %s, cpu %g)", t, l.Pids, sizeString(l.Memory), l.CPU)}
+	c := Check{Name: name, OK: true, Detail: fmt.Sprintf("%s: each sandbox in its own group (pids %d, memory %s, cpu %g)", t, l.Pids, sizeString(l.Memory), l.CPU)}
+	if l.Memory > 0 && !t.SwapLimited() {
+		c.Warning = true
+		c.Detail += "; swap is not bounded: the kernel does not account swap in cgroups, so a sandbox may swap beyond its memory"
+		c.Remedy = "enable swap accounting (kernel parameter swapaccount=1, or a kernel with it), or run without swap"
+	}
+	return c
 }
 
 // limitsErr is the fail-closed error of a Policy that requires cgroup
@@ -331,11 +336,16 @@ const (
 	diskPollMax = 5 * time.Second
 )
 
-func watchDisk(w *Workspace, budget int64, active func() bool, over func(used int64)) *diskWatch {
+// watchDisk starts watching w. base is w's usage before the first command
+// started (workspaceUsage): the first reading is compared with it, so a
+// command that crosses the budget at once (fallocate) is stopped too. A
+// reading is also taken when the commands stop running, so the next
+// command is compared with what they left.
+func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(used int64)) *diskWatch {
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
-		last := int64(-1)
+		last, wasActive := base, false
 		interval := diskPollMin
 		t := time.NewTimer(0)
 		defer t.Stop()
@@ -345,15 +355,15 @@ func watchDisk(w *Workspace, budget int64, active func() bool, over func(used in
 				return
 			case <-t.C:
 			}
-			if active() {
+			if now := active(); now || wasActive {
 				start := time.Now()
-				used := diskUsage(w.Upper) + diskUsage(w.Work)
+				used := workspaceUsage(w, budget)
 				// The walk is the cost: poll at most a tenth of the time.
 				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
-				if used > budget && last >= 0 && used > last {
+				if now && used > budget && used > last {
 					over(used)
 				}
-				last = used
+				last, wasActive = used, now
 			}
 			t.Reset(interval)
 		}
@@ -368,21 +378,101 @@ func (d *diskWatch) close() {
 	}
 }
 
-// diskUsage sums the blocks the tree at dir occupies. It never follows a
-// symlink; entries that vanish while it walks (the sandbox runs
-// concurrently) are skipped.
-func diskUsage(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+// workspaceUsage is the blocks w's upper layer and overlayfs's work dir
+// occupy. A tree deeper than the walk goes counts as the whole budget
+// more: what it holds is not known, so the command that makes one is
+// stopped as crossing the budget, and so is, while it exists, any
+// command that writes elsewhere (writes below that depth are not seen).
+func workspaceUsage(w *Workspace, budget int64) int64 {
+	u, deepU := diskUsage(w.Upper)
+	k, deepK := diskUsage(w.Work)
+	if deepU || deepK {
+		return u + k + budget
+	}
+	return u + k
+}
+
+// diskUsage sums the blocks the tree at dir occupies, and says whether
+// it holds directories deeper than diskMaxDepth, which it does not walk.
+// The sandbox runs concurrently and may swap a directory for a symlink
+// at any moment, so the walk never resolves a path: each directory is
+// opened from its parent's descriptor with O_NOFOLLOW, and a symlink,
+// an entry that vanished or one that cannot be opened is counted as
+// itself only.
+func diskUsage(dir string) (n int64, deep bool) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return 0, false
+	}
+	w := diskWalk{n: st.Blocks * 512}
+	w.dir(fd, nil, 0)
+	return w.n, w.deep
+}
+
+const (
+	// diskAnchorDepth is how many levels below an open directory the
+	// walk descends by name before it keeps one open: a walk holds a
+	// descriptor per diskAnchorDepth levels (and two more), and counts
+	// what lies deeper than PATH_MAX.
+	diskAnchorDepth = 32
+	// diskMaxDepth bounds the walk's depth, and so its time, stack and
+	// descriptors; no project's tree comes near it.
+	diskMaxDepth = 1024
+)
+
+type diskWalk struct {
+	n    int64
+	deep bool
+}
+
+// dir adds the blocks of the entries of the directory reached from
+// anchor through the directories rel, depth levels below the top, and
+// of their subtrees.
+func (w *diskWalk) dir(anchor int, rel []string, depth int) {
+	if depth >= diskMaxDepth {
+		w.deep = true
+		return
+	}
+	fd, err := unix.Openat(anchor, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	for _, name := range rel {
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
 		if err != nil {
-			return nil
+			return
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
+		fd = next
+	}
+	f := os.NewFile(uintptr(fd), "")
+	names, _ := f.Readdirnames(-1)
+	var dirs []string
+	for _, name := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
 		}
-		return nil
-	})
-	return n
+		w.n += st.Blocks * 512
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			dirs = append(dirs, name)
+		}
+	}
+	if len(rel) < diskAnchorDepth {
+		f.Close()
+		for _, d := range dirs {
+			w.dir(anchor, append(rel[:len(rel):len(rel)], d), depth+1)
+		}
+		return
+	}
+	// Deep enough: this directory anchors its subtree.
+	defer f.Close()
+	for _, d := range dirs {
+		w.dir(fd, []string{d}, depth+1)
+	}
 }

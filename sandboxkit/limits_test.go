@@ -16,6 +16,7 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
+	"golang.org/x/sys/unix"
 )
 
 func TestBuildTmpfsSizes(t *testing.T) {
@@ -244,7 +245,7 @@ func TestLimitsDiskBudget(t *testing.T) {
 		if !strings.Contains(le.Error(), "disk budget (64 MiB) is used up") {
 			t.Errorf("%s: message %q", what, le.Error())
 		}
-		used := diskUsage(p.Workspace.Upper)
+		used, _ := diskUsage(p.Workspace.Upper)
 		// Stopped near the budget: yes alone would fill the disk.
 		if used < l.Disk || used > l.Disk+768<<20 {
 			t.Errorf("%s: upper layer holds %d bytes, want just over %d", what, used, l.Disk)
@@ -259,10 +260,45 @@ func TestLimitsDiskBudget(t *testing.T) {
 	if out, _, err := inSession(t, s, "rm big && echo freed"); err != nil || out != "freed\n" {
 		t.Fatalf("rm after the budget: %q %v", out, err)
 	}
+	if out, _, err := inSession(t, s, "truncate -s 3G sparse && sleep 0.5 && echo sparse-ok"); err != nil || out != "sparse-ok\n" {
+		t.Fatalf("sparse file: %q %v", out, err)
+	}
 	s.Close()
 
 	c = Command(t.Context(), p, "sh", "-c", "yes > big2")
 	check("run", c.Run(), c.State)
+}
+
+// TestLimitsDiskFastFill: a command that crosses the disk budget at
+// once (fallocate takes no time) and then stops writing is stopped too,
+// in a Session and in a one-shot Run; a sparse file of 3 GiB is not
+// (blocks count, not apparent size).
+func TestLimitsDiskFastFill(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Disk = 64 << 20
+	p := enforcePolicy(t, l)
+	s := startSession(t, p, SessionOptions{})
+	// The session's first command: no reading of the workspace yet.
+	const fill = "fallocate -l 200M big && sleep 3 && echo survived"
+	start := time.Now()
+	out, c, err := inSession(t, s, fill)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != LimitDisk || strings.Contains(out, "survived") {
+		t.Fatalf("session: %q %v (state %+v), want a disk LimitError", out, err, c.State)
+	}
+	t.Logf("session: stopped after %v", time.Since(start))
+	if out, _, err := inSession(t, s, "rm big && echo freed"); err != nil || out != "freed\n" {
+		t.Fatalf("rm after the budget: %q %v", out, err)
+	}
+	s.Close()
+
+	var buf bytes.Buffer
+	r := Command(t.Context(), p, "sh", "-c", fill)
+	r.Stdout, r.Stderr = &buf, &buf
+	if err := r.Run(); !errors.As(err, &le) || le.Limit != LimitDisk || strings.Contains(buf.String(), "survived") {
+		t.Fatalf("run: %q %v (state %+v), want a disk LimitError", buf.String(), err, r.State)
+	}
 }
 
 // TestLimitsRlimits: the rlimits hold inside, hard, and no core dumps.
@@ -292,15 +328,17 @@ func TestLimitsRlimits(t *testing.T) {
 }
 
 // TestLimitsCPU: spinning processes run in their sandbox's CPU group,
-// under its quota. (That the quota keeps the server responsive is
-// measured by scripts/bench, not by a timed test.)
+// under its quota, and are throttled there. (That the quota keeps the
+// server responsive is measured by scripts/bench, not by a timed test.)
 func TestLimitsCPU(t *testing.T) {
 	tr := requireCgroups(t)
 	if tr.Version() != cgroup.V1 {
 		t.Skip("reads the v1 cpu layout")
 	}
 	l := DefaultLimits()
-	l.CPU = 0.5
+	// 5 ms of every 100 ms: two busy loops exceed it even on a loaded
+	// machine, so the group is throttled in every period.
+	l.CPU = 0.05
 	s := startSession(t, enforcePolicy(t, l), SessionOptions{})
 	var pids []int
 	for range 2 {
@@ -314,12 +352,32 @@ func TestLimitsCPU(t *testing.T) {
 	quota, _ := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
 	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	// The supervisor, bwrap and its child, the two jobs.
-	if strings.TrimSpace(string(quota)) != "50000" || len(strings.Fields(string(procs))) < 4 {
+	if strings.TrimSpace(string(quota)) != "5000" || len(strings.Fields(string(procs))) < 4 {
 		t.Fatalf("quota %q, processes %q", quota, procs)
 	}
-	time.Sleep(300 * time.Millisecond)
-	stat, _ := os.ReadFile(filepath.Join(dir, "cpu.stat"))
-	t.Logf("cpu.stat after 300 ms:\n%s", stat)
+	var stat []byte
+	for range 40 {
+		time.Sleep(50 * time.Millisecond)
+		stat, _ = os.ReadFile(filepath.Join(dir, "cpu.stat"))
+		if throttled(stat) > 0 {
+			break
+		}
+	}
+	if throttled(stat) == 0 {
+		t.Fatalf("two busy loops were never throttled at 0.05 cores:\n%s", stat)
+	}
+	t.Logf("cpu.stat:\n%s", stat)
+}
+
+// throttled reads nr_throttled from a cpu.stat.
+func throttled(stat []byte) int {
+	for line := range strings.Lines(string(stat)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "nr_throttled "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // TestLimitsRequire: without a delegated cgroup, the Doctor says "rlimits
@@ -358,6 +416,18 @@ func TestLimitsRequire(t *testing.T) {
 	}
 }
 
+// TestLimitsDoctorDelegated: with the delegated tree the limits check
+// passes and names it; it warns exactly when swap is not accounted.
+func TestLimitsDoctorDelegated(t *testing.T) {
+	tr := requireCgroups(t)
+	l := DefaultLimits()
+	lc := limitsCheck(l)
+	if !lc.OK || !strings.HasPrefix(lc.Detail, tr.String()) || lc.Warning != !tr.SwapLimited() {
+		t.Fatalf("limits check with %v (swap limited %v): %+v", tr, tr.SwapLimited(), lc)
+	}
+	t.Logf("%+v", lc)
+}
+
 func exec1(t *testing.T, p *Policy, script string) (string, error) {
 	var out bytes.Buffer
 	c := Command(t.Context(), p, "sh", "-c", script)
@@ -387,5 +457,105 @@ func TestSessionMaxJobs(t *testing.T) {
 	}
 	if _, err := s.StartBackground(context.Background(), []string{"true"}, nil, ""); err != nil {
 		t.Fatalf("after a kill: %v", err)
+	}
+}
+
+// TestDiskUsageHostile: the disk budget's walk counts what lies below
+// PATH_MAX, and never follows a directory that the sandbox swaps for a
+// symlink while it walks (it then measured the host tree it points to).
+func TestDiskUsageHostile(t *testing.T) {
+	dir := t.TempDir()
+	// 20 levels of 250-byte names: the file's path is over 5,000 bytes.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("d", 250)
+	for range 20 {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	ffd, err := unix.Openat(fd, "deep", unix.O_WRONLY|unix.O_CREAT, 0o644)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(ffd), "deep")
+	if _, err := f.Write(bytes.Repeat([]byte("x"), 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n, deep := diskUsage(dir); n < 4<<20 || deep {
+		t.Errorf("a 4 MiB file below PATH_MAX: %d bytes counted (too deep %v)", n, deep)
+	}
+
+	// Deeper than the walk goes (its depth bounds the walk's time and
+	// stack): the tree counts as the whole budget.
+	chain := t.TempDir()
+	if fd, err = unix.Open(chain, unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range diskMaxDepth + 10 {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	if _, deep := diskUsage(chain); !deep {
+		t.Errorf("a chain of %d directories was walked to its end", diskMaxDepth+10)
+	}
+	ws := &Workspace{Upper: chain, Work: t.TempDir()}
+	if used := workspaceUsage(ws, 64<<20); used <= 64<<20 {
+		t.Errorf("a workspace too deep to measure used %d of a 64 MiB budget, want more", used)
+	}
+
+	// A directory and a symlink to a big tree swap places all the time.
+	swap := t.TempDir()
+	target, err := filepath.Abs(filepath.Dir(os.Args[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, _ := diskUsage(target)
+	if err := os.Mkdir(filepath.Join(swap, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(swap, "s")); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Renameat2(unix.AT_FDCWD, filepath.Join(swap, "d"), unix.AT_FDCWD, filepath.Join(swap, "s"), unix.RENAME_EXCHANGE)
+		}
+	})
+	followed := 0
+	for range 3000 {
+		if n, _ := diskUsage(swap); n >= big/2 {
+			followed++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if followed > 0 {
+		t.Errorf("%d of 3000 walks followed the symlink into %s (%d bytes)", followed, target, big)
 	}
 }

@@ -217,6 +217,10 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
+	var base int64 // the workspace before the command wrote
+	if w := p.Workspace; w != nil && p.Limits.Disk > 0 {
+		base = workspaceUsage(w, p.Limits.Disk)
+	}
 	c.begin(ctx)
 	c.unlock = unlock
 	if err := c.start(sp, l, reserved); err != nil {
@@ -226,7 +230,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 	}
 	sl.started()
 	if w, budget := p.Workspace, p.Limits.Disk; w != nil && budget > 0 {
-		c.disk = watchDisk(w, budget, func() bool { return true }, func(used int64) {
+		c.disk = watchDisk(w, budget, base, func() bool { return true }, func(used int64) {
 			c.diskUsed.Store(used)
 			c.cancel()
 		})

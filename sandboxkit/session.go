@@ -169,7 +169,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	}
 	// Before launch: the session's end closes it.
 	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
-		s.disk = watchDisk(w, budget, s.running, s.overDisk)
+		s.disk = watchDisk(w, budget, workspaceUsage(w, budget), s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
 		s.disk.close()

@@ -114,6 +114,19 @@ func (t *Tree) Version() Version { return t.version }
 // Dirs are the subtree's directories (v1: pids, memory, cpu).
 func (t *Tree) Dirs() []string { return slices.Clone(t.dirs) }
 
+// SwapLimited reports whether the kernel accounts swap in this tree, so
+// that Limits.Memory holds with no swap beyond it. Without swap
+// accounting (v1 memsw files, v2 memory.swap.max; boot parameter
+// swapaccount=1 on older kernels) a group may swap past its memory.
+func (t *Tree) SwapLimited() bool {
+	file := filepath.Join(t.dirs[0], "memory.swap.max")
+	if t.version == V1 {
+		file = filepath.Join(t.dirs[1], "memory.memsw.limit_in_bytes")
+	}
+	_, err := os.Stat(file)
+	return err == nil
+}
+
 // String describes the tree for the doctor.
 func (t *Tree) String() string {
 	if t.version == V1 {

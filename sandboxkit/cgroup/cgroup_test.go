@@ -190,3 +190,91 @@ func TestV1Layout(t *testing.T) {
 		t.Error("an escaping path was accepted")
 	}
 }
+
+// TestDelegateLayout: what setup-cgroups creates and hands over, on
+// plain files (the real v1 run is scripts/install-prereqs' and the
+// manual check's): v1 one directory per controller, v2 one with the
+// controllers enabled on the way down; a second run changes nothing.
+func TestDelegateLayout(t *testing.T) {
+	uid, gid := os.Getuid(), os.Getgid()
+	t.Run("v1", func(t *testing.T) {
+		mount := t.TempDir()
+		for _, c := range Controllers {
+			// The kernel creates a group's files on mkdir; here they
+			// are made beforehand.
+			touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+		}
+		for range 2 {
+			dirs, err := Delegate(mount, "alice", uid, gid)
+			want := []string{filepath.Join(mount, "pids/codumentor/alice"), filepath.Join(mount, "memory/codumentor/alice"), filepath.Join(mount, "cpu/codumentor/alice")}
+			if err != nil || !reflect.DeepEqual(dirs, want) {
+				t.Fatalf("Delegate: %v %v, want %v", dirs, err, want)
+			}
+		}
+		if _, err := Open(Options{Mount: mount, Path: "codumentor/alice"}); err != nil {
+			t.Errorf("Open after Delegate: %v", err)
+		}
+		os.RemoveAll(filepath.Join(mount, "cpu"))
+		if _, err := Delegate(mount, "alice", uid, gid); err == nil || !strings.Contains(err.Error(), "cpu controller is not mounted") {
+			t.Errorf("no cpu controller: %v", err)
+		}
+	})
+	t.Run("v2", func(t *testing.T) {
+		mount := t.TempDir()
+		touch(t, mount, map[string]string{"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "memory\n"})
+		touch(t, filepath.Join(mount, "codumentor"), map[string]string{"cgroup.subtree_control": ""})
+		touch(t, filepath.Join(mount, "codumentor", "alice"), map[string]string{"cgroup.procs": "", "cgroup.subtree_control": "", "cgroup.threads": "", "cgroup.controllers": "cpu memory pids\n"})
+		dirs, err := Delegate(mount, "alice", uid, gid)
+		if want := []string{filepath.Join(mount, "codumentor/alice")}; err != nil || !reflect.DeepEqual(dirs, want) {
+			t.Fatalf("Delegate: %v %v, want %v", dirs, err, want)
+		}
+		// memory was on already: only the others are written.
+		if got := read(t, filepath.Join(mount, "cgroup.subtree_control")); got != "+pids +cpu" {
+			t.Errorf("root subtree_control: %q", got)
+		}
+		if got := read(t, filepath.Join(mount, "codumentor", "cgroup.subtree_control")); got != "+pids +memory +cpu" {
+			t.Errorf("codumentor subtree_control: %q", got)
+		}
+		if _, err := Open(Options{Mount: mount, Path: "codumentor/alice"}); err != nil {
+			t.Errorf("Open after Delegate: %v", err)
+		}
+	})
+	for _, bad := range []string{"", "..", "a/b", "/etc"} {
+		if _, err := Delegate(t.TempDir(), bad, uid, gid); err == nil {
+			t.Errorf("user name %q accepted", bad)
+		}
+	}
+}
+
+// TestSwapLimited: memory's "no swap beyond it" needs the kernel's swap
+// accounting (v1 memsw files, v2 memory.swap.max); without it the tree
+// says so, for the doctor.
+func TestSwapLimited(t *testing.T) {
+	mount := t.TempDir()
+	for _, c := range Controllers {
+		touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+	}
+	v1 := Options{Mount: mount, Path: "codumentor/alice"}
+	if tr, err := Open(v1); err != nil || tr.SwapLimited() {
+		t.Errorf("v1 without memsw: %v %v, want not limited", tr, err)
+	}
+	touch(t, filepath.Join(mount, "memory", "codumentor", "alice"), map[string]string{"memory.memsw.limit_in_bytes": ""})
+	if tr, err := Open(v1); err != nil || !tr.SwapLimited() {
+		t.Errorf("v1 with memsw: %v %v, want limited", tr, err)
+	}
+
+	mount = t.TempDir()
+	touch(t, mount, map[string]string{"cgroup.controllers": "cpu memory pids\n"})
+	svc := filepath.Join(mount, "svc")
+	files := v2Files("")
+	delete(files, "memory.swap.max")
+	touch(t, svc, files)
+	v2 := Options{Mount: mount, Path: "svc"}
+	if tr, err := Open(v2); err != nil || tr.SwapLimited() {
+		t.Errorf("v2 without memory.swap.max: %v %v, want not limited", tr, err)
+	}
+	touch(t, svc, map[string]string{"memory.swap.max": "max\n"})
+	if tr, err := Open(v2); err != nil || !tr.SwapLimited() {
+		t.Errorf("v2 with memory.swap.max: %v %v, want limited", tr, err)
+	}
+}
