@@ -220,6 +220,8 @@ func (p *Proxy) handle(c net.Conn) {
 			}
 			defer p.untrack(tc)
 			defer tc.Close()
+			// Ignored if it fails: only throughput depends on it.
+			tc.SetWriteBuffer(clientSendBuffer)
 			c, in = tc, tc
 			c.SetDeadline(start.Add(handshakeTimeout))
 		default:
