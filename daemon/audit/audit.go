@@ -97,7 +97,7 @@ type Entry struct {
 type Record struct {
 	// Seq numbers the records 1, 2, 3, … without gaps.
 	Seq    int64  `gorm:"primaryKey;autoIncrement:false" json:"seq"`
-	Time   string `gorm:"not null;index" json:"time"` // RFC 3339, UTC, nanoseconds
+	Time   string `gorm:"not null;index" json:"time"` // RFC 3339, UTC, nanoseconds (timeFormat)
 	Kind   string `gorm:"not null;index" json:"kind"`
 	User   string `gorm:"index" json:"user,omitempty"`
 	Source string `json:"source,omitempty"`
@@ -135,6 +135,12 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// timeFormat is RFC 3339 with all nine digits of the nanoseconds, so
+// that the text sorts as the time does and since= compares in SQL
+// (time.RFC3339Nano cuts trailing zeros: "…:05Z" sorted after
+// "…:05.5Z").
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
 // genesis is the Prev of the first record.
 var genesis = strings.Repeat("0", 64)
 
@@ -170,7 +176,7 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 	case !errors.Is(err, gorm.ErrRecordNotFound):
 		return Record{}, fmt.Errorf("audit: reading the last record: %w", err)
 	}
-	r := Record{Seq: seq, Time: time.Now().UTC().Format(time.RFC3339Nano), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
+	r := Record{Seq: seq, Time: time.Now().UTC().Format(timeFormat), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
 	r.Hash = r.hash()
 	if err := tx.Create(&r).Error; err != nil {
 		return Record{}, fmt.Errorf("audit: appending a %s record: %w", e.Kind, err)
@@ -210,7 +216,7 @@ type Filter struct {
 func List(ctx context.Context, db *gorm.DB, f Filter) ([]Record, error) {
 	q := db.WithContext(ctx).Order("seq")
 	if !f.Since.IsZero() {
-		q = q.Where("time >= ?", f.Since.UTC().Format(time.RFC3339Nano))
+		q = q.Where("time >= ?", f.Since.UTC().Format(timeFormat))
 	}
 	if f.User != "" {
 		q = q.Where("user = ?", f.User)

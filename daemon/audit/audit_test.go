@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -154,5 +155,47 @@ func TestMask(t *testing.T) {
 	}
 	if m["llm"].(map[string]any)["api_key"] != "***" || m["listen"] != "127.0.0.1:8080" {
 		t.Fatalf("masked: %v", m)
+	}
+}
+
+// since= selects by time, not by the text of it: a whole second selects
+// the records within it, and fractions of any length compare as numbers
+// (RFC 3339 text with its trailing zeros cut sorts "…:05Z" after
+// "…:05.5Z", and ".1Z" after ".123Z").
+func TestListSince(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	for i := range 5 {
+		if err := audit.Write(ctx, db, audit.Entry{Kind: audit.KindLogin, Data: map[string]any{"i": i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := audit.List(ctx, db, audit.Filter{})
+	if err != nil || len(all) != 5 {
+		t.Fatalf("List = %d records, %v", len(all), err)
+	}
+	for _, r := range all {
+		at, err := time.Parse(time.RFC3339Nano, r.Time)
+		if err != nil {
+			t.Fatalf("record %d: time %q: %v", r.Seq, r.Time, err)
+		}
+		for _, since := range []time.Time{at.Truncate(time.Second), at.Truncate(100 * time.Millisecond), at} {
+			rs, err := audit.List(ctx, db, audit.Filter{Since: since})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == 0 || rs[0].Seq > r.Seq {
+				t.Errorf("since %s: record %d (at %s) left out; got %d records", since.Format(time.RFC3339Nano), r.Seq, r.Time, len(rs))
+			}
+		}
+		rs, err := audit.List(ctx, db, audit.Filter{Since: at.Add(time.Nanosecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rs {
+			if x.Seq <= r.Seq {
+				t.Errorf("since just after record %d (at %s): record %d selected", r.Seq, r.Time, x.Seq)
+			}
+		}
 	}
 }
