@@ -7,8 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -106,6 +110,87 @@ func TestSessionEnforceNotObserved(t *testing.T) {
 	}
 	if v := s.Violations(); len(v) != 0 {
 		t.Fatalf("violations under enforce: %+v", v)
+	}
+}
+
+// outerListenerEnv runs TestLogModeWithoutListener's body in a child
+// test process that watches its sandboxes with a listener of its own.
+const outerListenerEnv = "SANDBOXKIT_TEST_OUTER_LISTENER"
+
+// Where the supervisor cannot set up its listener (here: the host
+// already watches the sandbox with one, and a filter tree has at most
+// one), log mode still runs on SECCOMP_RET_LOG: the blocklisted calls go
+// through, the session says why nothing is reported, and the Doctor
+// warns that log mode is not observed.
+func TestLogModeWithoutListener(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	if os.Getenv(outerListenerEnv) == "" {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestLogModeWithoutListener$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), outerListenerEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLogModeWithoutListener") {
+			t.Fatalf("child test: %v\n%s", err, out)
+		}
+		return
+	}
+	// This process and all it starts (the sandbox too) are under an
+	// observing filter of its own: no_new_privs first, as bwrap sets it.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	outer, err := seccomp.Listen()
+	runtime.UnlockOSThread()
+	if err != nil {
+		t.Fatalf("outer listener: %v", err)
+	}
+	// Watch wants the non-blocking descriptor a host receives.
+	fd, err := unix.Dup(int(outer.Fd()))
+	outer.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outer, err = seccomp.ListenerFile(fd); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go seccomp.Watch(outer, func(c seccomp.Call) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c.Command == "probe" {
+			seen[c.Syscall] = true
+		}
+	})
+
+	s := startSession(t, observedPolicy(t, seccomp.Log), SessionOptions{})
+	if err := s.Observing(); !errors.Is(err, ErrNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
+		t.Fatalf("Observing = %v; want ErrNotObserved saying the listener could not be set up", err)
+	}
+	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	var called []string
+	if err := json.Unmarshal([]byte(out), &called); err != nil || len(called) < 40 {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	// The outer listener saw the probe's calls: the sandbox's filter let
+	// them through (RET_LOG); an errno refusal would have answered
+	// before any listener.
+	mu.Lock()
+	for _, name := range called {
+		if !seen[name] {
+			t.Errorf("%s did not go through the sandbox's filter", name)
+		}
+	}
+	mu.Unlock()
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("violations without a listener: %+v", v)
+	}
+	c := observeCheck(t.Context(), "")
+	if c.Name != "seccomp-observe" || !c.OK || !c.Warning || !strings.Contains(c.Detail, "SECCOMP_RET_LOG only") {
+		t.Errorf("Doctor's check: %+v; want a warning that log mode is not observed", c)
 	}
 }
 
