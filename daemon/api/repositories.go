@@ -62,7 +62,7 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress, By: user(c).ID})
 	if err != nil {
 		return repoAnswer(err)
 	}
@@ -87,7 +87,7 @@ func (s *Server) getRepository(c *fiber.Ctx) error {
 }
 
 func (s *Server) deleteRepository(c *fiber.Ctx) error {
-	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id")); err != nil {
+	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id"), user(c).ID); err != nil {
 		return repoAnswer(err)
 	}
 	s.log.Info("repository deleted", "repository", c.Params("id"), "by", user(c).Name)

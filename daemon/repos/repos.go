@@ -158,6 +158,9 @@ func Open(o Options) (*Service, error) {
 	if err := o.DB.AutoMigrate(&Repository{}); err != nil {
 		return nil, fmt.Errorf("repos: migrating table repositories: %w", err)
 	}
+	if err := audit.Migrate(o.DB); err != nil {
+		return nil, err
+	}
 	s := &Service{o: o, log: o.Log}
 	if o.Queue != nil {
 		o.Queue.Handle(KindSync, s.sync)
@@ -193,6 +196,9 @@ type Add struct {
 	Name, URL, Branch, Credential string
 	RunSetup, SetupNetwork        bool
 	SetupEgress                   []string
+	// By is who adds it, for the audit log: an administrator's ID, or
+	// auth.CommandLine.
+	By string
 }
 
 const maxName = 100
@@ -248,7 +254,17 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	if n > 0 {
 		return Repository{}, fmt.Errorf("%w: %q", ErrExists, a.Name)
 	}
-	if err := s.o.DB.WithContext(ctx).Create(&r).Error; err != nil {
+	err := s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&r).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: a.By, Data: map[string]any{
+			"action": "repository_add", "repository": r.ID, "name": r.Name, "url": r.URL, "branch": r.Branch,
+			"credential": r.Credential, "run_setup": r.RunSetup, "setup_network": r.SetupNetwork, "setup_egress": r.SetupEgress,
+		}})
+		return err
+	})
+	if err != nil {
 		return Repository{}, fmt.Errorf("repos: adding a repository: %w", err)
 	}
 	return r, nil
@@ -279,13 +295,22 @@ func (s *Service) Get(ctx context.Context, id string) (Repository, error) {
 	return r, nil
 }
 
-// Delete removes repository id's row and mirror. Conversations on it
-// keep their snapshots until they are deleted.
-func (s *Service) Delete(ctx context.Context, id string) error {
-	if _, err := s.Get(ctx, id); err != nil {
+// Delete removes repository id's row and mirror; by is who does it (an
+// administrator's ID), for the audit log. Conversations on it keep their
+// snapshots until they are deleted.
+func (s *Service) Delete(ctx context.Context, id, by string) error {
+	r, err := s.Get(ctx, id)
+	if err != nil {
 		return err
 	}
-	if err := s.o.DB.WithContext(ctx).Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+	err = s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: by, Data: map[string]any{"action": "repository_delete", "repository": id, "name": r.Name}})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("repos: deleting %s: %w", id, err)
 	}
 	if err := os.RemoveAll(s.Mirror(id)); err != nil {
