@@ -310,7 +310,9 @@ func check(r *Record, want *int64, prev *string) error {
 
 // Mask returns v (a configuration, as its YAML keys name it) with the
 // value of every key that names a secret (jwt_secret, api_key,
-// service_password, …) replaced by "***" when set.
+// service_password, access_token, …) replaced by "***" when set, and
+// every value of an env mapping (an MCP server's or an external agent's
+// environment, where their credentials go under any name).
 func Mask(v any) (map[string]any, error) {
 	b, err := yaml.Marshal(v)
 	if err != nil {
@@ -328,6 +330,14 @@ func mask(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
+			if env, ok := x.(map[string]any); ok && strings.EqualFold(k, "env") {
+				for name, val := range env {
+					if val != nil && val != "" {
+						env[name] = "***"
+					}
+				}
+				continue
+			}
 			if secretKey(k) {
 				if x != nil && x != "" && !isEmpty(x) {
 					v[k] = "***"
@@ -352,7 +362,10 @@ func isEmpty(x any) bool {
 // a secret.
 func secretKey(k string) bool {
 	k = strings.ToLower(k)
-	for _, s := range []string{"secret", "password", "api_key", "passphrase", "credential"} {
+	if strings.HasSuffix(k, "_ttl") {
+		return false // token_ttl: how long, not what
+	}
+	for _, s := range []string{"secret", "password", "api_key", "passphrase", "credential", "token"} {
 		if strings.Contains(k, s) {
 			return true
 		}

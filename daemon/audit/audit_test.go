@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -196,6 +197,44 @@ func TestListSince(t *testing.T) {
 			if x.Seq <= r.Seq {
 				t.Errorf("since just after record %d (at %s): record %d selected", r.Seq, r.Time, x.Seq)
 			}
+		}
+	}
+}
+
+// An environment given to an MCP server or an external agent is where
+// their credentials go, under any name (GITHUB_TOKEN, NPM_TOKEN, …):
+// every value of an env mapping is masked, and keys naming a token.
+func TestMaskEnvironments(t *testing.T) {
+	type server struct {
+		Name string            `yaml:"name"`
+		Env  map[string]string `yaml:"env"`
+	}
+	cfg := struct {
+		MCP struct {
+			Servers []server `yaml:"servers"`
+		} `yaml:"mcp"`
+		Agents   []server `yaml:"external_agents"`
+		Token    string   `yaml:"access_token"`
+		TokenTTL string   `yaml:"token_ttl"`
+	}{Token: "tok-value", TokenTTL: "12h"}
+	cfg.MCP.Servers = []server{{Name: "github", Env: map[string]string{"GITHUB_TOKEN": "ghp-value", "LOG_LEVEL": "debug"}}}
+	cfg.Agents = []server{{Name: "coder", Env: map[string]string{"NPM_TOKEN": "npm-value"}}, {Name: "plain"}}
+	m, err := audit.Mask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"ghp-value", "npm-value", "tok-value", "debug"} {
+		if strings.Contains(string(b), v) {
+			t.Errorf("masked configuration holds %q: %s", v, b)
+		}
+	}
+	for _, want := range []string{`"GITHUB_TOKEN":"***"`, `"NPM_TOKEN":"***"`, `"access_token":"***"`, `"token_ttl":"12h"`, `"name":"github"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("masked configuration lacks %s: %s", want, b)
 		}
 	}
 }
