@@ -21,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -292,6 +293,8 @@ func (s *Server) push(c *fiber.Ctx) error {
 		return errRepositoryGone
 	case errors.Is(err, repos.ErrInvalid), errors.Is(err, repos.ErrProtected):
 		return repoAnswer(err)
+	case errors.Is(err, repos.ErrUnrecorded), errors.Is(err, sandboxkit.ErrLaunchRefused):
+		return errPushUnrecorded
 	case errors.As(err, &gerr) && gerr.Op == "push":
 		return apiError(http.StatusBadGateway, "push_failed", "the remote refused the push: %s", gerr.Stderr)
 	case err != nil:
@@ -300,6 +303,10 @@ func (s *Server) push(c *fiber.Ctx) error {
 	}
 	return c.JSON(res)
 }
+
+// errPushUnrecorded: the push (or the sandbox that builds its commit)
+// could not be recorded in the audit log, so nothing was pushed.
+var errPushUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the push could not be recorded in the audit log, so nothing was pushed; the server log has the details"}
 
 // writePatch writes the conversation's patch to a private temporary file,
 // within the push size cap, and returns it (at offset 0), its size and

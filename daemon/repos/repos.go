@@ -62,6 +62,9 @@ var (
 	ErrNotSynced = errors.New("repos: the repository has not been synced yet")
 	// ErrProtected is wrapped by Push's error for a protected branch.
 	ErrProtected = errors.New("repos: the branch is protected")
+	// ErrUnrecorded: a push could not be recorded in the audit log, so
+	// it was not made.
+	ErrUnrecorded = errors.New("repos: the push could not be recorded in the audit log, so it was not made")
 )
 
 // Repository is one row of table repositories, as the API shows it.
@@ -580,6 +583,13 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	if got != commit || perr != nil || parent != p.Base {
 		return PushResult{}, fmt.Errorf("repos: the sandbox's bundle holds %s (parent %s), not %s on %s", got, parent, commit, p.Base)
 	}
+	// A push leaves the host: it cannot share a transaction with its
+	// record, so it is recorded before it is made (and not made unless
+	// recorded), and its outcome after.
+	if err := audit.Write(ctx, s.o.DB, pushEntry(p, r, commit, "pushing")); err != nil {
+		s.log.Error("a push was not made: it could not be recorded in the audit log", "repository", r.ID, "commit", commit, "err", err)
+		return PushResult{}, fmt.Errorf("%w: %w", ErrUnrecorded, err)
+	}
 	if err := s.o.Git.Push(ctx, mirror, r.URL, commit, p.Branch, cred); err != nil {
 		s.recordPush(ctx, p, r, commit, err)
 		return PushResult{}, fmt.Errorf("repos: pushing: %w", err)
@@ -588,8 +598,16 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
 
-// recordPush is the one place a push is recorded: the log and the audit
-// log (kind push, with the remote's verdict).
+// pushEntry is the audit record of a push: result is pushing (before it
+// is made), ok or refused (by the remote).
+func pushEntry(p Push, r Repository, commit, result string) audit.Entry {
+	return audit.Entry{Kind: audit.KindPush, User: p.User, Data: map[string]any{
+		"conversation": p.Conversation, "repository": r.ID, "remote": r.URL, "branch": p.Branch, "commit": commit, "result": result,
+	}}
+}
+
+// recordPush is the one place a push's outcome is recorded: the log and
+// the audit log (kind push, with the remote's verdict).
 func (s *Service) recordPush(ctx context.Context, p Push, r Repository, commit string, err error) {
 	result := "ok"
 	if err != nil {
@@ -598,10 +616,7 @@ func (s *Service) recordPush(ctx context.Context, p Push, r Repository, commit s
 	} else {
 		s.log.Info("pushed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit)
 	}
-	e := audit.Entry{Kind: audit.KindPush, User: p.User, Data: map[string]any{
-		"conversation": p.Conversation, "repository": r.ID, "remote": r.URL, "branch": p.Branch, "commit": commit, "result": result,
-	}}
-	if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, e); aerr != nil {
+	if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, pushEntry(p, r, commit, result)); aerr != nil {
 		s.log.Error("recording a push in the audit log failed", "repository", r.ID, "commit", commit, "err", aerr)
 	}
 }
