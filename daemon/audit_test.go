@@ -44,6 +44,7 @@ func TestAuditLog(t *testing.T) {
 	var repo struct{ ID string }
 	root.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": "file:///srv/git/demo.git"}, &repo)
 	root.must(http.StatusNoContent, "DELETE", "/api/v1/repositories/"+repo.ID, nil, nil)
+	root.must(http.StatusOK, "PUT", "/api/v1/admin/secrets/GIT_TOKEN", map[string]string{"value": value}, nil)
 	a.must(http.StatusOK, "PUT", "/api/v1/secrets/TOKEN", map[string]string{"value": value}, nil)
 
 	conv := a.newConversation()
@@ -100,6 +101,10 @@ func TestAuditLog(t *testing.T) {
 		return d["action"] == "repository_delete" && d["repository"] == repo.ID && d["name"] == "demo" && r.User == rootID
 	})
 	find(audit.KindSecretCreate, func(d map[string]any, r audit.Record) bool { return d["name"] == "TOKEN" && r.User == alice.ID })
+	// An instance secret names the administrator who stored it.
+	find(audit.KindSecretCreate, func(d map[string]any, r audit.Record) bool {
+		return d["name"] == "GIT_TOKEN" && d["owner"] == "instance" && r.User == rootID
+	})
 	find(audit.KindApproval, func(d map[string]any, r audit.Record) bool {
 		return d["id"] == aid && d["command"] == command && d["cwd"] == "/workspace" && d["decision"] == "approve" && r.User == alice.ID
 	})

@@ -111,7 +111,7 @@ func (s *Server) putInstanceSecret(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	m, err := s.d.Secrets.Put(c.UserContext(), repos.InstanceOwner, c.Params("name"), req.Value)
+	m, err := s.d.Secrets.Put(audit.ForConversation(c.UserContext(), user(c).ID, ""), repos.InstanceOwner, c.Params("name"), req.Value)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)
 	}
