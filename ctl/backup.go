@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -253,19 +254,20 @@ func (a *archiver) tree(p, name string) error {
 	if err != nil {
 		return &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	return a.dir(fd, name)
-}
-
-// dir archives the open directory fd (which it closes) as name, then its
-// entries.
-func (a *archiver) dir(fd int, name string) error {
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
 		return err
 	}
-	hdr := header(&st, name+"/", tar.TypeDir)
+	return a.dir(fd, &st, name)
+}
+
+// dir archives the open directory fd (which it closes), found as st, as
+// name, then its entries.
+func (a *archiver) dir(fd int, st *unix.Stat_t, name string) error {
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	hdr := header(st, name+"/", tar.TypeDir)
 	if err := xattrs(fd, hdr); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -300,21 +302,24 @@ func (a *archiver) entry(dirfd int, base, name string) error {
 		if scratch(name) {
 			return a.tw.WriteHeader(header(&st, name+"/", tar.TypeDir))
 		}
-		fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		fd, restore, err := openEntry(dirfd, base, &st)
 		if err != nil {
 			return changed(name, err)
 		}
-		return a.dir(fd, name)
+		defer restore()
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			unix.Close(fd)
+			return nil // swapped for something else meanwhile
+		}
+		return a.dir(fd, &st, name)
 	case unix.S_IFREG:
-		fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, restore, err := openEntry(dirfd, base, &st)
 		if err != nil {
 			return changed(name, err)
 		}
+		defer restore()
 		f := os.NewFile(uintptr(fd), name)
 		defer f.Close()
-		if err := unix.Fstat(fd, &st); err != nil {
-			return err
-		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
 			return nil // swapped for something else meanwhile
 		}
@@ -338,6 +343,55 @@ func (a *archiver) entry(dirfd int, base, name string) error {
 		return a.tw.WriteHeader(hdr)
 	}
 	return nil // sockets, FIFOs: nothing to keep
+}
+
+// openEntry opens the directory or regular file base in dirfd for
+// reading, and sets st to it as found. A sandbox can take its owner's
+// access away from what it wrote (chmod 000 a file, 0100 or 0400 a
+// directory): an entry of this user's is then given the owner's read
+// (and, a directory, search) access for the walk, through a descriptor
+// of the entry, never a path resolved again, and restore puts its mode
+// back. The archive keeps the mode as found.
+func openEntry(dirfd int, base string, st *unix.Stat_t) (fd int, restore func(), err error) {
+	restore = func() {}
+	pfd, err := unix.Openat(dirfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, restore, err
+	}
+	if err := unix.Fstat(pfd, st); err != nil {
+		unix.Close(pfd)
+		return -1, restore, err
+	}
+	need, flags := uint32(0o400), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		need, flags = 0o500, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC
+	case unix.S_IFREG:
+	default:
+		// A symlink (O_PATH opened the link itself) or a special file:
+		// the caller sees st and passes over it.
+		unix.Close(pfd)
+		return -1, restore, unix.ELOOP
+	}
+	// The descriptor's /proc link reopens and changes this very entry
+	// (fchmod refuses an O_PATH descriptor).
+	self := "/proc/self/fd/" + strconv.Itoa(pfd)
+	granted := st.Mode&need != need && st.Uid == uint32(os.Geteuid()) && unix.Chmod(self, st.Mode&0o7777|need) == nil
+	fd, err = unix.Open(self, flags, 0)
+	if granted {
+		mode := st.Mode & 0o7777
+		restore = func() {
+			unix.Chmod(self, mode)
+			unix.Close(pfd)
+		}
+	} else {
+		unix.Close(pfd)
+	}
+	if err != nil {
+		restore()
+		return -1, func() {}, err
+	}
+	return fd, restore, nil
 }
 
 // changed passes over an entry that changed type under the walk (a

@@ -145,3 +145,62 @@ func TestRestoreRefusesDamage(t *testing.T) {
 		})
 	}
 }
+
+// A sandbox can take its owner's access away from what it writes (chmod
+// 000 in /workspace): the backup still reads it, leaves the modes as it
+// found them, and the restore brings back the content and the modes.
+func TestBackupUnreadableEntries(t *testing.T) {
+	dir := newInstance(t)
+	if r := ctl(t, "users", "add", "--instance", dir, "--password", "alice password", "alice"); r.code != 0 {
+		t.Fatal(r)
+	}
+	upper := filepath.Join(dir, "workspaces", "layers", "conv_x", "upper")
+	if err := os.MkdirAll(filepath.Join(upper, "closed"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"locked.txt": "locked\n", "closed/inner.txt": "inner\n"}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(upper, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modes := map[string]os.FileMode{"locked.txt": 0, "closed/inner.txt": 0o200, "closed": 0o100}
+	openUp := func(root string) {
+		for _, name := range []string{"closed", "closed/inner.txt", "locked.txt"} {
+			os.Chmod(filepath.Join(root, name), 0o700)
+		}
+	}
+	t.Cleanup(func() { openUp(upper) })
+	for _, name := range []string{"locked.txt", "closed/inner.txt", "closed"} {
+		if err := os.Chmod(filepath.Join(upper, name), modes[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "b.cbk")
+	if r := (run{args: []string{"backup", "--instance", dir, "--out", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}).do(t); r.code != 0 {
+		t.Fatalf("backup: %v", r)
+	}
+	for name, want := range modes {
+		if fi, err := os.Lstat(filepath.Join(upper, name)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("after the backup, %s: %v, %v; want mode %v as before", name, fi, err, want)
+		}
+	}
+
+	dst := filepath.Join(t.TempDir(), "restored")
+	rupper := filepath.Join(dst, "workspaces", "layers", "conv_x", "upper")
+	t.Cleanup(func() { openUp(rupper) })
+	if r := (run{args: []string{"restore", "--instance", dst, "--in", file, "--passphrase-stdin"}, stdin: "pass phrase\n"}).do(t); r.code != 0 {
+		t.Fatalf("restore: %v", r)
+	}
+	for name, want := range modes {
+		if fi, err := os.Lstat(filepath.Join(rupper, name)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("restored %s: %v, %v; want mode %v", name, fi, err, want)
+		}
+	}
+	openUp(rupper)
+	for name, data := range files {
+		if b, err := os.ReadFile(filepath.Join(rupper, name)); err != nil || string(b) != data {
+			t.Errorf("restored %s: %q, %v; want %q", name, b, err, data)
+		}
+	}
+}

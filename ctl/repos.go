@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"gorm.io/gorm"
 
+	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
@@ -61,7 +62,7 @@ func reposAddCommand() *cli.Command {
 				return usageError(cmd, "want NAME URL, got %d arguments", cmd.NArg())
 			}
 			return withRepos(ctx, cmd, func(s *repos.Service, _ *gorm.DB) error {
-				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network"), SetupEgress: cmd.StringSlice("setup-allow-host")})
+				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network"), SetupEgress: cmd.StringSlice("setup-allow-host"), By: auth.CommandLine})
 				if err != nil {
 					return err
 				}

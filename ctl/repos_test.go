@@ -47,6 +47,10 @@ func TestRepos(t *testing.T) {
 	if r := ctl(t, "repos", "list", "--instance", dir); r.code != 0 || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, url) || strings.Contains(r.stdout, "hostile") {
 		t.Fatalf("list: %v", r)
 	}
+	// An administrative action: in the audit log, by the command line.
+	if rs := export(t, dir, "--kind", "admin"); len(rs) != 2 || rs[1].User != "codumentorctl" || !strings.Contains(string(rs[1].Data), `"action":"repository_add"`) || !strings.Contains(string(rs[1].Data), `"name":"demo"`) {
+		t.Fatalf("audit records of the command line: %+v", rs)
+	}
 	// The setup opt-in: --setup-network needs --run-setup.
 	if r := ctl(t, "repos", "add", "--instance", dir, "--setup-network", "netonly", url); r.code != 1 || !strings.Contains(r.stderr, "setup_network needs run_setup") {
 		t.Fatalf("--setup-network alone: %v", r)

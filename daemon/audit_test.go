@@ -29,7 +29,7 @@ func TestAuditLog(t *testing.T) {
 		llmtest.Step{Expect: "audited", Text: "done"},
 	)+"trusted_proxies: [\"127.0.0.0/8\"]\n")
 	alice := in.addUser("alice", pw, false)
-	in.addUser("root", pw, true)
+	rootID := in.addUser("root", pw, true).ID
 	p := in.start()
 
 	if status, _, _ := p.loginStatus("alice", "wrong password", "X-Forwarded-For", "203.0.113.9"); status != http.StatusUnauthorized {
@@ -41,6 +41,10 @@ func TestAuditLog(t *testing.T) {
 	a := p.login("alice", pw)
 	root := p.login("root", pw)
 	root.must(http.StatusCreated, "POST", "/api/v1/admin/users", map[string]any{"name": "bob", "password": pw}, nil)
+	var repo struct{ ID string }
+	root.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": "file:///srv/git/demo.git"}, &repo)
+	root.must(http.StatusNoContent, "DELETE", "/api/v1/repositories/"+repo.ID, nil, nil)
+	root.must(http.StatusOK, "PUT", "/api/v1/admin/secrets/GIT_TOKEN", map[string]string{"value": value}, nil)
 	a.must(http.StatusOK, "PUT", "/api/v1/secrets/TOKEN", map[string]string{"value": value}, nil)
 
 	conv := a.newConversation()
@@ -87,8 +91,20 @@ func TestAuditLog(t *testing.T) {
 	find(audit.KindLogin, func(d map[string]any, r audit.Record) bool {
 		return d["name"] == "alice" && d["result"] == "ok" && r.Source == "203.0.113.10" && r.User == alice.ID
 	})
-	find(audit.KindAdmin, func(d map[string]any, _ audit.Record) bool { return d["action"] == "user_add" && d["name"] == "bob" })
+	find(audit.KindAdmin, func(d map[string]any, r audit.Record) bool {
+		return d["action"] == "user_add" && d["name"] == "bob" && r.User == rootID
+	})
+	find(audit.KindAdmin, func(d map[string]any, r audit.Record) bool {
+		return d["action"] == "repository_add" && d["repository"] == repo.ID && d["name"] == "demo" && d["url"] == "file:///srv/git/demo.git" && r.User == rootID
+	})
+	find(audit.KindAdmin, func(d map[string]any, r audit.Record) bool {
+		return d["action"] == "repository_delete" && d["repository"] == repo.ID && d["name"] == "demo" && r.User == rootID
+	})
 	find(audit.KindSecretCreate, func(d map[string]any, r audit.Record) bool { return d["name"] == "TOKEN" && r.User == alice.ID })
+	// An instance secret names the administrator who stored it.
+	find(audit.KindSecretCreate, func(d map[string]any, r audit.Record) bool {
+		return d["name"] == "GIT_TOKEN" && d["owner"] == "instance" && r.User == rootID
+	})
 	find(audit.KindApproval, func(d map[string]any, r audit.Record) bool {
 		return d["id"] == aid && d["command"] == command && d["cwd"] == "/workspace" && d["decision"] == "approve" && r.User == alice.ID
 	})

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // git runs a test setup git command (trusted input).
@@ -196,6 +198,24 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.must(http.StatusForbidden, "POST", path, push("main", digest), nil)
 	a.must(http.StatusBadRequest, "POST", path, push("../x", digest), nil)
 	a.must(http.StatusConflict, "POST", path, push("codumentor/readme", strings.Repeat("0", 64)), nil)
+	// A push the audit log cannot record is not made.
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(db)
+	if err := db.Exec(`CREATE TRIGGER no_push BEFORE INSERT ON audit_log WHEN NEW.kind = 'push' BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if status, body, _ := a.do("POST", path, push("codumentor/readme", digest)); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"audit_unavailable"`) {
+		t.Fatalf("push with the audit log unwritable: %d %s", status, body)
+	}
+	if out, err := exec.Command("git", "-C", bare, "rev-parse", "--verify", "-q", "codumentor/readme").CombinedOutput(); err == nil {
+		t.Fatalf("the unrecorded push was made: %s", out)
+	}
+	if err := db.Exec(`DROP TRIGGER no_push`).Error; err != nil {
+		t.Fatal(err)
+	}
 	var res struct{ Branch, Commit, Remote string }
 	a.must(http.StatusOK, "POST", path, push("codumentor/readme", digest), &res)
 	if res.Branch != "codumentor/readme" || res.Remote != url || gitCmd(t, bare, "rev-parse", "codumentor/readme") != res.Commit {
@@ -219,7 +239,9 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 		}
 	}
 	admin.must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=push", nil, &audited)
-	if n := len(audited.Records); n != 1 || audited.Records[0].Data != (struct{ Repository, Branch, Commit, Result string }{repo.ID, "codumentor/readme", res.Commit, "ok"}) {
+	// Recorded before it is made, and its outcome after.
+	if n := len(audited.Records); n != 2 || audited.Records[0].Data != (struct{ Repository, Branch, Commit, Result string }{repo.ID, "codumentor/readme", res.Commit, "pushing"}) ||
+		audited.Records[1].Data != (struct{ Repository, Branch, Commit, Result string }{repo.ID, "codumentor/readme", res.Commit, "ok"}) {
 		t.Fatalf("audit records of kind push: %+v", audited.Records)
 	}
 

@@ -1,14 +1,21 @@
 package sandboxkit
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -106,6 +113,136 @@ func TestSessionEnforceNotObserved(t *testing.T) {
 	}
 	if v := s.Violations(); len(v) != 0 {
 		t.Fatalf("violations under enforce: %+v", v)
+	}
+}
+
+// outerListenerEnv runs TestLogModeWithoutListener's body in a child
+// test process, which sends its parent a listener for its own filter on
+// the socket at this descriptor.
+const outerListenerEnv = "SANDBOXKIT_TEST_OUTER_LISTENER"
+
+// Where the supervisor cannot set up its listener (here: the host
+// process is under an observing filter already, and a filter tree has
+// at most one listener), log mode still runs on SECCOMP_RET_LOG: the
+// blocklisted calls go through, the session says why nothing is
+// reported, and the Doctor warns that log mode is not observed.
+//
+// The body runs in a child test process under a filter whose listener
+// this process serves (a process serving its own would wait on itself
+// when the runtime starts a thread).
+func TestLogModeWithoutListener(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	if os.Getenv(outerListenerEnv) != "" {
+		logModeWithoutListener(t)
+		return
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(sp[0])
+	if err := unix.SetsockoptTimeval(sp[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 60}); err != nil {
+		t.Fatal(err)
+	}
+	childEnd := os.NewFile(uintptr(sp[1]), "listener socket")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLogModeWithoutListener$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), outerListenerEnv+"=3")
+	cmd.ExtraFiles = []*os.File{childEnd}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Start()
+	childEnd.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(sp[0], make([]byte, 1), oob, 0)
+	var fds []int
+	if err == nil {
+		var msgs []unix.SocketControlMessage
+		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			fds, err = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if err != nil || len(fds) != 1 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no listener from the child: %v, %v\n%s", fds, err, out.String())
+	}
+	l, err := seccomp.ListenerFile(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go seccomp.Watch(l, func(c seccomp.Call) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c.Command == "probe" {
+			seen[c.Syscall] = true
+		}
+	})
+	err = cmd.Wait()
+	if err != nil || !strings.Contains(out.String(), "--- PASS: TestLogModeWithoutListener") {
+		t.Fatalf("child test: %v\n%s", err, out.String())
+	}
+	// The outer listener saw the probe's calls: the sandbox's filter let
+	// them through (RET_LOG); an errno refusal answers before any
+	// listener is asked.
+	_, list, _ := strings.Cut(out.String(), "probe called: ")
+	list, _, _ = strings.Cut(list, "\n")
+	var called []string
+	if err := json.Unmarshal([]byte(list), &called); err != nil || len(called) < 40 {
+		t.Fatalf("the child's probe list %q: %v", list, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, name := range called {
+		if !seen[name] {
+			t.Errorf("%s did not go through the sandbox's filter", name)
+		}
+	}
+}
+
+// logModeWithoutListener is TestLogModeWithoutListener in the child.
+func logModeWithoutListener(t *testing.T) {
+	// No new privileges first, as bwrap sets them, then the filter on
+	// every thread; its listener goes to the parent.
+	runtime.LockOSThread()
+	err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	var outer *os.File
+	if err == nil {
+		outer, err = seccomp.Listen()
+	}
+	runtime.UnlockOSThread()
+	if err != nil {
+		t.Fatalf("outer listener: %v", err)
+	}
+	err = unix.Sendmsg(3, []byte{0}, unix.UnixRights(int(outer.Fd())), nil, 0)
+	outer.Close()
+	unix.Close(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := startSession(t, observedPolicy(t, seccomp.Log), SessionOptions{})
+	if err := s.Observing(); !errors.Is(err, ErrNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
+		t.Fatalf("Observing = %v; want ErrNotObserved saying the listener could not be set up", err)
+	}
+	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	t.Logf("probe called: %s", strings.TrimSpace(out))
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("violations without a listener: %+v", v)
+	}
+	c := observeCheck(t.Context(), "")
+	if c.Name != "seccomp-observe" || !c.OK || !c.Warning || !strings.Contains(c.Detail, "SECCOMP_RET_LOG only") {
+		t.Errorf("Doctor's check: %+v; want a warning that log mode is not observed", c)
 	}
 }
 

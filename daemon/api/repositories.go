@@ -21,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -62,7 +63,7 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress, By: user(c).ID})
 	if err != nil {
 		return repoAnswer(err)
 	}
@@ -87,7 +88,7 @@ func (s *Server) getRepository(c *fiber.Ctx) error {
 }
 
 func (s *Server) deleteRepository(c *fiber.Ctx) error {
-	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id")); err != nil {
+	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id"), user(c).ID); err != nil {
 		return repoAnswer(err)
 	}
 	s.log.Info("repository deleted", "repository", c.Params("id"), "by", user(c).Name)
@@ -110,7 +111,7 @@ func (s *Server) putInstanceSecret(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	m, err := s.d.Secrets.Put(c.UserContext(), repos.InstanceOwner, c.Params("name"), req.Value)
+	m, err := s.d.Secrets.Put(audit.ForConversation(c.UserContext(), user(c).ID, ""), repos.InstanceOwner, c.Params("name"), req.Value)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)
 	}
@@ -292,6 +293,8 @@ func (s *Server) push(c *fiber.Ctx) error {
 		return errRepositoryGone
 	case errors.Is(err, repos.ErrInvalid), errors.Is(err, repos.ErrProtected):
 		return repoAnswer(err)
+	case errors.Is(err, repos.ErrUnrecorded), errors.Is(err, sandboxkit.ErrLaunchRefused):
+		return errPushUnrecorded
 	case errors.As(err, &gerr) && gerr.Op == "push":
 		return apiError(http.StatusBadGateway, "push_failed", "the remote refused the push: %s", gerr.Stderr)
 	case err != nil:
@@ -300,6 +303,10 @@ func (s *Server) push(c *fiber.Ctx) error {
 	}
 	return c.JSON(res)
 }
+
+// errPushUnrecorded: the push (or the sandbox that builds its commit)
+// could not be recorded in the audit log, so nothing was pushed.
+var errPushUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the push could not be recorded in the audit log, so nothing was pushed; the server log has the details"}
 
 // writePatch writes the conversation's patch to a private temporary file,
 // within the push size cap, and returns it (at offset 0), its size and

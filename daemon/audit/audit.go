@@ -97,7 +97,7 @@ type Entry struct {
 type Record struct {
 	// Seq numbers the records 1, 2, 3, … without gaps.
 	Seq    int64  `gorm:"primaryKey;autoIncrement:false" json:"seq"`
-	Time   string `gorm:"not null;index" json:"time"` // RFC 3339, UTC, nanoseconds
+	Time   string `gorm:"not null;index" json:"time"` // RFC 3339, UTC, nanoseconds (timeFormat)
 	Kind   string `gorm:"not null;index" json:"kind"`
 	User   string `gorm:"index" json:"user,omitempty"`
 	Source string `json:"source,omitempty"`
@@ -135,6 +135,12 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// timeFormat is RFC 3339 with all nine digits of the nanoseconds, so
+// that the text sorts as the time does and since= compares in SQL
+// (time.RFC3339Nano cuts trailing zeros: "…:05Z" sorted after
+// "…:05.5Z").
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
 // genesis is the Prev of the first record.
 var genesis = strings.Repeat("0", 64)
 
@@ -170,7 +176,7 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 	case !errors.Is(err, gorm.ErrRecordNotFound):
 		return Record{}, fmt.Errorf("audit: reading the last record: %w", err)
 	}
-	r := Record{Seq: seq, Time: time.Now().UTC().Format(time.RFC3339Nano), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
+	r := Record{Seq: seq, Time: time.Now().UTC().Format(timeFormat), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
 	r.Hash = r.hash()
 	if err := tx.Create(&r).Error; err != nil {
 		return Record{}, fmt.Errorf("audit: appending a %s record: %w", e.Kind, err)
@@ -210,7 +216,7 @@ type Filter struct {
 func List(ctx context.Context, db *gorm.DB, f Filter) ([]Record, error) {
 	q := db.WithContext(ctx).Order("seq")
 	if !f.Since.IsZero() {
-		q = q.Where("time >= ?", f.Since.UTC().Format(time.RFC3339Nano))
+		q = q.Where("time >= ?", f.Since.UTC().Format(timeFormat))
 	}
 	if f.User != "" {
 		q = q.Where("user = ?", f.User)
@@ -304,7 +310,9 @@ func check(r *Record, want *int64, prev *string) error {
 
 // Mask returns v (a configuration, as its YAML keys name it) with the
 // value of every key that names a secret (jwt_secret, api_key,
-// service_password, …) replaced by "***" when set.
+// service_password, access_token, …) replaced by "***" when set, and
+// every value of an env mapping (an MCP server's or an external agent's
+// environment, where their credentials go under any name).
 func Mask(v any) (map[string]any, error) {
 	b, err := yaml.Marshal(v)
 	if err != nil {
@@ -322,6 +330,14 @@ func mask(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
+			if env, ok := x.(map[string]any); ok && strings.EqualFold(k, "env") {
+				for name, val := range env {
+					if val != nil && val != "" {
+						env[name] = "***"
+					}
+				}
+				continue
+			}
 			if secretKey(k) {
 				if x != nil && x != "" && !isEmpty(x) {
 					v[k] = "***"
@@ -346,7 +362,10 @@ func isEmpty(x any) bool {
 // a secret.
 func secretKey(k string) bool {
 	k = strings.ToLower(k)
-	for _, s := range []string{"secret", "password", "api_key", "passphrase", "credential"} {
+	if strings.HasSuffix(k, "_ttl") {
+		return false // token_ttl: how long, not what
+	}
+	for _, s := range []string{"secret", "password", "api_key", "passphrase", "credential", "token"} {
 		if strings.Contains(k, s) {
 			return true
 		}

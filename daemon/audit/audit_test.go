@@ -2,11 +2,13 @@ package audit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -154,5 +156,85 @@ func TestMask(t *testing.T) {
 	}
 	if m["llm"].(map[string]any)["api_key"] != "***" || m["listen"] != "127.0.0.1:8080" {
 		t.Fatalf("masked: %v", m)
+	}
+}
+
+// since= selects by time, not by the text of it: a whole second selects
+// the records within it, and fractions of any length compare as numbers
+// (RFC 3339 text with its trailing zeros cut sorts "…:05Z" after
+// "…:05.5Z", and ".1Z" after ".123Z").
+func TestListSince(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	for i := range 5 {
+		if err := audit.Write(ctx, db, audit.Entry{Kind: audit.KindLogin, Data: map[string]any{"i": i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := audit.List(ctx, db, audit.Filter{})
+	if err != nil || len(all) != 5 {
+		t.Fatalf("List = %d records, %v", len(all), err)
+	}
+	for _, r := range all {
+		at, err := time.Parse(time.RFC3339Nano, r.Time)
+		if err != nil {
+			t.Fatalf("record %d: time %q: %v", r.Seq, r.Time, err)
+		}
+		for _, since := range []time.Time{at.Truncate(time.Second), at.Truncate(100 * time.Millisecond), at} {
+			rs, err := audit.List(ctx, db, audit.Filter{Since: since})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) == 0 || rs[0].Seq > r.Seq {
+				t.Errorf("since %s: record %d (at %s) left out; got %d records", since.Format(time.RFC3339Nano), r.Seq, r.Time, len(rs))
+			}
+		}
+		rs, err := audit.List(ctx, db, audit.Filter{Since: at.Add(time.Nanosecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rs {
+			if x.Seq <= r.Seq {
+				t.Errorf("since just after record %d (at %s): record %d selected", r.Seq, r.Time, x.Seq)
+			}
+		}
+	}
+}
+
+// An environment given to an MCP server or an external agent is where
+// their credentials go, under any name (GITHUB_TOKEN, NPM_TOKEN, …):
+// every value of an env mapping is masked, and keys naming a token.
+func TestMaskEnvironments(t *testing.T) {
+	type server struct {
+		Name string            `yaml:"name"`
+		Env  map[string]string `yaml:"env"`
+	}
+	cfg := struct {
+		MCP struct {
+			Servers []server `yaml:"servers"`
+		} `yaml:"mcp"`
+		Agents   []server `yaml:"external_agents"`
+		Token    string   `yaml:"access_token"`
+		TokenTTL string   `yaml:"token_ttl"`
+	}{Token: "tok-value", TokenTTL: "12h"}
+	cfg.MCP.Servers = []server{{Name: "github", Env: map[string]string{"GITHUB_TOKEN": "ghp-value", "LOG_LEVEL": "debug"}}}
+	cfg.Agents = []server{{Name: "coder", Env: map[string]string{"NPM_TOKEN": "npm-value"}}, {Name: "plain"}}
+	m, err := audit.Mask(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"ghp-value", "npm-value", "tok-value", "debug"} {
+		if strings.Contains(string(b), v) {
+			t.Errorf("masked configuration holds %q: %s", v, b)
+		}
+	}
+	for _, want := range []string{`"GITHUB_TOKEN":"***"`, `"NPM_TOKEN":"***"`, `"access_token":"***"`, `"token_ttl":"12h"`, `"name":"github"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("masked configuration lacks %s: %s", want, b)
+		}
 	}
 }

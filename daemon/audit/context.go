@@ -9,7 +9,9 @@ type actor struct{ user, conversation string }
 
 // ForConversation returns ctx naming the user and conversation an action
 // is done for, where the code that records it (e.g. a sandbox's launch,
-// deep in an integration) does not otherwise know them.
+// deep in an integration) does not otherwise know them; conversation
+// is empty for an administrator's action on the instance's behalf (an
+// instance secret).
 func ForConversation(ctx context.Context, user, conversation string) context.Context {
 	return context.WithValue(ctx, actorKey{}, actor{user, conversation})
 }

@@ -62,6 +62,9 @@ var (
 	ErrNotSynced = errors.New("repos: the repository has not been synced yet")
 	// ErrProtected is wrapped by Push's error for a protected branch.
 	ErrProtected = errors.New("repos: the branch is protected")
+	// ErrUnrecorded: a push could not be recorded in the audit log, so
+	// it was not made.
+	ErrUnrecorded = errors.New("repos: the push could not be recorded in the audit log, so it was not made")
 )
 
 // Repository is one row of table repositories, as the API shows it.
@@ -158,6 +161,9 @@ func Open(o Options) (*Service, error) {
 	if err := o.DB.AutoMigrate(&Repository{}); err != nil {
 		return nil, fmt.Errorf("repos: migrating table repositories: %w", err)
 	}
+	if err := audit.Migrate(o.DB); err != nil {
+		return nil, err
+	}
 	s := &Service{o: o, log: o.Log}
 	if o.Queue != nil {
 		o.Queue.Handle(KindSync, s.sync)
@@ -193,6 +199,9 @@ type Add struct {
 	Name, URL, Branch, Credential string
 	RunSetup, SetupNetwork        bool
 	SetupEgress                   []string
+	// By is who adds it, for the audit log: an administrator's ID, or
+	// auth.CommandLine.
+	By string
 }
 
 const maxName = 100
@@ -248,7 +257,17 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	if n > 0 {
 		return Repository{}, fmt.Errorf("%w: %q", ErrExists, a.Name)
 	}
-	if err := s.o.DB.WithContext(ctx).Create(&r).Error; err != nil {
+	err := s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&r).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: a.By, Data: map[string]any{
+			"action": "repository_add", "repository": r.ID, "name": r.Name, "url": r.URL, "branch": r.Branch,
+			"credential": r.Credential, "run_setup": r.RunSetup, "setup_network": r.SetupNetwork, "setup_egress": r.SetupEgress,
+		}})
+		return err
+	})
+	if err != nil {
 		return Repository{}, fmt.Errorf("repos: adding a repository: %w", err)
 	}
 	return r, nil
@@ -279,13 +298,22 @@ func (s *Service) Get(ctx context.Context, id string) (Repository, error) {
 	return r, nil
 }
 
-// Delete removes repository id's row and mirror. Conversations on it
-// keep their snapshots until they are deleted.
-func (s *Service) Delete(ctx context.Context, id string) error {
-	if _, err := s.Get(ctx, id); err != nil {
+// Delete removes repository id's row and mirror; by is who does it (an
+// administrator's ID), for the audit log. Conversations on it keep their
+// snapshots until they are deleted.
+func (s *Service) Delete(ctx context.Context, id, by string) error {
+	r, err := s.Get(ctx, id)
+	if err != nil {
 		return err
 	}
-	if err := s.o.DB.WithContext(ctx).Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+	err = s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: by, Data: map[string]any{"action": "repository_delete", "repository": id, "name": r.Name}})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("repos: deleting %s: %w", id, err)
 	}
 	if err := os.RemoveAll(s.Mirror(id)); err != nil {
@@ -555,6 +583,13 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	if got != commit || perr != nil || parent != p.Base {
 		return PushResult{}, fmt.Errorf("repos: the sandbox's bundle holds %s (parent %s), not %s on %s", got, parent, commit, p.Base)
 	}
+	// A push leaves the host: it cannot share a transaction with its
+	// record, so it is recorded before it is made (and not made unless
+	// recorded), and its outcome after.
+	if err := audit.Write(ctx, s.o.DB, pushEntry(p, r, commit, "pushing")); err != nil {
+		s.log.Error("a push was not made: it could not be recorded in the audit log", "repository", r.ID, "commit", commit, "err", err)
+		return PushResult{}, fmt.Errorf("%w: %w", ErrUnrecorded, err)
+	}
 	if err := s.o.Git.Push(ctx, mirror, r.URL, commit, p.Branch, cred); err != nil {
 		s.recordPush(ctx, p, r, commit, err)
 		return PushResult{}, fmt.Errorf("repos: pushing: %w", err)
@@ -563,8 +598,16 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
 
-// recordPush is the one place a push is recorded: the log and the audit
-// log (kind push, with the remote's verdict).
+// pushEntry is the audit record of a push: result is pushing (before it
+// is made), ok or refused (by the remote).
+func pushEntry(p Push, r Repository, commit, result string) audit.Entry {
+	return audit.Entry{Kind: audit.KindPush, User: p.User, Data: map[string]any{
+		"conversation": p.Conversation, "repository": r.ID, "remote": r.URL, "branch": p.Branch, "commit": commit, "result": result,
+	}}
+}
+
+// recordPush is the one place a push's outcome is recorded: the log and
+// the audit log (kind push, with the remote's verdict).
 func (s *Service) recordPush(ctx context.Context, p Push, r Repository, commit string, err error) {
 	result := "ok"
 	if err != nil {
@@ -573,10 +616,7 @@ func (s *Service) recordPush(ctx context.Context, p Push, r Repository, commit s
 	} else {
 		s.log.Info("pushed", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "remote", r.URL, "branch", p.Branch, "commit", commit)
 	}
-	e := audit.Entry{Kind: audit.KindPush, User: p.User, Data: map[string]any{
-		"conversation": p.Conversation, "repository": r.ID, "remote": r.URL, "branch": p.Branch, "commit": commit, "result": result,
-	}}
-	if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, e); aerr != nil {
+	if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, pushEntry(p, r, commit, result)); aerr != nil {
 		s.log.Error("recording a push in the audit log failed", "repository", r.ID, "commit", commit, "err", aerr)
 	}
 }

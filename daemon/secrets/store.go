@@ -380,7 +380,13 @@ func (s *Store) put(ctx context.Context, user, kind, name string, plain []byte) 
 			return err
 		}
 		if kind == kindSecret {
-			if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretCreate, User: user, Data: map[string]any{"name": name, "replaced": replaced > 0}}); err != nil {
+			e := audit.Entry{Kind: audit.KindSecretCreate, User: user, Data: map[string]any{"name": name, "replaced": replaced > 0}}
+			// Someone else's (an administrator's, for the instance):
+			// the record names who acted, and the owner.
+			if by, _ := audit.ConversationOf(ctx); by != "" && by != user {
+				e.User, e.Data = by, map[string]any{"name": name, "replaced": replaced > 0, "owner": user}
+			}
+			if _, err := audit.Append(tx, e); err != nil {
 				return err
 			}
 		}

@@ -138,21 +138,18 @@ func Watch(l *os.File, report func(Call)) error {
 		// call clone3 too, and its memory is not readable (it is not
 		// dumpable).
 		ordinary = ordinary || sandboxInit(c.Pid)
-		valid := true
+		// Reported before it continues: once a command has exited,
+		// every call it made is in the report (reported after, the last
+		// one could come after the host read the report, and count for
+		// the next command).
 		rc.Control(func(fd uintptr) {
 			id := n.id
-			_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&id)))
-			valid = e == 0
-		})
-		if !valid {
-			continue
-		}
-		// Reported while the caller still waits: a command that ends
-		// right after the call is counted by the time its Wait returns.
-		if !ordinary {
-			report(c)
-		}
-		rc.Control(func(fd uintptr) {
+			if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&id))); e != 0 {
+				return
+			}
+			if !ordinary {
+				report(c)
+			}
 			r := seccompNotifResp{id: n.id, flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 			unix.Syscall(unix.SYS_IOCTL, fd, unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&r)))
 		})

@@ -1,9 +1,13 @@
 package seccomp
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
-	"slices"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,96 +15,115 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// watchChildEnv makes the test binary the observed process of
-// TestWatchReportsBeforeContinue.
+// watchChildEnv runs TestWatchReportsBeforeContinue's child: it sends
+// its parent a listener for its own observing filter on the socket at
+// this descriptor, then calls unshare(0) (blocklisted, harmless) and
+// sleeps, watchCalls times.
 const watchChildEnv = "SECCOMP_TEST_WATCH_CHILD"
 
-// A call is reported before its caller continues: a command that ends
-// right after a blocklisted call must already be counted when its Wait
-// returns (a session's report per command is read then). The report
-// here is slow on purpose; had the call continued first, the child would
-// have exited while the report was still sleeping.
+// Watch reports a call while the caller still waits for it, not after
+// letting it continue: a command that ends with a blocklisted call has
+// it in its report by the time it has exited.
 func TestWatchReportsBeforeContinue(t *testing.T) {
-	if os.Getenv(watchChildEnv) == "1" {
-		watchChild()
+	if fd := os.Getenv(watchChildEnv); fd != "" {
+		watchChild(t)
 		return
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, child := os.NewFile(uintptr(pair[0]), "host"), os.NewFile(uintptr(pair[1]), "child")
-	defer host.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWatchReportsBeforeContinue$")
-	cmd.Env = append(os.Environ(), watchChildEnv+"=1")
-	cmd.ExtraFiles = []*os.File{child}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	defer unix.Close(sp[0])
+	if err := unix.SetsockoptTimeval(sp[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 60}); err != nil {
 		t.Fatal(err)
 	}
-	child.Close()
-	defer cmd.Process.Kill()
-
-	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(pair[0], buf, oob, 0)
+	childEnd := os.NewFile(uintptr(sp[1]), "listener socket")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWatchReportsBeforeContinue$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), watchChildEnv+"=3")
+	cmd.ExtraFiles = []*os.File{childEnd}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Start()
+	childEnd.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		t.Fatalf("no listener from the child: %v", err)
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(sp[0], make([]byte, 1), oob, 0)
+	var fds []int
+	if err == nil {
+		var msgs []unix.SocketControlMessage
+		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			fds, err = unix.ParseUnixRights(&msgs[0])
+		}
 	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
 	if err != nil || len(fds) != 1 {
-		t.Fatalf("no listener from the child: %v", err)
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no listener from the child: %v, %v\n%s", fds, err, out.String())
 	}
 	l, err := ListenerFile(fds[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-
 	var mu sync.Mutex
-	var calls []string
+	var in []string // the call the unshare caller is in, at each report
 	go Watch(l, func(c Call) {
-		time.Sleep(300 * time.Millisecond)
+		if c.Syscall != "unshare" {
+			return
+		}
+		// Long enough for a caller let go to be in its next call.
+		time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Pid) + "/syscall")
+		nr, _, _ := strings.Cut(string(b), " ")
 		mu.Lock()
-		calls = append(calls, c.Syscall)
-		mu.Unlock()
+		defer mu.Unlock()
+		in = append(in, nr)
 	})
-	if _, err := host.Write([]byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "--- PASS: TestWatchReportsBeforeContinue") {
+		t.Fatalf("child: %v\n%s", err, out.String())
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Contains(calls, "acct") {
-		t.Fatalf("the child's acct call was not reported by the time it ended: %q", calls)
+	if len(in) != watchCalls {
+		t.Fatalf("%d unshare calls reported, the child made %d", len(in), watchCalls)
+	}
+	for i, nr := range in {
+		if nr != strconv.Itoa(unix.SYS_UNSHARE) {
+			t.Fatalf("unshare call %d reported after it went on (the caller is in system call %q)", i+1, nr)
+		}
 	}
 }
 
-// watchChild installs the observing filter, hands its listener to the
-// test over descriptor 3, waits for the go-ahead, makes one blocklisted
-// call and exits.
-func watchChild() {
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		os.Exit(2)
+// watchCalls is how many unshare(0) calls the child makes, each
+// followed by a sleep.
+const watchCalls = 5
+
+func watchChild(t *testing.T) {
+	runtime.LockOSThread()
+	err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	var l *os.File
+	if err == nil {
+		l, err = Listen()
 	}
-	l, err := Listen()
 	if err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(3)
+		runtime.UnlockOSThread()
+		t.Fatalf("listener: %v", err)
 	}
-	if err := unix.Sendmsg(3, []byte{0}, unix.UnixRights(int(l.Fd())), nil, 0); err != nil {
-		os.Exit(4)
-	}
+	err = unix.Sendmsg(3, []byte{0}, unix.UnixRights(int(l.Fd())), nil, 0)
 	l.Close()
-	var b [1]byte
-	if _, err := unix.Read(3, b[:]); err != nil {
-		os.Exit(5)
+	unix.Close(3)
+	if err != nil {
+		t.Fatal(err)
 	}
-	unix.Syscall(unix.SYS_ACCT, 0, 0, 0) // refused or not: only its report matters
-	os.Exit(0)
+	for range watchCalls {
+		if err := unix.Unshare(0); err != nil {
+			t.Fatalf("unshare(0): %v", err)
+		}
+		unix.Nanosleep(&unix.Timespec{Nsec: 100e6}, nil)
+	}
+	runtime.UnlockOSThread()
 }
