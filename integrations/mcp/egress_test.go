@@ -144,8 +144,9 @@ func TestEgressCaps(t *testing.T) {
 }
 
 // TestEgressProxyDownFailsClosed: when the proxy cannot start (its
-// socket cannot be bound), the server is not started (a marker it would
-// write stays absent) and its tool says why, with egress.ErrProxyDown.
+// socket cannot be bound), the server is not started (in particular not
+// without its proxy, and nothing runs on the host: a marker stays
+// absent) and its tool says why, with egress.ErrProxyDown.
 func TestEgressProxyDownFailsClosed(t *testing.T) {
 	requireSandbox(t)
 	marker := filepath.Join(t.TempDir(), "ran")
