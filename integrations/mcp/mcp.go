@@ -12,8 +12,9 @@
 // has an egress allow-list: then its sandbox keeps its own network and
 // reaches those destinations only, through sandboxkit's egress proxy.
 // When the sandbox (or its proxy) cannot be provided the server is not
-// started: its tool says why (fail closed). mode: off runs it unconfined, only because the
-// operator wrote so, with a warning at every start.
+// started: its tool says why (fail closed). mode: off runs it
+// unconfined, only because the operator wrote so, with a warning at
+// every start.
 //
 // Every call of a server's tool needs the user's approval unless the
 // operator lists the tool in auto_approve; the annotations a server
