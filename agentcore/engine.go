@@ -123,6 +123,10 @@ type Config struct {
 	// of a conversation's sandbox (e.g. to count it), besides the
 	// conversation's egress event. It is called concurrently; keep it quick.
 	OnEgress func(e egress.Event)
+	// EgressCaps are the caps of every egress proxy (its MaxConns,
+	// MaxBytes, MaxConnDuration and DialTimeout; zero: egress's
+	// defaults); its other fields are ignored.
+	EgressCaps egress.Options
 	// EgressTestResolver is for tests only; no configuration sets it.
 	// It resolves the names of the egress proxies, and the loopback
 	// addresses it returns are allowed (egress.Options'

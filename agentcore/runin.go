@@ -113,7 +113,9 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 	if err != nil {
 		return nil, nil, err
 	}
+	caps := e.cfg.EgressCaps
 	p.Egress = &egress.Options{Allow: w.Egress, OnEvent: e.egressEvents(c),
+		MaxConns: caps.MaxConns, MaxBytes: caps.MaxBytes, MaxConnDuration: caps.MaxConnDuration, DialTimeout: caps.DialTimeout,
 		Resolver: e.cfg.EgressTestResolver, TestResolvedLoopback: e.cfg.EgressTestResolver != nil}
 	cmd := sandboxkit.Command(ctx, p, w.Argv...)
 	if err := e.startWorkspaceCommand(cmd, w); err != nil {

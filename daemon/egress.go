@@ -8,7 +8,8 @@ import (
 
 // egressMetrics count the attempts through the sandboxes' egress
 // proxies (GET /metrics). Labels are the source (agent: a
-// conversation's external agent; setup: a repository's setup script)
+// conversation's external agent; setup: a repository's setup script;
+// mcp: an MCP server)
 // and the verdict, never a host: refused names are the sandbox's to
 // choose, without bound.
 type egressMetrics struct {

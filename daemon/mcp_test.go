@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -152,4 +153,65 @@ mcp:
 	if len(st.Servers) != 1 || st.Servers[0].State != mcp.StateStopped || !strings.Contains(st.Servers[0].LastError, "unavailable") {
 		t.Errorf("admin/mcp: %+v", st)
 	}
+}
+
+// TestMCPEgress: a server with egress_allowlist runs with its own
+// network and the egress proxy: the model's fetch of a name not on the
+// list is refused; the attempt is counted in the admin listing and in
+// /metrics (source mcp), and is no event of the conversation (every
+// conversation shares the server). testdata/fetchserver is an MCP server
+// of our own; integrations/mcp's tests show allowed names reached.
+func TestMCPEgress(t *testing.T) {
+	needSandbox(t)
+	fetch := filepath.Join(t.TempDir(), "fetchserver")
+	if out, err := exec.Command("go", "build", "-o", fetch, "github.com/codumentor/codumentor/integrations/mcp/testdata/fetchserver").CombinedOutput(); err != nil {
+		t.Fatalf("building fetchserver: %v\n%s", err, out)
+	}
+	in := newInstance(t, llm(t,
+		llmtest.Step{Text: "Fetch.", ToolCalls: []agentcore.ToolCall{{Name: "mcp__fetch__fetch", Arguments: `{"url":"https://elsewhere.example/"}`}}},
+		llmtest.Step{Text: "Done."},
+	)+`plugins: [workspace_isolation, mcp]
+sandbox:
+  egress: {max_connections: 2, max_bytes: 1MiB, max_connection_duration: 30s, dial_timeout: 2s}
+mcp:
+  servers:
+    - {name: fetch, command: `+fetch+`, egress_allowlist: [api.example.com:443], auto_approve: [fetch]}
+`)
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	conv := admin.newConversation()
+	s := admin.follow(conv, "")
+	admin.send(conv, "go")
+	evs := s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if !slices.ContainsFunc(evs, func(e sseEvent) bool {
+		return e.Type == agentcore.EventToolOutput && strings.Contains(string(e.Data), "fetch failed")
+	}) {
+		t.Errorf("the refused fetch's output missing: %v", evs)
+	}
+	if slices.ContainsFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventEgress }) {
+		t.Errorf("an MCP server's attempt became a conversation's event: %v", evs)
+	}
+	var st struct{ Servers []mcp.Status }
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/mcp", nil, &st)
+	if len(st.Servers) != 1 || !slices.Equal(st.Servers[0].EgressAllowlist, []string{"api.example.com:443"}) || st.Servers[0].EgressAttempts["refused"] != 1 || st.Servers[0].Network != mcp.NetworkNone {
+		t.Errorf("admin/mcp: %+v", st)
+	}
+	_, body, _ := p.anon().do("GET", "/metrics", nil)
+	if !strings.Contains(string(body), `codumentor_egress_attempts_total{source="mcp",verdict="refused"} 1`) {
+		t.Errorf("/metrics has no refused mcp attempt:\n%s", grepLines(string(body), "codumentor_egress"))
+	}
+	if !strings.Contains(p.stderr.String(), "MCP server egress attempt") {
+		t.Errorf("the attempt was not logged:\n%s", p.stderr)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

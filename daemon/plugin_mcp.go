@@ -13,9 +13,15 @@ import (
 // starts when a turn first needs the tool list, in its own sandbox
 // (fail closed: a server whose sandbox is unavailable does not start and
 // its tool says why); mode: off servers are logged as a warning here, at
-// every start. The servers stop when the server does.
+// every start. A server's egress attempts (egress_allowlist) are logged
+// and counted in /metrics (source mcp) and its admin listing, not as a
+// conversation's events: every conversation shares it. The servers stop
+// when the server does.
 func startMCP(ctx context.Context, s *server, cfg config.Config) error {
+	eg := cfg.Sandbox.Egress.Options()
+	eg.OnEvent = s.egress.observer("mcp")
 	m, err := mcp.New(mcp.Options{
+		Egress:  eg,
 		Servers: cfg.MCP.Servers,
 		Bwrap:   cfg.Sandbox.Bwrap,
 		Seccomp: cfg.Sandbox.Seccomp,

@@ -146,6 +146,7 @@ type server struct {
 	repos   *repos.Service
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
+	egress  *egressMetrics
 	attach  *api.Attachments
 	search  *retrieval.Searcher // code search; its Index ingests
 	indexDB indexFiles          // the embedded index's files
@@ -201,6 +202,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 
 	registry := prometheus.NewRegistry()
 	egressCount := newEgressMetrics(registry)
+	s.egress = egressCount
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
@@ -234,7 +236,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		model = c
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
-	trees.setups.onEgress = egressCount.observer("setup")
+	trees.setups.onEgress, trees.setups.egressCaps = egressCount.observer("setup"), cfg.Sandbox.Egress.Options()
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
 		Model:            s.turnModel(convs),
@@ -256,6 +258,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		HostMasks:        hostMasks(inst),
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
 		OnEgress:         egressCount.observer("agent"),
+		EgressCaps:       cfg.Sandbox.Egress.Options(),
 	})
 	if err != nil {
 		return nil, err

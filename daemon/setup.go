@@ -102,8 +102,10 @@ type setups struct {
 	// onEgress hears of every attempt through a setup's egress proxy
 	// (metrics), besides the conversation's egress event.
 	onEgress func(egress.Event)
-	log      hclog.Logger
-	sem      chan struct{}
+	// egressCaps are sandbox.egress's caps of each setup's proxy.
+	egressCaps egress.Options
+	log        hclog.Logger
+	sem        chan struct{}
 
 	mu   sync.Mutex
 	runs map[string]*setupRun // by conversation, while running
@@ -297,7 +299,9 @@ func (s *setups) setup(user, conversation string) (string, error) {
 	}
 	var eg *egress.Options
 	if len(r.SetupEgress) > 0 {
-		eg = &egress.Options{Allow: r.SetupEgress, OnEvent: s.egressEvents(conversation)}
+		o := s.egressCaps
+		o.Allow, o.OnEvent = r.SetupEgress, s.egressEvents(conversation)
+		eg = &o
 	}
 	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
 		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Egress: eg, Launching: s.launching,

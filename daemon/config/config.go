@@ -193,6 +193,8 @@ type Sandbox struct {
 	// can enforce the process, memory and CPU limits, instead of running
 	// them with rlimits only.
 	RequireLimits bool `yaml:"require_limits"`
+	// Egress caps each egress proxy (see egress.go).
+	Egress Egress `yaml:"egress"`
 }
 
 // Log configures logs/codumentor.log (and stderr).
@@ -262,6 +264,7 @@ func Default() Config {
 			GCInterval:      Duration(time.Hour),
 			ApprovalTimeout: Duration(10 * time.Minute),
 			Limits:          DefaultLimits(),
+			Egress:          DefaultEgress(),
 		},
 		Log:          Log{Level: "info"},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
@@ -327,6 +330,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
+	errs = append(errs, c.Sandbox.Egress.validate()...)
 	errs = append(errs, c.Office.validate()...)
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	errs = append(errs, c.LLM.validateEndpoints()...)

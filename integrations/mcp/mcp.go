@@ -8,10 +8,13 @@
 // the instance directory are not there), its own pid namespace (it
 // cannot signal the server), none of the server's environment but the
 // configured env, read-only binds of the command and the read_only
-// paths, and no network unless the server's network is "host". When
-// the sandbox cannot be provided the server is not started: its tool
-// says why (fail closed). mode: off runs it unconfined, only because the
-// operator wrote so, with a warning at every start.
+// paths, and no network unless the server's network is "host" or it
+// has an egress allow-list: then its sandbox keeps its own network and
+// reaches those destinations only, through sandboxkit's egress proxy.
+// When the sandbox (or its proxy) cannot be provided the server is not
+// started: its tool says why (fail closed). mode: off runs it
+// unconfined, only because the operator wrote so, with a warning at
+// every start.
 //
 // Every call of a server's tool needs the user's approval unless the
 // operator lists the tool in auto_approve; the annotations a server
@@ -42,6 +45,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -74,6 +78,10 @@ type ServerConfig struct {
 	// Network is "none" (default) or "host" (the host's network, also
 	// its 127.0.0.1 services).
 	Network string `yaml:"network"`
+	// EgressAllowlist lets a sandboxed server with no host network reach
+	// these destinations only (see egress.ParseAllow), through the egress
+	// proxy; empty: no network (unless Network is "host").
+	EgressAllowlist []string `yaml:"egress_allowlist"`
 	// Mode is "sandboxed" (default) or "off": unconfined, as the
 	// service user, with a warning at every start.
 	Mode string `yaml:"mode"`
@@ -81,6 +89,9 @@ type ServerConfig struct {
 	// gives them) that run without asking the user.
 	AutoApprove []string `yaml:"auto_approve"`
 }
+
+// maxEgressAllow bounds a server's egress allow-list.
+const maxEgressAllow = 64
 
 var serverName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,23}$`)
 
@@ -98,6 +109,19 @@ func (c ServerConfig) Validate() error {
 	}
 	if c.Mode != "" && c.Mode != ModeSandboxed && c.Mode != ModeOff {
 		errs = append(errs, fmt.Errorf("mcp.servers %s: mode %q must be sandboxed or off", c.Name, c.Mode))
+	}
+	if len(c.EgressAllowlist) > 0 {
+		switch {
+		case c.Network == NetworkHost:
+			errs = append(errs, fmt.Errorf("mcp.servers %s: egress_allowlist and network: host exclude each other (the host network has no allow-list)", c.Name))
+		case c.Mode == ModeOff:
+			errs = append(errs, fmt.Errorf("mcp.servers %s: egress_allowlist needs mode: sandboxed (an unconfined server has the host network)", c.Name))
+		case len(c.EgressAllowlist) > maxEgressAllow:
+			errs = append(errs, fmt.Errorf("mcp.servers %s: egress_allowlist: at most %d entries", c.Name, maxEgressAllow))
+		}
+		if err := egress.ParseAllow(c.EgressAllowlist); err != nil {
+			errs = append(errs, fmt.Errorf("mcp.servers %s: egress_allowlist: %w", c.Name, err))
+		}
 	}
 	for _, p := range c.ReadOnly {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
@@ -139,6 +163,13 @@ type Options struct {
 	// Launching, if set, is told of each sandboxed server's start before
 	// it runs (sandboxkit.Policy.Launching); its error refuses the start.
 	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
+	// Egress is the base of the egress proxy of each server with an
+	// egress_allowlist: its caps (MaxConns, MaxBytes, MaxConnDuration,
+	// DialTimeout; zero: egress's defaults), and OnEvent, told of every
+	// attempt of every server (a server is shared by every conversation:
+	// its attempts are no conversation's events; they are logged and
+	// counted in Status). Allow is the server's allow-list.
+	Egress egress.Options
 	// Logger may be nil.
 	Logger *slog.Logger
 	// StartTimeout bounds starting a server, its handshake and its tool
@@ -156,6 +187,9 @@ const (
 	maxSchema      = 16 << 10
 	maxMessage     = 4 << 20
 	stderrKept     = 2 << 10
+	// maxEgressLogged bounds the egress attempts logged one by one per
+	// start of a server (all are counted).
+	maxEgressLogged = 200
 )
 
 // Manager runs the configured servers. It is an agentcore.ToolSource.
@@ -191,7 +225,11 @@ func New(o Options) (*Manager, error) {
 		if c.Mode == ModeOff {
 			m.log.Warn("MCP server runs UNSANDBOXED (mode: off in config.yaml): it can read everything the service user can, including the instance's database and keys, and reach the network", "server", c.Name)
 		}
-		m.servers = append(m.servers, &server{m: m, cfg: c, state: StateIdle, backoff: time.Second})
+		s := &server{m: m, cfg: c, state: StateIdle, backoff: time.Second}
+		if len(c.EgressAllowlist) > 0 {
+			s.egress = map[string]int64{egress.Allowed: 0, egress.Refused: 0, egress.Failed: 0}
+		}
+		m.servers = append(m.servers, s)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -235,11 +273,16 @@ const (
 
 // Status is a server as GET /api/v1/admin/mcp shows it.
 type Status struct {
-	Name      string   `json:"name"`
-	State     State    `json:"state"`
-	Sandboxed bool     `json:"sandboxed"`
-	Network   string   `json:"network"`
-	Tools     []string `json:"tools"`
+	Name      string `json:"name"`
+	State     State  `json:"state"`
+	Sandboxed bool   `json:"sandboxed"`
+	Network   string `json:"network"`
+	// EgressAllowlist and EgressAttempts: the destinations it may reach
+	// through the egress proxy, and its attempts so far by verdict
+	// (allowed, refused, failed).
+	EgressAllowlist []string         `json:"egress_allowlist,omitempty"`
+	EgressAttempts  map[string]int64 `json:"egress_attempts,omitempty"`
+	Tools           []string         `json:"tools"`
 	// Restarts counts starts after the first.
 	Restarts  int       `json:"restarts"`
 	LastError string    `json:"last_error,omitempty"`
@@ -253,6 +296,10 @@ func (m *Manager) Status() []Status {
 		s.mu.Lock()
 		st := Status{Name: s.cfg.Name, State: s.state, Sandboxed: s.cfg.Mode != ModeOff, Network: cmpOr(s.cfg.Network, NetworkNone),
 			Tools: []string{}, Restarts: max(s.starts-1, 0), LastError: s.lastErr, Started: s.started}
+		if len(s.cfg.EgressAllowlist) > 0 {
+			st.EgressAllowlist = slices.Clone(s.cfg.EgressAllowlist)
+			st.EgressAttempts = maps.Clone(s.egress)
+		}
 		for _, t := range s.tools {
 			st.Tools = append(st.Tools, t.Name)
 		}
@@ -287,6 +334,8 @@ type server struct {
 	waiting chan struct{} // closed when the start in progress ends
 	next    time.Time     // no start before (backoff)
 	backoff time.Duration
+	egress  map[string]int64 // egress attempts by verdict
+	logged  int              // egress attempts logged since the last start
 }
 
 // ensure starts s if it is idle, or stopped and its backoff is over,
@@ -562,9 +611,18 @@ func (s *server) spawn() (*process, error) {
 		go finish(cmd.Wait)
 		return p, nil
 	}
+	var eg *egress.Options
+	if len(c.EgressAllowlist) > 0 {
+		o := s.m.o.Egress
+		o.Allow, o.OnEvent = c.EgressAllowlist, s.onEgress
+		eg = &o
+		s.mu.Lock()
+		s.logged = 0
+		s.mu.Unlock()
+	}
 	pol, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{
 		Bwrap: s.m.o.Bwrap, ShareNet: c.Network == NetworkHost, Seccomp: s.m.o.Seccomp, Limits: s.m.o.Limits,
-		Launching: s.m.o.Launching,
+		Launching: s.m.o.Launching, Egress: eg,
 	})
 	if err == nil {
 		pol.Env = env
@@ -589,12 +647,40 @@ func (s *server) spawn() (*process, error) {
 	return p, nil
 }
 
+// onEgress hears of each attempt through the server's egress proxy:
+// it counts it, logs it (the first maxEgressLogged of each start) and
+// passes it on to Options.Egress.OnEvent.
+func (s *server) onEgress(e egress.Event) {
+	s.mu.Lock()
+	s.egress[e.Verdict]++
+	s.logged++
+	n := s.logged
+	s.mu.Unlock()
+	if n <= maxEgressLogged {
+		lvl := slog.LevelInfo
+		if e.Verdict != egress.Allowed {
+			lvl = slog.LevelWarn
+		}
+		s.m.log.Log(context.Background(), lvl, "MCP server egress attempt", "server", s.cfg.Name, "verdict", e.Verdict, "proto", e.Proto,
+			"host", e.Host, "port", e.Port, "addr", e.Addr, "reason", e.Reason, "sent", e.Sent, "received", e.Received, "duration", e.Duration)
+		if n == maxEgressLogged {
+			s.m.log.Warn("MCP server egress: further attempts are counted, not logged, until it restarts", "server", s.cfg.Name, "logged", maxEgressLogged)
+		}
+	}
+	if f := s.m.o.Egress.OnEvent; f != nil {
+		f(e)
+	}
+}
+
 // unavailable says that the server was not started, keeping errors.Is
 // sandboxkit.ErrUnavailable (the engine then tells the user the sandbox
-// is unavailable).
+// is unavailable) and egress.ErrProxyDown.
 func (s *server) unavailable(err error) error {
 	if errors.Is(err, sandboxkit.ErrUnavailable) {
 		return fmt.Errorf("MCP server %s was not started because its sandbox is unavailable: %w; nothing was run", s.cfg.Name, err)
+	}
+	if errors.Is(err, egress.ErrProxyDown) {
+		return fmt.Errorf("MCP server %s was not started because its egress proxy could not start (%w); nothing was run", s.cfg.Name, err)
 	}
 	return fmt.Errorf("MCP server %s: starting its sandbox: %w", s.cfg.Name, err)
 }

@@ -432,6 +432,10 @@ func TestConfigValidate(t *testing.T) {
 		{ServerConfig{Name: "a", Command: "x", Mode: "yolo"}, "mode"},
 		{ServerConfig{Name: "a", Command: "x", ReadOnly: []string{"rel"}}, "read_only"},
 		{ServerConfig{Name: "a", Command: "x", Env: map[string]string{"A=B": "c"}}, "env"},
+		{ServerConfig{Name: "a", Command: "x", EgressAllowlist: []string{"api.example.com:443", "*.example.org"}}, ""},
+		{ServerConfig{Name: "a", Command: "x", EgressAllowlist: []string{"api.example.com"}, Network: NetworkHost}, "exclude each other"},
+		{ServerConfig{Name: "a", Command: "x", EgressAllowlist: []string{"api.example.com"}, Mode: ModeOff}, "mode: sandboxed"},
+		{ServerConfig{Name: "a", Command: "x", EgressAllowlist: []string{"http://api.example.com/"}}, "egress_allowlist"},
 	} {
 		err := tc.c.Validate()
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
