@@ -994,6 +994,60 @@ func TestWebSignIn(t *testing.T) {
 	if res.StatusCode != http.StatusOK || res.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("GET /api/v1/secrets with the cookie: %d, Cache-Control %q", res.StatusCode, res.Header.Get("Cache-Control"))
 	}
+	// Sign-out needs the page's CSRF token, from this origin: a wrong or
+	// missing one leaves the session; the right one ends it.
+	plainCookie, _, _ := strings.Cut(post(p.URL, "alice", pw, "/").Header.Get("Set-Cookie"), ";")
+	signOut := func(csrf string) int {
+		t.Helper()
+		form := url.Values{}
+		if csrf != "" {
+			form.Set("csrf_token", csrf)
+		}
+		req, _ := http.NewRequest("POST", p.URL+"/logout", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", p.URL)
+		req.Header.Set("Cookie", plainCookie)
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	pageCSRF := func() (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", p.URL+"/secrets", nil)
+		req.Header.Set("Cookie", plainCookie)
+		res, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		_, rest, _ := strings.Cut(string(body), `name="csrf-token" content="`)
+		tok, _, _ := strings.Cut(rest, `"`)
+		return res.StatusCode, tok
+	}
+	st, csrf := pageCSRF()
+	if st != http.StatusOK || len(csrf) != 64 {
+		t.Fatalf("GET /secrets signed in: %d, CSRF token %q", st, csrf)
+	}
+	for _, bad := range []string{"", "guess", strings.Repeat("0", 64)} {
+		if st := signOut(bad); st != http.StatusForbidden {
+			t.Errorf("sign-out with CSRF token %q: %d, want 403", bad, st)
+		}
+		if st, _ := pageCSRF(); st != http.StatusOK {
+			t.Fatalf("a refused sign-out ended the session: GET /secrets %d", st)
+		}
+	}
+	if st := signOut(csrf); st != http.StatusSeeOther {
+		t.Errorf("sign-out with the page's CSRF token: %d, want 303", st)
+	}
+	if st, _ := pageCSRF(); st != http.StatusSeeOther {
+		t.Errorf("after sign-out GET /secrets: %d, want 303 to the sign-in page", st)
+	}
+
 	// The same limiter as POST /api/v1/auth/login.
 	last := 0
 	for i := 0; i < 40 && last != http.StatusTooManyRequests; i++ {
