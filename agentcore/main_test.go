@@ -1,7 +1,6 @@
 package agentcore_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,24 +93,6 @@ func (s secrets) Value(ctx context.Context, user, name string) (string, error) {
 	return v, nil
 }
 
-// lockedBuffer collects log output from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // harness is an Engine over real sandboxes, an in-memory Store and a
 // scripted model.
 type harness struct {
@@ -122,7 +103,7 @@ type harness struct {
 	dir    string // holds lower, layers and whatever lies "outside"
 	lower  string
 	layers *overlay.Store
-	logs   *lockedBuffer
+	logs   *sandboxtest.Buffer
 }
 
 // lowerFiles is the project every test workspace shows.
@@ -160,7 +141,7 @@ func newHarness(t testing.TB, s *llmtest.Script, configure func(*agentcore.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: agentcoretest.NewMemStore(), llm: &recLLM{llm: s.LLM()}, dir: dir, lower: lower, layers: layers, logs: &lockedBuffer{}}
+	h := &harness{t: t, store: agentcoretest.NewMemStore(), llm: &recLLM{llm: s.LLM()}, dir: dir, lower: lower, layers: layers, logs: &sandboxtest.Buffer{}}
 	cfg := agentcore.Config{
 		LLM:        h.llm,
 		Store:      h.store,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"io"
 	"net/http"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -118,25 +118,8 @@ type proc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	URL    string
-	stderr *syncBuffer
+	stderr *sandboxtest.Buffer
 	done   chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var listening = regexp.MustCompile(`listening: url=(\S+)`)
@@ -161,7 +144,7 @@ func (in *instance) run(env ...string) (*proc, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{t: in.t, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: in.t, cmd: cmd, stderr: &sandboxtest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -179,7 +162,7 @@ func (in *instance) run(env ...string) (*proc, error) {
 
 // waitListening waits until the server's log (out) says where it listens
 // and returns that URL, or fails when exited is closed or after 60 s.
-func waitListening(out *syncBuffer, exited <-chan struct{}) (string, error) {
+func waitListening(out *sandboxtest.Buffer, exited <-chan struct{}) (string, error) {
 	deadline := time.After(60 * time.Second)
 	for {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {

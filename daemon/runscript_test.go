@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"net"
 	"os"
 	"os/exec"
@@ -88,7 +89,7 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 	// Its own process group, so that the test can clean up whatever the
 	// script leaves behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out := &syncBuffer{}
+	out := &sandboxtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // what it leaves running may hold the output open
 	start := time.Now()

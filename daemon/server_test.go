@@ -668,7 +668,7 @@ func TestWorkspaceGCJob(t *testing.T) {
 func TestHeartbeatInProcess(t *testing.T) {
 	in := newInstance(t, "plugins: []\n")
 	in.addUser("alice", pw, false)
-	out := &syncBuffer{}
+	out := &sandboxtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	exited := make(chan struct{})

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,30 +37,12 @@ func chrome(t testing.TB) Binary {
 	return bin
 }
 
-// syncBuffer is a log sink safe for the browser's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newBrowser(t testing.TB, o Options) (*Browser, *syncBuffer) {
+func newBrowser(t testing.TB, o Options) (*Browser, *sandboxtest.Buffer) {
 	t.Helper()
 	if o.Binary.Path == "" {
 		o.Binary = chrome(t)
 	}
-	logs := &syncBuffer{}
+	logs := &sandboxtest.Buffer{}
 	o.Log = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
 	b := New(o)
 	t.Cleanup(b.Close)
@@ -515,7 +496,7 @@ func errorsIs(err, target error) bool { return errors.Is(err, target) }
 // TestToolErrors: the model sees its own mistakes, and of the server's
 // only that the browser is unavailable, never a host path.
 func TestToolErrors(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &sandboxtest.Buffer{}
 	b := New(Options{Binary: Binary{Path: "/nonexistent/chromium"}, Log: hclog.New(&hclog.LoggerOptions{Output: logs})})
 	defer b.Close()
 	call := func(args string) *agentcore.Call {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -55,5 +56,30 @@ func TestSnapshotUnchanged(t *testing.T) {
 				t.Errorf("report %q, want one with %q", r.errs, tt.want)
 			}
 		})
+	}
+}
+
+func TestBuffer(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				b.Write([]byte("ab"))
+			}
+		})
+	}
+	wg.Wait()
+	if got := b.String(); got != strings.Repeat("ab", 800) {
+		t.Fatalf("8 writers: %d bytes, want 1600 of \"ab\"", len(got))
+	}
+	bounded := Buffer{Max: 5}
+	for _, s := range []string{"abc", "defg", "hijklmn"} {
+		if n, err := bounded.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got := bounded.String(); got != "jklmn" {
+		t.Fatalf("bounded: %q, want the last 5 bytes \"jklmn\"", got)
 	}
 }

@@ -8,14 +8,12 @@
 package ldaptest
 
 import (
-	"bytes"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -116,7 +114,7 @@ func Start(t testing.TB) *Server {
 func (s *Server) run(t testing.TB, bin, conf, addr string) error {
 	url := "ldap://" + addr + "/"
 	cmd := exec.Command(bin, "-f", conf, "-h", url, "-d", "0")
-	var out lockedBuffer
+	var out sandboxtest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %v", bin, err)
@@ -217,23 +215,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// lockedBuffer collects slapd's output, written by exec's copying
-// goroutine while the test may read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.TrimSpace(b.buf.String())
 }

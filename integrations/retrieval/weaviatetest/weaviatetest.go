@@ -11,7 +11,6 @@
 package weaviatetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +38,7 @@ type Server struct {
 
 	cmd  *exec.Cmd
 	dir  string
-	out  *syncBuffer
+	out  *sandboxtest.Buffer
 	done chan struct{}
 }
 
@@ -92,7 +90,7 @@ func Launch() (*Server, error) {
 		return nil, err
 	}
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
-	s := &Server{URL: "http://127.0.0.1:" + p(0), dir: dir, out: &syncBuffer{}, done: make(chan struct{})}
+	s := &Server{URL: "http://127.0.0.1:" + p(0), dir: dir, out: &sandboxtest.Buffer{Max: 8192}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, "--host", "127.0.0.1", "--port", p(0), "--scheme", "http")
 	s.cmd.Env = []string{
 		"PATH=/usr/bin:/bin",
@@ -137,10 +135,10 @@ func Launch() (*Server, error) {
 		select {
 		case <-s.done:
 			s.Close()
-			return nil, fmt.Errorf("weaviatetest: weaviate-server exited: %s", s.out.tail())
+			return nil, fmt.Errorf("weaviatetest: weaviate-server exited: %s", s.out.String())
 		case <-ctx.Done():
 			s.Close()
-			return nil, fmt.Errorf("weaviatetest: weaviate-server not ready within a minute: %s", s.out.tail())
+			return nil, fmt.Errorf("weaviatetest: weaviate-server not ready within a minute: %s", s.out.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -178,26 +176,4 @@ func freePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
-}
-
-// syncBuffer keeps the server's output (the last 8 KiB shown on failure).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.b.Len() > 1<<20 {
-		b.b.Reset()
-	}
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) tail() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.b.String()
-	return s[max(0, len(s)-8192):]
 }
