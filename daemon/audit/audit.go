@@ -45,6 +45,13 @@ const (
 	// User is the user's ID when the login succeeded; Source the client's
 	// address (behind trusted_proxies, the forwarded one).
 	KindLogin = "login"
+	// KindLoginRateLimited is logins that the rate limits refused
+	// unchecked: {"limit":"address"|"name"|"overflow","name","count"};
+	// count is how many since the previous record of the same limit and
+	// key (the address, or the name), which comes at most once a minute;
+	// Source and name are the latest attempt's. Keys beyond the limiter's
+	// bound share one "overflow" record.
+	KindLoginRateLimited = "login_rate_limited"
 	// KindApproval is an approval's decision (or its expiry or
 	// withdrawal): {"id","conversation","tool","command","cwd",
 	// "background","status","decision","decided_by"}. Command is exactly
