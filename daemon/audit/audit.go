@@ -71,6 +71,25 @@ const (
 	KindSecretUse = "secret_use"
 	// KindSecretDelete is a secret deleted: {"name"}.
 	KindSecretDelete = "secret_delete"
+	// KindModelProfilePut is a user's model profile stored or replaced:
+	// {"name","endpoint","replaced"}, never its API key.
+	KindModelProfilePut = "model_profile_put"
+	// KindModelProfileDelete is a model profile deleted:
+	// {"name","endpoint"}; endpoint is empty if the profile could no
+	// longer be decrypted.
+	KindModelProfileDelete = "model_profile_delete"
+	// KindRepositorySync is a repository's sync: {"repository","name",
+	// "job","result"}; result is started (User: who started it, an ID or
+	// "codumentorctl"; recorded with the job), fetched (with "head", the
+	// fetched commit, recorded with it), or failed (with "error" and
+	// "attempt"; the job may retry).
+	KindRepositorySync = "repository_sync"
+	// KindBrowserLaunch is a start of the headless browser (fetch_urls,
+	// render_diagram), recorded before it runs: {"conversation",
+	// "binary","sandbox":"on"|"off","detail"}; detail says why Chrome's
+	// sandbox is off. It runs in Chrome's own sandbox, not bwrap: a start
+	// with it that fails and falls back to --no-sandbox is two records.
+	KindBrowserLaunch = "browser_launch"
 	// KindAdmin is an administrator's action: {"action", ...}; User is the
 	// administrator ("codumentorctl" for the command line).
 	KindAdmin = "admin"
