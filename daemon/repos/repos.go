@@ -33,6 +33,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/integrations/git"
@@ -337,7 +338,7 @@ func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) 
 	}
 	by := owner
 	if by == "" {
-		by = commandLine
+		by = auth.CommandLine
 	}
 	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3,
 		InTx: func(tx *gorm.DB, j jobs.Job) error {
@@ -345,10 +346,6 @@ func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) 
 			return err
 		}})
 }
-
-// commandLine is the actor of codumentorctl's actions (auth.CommandLine,
-// which this package cannot import).
-const commandLine = "codumentorctl"
 
 // syncEntry is the audit record of a sync: started, fetched (with the
 // head) or failed (with the error). by is who started it.
@@ -395,7 +392,7 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	}
 	by := j.Owner
 	if by == "" {
-		by = commandLine
+		by = auth.CommandLine
 	}
 	// Every attempt's failure is recorded (attempts are bounded by the
 	// job's MaxAttempts); a log that cannot be written fails it too.
