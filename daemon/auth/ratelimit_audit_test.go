@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,5 +95,52 @@ func TestRateLimitedLoginsAudited(t *testing.T) {
 	}
 	if n, err := audit.Verify(ctx, us.DB()); err != nil || n == 0 {
 		t.Fatalf("Verify = %d, %v", n, err)
+	}
+}
+
+// TestRateLimitedLoginsBounded: refusals from more addresses than the
+// limiter tracks share one overflow record, so the records a flood
+// writes are bounded by MaxKeys+1 per RecordEvery.
+func TestRateLimitedLoginsBounded(t *testing.T) {
+	ctx := context.Background()
+	us := newUsers(t)
+	l := auth.NewLimiter(auth.LimitOptions{IPFailures: 1, MaxKeys: 2})
+	a := newAuthenticator(t, us, nil, l)
+	for i := range 12 {
+		ip := fmt.Sprintf("192.0.2.%d", i+1)
+		if _, err := a.Login(ctx, auth.LoginRequest{Username: fmt.Sprintf("u%d", i), Password: "wrong-password", IP: ip}); !errors.Is(err, auth.ErrInvalidCredentials) {
+			t.Fatalf("first login from %s: %v", ip, err)
+		}
+		for range 3 {
+			if _, err := a.Login(ctx, auth.LoginRequest{Username: fmt.Sprintf("v%d", i), Password: "wrong-password", IP: ip}); !errors.Is(err, auth.ErrRateLimited) {
+				t.Fatalf("login from %s: %v, want ErrRateLimited", ip, err)
+			}
+		}
+	}
+	rs, err := audit.List(ctx, us.DB(), audit.Filter{Kind: audit.KindLoginRateLimited})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var limits []string
+	for _, r := range rs {
+		var d map[string]any
+		json.Unmarshal(r.Data, &d)
+		limits = append(limits, d["limit"].(string))
+	}
+	if strings.Join(limits, ",") != "address,address,overflow" {
+		t.Fatalf("records for 36 refusals from 12 addresses: %v, want two addresses and one overflow", limits)
+	}
+	if err := l.RecordRefusals(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ = audit.List(ctx, us.DB(), audit.Filter{Kind: audit.KindLoginRateLimited})
+	var total float64
+	for _, r := range rs {
+		var d map[string]any
+		json.Unmarshal(r.Data, &d)
+		total += d["count"].(float64)
+	}
+	if len(rs) != 6 || total != 36 {
+		t.Fatalf("after the flush: %d records counting %v refusals, want 6 counting 36", len(rs), total)
 	}
 }
