@@ -68,6 +68,10 @@ holds upper and work; the upper dir's path is printed on stderr and kept.
 Before starting, the sandbox pre-flight checks run ("codumentorctl check"); when one
 fails nothing runs: exit 125 with the failed check and its remedy.
 
+No audit log records the run: it belongs to no instance (it has no --instance; it
+runs the operator's command on a tree they name, as their own user, touching no
+server's database, workspaces or secrets). The server's own sandboxes are recorded.
+
 Exit status: the command's own status (128+N when killed by signal N); 2 usage
 error; 124 --timeout expired; 125 the sandbox is unavailable, could not be set up,
 or its upper dir is in use by another sandbox; 126 CMD not executable; 127 CMD not

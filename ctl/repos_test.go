@@ -2,12 +2,14 @@ package ctl_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
@@ -95,5 +97,25 @@ func TestRepos(t *testing.T) {
 	}
 	if r := ctl(t, "repos", "sync", "--instance", dir, "nope"); r.code != 1 || !strings.Contains(r.stderr, "no repository") {
 		t.Fatalf("sync of an unknown repository: %v", r)
+	}
+	// The audit log has who started the sync and the head it fetched.
+	rs, err := audit.List(context.Background(), db, audit.Filter{Kind: audit.KindRepositorySync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []string
+	for _, rec := range rs {
+		var d map[string]any
+		json.Unmarshal(rec.Data, &d)
+		if d["name"] != "demo" || rec.User != "codumentorctl" {
+			t.Errorf("sync record %s by %q: %v", rec.Kind, rec.User, d)
+		}
+		if d["result"] == "fetched" && (d["head"] == "" || !strings.Contains(r.stdout, d["head"].(string))) {
+			t.Errorf("fetched record's head %v is not the job's: %v", d["head"], r)
+		}
+		results = append(results, d["result"].(string))
+	}
+	if strings.Join(results, ",") != "started,fetched" {
+		t.Errorf("sync records: %v, want started then fetched", results)
 	}
 }

@@ -9,7 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/integrations/browser"
 )
@@ -51,6 +55,7 @@ func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) 
 			IdleTimeout: cfg.Browser.IdleTimeout.Std(),
 			Mermaid:     cfg.MermaidRender.Script,
 			Log:         s.log.Named("browser"),
+			Launching:   browserLaunchRecorder(s.db),
 			Policy: browser.Policy{
 				AllowPrivate: cfg.WebRetrieve.AllowPrivate,
 				ServerPorts:  func() []uint16 { return []uint16{uint16(bs.port.Load())} },
@@ -79,7 +84,7 @@ func startWebRetrieve(ctx context.Context, s *server, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	return s.engine.Register(browser.FetchTool{B: b})
+	return s.engine.Register(auditedTool{browser.FetchTool{B: b}})
 }
 
 func startMermaidRender(ctx context.Context, s *server, cfg config.Config) error {
@@ -88,7 +93,35 @@ func startMermaidRender(ctx context.Context, s *server, cfg config.Config) error
 		return err
 	}
 	s.diagrams = b
-	return s.engine.Register(browser.DiagramTool{B: b})
+	return s.engine.Register(auditedTool{browser.DiagramTool{B: b}})
+}
+
+// auditedTool runs a tool with its call's user and conversation in the
+// context (audit.ForConversation), for what it records: the browser's
+// launch.
+type auditedTool struct{ agentcore.Tool }
+
+func (t auditedTool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
+	return t.Tool.Run(audit.ForConversation(ctx, c.User, c.Conversation), c)
+}
+
+// browserLaunchRecorder is the browser's Launching hook: every start of
+// the headless browser is recorded before it runs, with its Chrome
+// sandbox verdict, for the request that ctx names (or the server).
+func browserLaunchRecorder(db *gorm.DB) func(context.Context, browser.Launch) error {
+	return func(ctx context.Context, l browser.Launch) error {
+		user, conv := audit.ConversationOf(ctx)
+		if user == "" {
+			user = "server"
+		}
+		sandbox := "on"
+		if !l.Sandboxed {
+			sandbox = "off"
+		}
+		return audit.Write(ctx, db, audit.Entry{Kind: audit.KindBrowserLaunch, User: user, Data: map[string]string{
+			"conversation": conv, "binary": l.Binary, "sandbox": sandbox, "detail": l.Detail,
+		}})
+	}
 }
 
 // browserChecks: the browser binary is found (its verdict, once it

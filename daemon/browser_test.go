@@ -15,6 +15,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/integrations/browser"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
@@ -56,7 +57,8 @@ fetch(%q).then(r => r.text()).then(t => { out.textContent = 'LEAKED ' + t; }, e 
 		llmtest.Step{Text: "Reading.", ToolCalls: []agentcore.ToolCall{{Name: "fetch_urls", Arguments: args}}},
 		llmtest.Step{Text: "done"},
 	)+"plugins: [webretrieve, mermaid_render]\nwebretrieve:\n  allow_private: true\nbrowser:\n  idle_timeout: 200ms\n")
-	in.addUser("alice", pw, false)
+	alice := in.addUser("alice", pw, false)
+	in.addUser("root", pw, true)
 	p := in.start()
 	u, _ := url.Parse(p.URL)
 	serverURL.Store(u)
@@ -110,6 +112,23 @@ fetch(%q).then(r => r.text()).then(t => { out.textContent = 'LEAKED ' + t; }, e 
 	}
 	if n := strings.Count(p.stderr.String(), "Chrome sandbox"); n != 1 {
 		t.Errorf("the log states the Chrome sandbox verdict %d times, want once:\n%s", n, p.stderr)
+	}
+	// Both starts of the browser are in the audit log, with the sandbox
+	// verdict, for who caused them: the conversation's fetch_urls, then
+	// alice's render.
+	var page api.AuditPage
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=browser_launch", nil, &page)
+	var got []string
+	for _, r := range page.Records {
+		var d map[string]string
+		json.Unmarshal(r.Data, &d)
+		if r.User != alice.ID || (d["sandbox"] != "on" && d["sandbox"] != "off") || d["binary"] == "" {
+			t.Errorf("browser_launch record by %q: %v", r.User, d)
+		}
+		got = append(got, d["conversation"])
+	}
+	if len(got) < 2 || got[0] != conv || got[len(got)-1] != "" {
+		t.Errorf("browser_launch records for conversations %q, want %s's fetch then the render's", got, conv)
 	}
 }
 

@@ -123,6 +123,8 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 		return apiError(http.StatusConflict, "exists", "%v", err)
 	case errors.Is(err, auth.ErrInvalidName), errors.Is(err, auth.ErrWeakPassword):
 		return badRequest("%v", err)
+	case errors.Is(err, auth.ErrNotAdmin):
+		return errUnauthorized // disabled meanwhile: as its next request
 	case err != nil:
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/integrations/browser"
 )
 
@@ -40,7 +41,8 @@ func (s *Server) renderDiagram(c *fiber.Ctx) error {
 	if req.Format != browser.SVG && req.Format != browser.PNG {
 		return badRequest("format %q: want svg or png", req.Format)
 	}
-	out, err := s.d.Diagrams.RenderDiagram(c.UserContext(), req.Source, req.Format)
+	// A start of the browser is recorded for the caller.
+	out, err := s.d.Diagrams.RenderDiagram(audit.ForConversation(c.UserContext(), user(c).ID, ""), req.Source, req.Format)
 	switch {
 	case errors.Is(err, browser.ErrDiagram):
 		return apiError(http.StatusUnprocessableEntity, "unrenderable", "%s", err.Error())

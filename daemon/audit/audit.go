@@ -45,6 +45,13 @@ const (
 	// User is the user's ID when the login succeeded; Source the client's
 	// address (behind trusted_proxies, the forwarded one).
 	KindLogin = "login"
+	// KindLoginRateLimited is logins that the rate limits refused
+	// unchecked: {"limit":"address"|"name"|"overflow","name","count"};
+	// count is how many since the previous record of the same limit and
+	// key (the address, or the name), which comes at most once a minute;
+	// Source and name are the latest attempt's. Keys beyond the limiter's
+	// bound share one "overflow" record.
+	KindLoginRateLimited = "login_rate_limited"
 	// KindApproval is an approval's decision (or its expiry or
 	// withdrawal): {"id","conversation","tool","command","cwd",
 	// "background","status","decision","decided_by"}. Command is exactly
@@ -64,6 +71,25 @@ const (
 	KindSecretUse = "secret_use"
 	// KindSecretDelete is a secret deleted: {"name"}.
 	KindSecretDelete = "secret_delete"
+	// KindModelProfilePut is a user's model profile stored or replaced:
+	// {"name","endpoint","replaced"}, never its API key.
+	KindModelProfilePut = "model_profile_put"
+	// KindModelProfileDelete is a model profile deleted:
+	// {"name","endpoint"}; endpoint is empty if the profile could no
+	// longer be decrypted.
+	KindModelProfileDelete = "model_profile_delete"
+	// KindRepositorySync is a repository's sync: {"repository","name",
+	// "job","result"}; result is started (User: who started it, an ID or
+	// "codumentorctl"; recorded with the job), fetched (with "head", the
+	// fetched commit, recorded with it), or failed (with "error" and
+	// "attempt"; the job may retry).
+	KindRepositorySync = "repository_sync"
+	// KindBrowserLaunch is a start of the headless browser (fetch_urls,
+	// render_diagram), recorded before it runs: {"conversation",
+	// "binary","sandbox":"on"|"off","detail"}; detail says why Chrome's
+	// sandbox is off. It runs in Chrome's own sandbox, not bwrap: a start
+	// with it that fails and falls back to --no-sandbox is two records.
+	KindBrowserLaunch = "browser_launch"
 	// KindAdmin is an administrator's action: {"action", ...}; User is the
 	// administrator ("codumentorctl" for the command line).
 	KindAdmin = "admin"

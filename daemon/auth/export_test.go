@@ -1,6 +1,10 @@
 package auth
 
-import "context"
+import (
+	"context"
+
+	"gorm.io/gorm"
+)
 
 // Keys is how many user names and addresses l tracks.
 func (l *Limiter) Keys() (users, ips int) {
@@ -11,3 +15,11 @@ func (l *Limiter) Keys() (users, ips int) {
 
 func (l *Limiter) AcquireCheck(ctx context.Context) error { return l.acquireCheck(ctx) }
 func (l *Limiter) ReleaseCheck()                          { l.releaseCheck() }
+
+// RecordRefusals writes the refused logins that are due (all if all).
+func (l *Limiter) RecordRefusals(ctx context.Context, all bool) error {
+	return l.recordRefusals(ctx, all)
+}
+
+// DB is the users' database.
+func (us *Users) DB() *gorm.DB { return us.db }

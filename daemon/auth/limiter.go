@@ -6,6 +6,10 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/daemon/audit"
 )
 
 // LimitOptions configures a Limiter. Zero fields take the defaults.
@@ -41,6 +45,11 @@ type LimitOptions struct {
 	// CheckWait is how long a login waits for a free check before it is
 	// refused with ErrBusy. Default 2s.
 	CheckWait time.Duration
+	// RecordEvery is how often, at most, the refusals of one key (an
+	// address or a name that the limits refuse) are written to the audit
+	// log: one login_rate_limited record with their count, so that a
+	// flood of refused logins cannot flood the log. Default 1 minute.
+	RecordEvery time.Duration
 	// Now is the clock; default time.Now. Tests set it.
 	Now func() time.Time
 }
@@ -61,7 +70,24 @@ type Limiter struct {
 	mu    sync.Mutex
 	users map[string]*attempts
 	ips   map[string]*attempts
+	// refused counts the logins the limits refused, per key, not yet
+	// written to the audit log (at most MaxKeys keys, and refusedOverflow
+	// for the rest); db is where Sweep writes them, set by
+	// NewAuthenticator.
+	refused map[string]*refusals
+	db      *gorm.DB
 }
+
+// refusals are a key's refused logins since its last audit record.
+type refusals struct {
+	limit, name, ip string // the limit that refused; the latest attempt's name and address
+	count           int    // refused since the last record
+	recorded        time.Time
+}
+
+// refusedOverflow is the key that counts the refusals of every key
+// beyond MaxKeys, in one record.
+const refusedOverflow = "*"
 
 // attempts are one key's failures within the window, oldest first, and
 // its attempts in flight.
@@ -76,6 +102,7 @@ type RateLimitedError struct {
 	// RetryAfter is when a login may be tried again (the Retry-After
 	// header's value).
 	RetryAfter time.Duration
+	limit      string // "address" or "name": which limit refused
 }
 
 func (e *RateLimitedError) Error() string {
@@ -110,10 +137,13 @@ func NewLimiter(o LimitOptions) *Limiter {
 	if o.CheckWait <= 0 {
 		o.CheckWait = 2 * time.Second
 	}
+	if o.RecordEvery <= 0 {
+		o.RecordEvery = time.Minute
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Limiter{o: o, checks: make(chan struct{}, o.Checks), users: map[string]*attempts{}, ips: map[string]*attempts{}}
+	return &Limiter{o: o, checks: make(chan struct{}, o.Checks), users: map[string]*attempts{}, ips: map[string]*attempts{}, refused: map[string]*refusals{}}
 }
 
 // retrySoon is the Retry-After of a refusal caused by attempts in flight,
@@ -128,10 +158,10 @@ func (l *Limiter) Reserve(user, ip string) (*Reservation, error) {
 	defer l.mu.Unlock()
 	now := l.o.Now()
 	if wait := l.ipWait(ip, now); wait > 0 {
-		return nil, &RateLimitedError{RetryAfter: wait}
+		return nil, &RateLimitedError{RetryAfter: wait, limit: "address"}
 	}
 	if wait := l.userWait(user, now); wait > 0 {
-		return nil, &RateLimitedError{RetryAfter: wait}
+		return nil, &RateLimitedError{RetryAfter: wait, limit: "name"}
 	}
 	l.entry(l.users, user, now).inFlight++
 	l.entry(l.ips, ip, now).inFlight++
@@ -315,7 +345,102 @@ func (l *Limiter) Sweep(ctx context.Context, interval time.Duration) {
 		l.sweepMap(l.users, now)
 		l.sweepMap(l.ips, now)
 		l.mu.Unlock()
+		// A log that cannot be written now keeps the counts for the
+		// next sweep.
+		_ = l.recordRefusals(ctx, false)
 	}
+}
+
+// noteRefusal counts a login that e refused and returns the record to
+// write now, if the key's last one is at least RecordEvery old.
+func (l *Limiter) noteRefusal(e *RateLimitedError, name, ip string) *refusals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := e.limit + ":" + ip
+	if e.limit == "name" {
+		key = e.limit + ":" + name
+	}
+	r := l.refused[key]
+	if r == nil {
+		if len(l.refused) >= l.o.MaxKeys {
+			l.dropRecorded(l.o.Now())
+		}
+		if len(l.refused) >= l.o.MaxKeys {
+			key = refusedOverflow
+			e = &RateLimitedError{limit: "overflow"}
+		}
+		if r = l.refused[key]; r == nil {
+			r = &refusals{}
+			l.refused[key] = r
+		}
+	}
+	r.limit, r.name, r.ip = e.limit, name, ip
+	r.count++
+	now := l.o.Now()
+	if now.Sub(r.recorded) < l.o.RecordEvery {
+		return nil
+	}
+	out := *r
+	r.count, r.recorded = 0, now
+	return &out
+}
+
+// dropRecorded forgets the keys with no refusal since their last record
+// that is at least RecordEvery old.
+func (l *Limiter) dropRecorded(now time.Time) {
+	for k, r := range l.refused {
+		if r.count == 0 && now.Sub(r.recorded) >= l.o.RecordEvery {
+			delete(l.refused, k)
+		}
+	}
+}
+
+// recordRefusals writes the refusals counted since each key's last
+// record that is at least RecordEvery old (all of them if all), in one
+// transaction. Their counts are taken before the write and given back if
+// it fails, so that noteRefusal meanwhile never counts them twice.
+func (l *Limiter) recordRefusals(ctx context.Context, all bool) error {
+	l.mu.Lock()
+	db, now := l.db, l.o.Now()
+	due := map[string]refusals{}
+	if db != nil {
+		for k, r := range l.refused {
+			if r.count > 0 && (all || now.Sub(r.recorded) >= l.o.RecordEvery) {
+				due[k] = *r
+				r.count, r.recorded = 0, now
+			}
+		}
+	}
+	l.dropRecorded(now)
+	l.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, r := range due {
+			if _, err := audit.Append(tx, r.entry()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for k, d := range due {
+			if r := l.refused[k]; r != nil {
+				r.count += d.count
+			} else {
+				l.refused[k] = &d
+			}
+		}
+	}
+	return err
+}
+
+// entry is r's audit record: Source is the latest refused address.
+func (r refusals) entry() audit.Entry {
+	return audit.Entry{Kind: audit.KindLoginRateLimited, Source: r.ip, Data: map[string]any{"limit": r.limit, "name": r.name, "count": r.count}}
 }
 
 // waitingPerCheck bounds the logins waiting for a password check: about

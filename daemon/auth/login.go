@@ -39,6 +39,9 @@ func NewAuthenticator(users *Users, ldapConfig *ldap.Config, limiter *Limiter) (
 	if limiter == nil {
 		limiter = NewLimiter(LimitOptions{})
 	}
+	limiter.mu.Lock()
+	limiter.db = users.db // where its Sweep records refused logins
+	limiter.mu.Unlock()
 	return &Authenticator{users: users, ldap: ldapConfig, limiter: limiter}, nil
 }
 
@@ -75,6 +78,17 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 	name := strings.ToLower(r.Username)
 	res, err := a.limiter.Reserve(name, r.IP)
 	if err != nil {
+		// Recorded per refusing key at most once per RecordEvery, with a
+		// count (the rest by Sweep): a flood cannot flood the log. A log
+		// that cannot be written refuses nothing more.
+		var limited *RateLimitedError
+		if errors.As(err, &limited) {
+			if rec := a.limiter.noteRefusal(limited, name, r.IP); rec != nil {
+				if aerr := audit.Write(ctx, a.users.db, rec.entry()); aerr != nil {
+					return User{}, errors.Join(err, aerr)
+				}
+			}
+		}
 		return User{}, err
 	}
 	if err := a.limiter.acquireCheck(ctx); err != nil {

@@ -122,6 +122,19 @@ func (us *Users) create(ctx context.Context, u User, rec *audit.Entry) (User, er
 	now := time.Now().UTC()
 	u.ID, u.Created, u.Updated = newUserID(), now, now
 	err := us.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// As update: an administrator adds a user only while still an
+		// enabled administrator. The transaction holds SQLite's write
+		// lock from BEGIN (_txlock=immediate), so nothing disables them
+		// between this check and the insert.
+		if rec != nil && rec.User != "" && rec.User != CommandLine {
+			var n int64
+			if err := tx.Model(&User{}).Where("id = ? AND role = ? AND disabled = ?", rec.User, RoleAdmin, false).Count(&n).Error; err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("%w: %s cannot add user %s", ErrNotAdmin, rec.User, u.Name)
+			}
+		}
 		if err := tx.Create(&u).Error; err != nil {
 			return err
 		}
@@ -134,6 +147,9 @@ func (us *Users) create(ctx context.Context, u User, rec *audit.Entry) (User, er
 	if err != nil {
 		if errors.Is(err, gorm.ErrDuplicatedKey) {
 			return User{}, fmt.Errorf("%w: %s", ErrUserExists, u.Name)
+		}
+		if errors.Is(err, ErrNotAdmin) {
+			return User{}, err
 		}
 		return User{}, fmt.Errorf("auth: adding user %s: %w", u.Name, err)
 	}

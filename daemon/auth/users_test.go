@@ -256,8 +256,17 @@ func TestAdminActsOnlyWhileAdmin(t *testing.T) {
 	if err := us.SetPassword(ctx, b.ID, "cy", "new-cy-password"); !errors.Is(err, auth.ErrNotAdmin) {
 		t.Fatalf("a disabled admin resets a password: %v, want ErrNotAdmin", err)
 	}
+	if _, err := us.Add(ctx, auth.AddUser{Name: "dee", Password: "dee-password", Admin: true, By: b.ID}); !errors.Is(err, auth.ErrNotAdmin) {
+		t.Fatalf("a disabled admin adds a user: %v, want ErrNotAdmin", err)
+	}
+	if _, err := us.ByName(ctx, "dee"); !errors.Is(err, auth.ErrUserNotFound) {
+		t.Fatalf("dee after ben's refused add: %v, want ErrUserNotFound", err)
+	}
 	if u, err := us.ByName(ctx, "ada"); err != nil || u.Disabled {
 		t.Fatalf("ada after ben's refused change: %+v, %v", u, err)
+	}
+	if _, err := us.Add(ctx, auth.AddUser{Name: "dee", Password: "dee-password", By: a.ID}); err != nil {
+		t.Fatalf("an enabled admin adds a user: %v", err)
 	}
 	// Still an admin: applied; an unknown user is still ErrUserNotFound.
 	if err := us.SetPassword(ctx, a.ID, "cy", "new-cy-password"); err != nil {

@@ -141,6 +141,9 @@ type EnqueueOptions struct {
 	Owner       string    // user ID; "" for a system job
 	MaxAttempts int       // attempts before the job fails (DefaultMaxAttempts)
 	RunAt       time.Time // earliest start; zero: now
+	// InTx, if set, runs in the transaction that stores the job (to
+	// record it in the audit log); its error enqueues nothing.
+	InTx func(tx *gorm.DB, j Job) error
 }
 
 // Queue runs the jobs of table jobs whose kinds it has handlers for. Its
@@ -228,7 +231,16 @@ func (q *Queue) Enqueue(ctx context.Context, kind string, payload any, o Enqueue
 	if err != nil {
 		return Job{}, err
 	}
-	if err := q.db.WithContext(ctx).Create(&j).Error; err != nil {
+	err = q.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&j).Error; err != nil {
+			return err
+		}
+		if o.InTx != nil {
+			return o.InTx(tx, j)
+		}
+		return nil
+	})
+	if err != nil {
 		return Job{}, fmt.Errorf("jobs: enqueueing a %s job: %w", kind, err)
 	}
 	q.notify()

@@ -33,6 +33,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/integrations/git"
@@ -327,12 +328,33 @@ func (s *Service) Delete(ctx context.Context, id, by string) error {
 	return nil
 }
 
-// Sync enqueues a sync job of repository id, owned by owner.
+// Sync enqueues a sync job of repository id, owned by owner ("" for
+// codumentorctl), and records who started it in the audit log, in the
+// same transaction.
 func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) {
-	if _, err := s.Get(ctx, id); err != nil {
+	r, err := s.Get(ctx, id)
+	if err != nil {
 		return jobs.Job{}, err
 	}
-	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3})
+	by := owner
+	if by == "" {
+		by = auth.CommandLine
+	}
+	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3,
+		InTx: func(tx *gorm.DB, j jobs.Job) error {
+			_, err := audit.Append(tx, syncEntry(by, r, j, "started", nil))
+			return err
+		}})
+}
+
+// syncEntry is the audit record of a sync: started, fetched (with the
+// head) or failed (with the error). by is who started it.
+func syncEntry(by string, r Repository, j jobs.Job, result string, extra map[string]any) audit.Entry {
+	d := map[string]any{"repository": r.ID, "name": r.Name, "job": j.ID, "result": result}
+	for k, v := range extra {
+		d[k] = v
+	}
+	return audit.Entry{Kind: audit.KindRepositorySync, User: by, Data: d}
 }
 
 type syncPayload struct {
@@ -368,21 +390,40 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	if err != nil {
 		return nil, jobs.Permanent(err)
 	}
+	by := j.Owner
+	if by == "" {
+		by = auth.CommandLine
+	}
+	// Every attempt's failure is recorded (attempts are bounded by the
+	// job's MaxAttempts); a log that cannot be written fails it too.
+	failed := func(err error) error {
+		if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, syncEntry(by, r, *j, "failed", map[string]any{"error": err.Error(), "attempt": j.Attempts})); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return err
+	}
 	cred, err := s.credential(ctx, r)
 	if err != nil {
-		return nil, jobs.Permanent(err)
+		return nil, jobs.Permanent(failed(err))
 	}
 	report := s.reporter(ctx, j, "objects")
 	head, err := s.o.Git.Fetch(ctx, s.Mirror(r.ID), r.URL, r.Branch, cred, report)
 	if errors.Is(err, git.ErrBadURL) || errors.Is(err, git.ErrBadBranch) {
-		return nil, jobs.Permanent(err)
+		return nil, jobs.Permanent(failed(err))
 	}
 	if err != nil {
-		return nil, err
+		return nil, failed(err)
 	}
 	now := time.Now().UTC()
-	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).
-		Updates(map[string]any{"head": head, "synced": now, "updated": now}).Error; err != nil {
+	err = s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&Repository{}).Where("id = ?", r.ID).
+			Updates(map[string]any{"head": head, "synced": now, "updated": now}).Error; err != nil {
+			return err
+		}
+		_, err := audit.Append(tx, syncEntry(by, r, *j, "fetched", map[string]any{"head": head}))
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("repos: recording the head: %w", err)
 	}
 	res := SyncResult{Head: head, IndexedCommit: r.IndexedCommit}
@@ -390,7 +431,7 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 		return res, nil
 	}
 	if err := s.o.Indexer(ctx, r.ID, s.Mirror(r.ID), r.IndexedCommit, head, s.reporter(ctx, j, "files")); err != nil {
-		return nil, fmt.Errorf("repos: indexing %s at %s: %w", r.Name, head, err)
+		return nil, failed(fmt.Errorf("repos: indexing %s at %s: %w", r.Name, head, err))
 	}
 	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).
 		Updates(map[string]any{"indexed_commit": head, "updated": time.Now().UTC()}).Error; err != nil {

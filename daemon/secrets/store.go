@@ -379,7 +379,8 @@ func (s *Store) put(ctx context.Context, user, kind, name string, plain []byte) 
 		if err != nil {
 			return err
 		}
-		if kind == kindSecret {
+		switch kind {
+		case kindSecret:
 			e := audit.Entry{Kind: audit.KindSecretCreate, User: user, Data: map[string]any{"name": name, "replaced": replaced > 0}}
 			// Someone else's (an administrator's, for the instance):
 			// the record names who acted, and the owner.
@@ -387,6 +388,13 @@ func (s *Store) put(ctx context.Context, user, kind, name string, plain []byte) 
 				e.User, e.Data = by, map[string]any{"name": name, "replaced": replaced > 0, "owner": user}
 			}
 			if _, err := audit.Append(tx, e); err != nil {
+				return err
+			}
+		case kindProfile:
+			// Where the user's key will be sent, never the key.
+			if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindModelProfilePut, User: user, Data: map[string]any{
+				"name": name, "endpoint": profileEndpoint(plain), "replaced": replaced > 0,
+			}}); err != nil {
 				return err
 			}
 		}
@@ -467,6 +475,17 @@ func (s *Store) delete(ctx context.Context, user, kind, name string) error {
 		return err
 	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var endpoint string
+		if kind == kindProfile {
+			// The record names the endpoint the profile pointed at, if
+			// the row can still be decrypted.
+			var r row
+			if err := tx.Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Take(&r).Error; err == nil {
+				if plain, err := s.kr.Load().open(purposeOf(kind), r.Ciphertext, r.KeyID); err == nil {
+					endpoint = profileEndpoint(plain)
+				}
+			}
+		}
 		res := tx.Where("user_id = ? AND kind = ? AND name = ?", user, kind, name).Delete(&row{})
 		if res.Error != nil {
 			return fmt.Errorf("secrets: deleting %s %q of user %q: %w", label(kind), name, user, res.Error)
@@ -474,12 +493,21 @@ func (s *Store) delete(ctx context.Context, user, kind, name string) error {
 		if res.RowsAffected == 0 {
 			return fmt.Errorf("%w: no %s %q", ErrNotFound, label(kind), name)
 		}
-		if kind != kindSecret {
-			return nil
+		e := audit.Entry{Kind: audit.KindSecretDelete, User: user, Data: map[string]string{"name": name}}
+		if kind == kindProfile {
+			e = audit.Entry{Kind: audit.KindModelProfileDelete, User: user, Data: map[string]string{"name": name, "endpoint": endpoint}}
 		}
-		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretDelete, User: user, Data: map[string]string{"name": name}})
+		_, err := audit.Append(tx, e)
 		return err
 	})
+}
+
+// profileEndpoint is the endpoint of a stored model profile ("" if it
+// does not decode).
+func profileEndpoint(plain []byte) string {
+	var p ModelProfile
+	_ = json.Unmarshal(plain, &p)
+	return p.BaseURL
 }
 
 func (s *Store) list(ctx context.Context, user, kind string) ([]Meta, error) {

@@ -144,6 +144,15 @@ func (v Verdict) String() string {
 	}
 }
 
+// Launch is one start of the browser process (Options.Launching).
+type Launch struct {
+	Binary string
+	// Sandboxed reports whether it starts with Chrome's sandbox.
+	Sandboxed bool
+	// Detail says why not (EnvSandbox=0, or the cause of a fallback).
+	Detail string
+}
+
 // Options configure a Browser. Binary is required.
 type Options struct {
 	Binary  Binary
@@ -163,6 +172,12 @@ type Options struct {
 	// loadMermaid).
 	Mermaid string
 	Log     hclog.Logger
+	// Launching, if set, is called before every start of the browser
+	// process with the request's context and how it starts (to record
+	// it in the audit log); its error refuses the start, so nothing
+	// starts unrecorded. A start with the sandbox that fails and falls
+	// back is two calls.
+	Launching func(context.Context, Launch) error
 
 	// extraFlags are added to Chrome's command line (tests).
 	extraFlags map[string]any
@@ -291,7 +306,7 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 		b.stopLocked()
 	}
 	if b.ctx == nil {
-		if err := b.startLocked(); err != nil {
+		if err := b.startLocked(ctx); err != nil {
 			b.mu.Unlock()
 			return nil, nil, err
 		}
@@ -414,23 +429,26 @@ func (b *Browser) release() {
 }
 
 // startLocked launches the browser, deciding the sandbox verdict at the
-// first launch.
-func (b *Browser) startLocked() error {
+// first launch. ctx is the request's, for Launching.
+func (b *Browser) startLocked(ctx context.Context) error {
 	if b.o.Binary.Path == "" {
 		return ErrNoChrome
 	}
 	if b.verdict.Decided {
-		return b.launchLocked(!b.verdict.Sandboxed)
+		return b.launchLocked(ctx, !b.verdict.Sandboxed, b.verdict.Detail)
 	}
 	if b.o.Sandbox == SandboxOff {
-		if err := b.launchLocked(true); err != nil {
+		if err := b.launchLocked(ctx, true, EnvSandbox+"=0"); err != nil {
 			return err
 		}
 		b.verdict = Verdict{Decided: true, Detail: EnvSandbox + "=0"}
 		b.o.Log.Warn("Chrome sandbox off: "+EnvSandbox+"=0 starts the browser with --no-sandbox", "binary", b.o.Binary.Path)
 		return nil
 	}
-	err := b.launchLocked(false)
+	err := b.launchLocked(ctx, false, "")
+	if errors.Is(err, errNotRecorded) {
+		return err
+	}
 	if err == nil {
 		b.verdict = Verdict{Decided: true, Sandboxed: true}
 		b.o.Log.Info("Chrome sandbox on", "binary", b.o.Binary.Path)
@@ -440,7 +458,7 @@ func (b *Browser) startLocked() error {
 	if b.o.Sandbox == SandboxRequire {
 		return fmt.Errorf("%w: %s (%v)", ErrSandbox, cause, err)
 	}
-	if err2 := b.launchLocked(true); err2 != nil {
+	if err2 := b.launchLocked(ctx, true, cause); err2 != nil {
 		return fmt.Errorf("browser: %s failed to start, with Chrome's sandbox (%v) and without it: %w", b.o.Binary.Path, err, err2)
 	}
 	b.verdict = Verdict{Decided: true, Detail: cause}
@@ -449,8 +467,17 @@ func (b *Browser) startLocked() error {
 	return nil
 }
 
-// launchLocked starts the browser process and its first tab.
-func (b *Browser) launchLocked(noSandbox bool) error {
+// errNotRecorded wraps a Launching error: the start is refused.
+var errNotRecorded = errors.New("browser: the start of the browser could not be recorded")
+
+// launchLocked starts the browser process and its first tab, once
+// Launching (if set) recorded it; detail says why it has no sandbox.
+func (b *Browser) launchLocked(ctx context.Context, noSandbox bool, detail string) error {
+	if b.o.Launching != nil {
+		if err := b.o.Launching(ctx, Launch{Binary: b.o.Binary.Path, Sandboxed: !noSandbox, Detail: detail}); err != nil {
+			return fmt.Errorf("%w: %w", errNotRecorded, err)
+		}
+	}
 	refuser, err := newRefuser()
 	if err != nil {
 		return err
@@ -574,6 +601,6 @@ func Probe(o Options) (Verdict, error) {
 	defer b.Close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.startLocked()
+	err := b.startLocked(context.Background())
 	return b.verdict, err
 }

@@ -304,7 +304,9 @@ func failingSandbox(t *testing.T) (bin Binary, cause string) {
 // warning naming the cause and runs with --no-sandbox; pages still load.
 func TestSandboxFallback(t *testing.T) {
 	bin, cause := failingSandbox(t)
-	b, logs := newBrowser(t, Options{Binary: bin, IdleTimeout: 50 * time.Millisecond, Policy: Policy{AllowPrivate: true}})
+	var launches []Launch // under b.mu
+	record := func(_ context.Context, l Launch) error { launches = append(launches, l); return nil }
+	b, logs := newBrowser(t, Options{Binary: bin, IdleTimeout: 50 * time.Millisecond, Policy: Policy{AllowPrivate: true}, Launching: record})
 	srv := site(t, "")
 	for i := range 2 {
 		pages, err := b.FetchURLs(context.Background(), []string{srv.URL})
@@ -312,6 +314,13 @@ func TestSandboxFallback(t *testing.T) {
 			t.Fatalf("fetch %d: %v %+v\n%s", i, err, pages, logs)
 		}
 		waitStopped(t, b)
+	}
+	// Every start was announced to Launching with its sandbox: the
+	// first with it, then the fallback and the second launch without,
+	// naming the cause.
+	if len(launches) != 3 || !launches[0].Sandboxed || launches[1].Sandboxed || launches[2].Sandboxed ||
+		!strings.Contains(launches[1].Detail, cause) || !strings.Contains(launches[2].Detail, cause) || launches[0].Binary != bin.Path {
+		t.Errorf("launches = %+v, want sandboxed, then twice unsandboxed because %s", launches, cause)
 	}
 	v := b.Verdict()
 	if !v.Decided || v.Sandboxed || !strings.Contains(v.Detail, cause) {
@@ -321,6 +330,15 @@ func TestSandboxFallback(t *testing.T) {
 	if n := verdictLines(out); n != 1 || !strings.Contains(out, "[WARN]") || !strings.Contains(out, "Chrome sandbox unavailable") || !strings.Contains(out, cause) {
 		t.Errorf("log has %d verdict lines, want one warning 'Chrome sandbox unavailable' naming %q:\n%s", n, cause, out)
 	}
+
+	t.Run("unrecorded", func(t *testing.T) {
+		// A start that cannot be recorded does not happen.
+		b, _ := newBrowser(t, Options{Binary: bin, Launching: func(context.Context, Launch) error { return errors.New("log full") }})
+		_, err := b.FetchURLs(context.Background(), []string{srv.URL})
+		if !errorsIs(err, errNotRecorded) || b.Verdict().Decided {
+			t.Errorf("err = %v, verdict %v; want errNotRecorded and no start", err, b.Verdict())
+		}
+	})
 
 	t.Run("required", func(t *testing.T) {
 		b, logs := newBrowser(t, Options{Binary: bin, Sandbox: SandboxRequire})
