@@ -1,10 +1,8 @@
 package seccomp
 
 import (
-	"bytes"
-	"context"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,42 +27,8 @@ func TestWatchReportsBeforeContinue(t *testing.T) {
 		watchChild(t)
 		return
 	}
-	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(sp[0])
-	if err := unix.SetsockoptTimeval(sp[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 60}); err != nil {
-		t.Fatal(err)
-	}
-	childEnd := os.NewFile(uintptr(sp[1]), "listener socket")
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWatchReportsBeforeContinue$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), watchChildEnv+"=3")
-	cmd.ExtraFiles = []*os.File{childEnd}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Start()
-	childEnd.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(sp[0], make([]byte, 1), oob, 0)
-	var fds []int
-	if err == nil {
-		var msgs []unix.SocketControlMessage
-		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-			fds, err = unix.ParseUnixRights(&msgs[0])
-		}
-	}
-	if err != nil || len(fds) != 1 {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("no listener from the child: %v, %v\n%s", fds, err, out.String())
-	}
-	l, err := ListenerFile(fds[0])
+	cmd, out, fd := sandboxtest.StartChild(t, "TestWatchReportsBeforeContinue", watchChildEnv, 2*time.Minute)
+	l, err := ListenerFile(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +77,8 @@ func watchChild(t *testing.T) {
 		runtime.UnlockOSThread()
 		t.Fatalf("listener: %v", err)
 	}
-	err = unix.Sendmsg(3, []byte{0}, unix.UnixRights(int(l.Fd())), nil, 0)
+	err = sandboxtest.SendToParent(int(l.Fd()))
 	l.Close()
-	unix.Close(3)
 	if err != nil {
 		t.Fatal(err)
 	}
