@@ -211,6 +211,9 @@ type buildOptions struct {
 	extraRO []Bind
 	// egressSocket is the host socket of the Policy's egress proxy.
 	egressSocket string
+	// argsFile passes bwrap's options in an inherited file (--args)
+	// instead of on its command line: see hideOptions.
+	argsFile bool
 }
 
 // firstFile is the descriptor number of Launch.Files[0].
@@ -356,10 +359,36 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	if o.status {
 		a = append(a, "--json-status-fd", "3")
 	}
+	if o.argsFile {
+		var err error
+		if a, err = p.hideOptions(l, o, a); err != nil {
+			return nil, err
+		}
+	}
 	a = append(a, "--")
 	a = append(a, argv...)
 	l.Args = a
 	return l, nil
+}
+
+// hideOptions moves bwrap's options a[1:] into an inherited file that
+// bwrap reads with --args, and returns the command line that is left:
+// bwrap, --args and the descriptor. bwrap's command line is readable by
+// every process of the sandbox (a one-shot sandbox's pid 1 is bwrap's own
+// init, a fork of bwrap: /proc/1/cmdline), and the options name host
+// paths: the workspace's layers, bind sources, the egress socket.
+func (p *Policy) hideOptions(l *Launch, o buildOptions, a []string) ([]string, error) {
+	var b strings.Builder
+	for _, s := range a[1:] {
+		// The file is NUL-separated: a NUL inside an option would split it
+		// into options of its own.
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("sandboxkit: sandbox option %q contains NUL", s)
+		}
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	return []string{a[0], "--args", p.fd(l, o, []byte(b.String()))}, nil
 }
 
 // appendTmpfs mounts a tmpfs at dir, of at most size bytes when size > 0:

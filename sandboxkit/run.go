@@ -177,7 +177,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 	if c.Dir != "" {
 		p.Dir = c.Dir
 	}
-	o, argv, reserved := buildOptions{status: true}, c.Args, []*os.File(nil)
+	o, argv, reserved := buildOptions{status: true, argsFile: true}, c.Args, []*os.File(nil)
 	if c.self {
 		exe, err := os.Open("/proc/self/exe")
 		if err != nil {

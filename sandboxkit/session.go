@@ -226,7 +226,7 @@ func (s *Session) launch() error {
 
 	// The two reserved descriptors: the control socket (3), then the
 	// executable (4); the Policy's files follow.
-	o := buildOptions{asPid1: true, reserved: 2}
+	o := buildOptions{asPid1: true, reserved: 2, argsFile: true}
 	first := o.firstFile() - o.reserved
 	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
 	p := *s.policy
