@@ -18,15 +18,17 @@ echo "== mountinfo"; cat /proc/self/mountinfo`
 
 // hostPathPolicy is a workspace policy whose every host directory (lower,
 // a layer, upper, work, a read-only bind) lies under one temp dir, and
-// with an egress proxy. It returns the host paths no process may show,
-// and those the mount table may not show: the workspace's (a bind's
-// source is shown by the kernel; see hideOptions).
+// a read-only overlay of one layer, and an egress proxy. It returns the
+// host paths no process may show, and those the mount table may not
+// show: all but the read-only bind's (the kernel shows a bind's source
+// by its path within its filesystem; overlay layers only as
+// /proc/self/fd/N).
 func hostPathPolicy(t *testing.T) (p *Policy, procs, mounts []string) {
 	t.Helper()
 	w := testWorkspace(t)
 	base := filepath.Dir(w.Lower)
-	layer, ro := filepath.Join(base, "layer"), filepath.Join(base, "ro")
-	for _, d := range []string{layer, ro} {
+	layer, ro, view := filepath.Join(base, "layer"), filepath.Join(base, "ro"), filepath.Join(base, "view")
+	for _, d := range []string{layer, ro, view} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -34,10 +36,13 @@ func hostPathPolicy(t *testing.T) (p *Policy, procs, mounts []string) {
 	w.Layers = []string{layer}
 	p = workspacePolicy(t, w)
 	p.ReadOnly = append(p.ReadOnly, Bind{Src: ro, Dst: "/opt/ro"})
+	p.ReadOnlyOverlays = []ReadOnlyOverlay{{Layers: []string{view}, Dst: "/base"}}
 	p.Egress = &egress.Options{}
-	// The egress socket's directory: sandboxkit-egress-* under it.
-	procs = []string{base, filepath.Join(os.TempDir(), "sandboxkit-egress-")}
-	mounts = append([]string{w.Lower, w.Upper, w.Work}, w.Layers...)
+	// The egress socket's directory is sandboxkit-egress-* in a tmpfs
+	// (socketBase), else in the temp dir.
+	socketDirs := []string{filepath.Join(os.TempDir(), "sandboxkit-egress-"), "/dev/shm/", "/run/user/"}
+	procs = append([]string{base}, socketDirs...)
+	mounts = append(append([]string{w.Lower, w.Upper, w.Work, view}, w.Layers...), socketDirs...)
 	return p, procs, mounts
 }
 
@@ -46,7 +51,7 @@ func hostPathPolicy(t *testing.T) (p *Policy, procs, mounts []string) {
 func assertNoHostPath(t *testing.T, what, out string, procs, mounts []string) {
 	t.Helper()
 	ps, mi, ok := strings.Cut(out, "== mountinfo")
-	if !ok || !strings.Contains(mi, " /workspace ") || !strings.Contains(ps, "== /proc/1\n") {
+	if !ok || !strings.Contains(mi, " /workspace ") || !strings.Contains(mi, " /base ro,") || !strings.Contains(ps, "== /proc/1\n") {
 		t.Fatalf("%s: the script did not run: %q", what, out)
 	}
 	for _, c := range []struct {

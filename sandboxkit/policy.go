@@ -336,8 +336,11 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	}
 	for _, o := range p.ReadOnlyOverlays {
 		if len(o.Layers) == 1 {
-			// bwrap's --ro-overlay takes two layers or more.
-			a = append(a, "--ro-bind", o.Layers[0], o.Dst)
+			// bwrap's --ro-overlay takes two layers or more. Not a bind:
+			// /proc/self/mountinfo shows a bind's source path, and an
+			// overlay's layers only as /proc/self/fd/N. An overlay with an
+			// upper on bwrap's own tmpfs, made read-only.
+			a = append(a, "--overlay-src", o.Layers[0], "--tmp-overlay", o.Dst, "--remount-ro", o.Dst)
 			continue
 		}
 		for _, l := range o.Layers {
