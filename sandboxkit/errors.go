@@ -87,7 +87,7 @@ var checkReasons = map[string]string{
 	"loopback":         "loopback does not come up in a new network namespace",
 	"seccomp":          "the seccomp filter cannot be loaded",
 	"limits":           "the required process, memory and CPU limits cannot be enforced",
-	"main":             "the program cannot start sandboxes (sandboxkit.Main was not called)",
+	"main":             "the program cannot start sandboxes: call sandboxkit.Main() first in main",
 }
 
 // Is reports ErrUnavailable, so callers test errors.Is(err, ErrUnavailable).
