@@ -188,7 +188,9 @@ type Launch struct {
 // sandbox. It is a pure function: it touches no file and starts nothing.
 // argv[0] is looked up on PATH inside the sandbox. Run and Session start
 // a ShareNet sandbox through a Landlock scope step (see
-// AbstractUnixScoped); a Launch executed directly has no such step.
+// AbstractUnixScoped); a Launch executed directly has no such step. Run
+// and Session also pass bwrap the options in an inherited file (--args),
+// so that the command line the sandbox can read names no host path.
 func (p *Policy) Build(argv ...string) (*Launch, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandboxkit: no command to run")
