@@ -284,7 +284,7 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 	rc := &remoteCmd{join: c.limits.join}
 	if err := rc.start(c.ctx, sp.cl, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
 		sr.Close()
-		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
+		return fmt.Errorf("sandboxkit: start bwrap: %w", err)
 	}
 	sw.Close()
 	c.status = readStatus(sr)
