@@ -3,6 +3,8 @@ package sandboxkit
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,4 +89,32 @@ func TestSessionShowsNoHostPaths(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	assertNoHostPath(t, "a session", out, procs, mounts)
+}
+
+// TestHideOptions: with argsFile, bwrap's command line is only --args and
+// the command; the file holds exactly the options Build puts on it, and
+// an option with a NUL (which would split into options of its own) is
+// refused.
+func TestHideOptions(t *testing.T) {
+	p := &Policy{Workspace: &Workspace{Lower: "/srv/repo", Upper: "/var/ws/u", Work: "/var/ws/w"}, Env: []string{"X=--bind"}, UID: 1000, GID: 1000}
+	plain, err := p.build([]string{"sh", "-c", "true"}, buildOptions{status: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden, err := p.build([]string{"sh", "-c", "true"}, buildOptions{status: true, argsFile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := strconv.Itoa(4 + len(plain.Files)) // after the status fd and the other files
+	if want := []string{"bwrap", "--args", fd, "--", "sh", "-c", "true"}; !slices.Equal(hidden.Args, want) {
+		t.Errorf("command line %q, want %q", hidden.Args, want)
+	}
+	opts := plain.Args[1:slices.Index(plain.Args, "sh")]
+	if len(hidden.Files) != len(plain.Files)+1 || string(hidden.Files[len(plain.Files)]) != strings.Join(opts[:len(opts)-1], "\x00")+"\x00" {
+		t.Errorf("args file %q, want the options %q", hidden.Files[len(hidden.Files)-1], opts)
+	}
+	p.Env = []string{"X=a\x00--bind\x00/\x00/host"}
+	if _, err := p.build([]string{"true"}, buildOptions{argsFile: true}); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("an option with NUL: %v, want a refusal", err)
+	}
 }
