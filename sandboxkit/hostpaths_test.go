@@ -78,6 +78,11 @@ func TestRunShowsNoHostPaths(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	assertNoHostPath(t, "a one-shot sandbox", out, procs, mounts)
+	// Pid 1 is bwrap's init: its name and --args, not the host path of
+	// the bwrap binary (nor of a launch step that executed it).
+	if !strings.Contains(out, "== /proc/1\nbwrap --args ") {
+		t.Errorf("pid 1 of a one-shot sandbox:\n%s", out)
+	}
 }
 
 func TestSessionShowsNoHostPaths(t *testing.T) {
