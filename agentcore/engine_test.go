@@ -372,6 +372,16 @@ func TestFailClosed(t *testing.T) {
 	if !strings.Contains(string(ev.Data), "bwrap") {
 		t.Errorf("sandbox_unavailable says %s", ev.Data)
 	}
+	// The model and the client learn which check failed, not the host's
+	// paths; the log keeps them.
+	for what, text := range map[string]string{"c1": res["c1"], "c2": res["c2"], "c3": res["c3"], "the event": string(ev.Data)} {
+		if strings.Contains(text, "/nonexistent") || !strings.Contains(text, "the server log has details") {
+			t.Errorf("%s names a host path or no pointer to the log: %s", what, text)
+		}
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, "/nonexistent/bwrap") {
+		t.Errorf("the log lacks the detail:\n%s", logs)
+	}
 }
 
 func TestSubscribe(t *testing.T) {

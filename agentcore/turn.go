@@ -417,6 +417,8 @@ func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 	}
 	if err != nil && errors.Is(err, sandboxkit.ErrUnavailable) {
 		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": errText})
+		// The text names no host path; the log keeps what the check found.
+		t.log.Warn("sandbox unavailable", "tool", tc.Name, "detail", capError(sandboxkit.UnavailableDetail(err), maxErrorText))
 	}
 	if err != nil {
 		t.log.Info("tool failed", "tool", tc.Name, "err", errText)

@@ -206,6 +206,11 @@ func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 	case errors.Is(err, egress.ErrProxyDown):
 		return exitWith(exitSandbox, err)
 	case errors.Is(err, sandboxkit.ErrUnavailable):
+		// An administrator's tool: the whole report, host paths included.
+		var ue *sandboxkit.UnavailableError
+		if errors.As(err, &ue) {
+			return exitWith(exitSandbox, fmt.Errorf("%s; nothing was run", ue.Detail()))
+		}
 		return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
 	case errors.Is(err, sandboxkit.ErrNotFound):
 		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxkit.DefaultPath))

@@ -127,7 +127,12 @@ func TestFailClosedMatrix(t *testing.T) {
 	// A bwrap that cannot load a seccomp filter, as on a kernel without
 	// CONFIG_SECCOMP_FILTER: everything else works.
 	noSeccomp := filepath.Join(t.TempDir(), "bwrap")
-	script := "#!/bin/sh\nfor a; do [ \"$a\" = --seccomp ] && { echo 'bwrap: prctl(PR_SET_SECCOMP): Invalid argument' >&2; exit 1; }; done\nexec " + real + " \"$@\"\n"
+	// sandboxkit passes the options in a file (--args N): reading it
+	// through /proc opens it anew, leaving bwrap's offset alone.
+	script := "#!/bin/sh\nfail() { echo 'bwrap: prctl(PR_SET_SECCOMP): Invalid argument' >&2; exit 1; }\n" +
+		"for a; do [ \"$a\" = --seccomp ] && fail; done\n" +
+		"[ \"$1\" = --args ] && tr '\\0' '\\n' < /proc/self/fd/$2 | grep -qx -- --seccomp && fail\n" +
+		"exec " + real + " \"$@\"\n"
 	if err := os.WriteFile(noSeccomp, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 	p := &office.Parser{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Timeout: cfg.Office.Timeout.Std(), Sandbox: &sl, Launching: launchRecorder(s.db)}
 	s.attach.Parser = p
 	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: &sl}).Err(); err != nil {
-		s.log.Error("the office plugin is enabled but its sandbox is unavailable: attachments are refused until it is fixed (nothing is parsed outside it)", "err", err)
+		s.log.Error("the office plugin is enabled but its sandbox is unavailable: attachments are refused until it is fixed (nothing is parsed outside it)", "err", sandboxkit.UnavailableDetail(err))
 	}
 	if _, err := exec.LookPath("pdftotext"); err != nil {
 		s.log.Warn("pdftotext is not installed: PDF attachments cannot be read (Debian: apt-get install poppler-utils)")
@@ -75,7 +75,8 @@ func officeChecks(ctx context.Context, s *server, cfg config.Config) []api.Check
 		c.OK, c.Detail = false, "attachments are refused: "+err.Error()
 		var ue *sandboxkit.UnavailableError
 		if errors.As(err, &ue) {
-			c.Remedy = ue.Check.Remedy
+			// For administrators: what the check found, host paths included.
+			c.Detail, c.Remedy = "attachments are refused: "+ue.Check.Name+": "+ue.Check.Detail, ue.Check.Remedy
 		}
 	}
 	pdf := api.Check{Name: "office/pdftotext", OK: true, Detail: "PDF attachments are read by pdftotext"}

@@ -71,7 +71,7 @@ func startWorkspaceIsolation(ctx context.Context, s *server, cfg config.Config) 
 	s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
 	rep := sandboxReport(ctx, s, cfg)
 	if err := rep.Err(); err != nil {
-		s.log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", err)
+		s.log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", sandboxkit.UnavailableDetail(err))
 	}
 	for _, c := range rep.Checks {
 		if c.Name == "limits" && c.OK && c.Warning {

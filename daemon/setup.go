@@ -320,7 +320,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		out.flush()
 	}
 	if err != nil {
-		s.log.Warn("a project setup failed", "conversation", conversation, "repository", r.ID, "err", err)
+		s.log.Warn("a project setup failed", "conversation", conversation, "repository", r.ID, "err", sandboxkit.UnavailableDetail(err))
 		msg := strings.NewReplacer(upper, "/workspace", work, "/workspace", snap, "/workspace", tmp, "(setup layer)").Replace(err.Error())
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return "", fmt.Errorf("the setup script was not run: %s; nothing was run", msg)

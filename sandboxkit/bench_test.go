@@ -98,3 +98,34 @@ func median(v []float64) float64 {
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
+
+// BenchmarkHideOptions measures what passing bwrap's options in a memfd
+// (buildOptions.argsFile) adds to preparing a launch: building the argv
+// and the inherited files, with and without it. A whole launch is
+// milliseconds, too noisy to show it.
+func BenchmarkHideOptions(b *testing.B) {
+	w := &Workspace{Lower: "/srv/repo", Layers: []string{"/var/ws/c1/upper"}, Upper: "/var/ws/c2/upper", Work: "/var/ws/c2/work"}
+	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, hide := range []bool{false, true} {
+		name := "argv"
+		if hide {
+			name = "args-file"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				l, err := p.build([]string{"sh", "-c", "true"}, buildOptions{status: true, argsFile: hide})
+				if err != nil {
+					b.Fatal(err)
+				}
+				files, err := memFiles(l)
+				if err != nil {
+					b.Fatal(err)
+				}
+				closeAll(files)
+			}
+		})
+	}
+}

@@ -62,7 +62,7 @@ func startEgress(p *Policy) (*egressProxy, error) {
 	if p.Egress == nil {
 		return nil, nil
 	}
-	dir, err := os.MkdirTemp("", "sandboxkit-egress-")
+	dir, err := os.MkdirTemp(socketBase(), "sandboxkit-egress-")
 	if err != nil {
 		// No path in the error: it may reach a model.
 		var pe *os.PathError
@@ -77,6 +77,36 @@ func startEgress(p *Policy) (*egressProxy, error) {
 		return nil, fmt.Errorf("sandboxkit: %w", err)
 	}
 	return &egressProxy{px: px, dir: dir}, nil
+}
+
+// socketBase is where a proxy's socket directory is made. The socket is
+// bound into the sandbox, and /proc/self/mountinfo there shows a bind's
+// source by its path within its filesystem: at the root of a filesystem
+// of its own (a tmpfs: XDG_RUNTIME_DIR, /dev/shm) that is
+// /sandboxkit-egress-N/proxy.sock, which says nothing of the host; in the
+// temp dir, on the root filesystem, it is the temp dir's whole path.
+func socketBase() string {
+	for _, d := range socketBases() {
+		if d != "" && filepath.IsAbs(d) && mountedDir(d) {
+			return d
+		}
+	}
+	return os.TempDir()
+}
+
+// socketBases are the tmpfs candidates of socketBase, in order (a
+// variable so that a test can take them away).
+var socketBases = func() []string { return []string{os.Getenv("XDG_RUNTIME_DIR"), "/dev/shm"} }
+
+// mountedDir reports whether dir is a writable directory on another
+// filesystem than its parent: the root of a mount (usually of its
+// filesystem too).
+func mountedDir(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Dev != parent.Dev && unix.Access(dir, unix.W_OK|unix.X_OK) == nil
 }
 
 func (e *egressProxy) socket() string {

@@ -305,7 +305,9 @@ func TestEgressProxyCannotStart(t *testing.T) {
 	p := sessionPolicy(t)
 	p.Egress = &egress.Options{Allow: []string{"allowed.test"}}
 	marker := filepath.Join(p.Workspace.Upper, "ran")
-	// The proxy's socket dir cannot be made.
+	// The proxy's socket dir cannot be made: no tmpfs, a missing TMPDIR.
+	defer func(old func() []string) { socketBases = old }(socketBases)
+	socketBases = func() []string { return nil }
 	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
 	err := Command(t.Context(), p, "touch", "/workspace/ran").Run()
 	if !errors.Is(err, egress.ErrProxyDown) || strings.Contains(err.Error(), "/missing") {

@@ -37,17 +37,57 @@ func causeErr(cause string) error {
 }
 
 // UnavailableError reports the Doctor check that failed.
+//
+// Its Error text names the check and what it means, and nothing of the
+// host: it reaches users and models, and Check.Detail names host paths
+// (the configured bwrap, the workspace base dir) and raw OS errors. The
+// whole of it, for a log or an administrator, is Detail.
 type UnavailableError struct {
 	Check Check
 	err   error // the underlying cause, e.g. seccomp.ErrNoFilter
 }
 
 func (e *UnavailableError) Error() string {
+	reason := checkReasons[e.Check.Name]
+	if reason == "" {
+		reason = "a pre-flight check failed"
+	}
+	return "sandbox unavailable: " + e.Check.Name + ": " + reason + "; the server log has details"
+}
+
+// Detail is the whole report, for a log or an administrator: what the
+// check found (host paths and OS errors included) and the remedy.
+func (e *UnavailableError) Detail() string {
 	s := "sandbox unavailable: " + e.Check.Name + ": " + e.Check.Detail
 	if e.Check.Remedy != "" {
 		s += "; fix: " + e.Check.Remedy
 	}
 	return s
+}
+
+// UnavailableDetail is err's text with the Detail of the *UnavailableError
+// it wraps, if any, added: what a log should keep of a fail-closed error.
+func UnavailableDetail(err error) string {
+	var ue *UnavailableError
+	if !errors.As(err, &ue) {
+		return err.Error()
+	}
+	return err.Error() + " (" + ue.Detail() + ")"
+}
+
+// checkReasons say what a failed Doctor check means, naming nothing of
+// the host.
+var checkReasons = map[string]string{
+	"bwrap":            "bubblewrap (bwrap) was not found",
+	"bwrap-version":    "the installed bubblewrap is missing or older than " + MinBwrapVersion,
+	"bwrap-not-setuid": "the installed bubblewrap cannot be used (setuid root, or unreadable)",
+	"userns":           "unprivileged user namespaces are not available on this host",
+	"proc":             "a fresh /proc cannot be mounted in the sandbox",
+	"overlay":          "the copy-on-write workspace overlay does not work on the workspace filesystem",
+	"loopback":         "loopback does not come up in a new network namespace",
+	"seccomp":          "the seccomp filter cannot be loaded",
+	"limits":           "the required process, memory and CPU limits cannot be enforced",
+	"main":             "the program cannot start sandboxes: call sandboxkit.Main() first in main",
 }
 
 // Is reports ErrUnavailable, so callers test errors.Is(err, ErrUnavailable).

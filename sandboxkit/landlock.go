@@ -109,7 +109,7 @@ func runScoped(args []string) int {
 	if err := scopeAbstractUnix(); err != nil {
 		return fail("%v (the sandbox shares the host network and is not started without it)", err)
 	}
-	err := syscall.Exec(args[0], args, os.Environ())
+	err := syscall.Exec(args[0], nameOnly(args[0], args), os.Environ())
 	return fail("exec %s: %v", args[0], err)
 }
 

@@ -188,7 +188,9 @@ type Launch struct {
 // sandbox. It is a pure function: it touches no file and starts nothing.
 // argv[0] is looked up on PATH inside the sandbox. Run and Session start
 // a ShareNet sandbox through a Landlock scope step (see
-// AbstractUnixScoped); a Launch executed directly has no such step.
+// AbstractUnixScoped); a Launch executed directly has no such step. Run
+// and Session also pass bwrap the options in an inherited file (--args),
+// so that the command line the sandbox can read names no host path.
 func (p *Policy) Build(argv ...string) (*Launch, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("sandboxkit: no command to run")
@@ -211,6 +213,9 @@ type buildOptions struct {
 	extraRO []Bind
 	// egressSocket is the host socket of the Policy's egress proxy.
 	egressSocket string
+	// argsFile passes bwrap's options in an inherited file (--args)
+	// instead of on its command line: see hideOptions.
+	argsFile bool
 }
 
 // firstFile is the descriptor number of Launch.Files[0].
@@ -333,8 +338,11 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	}
 	for _, o := range p.ReadOnlyOverlays {
 		if len(o.Layers) == 1 {
-			// bwrap's --ro-overlay takes two layers or more.
-			a = append(a, "--ro-bind", o.Layers[0], o.Dst)
+			// bwrap's --ro-overlay takes two layers or more. Not a bind:
+			// /proc/self/mountinfo shows a bind's source path, and an
+			// overlay's layers only as /proc/self/fd/N. An overlay with an
+			// upper on bwrap's own tmpfs, made read-only.
+			a = append(a, "--overlay-src", o.Layers[0], "--tmp-overlay", o.Dst, "--remount-ro", o.Dst)
 			continue
 		}
 		for _, l := range o.Layers {
@@ -356,10 +364,36 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	if o.status {
 		a = append(a, "--json-status-fd", "3")
 	}
+	if o.argsFile {
+		var err error
+		if a, err = p.hideOptions(l, o, a); err != nil {
+			return nil, err
+		}
+	}
 	a = append(a, "--")
 	a = append(a, argv...)
 	l.Args = a
 	return l, nil
+}
+
+// hideOptions moves bwrap's options a[1:] into an inherited file that
+// bwrap reads with --args, and returns the command line that is left:
+// bwrap, --args and the descriptor. bwrap's command line is readable by
+// every process of the sandbox (a one-shot sandbox's pid 1 is bwrap's own
+// init, a fork of bwrap: /proc/1/cmdline), and the options name host
+// paths: the workspace's layers, bind sources, the egress socket.
+func (p *Policy) hideOptions(l *Launch, o buildOptions, a []string) ([]string, error) {
+	var b strings.Builder
+	for _, s := range a[1:] {
+		// The file is NUL-separated: a NUL inside an option would split it
+		// into options of its own.
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("sandboxkit: sandbox option %q contains NUL", s)
+		}
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	return []string{a[0], "--args", p.fd(l, o, []byte(b.String()))}, nil
 }
 
 // appendTmpfs mounts a tmpfs at dir, of at most size bytes when size > 0:

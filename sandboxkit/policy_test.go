@@ -120,7 +120,7 @@ func TestBuildExactArgv(t *testing.T) {
 				[]string{"--file", "3", "/etc/passwd", "--file", "4", "/etc/group", "--tmpfs", HomeDir,
 					"--overlay-src", "/srv/repo", "--overlay-src", "/var/ws/c1/upper", "--overlay", "/var/ws/c1.sub/upper", "/var/ws/c1.sub/work", "/workspace",
 					"--overlay-src", "/srv/repo", "--overlay-src", "/var/ws/c1/upper", "--ro-overlay", "/base",
-					"--ro-bind", "/srv/other", "/other",
+					"--overlay-src", "/srv/other", "--tmp-overlay", "/other", "--remount-ro", "/other",
 					"--chdir", "/workspace"}, defaultEnv, []string{"--", "true"}),
 			files: 2,
 		},

@@ -116,7 +116,7 @@ func TestSeccompDamagedFilterFailsClosed(t *testing.T) {
 			p := &Policy{Seccomp: c.prog, ReadWrite: []Bind{{Src: filepath.Dir(marker)}}}
 			err := Command(t.Context(), p, "touch", marker).Run()
 			var ue *UnavailableError
-			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != "seccomp" || !strings.Contains(err.Error(), "seccomp program") {
+			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != "seccomp" || !strings.Contains(ue.Detail(), "seccomp program") {
 				t.Fatalf("Run = %v; want the seccomp check's ErrUnavailable", err)
 			}
 			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {

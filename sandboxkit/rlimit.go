@@ -69,7 +69,7 @@ func runRlimited(args []string) int {
 	if err := setRlimits(args[0], args[1]); err != nil {
 		return fail("%v", err)
 	}
-	err := syscall.Exec(args[2], args[2:], os.Environ())
+	err := syscall.Exec(args[2], nameOnly(args[2], args[2:]), os.Environ())
 	return fail("exec %s: %v", args[2], err)
 }
 

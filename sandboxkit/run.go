@@ -177,7 +177,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 	if c.Dir != "" {
 		p.Dir = c.Dir
 	}
-	o, argv, reserved := buildOptions{status: true}, c.Args, []*os.File(nil)
+	o, argv, reserved := buildOptions{status: true, argsFile: true}, c.Args, []*os.File(nil)
 	if c.self {
 		exe, err := os.Open("/proc/self/exe")
 		if err != nil {
@@ -284,7 +284,7 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 	rc := &remoteCmd{join: c.limits.join}
 	if err := rc.start(c.ctx, sp.cl, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
 		sr.Close()
-		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
+		return fmt.Errorf("sandboxkit: start bwrap: %w", err)
 	}
 	sw.Close()
 	c.status = readStatus(sr)

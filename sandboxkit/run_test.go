@@ -399,8 +399,16 @@ func TestRunFailsClosed(t *testing.T) {
 			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != tt.check {
 				t.Fatalf("err = %v, want ErrUnavailable from check %s", err, tt.check)
 			}
-			if !strings.Contains(err.Error(), tt.remedy) {
-				t.Errorf("error lacks the remedy %q: %v", tt.remedy, err)
+			if !strings.Contains(ue.Detail(), tt.remedy) {
+				t.Errorf("the error's detail lacks the remedy %q: %s", tt.remedy, ue.Detail())
+			}
+			// What reaches users and models: the check and what it means,
+			// nothing of the host (the bwrap path, the PATH searched).
+			if msg := err.Error(); !strings.HasPrefix(msg, "sandbox unavailable: "+tt.check+": ") || !strings.HasSuffix(msg, "; the server log has details") || strings.Contains(msg, "/") {
+				t.Errorf("error text %q: want the check's reason and no host path", msg)
+			}
+			if d := UnavailableDetail(fmt.Errorf("wrapped: %w", err)); !strings.HasPrefix(d, "wrapped: "+err.Error()+" (") || !strings.Contains(d, ue.Check.Detail) {
+				t.Errorf("UnavailableDetail = %q, want the text and the check's detail", d)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Error("the command ran")

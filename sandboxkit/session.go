@@ -226,7 +226,7 @@ func (s *Session) launch() error {
 
 	// The two reserved descriptors: the control socket (3), then the
 	// executable (4); the Policy's files follow.
-	o := buildOptions{asPid1: true, reserved: 2}
+	o := buildOptions{asPid1: true, reserved: 2, argsFile: true}
 	first := o.firstFile() - o.reserved
 	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
 	p := *s.policy
@@ -260,7 +260,7 @@ func (s *Session) launch() error {
 	err = s.bwrap.start(context.Background(), sp.cl, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
 	if err != nil {
 		ctl.Close()
-		return fmt.Errorf("sandboxkit: start %s: %w", l.Path, err)
+		return fmt.Errorf("sandboxkit: start bwrap: %w", err)
 	}
 	// Our copy of the supervisor's end must go now: its EOF is how the
 	// host learns that the supervisor died.

@@ -403,13 +403,19 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 			attr.Sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
 		}
 	}
+	argv := req.Args
+	if sv.spawner {
+		// bwrap's command line is readable in its sandbox (a one-shot
+		// sandbox's pid 1 is bwrap's init): its name, not its host path.
+		argv = nameOnly(path, req.Args)
+	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	var pid int
 	if len(cg) > 0 {
-		pid, err = forkInCgroup(path, req.Args, attr, cg, req.CgroupV2)
+		pid, err = forkInCgroup(path, argv, attr, cg, req.CgroupV2)
 	} else {
-		pid, err = syscall.ForkExec(path, req.Args, attr)
+		pid, err = syscall.ForkExec(path, argv, attr)
 	}
 	if err != nil {
 		cause := ""
@@ -425,6 +431,12 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	sv.procs[pid] = req.ID
 	sv.byID[req.ID] = pid
 	sv.send(ctlReply{Op: "started", ID: req.ID, Pid: pid})
+}
+
+// nameOnly is argv with argv[0] replaced by the base name of path: what
+// the spawner and the launch steps execute bwrap (or a step) with.
+func nameOnly(path string, argv []string) []string {
+	return append([]string{filepath.Base(path)}, argv[1:]...)
 }
 
 // forkInCgroup starts the child inside its cgroup from its first

@@ -380,7 +380,7 @@ func (s *server) start(ctx context.Context) {
 		s.state, s.err, s.lastErr = StateStopped, err, err.Error()
 		s.next = time.Now().Add(s.backoff)
 		s.backoff = min(2*s.backoff, s.m.o.MaxBackoff)
-		s.m.log.Error("MCP server did not start", "server", s.cfg.Name, "err", err)
+		s.m.log.Error("MCP server did not start", "server", s.cfg.Name, "err", sandboxkit.UnavailableDetail(err))
 		return
 	}
 	s.state, s.sess, s.proc, s.tools, s.err, s.started = StateRunning, sess, p, tools, nil, time.Now()
