@@ -278,7 +278,6 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			cs := chunk(c.path, data)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				cs[i].terms = terms(cs[i].Text)
 				size += len(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	sqlite "github.com/glebarez/go-sqlite"
 )
 
 // SQLite is the embedded Backend: chunks in a table, their words in an
@@ -76,6 +79,25 @@ var sqliteSchema = []string{
 	// merge while ingesting.
 	`INSERT INTO retrieval_fts(retrieval_fts, rank) VALUES ('hashsize', 16777216)`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
+}
+
+// termsFunc is an SQL function of one text: its terms (terms), which
+// the index's rows are built from in SQLite. Registered with the driver
+// for every connection opened after this package's initialization.
+const termsFunc = "retrieval_terms"
+
+func init() {
+	sqlite.MustRegisterDeterministicScalarFunction(termsFunc, 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		switch v := args[0].(type) {
+		case string:
+			return terms(v), nil
+		case []byte:
+			return terms(string(v)), nil
+		case nil:
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: not a text", termsFunc)
+	})
 }
 
 // repoToken is the word that stands for a repository in the index.
@@ -243,25 +265,14 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
 		return err
 	}
-	// One row at a time into FTS5 (a statement of several rows opens a
-	// savepoint).
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("retrieval: %w", err)
-	}
-	defer ins.Close()
-	pathTerms := map[string]string{}
-	rt := repoToken(repository)
-	for i := range chunks {
-		c := &chunks[i]
-		pt, ok := pathTerms[c.Path]
-		if !ok {
-			pt = terms(c.Path)
-			pathTerms[c.Path] = pt
-		}
-		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyTerms(), rt); err != nil {
-			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
-		}
+	// Into FTS5 by one statement, the terms computed from the rows just
+	// stored (termsFunc), in rowid order: a statement per chunk cost as
+	// much in the driver (each parsed again) as FTS5 spent indexing, and
+	// a statement of several rows makes FTS5 write out what is pending
+	// (it opens a savepoint), so not several.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
+		SELECT id, `+termsFunc+`(path), `+termsFunc+`(text), ? FROM retrieval_chunks WHERE id >= ? ORDER BY id`, repoToken(repository), first); err != nil {
+		return fmt.Errorf("retrieval: indexing chunks: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("retrieval: %w", err)
