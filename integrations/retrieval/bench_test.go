@@ -219,3 +219,33 @@ func BenchmarkSearch(b *testing.B) {
 		b.ReportMetric(percentile(lat, 0.95), "grep-p95-ms")
 	}
 }
+
+// BenchmarkLexical is BenchmarkSearch's embedded lexical search alone
+// (no Weaviate, no embeddings): recall@5 of the relevance set and
+// latency, to check a change of the index's terms quickly.
+func BenchmarkLexical(b *testing.B) {
+	g := goTreeRepo(b)
+	rel := loadRelevance(b)
+	for b.Loop() {
+		ix, _ := New(Options{Backend: backends[0].open(b)})
+		if err := ix.Ingest(b.Context(), "go", g.dir, "", g.first, nil); err != nil {
+			b.Fatal(err)
+		}
+		var lat []time.Duration
+		found := 0
+		for _, r := range rel {
+			start := time.Now()
+			rs, err := ix.Search(b.Context(), Query{Text: r.Query, Repositories: []string{"go"}, Limit: 5})
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+			if slices.Contains(paths(rs), r.File) {
+				found++
+			}
+		}
+		b.ReportMetric(float64(found)/float64(len(rel)), "lexical-recall@5")
+		b.ReportMetric(percentile(lat, 0.5), "lexical-p50-ms")
+		b.ReportMetric(percentile(lat, 0.95), "lexical-p95-ms")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Backend stores chunks and searches them. Implementations: the embedded
@@ -109,14 +110,17 @@ type Stats struct {
 }
 
 // A batch written to the backend at a time is ingestBatch files, or
-// fewer when their chunks' text reaches ingestBatchBytes (a batch is in
-// memory twice: one being written while the next is read). Larger
+// fewer when their chunks' text reaches ingestBatchBytes (ingestWriters
+// batches being written and the next being read are in memory). Larger
 // batches were not faster: FTS5's in-memory hash of a batch's terms
 // outgrows the CPU caches.
 const (
 	ingestBatch      = 1024
 	ingestBatchBytes = 32 << 20
 )
+
+// ingestWriters is how many batches are written at once.
+const ingestWriters = 2
 
 // embedBatch is how many chunks one embeddings request carries.
 const embedBatch = 64
@@ -186,8 +190,12 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		}
 	}()
 
-	// One batch is written (and embedded) while the next is read and
-	// chunked: the writer owns a batch once it is sent.
+	// Batches are written (and embedded) by ingestWriters at once while
+	// the next is read and chunked: a writer owns a batch once it is
+	// sent. Batches hold distinct paths, so their order does not matter;
+	// with more than one in flight, a shard of the embedded index that is
+	// done with its part of a batch starts on the next one instead of
+	// waiting for the other shard.
 	type batch struct {
 		remove []string
 		chunks []Chunk
@@ -195,26 +203,33 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	batches := make(chan batch)
-	written := make(chan error, 1)
-	go func() {
-		var done int64
-		for b := range batches {
-			err := ix.embed(wctx, b.chunks)
-			if err == nil {
-				err = ix.o.Backend.Replace(wctx, repository, b.remove, b.chunks)
-			}
-			if err != nil {
-				stop()
-				for range batches { // let the reader finish
+	written := make(chan error, ingestWriters)
+	var (
+		mu   sync.Mutex // done, progress
+		done int64
+	)
+	for range ingestWriters {
+		go func() {
+			for b := range batches {
+				err := ix.embed(wctx, b.chunks)
+				if err == nil {
+					err = ix.o.Backend.Replace(wctx, repository, b.remove, b.chunks)
 				}
-				written <- err
-				return
+				if err != nil {
+					stop()
+					for range batches { // let the reader finish
+					}
+					written <- err
+					return
+				}
+				mu.Lock()
+				done += int64(len(b.remove))
+				progress(done, total)
+				mu.Unlock()
 			}
-			done += int64(len(b.remove))
-			progress(done, total)
-		}
-		written <- nil
-	}()
+			written <- nil
+		}()
+	}
 	var (
 		remove []string
 		chunks []Chunk
@@ -228,7 +243,13 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		}
 		closed = true
 		close(batches)
-		return <-written
+		var first error // the others' may be the cancellation it caused
+		for range ingestWriters {
+			if err := <-written; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
 	}
 	defer finish()
 	flush := func() error {
@@ -278,7 +299,6 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			cs := chunk(c.path, data)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				cs[i].terms = terms(cs[i].Text)
 				size += len(cs[i].Text)
 			}
 			chunks = append(chunks, cs...)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	sqlite "github.com/glebarez/go-sqlite"
 )
 
 // SQLite is the embedded Backend: chunks in a table, their words in an
@@ -35,6 +38,9 @@ type SQLite struct {
 // shard is one database of the index.
 type shard struct {
 	db *sql.DB
+	// writing is held by replace: batches written at once (Ingest) take
+	// their turns here rather than in SQLite's busy timeout.
+	writing sync.Mutex
 	// contentless: retrieval_fts stores no text (an index created by
 	// this version); rows leave it by ftsDelete.
 	contentless bool
@@ -76,6 +82,25 @@ var sqliteSchema = []string{
 	// merge while ingesting.
 	`INSERT INTO retrieval_fts(retrieval_fts, rank) VALUES ('hashsize', 16777216)`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
+}
+
+// termsFunc is an SQL function of one text or blob: its terms, which
+// the index's rows are built from in SQLite. Registered with the driver
+// for every connection opened after this package's initialization.
+const termsFunc = "retrieval_terms"
+
+func init() {
+	sqlite.MustRegisterDeterministicScalarFunction(termsFunc, 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		switch v := args[0].(type) {
+		case string:
+			return terms(v), nil
+		case []byte:
+			return terms(string(v)), nil
+		case nil:
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: not a text", termsFunc)
+	})
 }
 
 // repoToken is the word that stands for a repository in the index.
@@ -158,6 +183,8 @@ func (s *SQLite) each(f func(i int, sh *shard) error) error {
 
 // replace is Replace in one shard, in one transaction.
 func (s *shard) replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
+	s.writing.Lock()
+	defer s.writing.Unlock()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("retrieval: %w", err)
@@ -180,21 +207,23 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	}
 	defer tx.Rollback()
 	// The removed chunks (with their text, which a contentless index
-	// needs to remove them).
-	find, err := tx.PrepareContext(ctx, `SELECT id, text FROM retrieval_chunks WHERE repository = ? AND path = ?`)
-	if err != nil {
-		return fmt.Errorf("retrieval: %w", err)
-	}
-	defer find.Close()
+	// needs to remove them), removeLookup paths a query.
 	var old []indexed
-	for _, p := range remove {
-		rows, err := find.QueryContext(ctx, repository, p)
+	for len(remove) > 0 {
+		part := remove[:min(len(remove), removeLookup)]
+		remove = remove[len(part):]
+		args := make([]any, 0, 1+len(part))
+		args = append(args, repository)
+		for _, p := range part {
+			args = append(args, p)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, path, text FROM retrieval_chunks WHERE repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args...)
 		if err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 		for rows.Next() {
-			c := indexed{path: p}
-			if err := rows.Scan(&c.id, &c.text); err != nil {
+			var c indexed
+			if err := rows.Scan(&c.id, &c.path, &c.text); err != nil {
 				rows.Close()
 				return fmt.Errorf("retrieval: %w", err)
 			}
@@ -208,6 +237,9 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
+	// In rowid order: FTS5 writes out its pending terms when a rowid is
+	// lower than the one before.
+	slices.SortFunc(old, func(a, b indexed) int { return cmp.Compare(a.id, b.id) })
 	ids := chunkIDs(old)
 	// The chunks' rows first, then the index's: once FTS5 is written to
 	// in a transaction, every later statement that opens a savepoint
@@ -243,31 +275,25 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
 		return err
 	}
-	// One row at a time into FTS5 (a statement of several rows opens a
-	// savepoint).
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("retrieval: %w", err)
-	}
-	defer ins.Close()
-	pathTerms := map[string]string{}
-	rt := repoToken(repository)
-	for i := range chunks {
-		c := &chunks[i]
-		pt, ok := pathTerms[c.Path]
-		if !ok {
-			pt = terms(c.Path)
-			pathTerms[c.Path] = pt
-		}
-		if _, err := ins.ExecContext(ctx, first+int64(i), pt, c.bodyTerms(), rt); err != nil {
-			return fmt.Errorf("retrieval: indexing a chunk: %w", err)
-		}
+	// Into FTS5 by one statement, the terms computed from the rows just
+	// stored (termsFunc), in rowid order: a statement per chunk cost as
+	// much in the driver (each parsed again) as FTS5 spent indexing, and
+	// a statement of several rows makes FTS5 write out what is pending
+	// (it opens a savepoint), so not several. As blobs: the driver hands
+	// a function a text only up to its first NUL (a text may have one).
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
+		SELECT id, `+termsFunc+`(CAST(path AS BLOB)), `+termsFunc+`(CAST(text AS BLOB)), ? FROM retrieval_chunks WHERE id >= ? ORDER BY id`, repoToken(repository), first); err != nil {
+		return fmt.Errorf("retrieval: indexing chunks: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	return nil
 }
+
+// removeLookup is how many paths one query looks up (a query per path
+// cost a few percent of an ingestion).
+const removeLookup = 256
 
 // insertRows is how many rows one INSERT statement stores. Not more:
 // the driver matches each parameter to its argument by a linear search,

@@ -49,14 +49,20 @@ func TestIndexAfterChanges(t *testing.T) {
 	for i := range 36000 {
 		fmt.Fprintf(&many, "func f%d() {}\n", i)
 	}
-	dir, first := makeRepo(t, []repoFile{
+	files := []repoFile{
 		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers.\nfunc (s *Server) ServeHTTP() {}\n\nfunc parseConfig() {}\n"},
 		{path: "docs/guide.md", content: "# Guide\n\nHow to parse config files.\n\n## Más\n\nÜber naïve café.\n"},
 		{path: "odd.txt", content: long + "bytes \xff\xfe invalid UTF-8, a NUL \x00 late\n"},
 		{path: "gone.go", content: "package pkg\n\nfunc goneSoon() {}\n"},
 		{path: "same.go", content: "package pkg\n\nfunc unchangedFunc() {}\n"},
 		{path: "many.go", content: many.String()},
-	})
+	}
+	// More paths than one query looks up when a sync over the index
+	// replaces them all (removeLookup).
+	for i := range removeLookup + 44 {
+		files = append(files, repoFile{path: fmt.Sprintf("small/f%d.go", i), content: fmt.Sprintf("package small\n\nfunc small%d() {}\n", i)})
+	}
+	dir, first := makeRepo(t, files)
 	second := commitOn(t, dir, first, []repoFile{
 		{path: "pkg/server.go", content: "package pkg\n\n// ServeHTTP answers differently.\nfunc (s *Server) ServeHTTP() { handleRequest() }\n"},
 		{path: "odd.txt", content: long + "other \xff bytes \x00 here\n"},
@@ -97,7 +103,9 @@ func TestIndexAfterChanges(t *testing.T) {
 				return []*sql.DB{db}, ix
 			}
 			synced, ix := open()
-			for _, step := range [][2]string{{"", first}, {first, second}} {
+			// The last step syncs from nothing over what is indexed (as
+			// after a failed sync): every path replaced.
+			for _, step := range [][2]string{{"", first}, {first, second}, {"", second}} {
 				if err := ix.Ingest(t.Context(), "r", dir, step[0], step[1], nil); err != nil {
 					t.Fatal(err)
 				}

@@ -10,39 +10,6 @@ import (
 // noise in an index and cost space.
 const maxToken = 64
 
-// words calls f with the lower-cased parts of each identifier or word of
-// s: "parseConfig", "parse_config" and "parse config" all give "parse",
-// "config" (the first two also "parseconfig" before them, see
-// identTerms); "HTTPServer" gives "http", "server"; digits stay with the
-// letters before them ("utf8", "sha256").
-func words(s string, f func(string)) {
-	var parts []string // reused across identifiers
-	start := -1
-	for i := 0; i < len(s); {
-		c := s[i]
-		var word bool
-		size := 1
-		if c < utf8.RuneSelf {
-			word = asciiWord[c]
-		} else {
-			var r rune
-			r, size = utf8.DecodeRuneInString(s[i:])
-			word = unicode.IsLetter(r) || unicode.IsDigit(r)
-		}
-		if word && start < 0 {
-			start = i
-		}
-		if !word && start >= 0 {
-			parts = identTerms(parts, s[start:i], f)
-			start = -1
-		}
-		i += size
-	}
-	if start >= 0 {
-		identTerms(parts, s[start:], f)
-	}
-}
-
 // asciiWord marks the ASCII bytes of identifiers: letters, digits, '_'.
 var asciiWord = func() (t [utf8.RuneSelf]bool) {
 	for c := range t {
@@ -143,17 +110,112 @@ func isASCII(s string) bool {
 
 // terms is the text the full-text index holds for s: its words'
 // parts, space separated, in order (so a phrase query of parts finds the
-// identifier).
+// identifier). What words gives, written byte by byte for ASCII
+// identifiers (most of code): no string per part.
 func terms(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	words(s, func(w string) {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
+	b := make([]byte, 0, len(s)+len(s)/4)
+	var cuts []int // part boundaries in an identifier, reused
+	sep := func() {
+		if len(b) > 0 {
+			b = append(b, ' ')
 		}
-		b.WriteString(w)
-	})
-	return b.String()
+	}
+	ident := func(id string) {
+		if len(id) > maxToken {
+			return
+		}
+		if !isASCII(id) {
+			identTerms(nil, id, func(w string) {
+				sep()
+				b = append(b, w...)
+			})
+			return
+		}
+		cuts = asciiCuts(cuts[:0], id)
+		if len(cuts) > 2 { // several parts: the joined form first
+			sep()
+			for i := 0; i < len(cuts); i += 2 {
+				b = appendLower(b, id[cuts[i]:cuts[i+1]])
+			}
+		}
+		for i := 0; i < len(cuts); i += 2 {
+			sep()
+			b = appendLower(b, id[cuts[i]:cuts[i+1]])
+		}
+	}
+	start := -1
+	for i := 0; i < len(s); {
+		c := s[i]
+		var word bool
+		size := 1
+		if c < utf8.RuneSelf {
+			word = asciiWord[c]
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			word = unicode.IsLetter(r) || unicode.IsDigit(r)
+		}
+		if word && start < 0 {
+			start = i
+		}
+		if !word && start >= 0 {
+			ident(s[start:i])
+			start = -1
+		}
+		i += size
+	}
+	if start >= 0 {
+		ident(s[start:])
+	}
+	return string(b)
+}
+
+// asciiCuts appends to dst the start and end of each part of the ASCII
+// identifier id, as splitIdent splits it.
+func asciiCuts(dst []int, id string) []int {
+	upper := func(c byte) bool { return 'A' <= c && c <= 'Z' }
+	lower := func(c byte) bool { return 'a' <= c && c <= 'z' }
+	start := -1 // of the current part
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c == '_' {
+			if start >= 0 {
+				dst = append(dst, start, i)
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+			continue
+		}
+		if !upper(c) {
+			continue
+		}
+		prev := id[i-1]
+		lowerToUpper := lower(prev) || '0' <= prev && prev <= '9'
+		acronymEnd := upper(prev) && i+1 < len(id) && lower(id[i+1])
+		if lowerToUpper || acronymEnd {
+			dst = append(dst, start, i)
+			start = i
+		}
+	}
+	if start >= 0 {
+		dst = append(dst, start, len(id))
+	}
+	return dst
+}
+
+// appendLower appends ASCII s lower-cased.
+func appendLower(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
 }
 
 // maxQueryWords bounds the words of a query that are searched (each is
