@@ -95,8 +95,15 @@ func socketBase() string {
 }
 
 // socketBases are the tmpfs candidates of socketBase, in order (a
-// variable so that a test can take them away).
-var socketBases = func() []string { return []string{os.Getenv("XDG_RUNTIME_DIR"), "/dev/shm"} }
+// variable so that a test can take them away): XDG_RUNTIME_DIR, meant
+// for a user's sockets, then /dev/shm unless TMPDIR is set (an operator
+// who set it chose where temporary files go).
+var socketBases = func() []string {
+	if os.Getenv("TMPDIR") != "" {
+		return []string{os.Getenv("XDG_RUNTIME_DIR")}
+	}
+	return []string{os.Getenv("XDG_RUNTIME_DIR"), "/dev/shm"}
+}
 
 // mountedDir reports whether dir is a writable directory on another
 // filesystem than its parent: the root of a mount (usually of its

@@ -41,7 +41,9 @@ func hostPathPolicy(t *testing.T) (p *Policy, procs, mounts []string) {
 	p.ReadOnlyOverlays = []ReadOnlyOverlay{{Layers: []string{view}, Dst: "/base"}}
 	p.Egress = &egress.Options{}
 	// The egress socket's directory is sandboxkit-egress-* in a tmpfs
-	// (socketBase), else in the temp dir.
+	// (socketBase), else in the temp dir (scripts/test sets TMPDIR, which
+	// leaves only XDG_RUNTIME_DIR: a tmpfs here).
+	t.Setenv("XDG_RUNTIME_DIR", "/dev/shm")
 	socketDirs := []string{filepath.Join(os.TempDir(), "sandboxkit-egress-"), "/dev/shm/", "/run/user/"}
 	procs = append([]string{base}, socketDirs...)
 	mounts = append(append([]string{w.Lower, w.Upper, w.Work, view}, w.Layers...), socketDirs...)
