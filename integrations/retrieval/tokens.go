@@ -143,6 +143,13 @@ func terms(s string) string {
 			b = appendLower(b, id[cuts[i]:cuts[i+1]])
 		}
 	}
+	identifiers(s, ident)
+	return string(b)
+}
+
+// identifiers calls f with each identifier or word of s: a run of
+// letters, digits and '_'.
+func identifiers(s string, f func(id string)) {
 	start := -1
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -159,15 +166,14 @@ func terms(s string) string {
 			start = i
 		}
 		if !word && start >= 0 {
-			ident(s[start:i])
+			f(s[start:i])
 			start = -1
 		}
 		i += size
 	}
 	if start >= 0 {
-		ident(s[start:])
+		f(s[start:])
 	}
-	return string(b)
 }
 
 // asciiCuts appends to dst the start and end of each part of the ASCII

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"unicode"
-	"unicode/utf8"
 )
 
 // words (the reference terms is checked against) calls f with the lower-cased parts of each identifier or word of
@@ -17,30 +15,7 @@ import (
 // letters before them ("utf8", "sha256").
 func words(s string, f func(string)) {
 	var parts []string // reused across identifiers
-	start := -1
-	for i := 0; i < len(s); {
-		c := s[i]
-		var word bool
-		size := 1
-		if c < utf8.RuneSelf {
-			word = asciiWord[c]
-		} else {
-			var r rune
-			r, size = utf8.DecodeRuneInString(s[i:])
-			word = unicode.IsLetter(r) || unicode.IsDigit(r)
-		}
-		if word && start < 0 {
-			start = i
-		}
-		if !word && start >= 0 {
-			parts = identTerms(parts, s[start:i], f)
-			start = -1
-		}
-		i += size
-	}
-	if start >= 0 {
-		identTerms(parts, s[start:], f)
-	}
+	identifiers(s, func(id string) { parts = identTerms(parts, id, f) })
 }
 
 // TestTermsMatchWords checks terms' fast path against words, the plain
