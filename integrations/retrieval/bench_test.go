@@ -179,20 +179,8 @@ func BenchmarkSearch(b *testing.B) {
 			if err := ix.Ingest(b.Context(), "go", g.dir, "", g.first, nil); err != nil {
 				b.Fatal(err)
 			}
-			var lat []time.Duration
-			found := 0
-			for _, r := range rel {
-				start := time.Now()
-				rs, err := ix.Search(b.Context(), Query{Text: r.Query, Repositories: []string{"go"}, Limit: 5})
-				if err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				if slices.Contains(paths(rs), r.File) {
-					found++
-				}
-			}
-			b.ReportMetric(float64(found)/float64(len(rel)), s.name+"-recall@5")
+			recall, lat := searchRelevance(b, ix, rel)
+			b.ReportMetric(recall, s.name+"-recall@5")
 			if s.name != "hybrid" {
 				b.ReportMetric(percentile(lat, 0.5), s.name+"-p50-ms")
 				b.ReportMetric(percentile(lat, 0.95), s.name+"-p95-ms")
@@ -231,21 +219,28 @@ func BenchmarkLexical(b *testing.B) {
 		if err := ix.Ingest(b.Context(), "go", g.dir, "", g.first, nil); err != nil {
 			b.Fatal(err)
 		}
-		var lat []time.Duration
-		found := 0
-		for _, r := range rel {
-			start := time.Now()
-			rs, err := ix.Search(b.Context(), Query{Text: r.Query, Repositories: []string{"go"}, Limit: 5})
-			if err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
-			if slices.Contains(paths(rs), r.File) {
-				found++
-			}
-		}
-		b.ReportMetric(float64(found)/float64(len(rel)), "lexical-recall@5")
+		recall, lat := searchRelevance(b, ix, rel)
+		b.ReportMetric(recall, "lexical-recall@5")
 		b.ReportMetric(percentile(lat, 0.5), "lexical-p50-ms")
 		b.ReportMetric(percentile(lat, 0.95), "lexical-p95-ms")
 	}
+}
+
+// searchRelevance searches ix (the Go tree as repository "go") for each
+// query of rel: the share whose file is among the first 5 results, and
+// each search's latency.
+func searchRelevance(b *testing.B, ix *Index, rel []relevance) (recall float64, lat []time.Duration) {
+	found := 0
+	for _, r := range rel {
+		start := time.Now()
+		rs, err := ix.Search(b.Context(), Query{Text: r.Query, Repositories: []string{"go"}, Limit: 5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		if slices.Contains(paths(rs), r.File) {
+			found++
+		}
+	}
+	return float64(found) / float64(len(rel)), lat
 }
