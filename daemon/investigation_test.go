@@ -30,7 +30,7 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 		sandboxtest.SkipOrFail(t, "cannot create a socket under /run (the world-writable /run/lock): %v", err)
 	}
 	defer sock.Close()
-	tcp := hostListener(t)
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", nil) // reached: the host network
 	home, _ := os.UserHomeDir()
 	in := newInstance(t, "")
 	db := in.config().Database()
@@ -39,7 +39,7 @@ func TestHostReadOnlyInvestigation(t *testing.T) {
 		"cat " + db + " >/dev/null 2>&1 && echo DB-READABLE",
 		"ls -A " + home + " 2>/dev/null | grep -q . && echo HOME-VISIBLE",
 		`python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("` + sockPath + `")' 2>/dev/null && echo SOCKET-CONNECTED`,
-		`python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port) + `), 2)' 2>/dev/null && echo NET-OK`,
+		`python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(port) + `), 2)' 2>/dev/null && echo NET-OK`,
 		"for f in /etc/probe /usr/probe /var/log/probe /tmp/probe $HOME/probe " + in.dir + "/probe; do (echo x > $f) 2>/dev/null && echo WROTE-$f; done",
 		"echo END",
 	}, "; ")
@@ -144,8 +144,8 @@ func TestInvestigationDisabled(t *testing.T) {
 // (shell_always_allow does not answer the network question.)
 func TestInvestigationNetworkExpires(t *testing.T) {
 	needSandbox(t)
-	tcp := hostListener(t)
-	probe := `python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(tcp.Addr().(*net.TCPAddr).Port) + `), 2)' 2>/dev/null && echo NET-OK; echo END`
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", nil) // reached: the host network
+	probe := `python3 -c 'import socket; socket.create_connection(("127.0.0.1", ` + fmt.Sprint(port) + `), 2)' 2>/dev/null && echo NET-OK; echo END`
 	in := newInstance(t, llm(t, shellCall(probe), shellCall(probe), llmtest.Step{Text: "Done."})+
 		"investigation:\n  enabled: true\nsandbox:\n  shell_always_allow: true\n  approval_timeout: 1s\n")
 	in.addUser("root", pw, true)
@@ -180,26 +180,4 @@ func TestInvestigationNetworkExpires(t *testing.T) {
 			t.Errorf("after the question expired: %q; want the command run without the host network", out)
 		}
 	}
-}
-
-// hostListener is a TCP listener on the host's loopback that accepts
-// and closes every connection: a sandbox that reaches it has the host's
-// network. It closes when t ends.
-func hostListener(t *testing.T) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return l
 }

@@ -327,20 +327,7 @@ func TestNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	addr := fmt.Sprintf("127.0.0.1:%d", sandboxtest.ServeTCP(t, "127.0.0.1:0", nil))
 	for _, tc := range []struct{ network, want string }{
 		{"", "dial failed"},
 		{NetworkNone, "dial failed"},
@@ -351,7 +338,7 @@ func TestNetwork(t *testing.T) {
 		if dial == nil {
 			t.Fatalf("network %q: no dial tool; status %+v", tc.network, m.Status())
 		}
-		if out, err := call(ctx, dial, map[string]string{"addr": l.Addr().String()}); err != nil || !strings.HasPrefix(out, tc.want) {
+		if out, err := call(ctx, dial, map[string]string{"addr": addr}); err != nil || !strings.HasPrefix(out, tc.want) {
 			t.Errorf("network %q: dial the host's listener = %q, %v; want %q", tc.network, out, err, tc.want)
 		}
 		m.Close()

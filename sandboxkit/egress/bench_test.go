@@ -3,6 +3,7 @@ package egress_test
 import (
 	"bufio"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"io"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ type benchPath struct {
 
 func newBenchPath(b *testing.B, serve func(net.Conn)) *benchPath {
 	b.Helper()
-	port := serveTCP(b, "127.0.0.1:0", serve)
+	port := sandboxtest.ServeTCP(b, "127.0.0.1:0", serve)
 	p, err := egress.Listen(filepath.Join(b.TempDir(), "egress.sock"), egress.Options{
 		Allow: []string{"allowed.test"}, Resolver: egresstest.Resolver{"allowed.test": loopback},
 		TestResolvedLoopback: true, MaxBytes: 1 << 40})

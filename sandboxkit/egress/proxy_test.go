@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"io"
 	"net"
 	"net/http"
@@ -26,27 +27,6 @@ import (
 )
 
 var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
-
-// serveTCP listens on addr until the test ends, hands each connection
-// to h on its own goroutine (closing it after), and returns the port.
-func serveTCP(tb testing.TB, addr string, h func(net.Conn)) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); h(c) }()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // start runs a proxy for the test with the test names of egresstest.
 func start(t *testing.T, o egress.Options, res egresstest.Resolver) (*egress.Proxy, *egresstest.Events) {
@@ -248,7 +228,7 @@ func connect(p *egress.Proxy, hostport string) (net.Conn, string, error) {
 
 func TestProxyCaps(t *testing.T) {
 	// An echo-less sink that writes n bytes to whoever connects, then waits.
-	port := serveTCP(t, "127.0.0.1:0", func(c net.Conn) {
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(c net.Conn) {
 		c.Write(make([]byte, 64<<10))
 		io.Copy(io.Discard, c)
 	})
@@ -382,7 +362,7 @@ func (r *rebinder) LookupNetIP(context.Context, string, string) ([]netip.Addr, e
 // Every connection is checked anew, against what the name resolves to
 // then, and goes to the address checked.
 func TestProxyRebinding(t *testing.T) {
-	port := serveTCP(t, "127.0.0.1:0", func(net.Conn) {})
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(net.Conn) {})
 	ev := &egresstest.Events{}
 	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"rebind.test"}, Resolver: &rebinder{}, OnEvent: ev.Add, TestResolvedLoopback: true})
 	if err != nil {
@@ -419,7 +399,7 @@ func TestProxyCannotListen(t *testing.T) {
 // documentation range): both are refused like loopback and private
 // addresses, for a name that resolves there as for a listed IP literal.
 func TestProxyRefusesHostAddresses(t *testing.T) {
-	port := serveTCP(t, ":0", func(net.Conn) {}) // every address of the host
+	port := sandboxtest.ServeTCP(t, ":0", func(net.Conn) {}) // every address of the host
 	ifas, err := net.InterfaceAddrs()
 	if err != nil {
 		t.Fatal(err)
@@ -517,8 +497,8 @@ func TestProxyEventHostPrintable(t *testing.T) {
 // left: others still get through, and the budget is not taken for spent
 // while most of it is.
 func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
-	idle := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { io.Copy(io.Discard, c) })
-	talker := serveTCP(t, "127.0.0.1:0", func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
+	idle := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(c net.Conn) { io.Copy(io.Discard, c) })
+	talker := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(c net.Conn) { // answers once asked: connect reads no further than the proxy's answer
 		if _, err := c.Read(make([]byte, 1)); err == nil {
 			c.Write(make([]byte, 10<<10))
 		}
