@@ -3,6 +3,7 @@ package agentcore_test
 import (
 	"context"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +15,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"golang.org/x/sys/unix"
 )
 
 // TestSwappedSymlinkListsNoHostNames races the file tools and
@@ -56,22 +56,7 @@ func TestSwappedSymlinkListsNoHostNames(t *testing.T) {
 	if err := os.Symlink(host, upper+"/swl"); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := unix.Renameat2(unix.AT_FDCWD, upper+"/sw", unix.AT_FDCWD, upper+"/swl", unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("renameat2: %v", err)
-				return
-			}
-		}
-	})
-	defer func() { close(stop); wg.Wait() }()
+	defer sandboxtest.Exchange(t, upper+"/sw", upper+"/swl")()
 
 	seen := 0 // listings that did show sw's own entries
 	for i := range 2000 {

@@ -574,26 +574,14 @@ func TestDiskUsageHostile(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(swap, "s")); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			unix.Renameat2(unix.AT_FDCWD, filepath.Join(swap, "d"), unix.AT_FDCWD, filepath.Join(swap, "s"), unix.RENAME_EXCHANGE)
-		}
-	})
+	stop := sandboxtest.Exchange(t, filepath.Join(swap, "d"), filepath.Join(swap, "s"))
 	followed := 0
 	for range 3000 {
 		if n, _ := diskUsage(swap); n >= big/2 {
 			followed++
 		}
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if followed > 0 {
 		t.Errorf("%d of 3000 walks followed the symlink into %s (%d bytes)", followed, target, big)
 	}
