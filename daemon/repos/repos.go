@@ -336,23 +336,24 @@ func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) 
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	by := owner
-	if by == "" {
-		by = auth.CommandLine
-	}
 	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3,
 		InTx: func(tx *gorm.DB, j jobs.Job) error {
-			_, err := audit.Append(tx, syncEntry(by, r, j, "started", nil))
+			_, err := audit.Append(tx, syncEntry(r, j, "started", nil))
 			return err
 		}})
 }
 
-// syncEntry is the audit record of a sync: started, fetched (with the
-// head) or failed (with the error). by is who started it.
-func syncEntry(by string, r Repository, j jobs.Job, result string, extra map[string]any) audit.Entry {
+// syncEntry is the audit record of sync job j: started, fetched (with the
+// head) or failed (with the error), by who started it (its owner, or
+// codumentorctl for none).
+func syncEntry(r Repository, j jobs.Job, result string, extra map[string]any) audit.Entry {
 	d := map[string]any{"repository": r.ID, "name": r.Name, "job": j.ID, "result": result}
 	for k, v := range extra {
 		d[k] = v
+	}
+	by := j.Owner
+	if by == "" {
+		by = auth.CommandLine
 	}
 	return audit.Entry{Kind: audit.KindRepositorySync, User: by, Data: d}
 }
@@ -390,14 +391,10 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	if err != nil {
 		return nil, jobs.Permanent(err)
 	}
-	by := j.Owner
-	if by == "" {
-		by = auth.CommandLine
-	}
 	// Every attempt's failure is recorded (attempts are bounded by the
 	// job's MaxAttempts); a log that cannot be written fails it too.
 	failed := func(err error) error {
-		if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, syncEntry(by, r, *j, "failed", map[string]any{"error": err.Error(), "attempt": j.Attempts})); aerr != nil {
+		if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, syncEntry(r, *j, "failed", map[string]any{"error": err.Error(), "attempt": j.Attempts})); aerr != nil {
 			return errors.Join(err, aerr)
 		}
 		return err
@@ -420,7 +417,7 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 			Updates(map[string]any{"head": head, "synced": now, "updated": now}).Error; err != nil {
 			return err
 		}
-		_, err := audit.Append(tx, syncEntry(by, r, *j, "fetched", map[string]any{"head": head}))
+		_, err := audit.Append(tx, syncEntry(r, *j, "fetched", map[string]any{"head": head}))
 		return err
 	})
 	if err != nil {
