@@ -71,7 +71,7 @@ func TestSearchRoute(t *testing.T) {
 	if len(res.Results) != 0 {
 		t.Errorf("another repository: %+v", res.Results)
 	}
-	for _, q := range []string{"", "?q=", "?q=%22%22", "?q=x&k=0", "?q=x&k=101", "?q=x&k=ten", "?q=" + strings.Repeat("a", 1025)} {
+	for _, q := range []string{"", "?q=", "?q=%22%22", "?q=xy&k=0", "?q=xy&k=101", "?q=xy&k=ten", "?q=" + strings.Repeat("a", 1025), "?q=the+a+x"} {
 		alice.must(http.StatusBadRequest, "GET", "/api/v1/search"+q, nil, nil)
 	}
 	p.anon().must(http.StatusUnauthorized, "GET", "/api/v1/search?q=x", nil, nil)

@@ -20,6 +20,9 @@ func TestWords(t *testing.T) {
 		// ASCII takes a byte loop, the rest the rune one: the same rules.
 		{"getHTTP2Conn XMLHttpRequest ID a_B__c x9Y", "gethttp2conn get http2 conn xmlhttprequest xml http request id abc a b c x9y x9 y"},
 		{"ÀBCdef Été_ÉtéX", "àbcdef àb cdef étéétéx été été x"},
+		// Unindexed when they stand alone: one character, common words.
+		{"for i := 0; i < n; i++ { x.Is(The) }", ""},
+		{"The isValid a_b X é Été the_", "isvalid is valid ab a b été"},
 	} {
 		if got := terms(tc.in); got != tc.want {
 			t.Errorf("terms(%q) = %q, want %q", tc.in, got, tc.want)
@@ -30,9 +33,11 @@ func TestWords(t *testing.T) {
 func TestParseQuery(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"how does parseConfig work", "[[parse config] [work]]"},
-		{`"parse" OR config* NEAR(x)`, "[[parse] [config] [near] [x]]"},
-		{"the of", "[[the] [of]]"},
-		{"a a A", "[[a]]"},
+		{`"parse" OR config* NEAR(xy)`, "[[parse] [config] [near] [xy]]"},
+		{"the of", "[]"},
+		{"a a A", "[]"},
+		{"how is x parsed In Go", "[[parsed] [go]]"},
+		{"isValid é", "[[is valid]]"},
 		{`"" * ^ :`, "[]"},
 	} {
 		if got := fmt.Sprint(parseQuery(tc.in)); got != tc.want {
@@ -47,7 +52,7 @@ func TestParseQuery(t *testing.T) {
 		t.Errorf("%d words kept of 40, want %d", got, maxQueryWords)
 	}
 	// What reaches FTS5: quoted phrases of letters and digits.
-	if got := ftsQuery(parseQuery(`parseConfig" OR x`), nil); got != `"parse config" OR "parseconfig" OR "x"` {
+	if got := ftsQuery(parseQuery(`parseConfig" OR xy`), nil); got != `"parse config" OR "parseconfig" OR "xy"` {
 		t.Errorf("ftsQuery = %s", got)
 	}
 }

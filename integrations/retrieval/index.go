@@ -417,7 +417,7 @@ func checkQuery(q *Query) error {
 		return fmt.Errorf("%w: the query is longer than %d bytes", ErrBadQuery, MaxQueryBytes)
 	}
 	if len(parseQuery(q.Text)) == 0 {
-		return fmt.Errorf("%w: the query has no words to search for", ErrBadQuery)
+		return fmt.Errorf("%w: the query has no words to search for (single characters and common words such as \"the\" are not indexed)", ErrBadQuery)
 	}
 	if q.Limit <= 0 {
 		q.Limit = DefaultLimit

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	sqlite "github.com/glebarez/go-sqlite"
 )
@@ -41,9 +42,6 @@ type shard struct {
 	// writing is held by replace: batches written at once (Ingest) take
 	// their turns here rather than in SQLite's busy timeout.
 	writing sync.Mutex
-	// contentless: retrieval_fts stores no text (an index created by
-	// this version); rows leave it by ftsDelete.
-	contentless bool
 }
 
 // BM25 column weights: words of the path count this much more than words
@@ -66,6 +64,13 @@ var sqliteSchema = []string{
 		vector BLOB
 	)`,
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
+	// The terms version the index was built with (termsVersion).
+	`CREATE TABLE IF NOT EXISTS retrieval_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)`,
+}
+
+// ftsSchema is the full-text index over retrieval_chunks, which rebuild
+// drops and creates again.
+var ftsSchema = []string{
 	// The index holds our own tokens (terms), lower-cased already: the
 	// ascii tokenizer (cheaper than unicode61) only splits them at the
 	// spaces we put.
@@ -74,15 +79,21 @@ var sqliteSchema = []string{
 	// Contentless (content = ''): the terms are not stored a second time
 	// (the chunks' text is in retrieval_chunks); a chunk leaves the
 	// index by FTS5's 'delete' command with the terms it was indexed
-	// with, recomputed from its text (ftsDelete). An index created
-	// before keeps its content table and plain DELETEs.
+	// with, recomputed from its text (ftsDelete).
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii', content = '')`,
 	// FTS5 writes a segment each time its in-memory terms exceed
-	// hashsize (default 1 MiB): a bigger one makes fewer segments to
-	// merge while ingesting.
+	// hashsize (default 1 MiB), and at the end of each batch's statement:
+	// a bigger one makes fewer segments to merge while ingesting.
 	`INSERT INTO retrieval_fts(retrieval_fts, rank) VALUES ('hashsize', 16777216)`,
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
 }
+
+// termsVersion numbers what terms() makes of a text: 1, every word; 2,
+// without unindexed words. A contentless index can remove a chunk only
+// by the terms it was indexed with, so an index of another version (or
+// an older one with a content table) is rebuilt from its chunks when it
+// is opened.
+const termsVersion = 2
 
 // termsFunc is an SQL function of one text or blob: its terms, which
 // the index's rows are built from in SQLite. Registered with the driver
@@ -94,8 +105,8 @@ func init() {
 		switch v := args[0].(type) {
 		case string:
 			return terms(v), nil
-		case []byte:
-			return terms(string(v)), nil
+		case []byte: // the driver's copy, ours: not copied again
+			return terms(unsafe.String(unsafe.SliceData(v), len(v))), nil
 		case nil:
 			return nil, nil
 		}
@@ -123,13 +134,111 @@ func NewSQLite(ctx context.Context, dbs ...*sql.DB) (*SQLite, error) {
 				return nil, fmt.Errorf("retrieval: creating the index tables: %w", err)
 			}
 		}
-		var ddl string
-		if err := db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl); err != nil {
-			return nil, fmt.Errorf("retrieval: reading the index's schema: %w", err)
+		sh := &shard{db: db}
+		if err := sh.rebuild(ctx); err != nil {
+			return nil, err
 		}
-		s.shards = append(s.shards, &shard{db: db, contentless: strings.Contains(ddl, "content = ''")})
+		s.shards = append(s.shards, sh)
 	}
 	return s, nil
+}
+
+// rebuild creates the full-text index if missing and, if the shard's was
+// built with terms of another version (termsVersion) or has a content
+// table (before version 2), makes it again from the chunks' rows, in one
+// transaction: about the full-text part of ingesting them again, once.
+func (s *shard) rebuild(ctx context.Context) error {
+	current := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) (bool, error) {
+		var version int
+		err := q.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = 'terms'`).Scan(&version)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil || version != termsVersion {
+			return false, err
+		}
+		var ddl string
+		err = q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return strings.Contains(ddl, "content = ''"), err
+	}
+	ok, err := current(s.db)
+	if err == nil && ok {
+		for _, q := range ftsSchema { // the settings, as this version has them
+			if _, err = s.db.ExecContext(ctx, q); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("retrieval: reading the index's schema: %w", err)
+	}
+	if ok {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	}
+	defer tx.Rollback()
+	if ok, err = current(tx); err != nil || ok { // another process did it
+		return err
+	}
+	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_vocab`, `DROP TABLE IF EXISTS retrieval_fts`}, ftsSchema...) {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository FROM retrieval_chunks`)
+	if err != nil {
+		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	}
+	var repos []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			rows.Close()
+			return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+		}
+		repos = append(repos, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	}
+	for _, r := range repos {
+		if err := ftsInsert(ctx, tx, r, 0); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES ('terms', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, termsVersion); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	}
+	return nil
+}
+
+// ftsInsert indexes the repository's chunks from the row first on, by
+// one statement, the terms computed from the stored rows (termsFunc), in
+// rowid order: a statement per chunk cost as much in the driver (each
+// parsed again) as FTS5 spent indexing, and a statement of several rows
+// makes FTS5 write out what is pending (it opens a savepoint), so not
+// several. As blobs: the driver hands a function a text only up to its
+// first NUL (a text may have one).
+func ftsInsert(ctx context.Context, tx *sql.Tx, repository string, first int64) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
+		SELECT id, `+termsFunc+`(CAST(path AS BLOB)), `+termsFunc+`(CAST(text AS BLOB)), ?
+		FROM retrieval_chunks WHERE id >= ? AND repository = ? ORDER BY id`, repoToken(repository), first, repository); err != nil {
+		return fmt.Errorf("retrieval: indexing chunks: %w", err)
+	}
+	return nil
 }
 
 // shardOf is the index of the shard that holds path's chunks.
@@ -227,9 +336,6 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 				rows.Close()
 				return fmt.Errorf("retrieval: %w", err)
 			}
-			if !s.contentless {
-				c.text = ""
-			}
 			old = append(old, c)
 		}
 		rows.Close()
@@ -275,15 +381,8 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
 		return err
 	}
-	// Into FTS5 by one statement, the terms computed from the rows just
-	// stored (termsFunc), in rowid order: a statement per chunk cost as
-	// much in the driver (each parsed again) as FTS5 spent indexing, and
-	// a statement of several rows makes FTS5 write out what is pending
-	// (it opens a savepoint), so not several. As blobs: the driver hands
-	// a function a text only up to its first NUL (a text may have one).
-	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
-		SELECT id, `+termsFunc+`(CAST(path AS BLOB)), `+termsFunc+`(CAST(text AS BLOB)), ? FROM retrieval_chunks WHERE id >= ? ORDER BY id`, repoToken(repository), first); err != nil {
-		return fmt.Errorf("retrieval: indexing chunks: %w", err)
+	if err := ftsInsert(ctx, tx, repository, first); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("retrieval: %w", err)
@@ -400,9 +499,6 @@ func chunkIDs(cs []indexed) []int64 {
 // index), recomputed here from its path, text and repository as Replace
 // computed them.
 func (s *shard) ftsDelete(ctx context.Context, tx *sql.Tx, repository string, chunks []indexed) error {
-	if !s.contentless {
-		return deleteIDs(ctx, tx, "retrieval_fts", "rowid", chunkIDs(chunks))
-	}
 	if len(chunks) == 0 {
 		return nil
 	}

@@ -39,9 +39,8 @@ func vocab(t *testing.T, dbs []*sql.DB) []string {
 // which must be the ones it was indexed with): after a re-sync that
 // changes, deletes and adds files, the index holds what a fresh index of
 // the new commit holds, and after DeleteRepository nothing of that
-// repository. For the server's index (contentless, in Shards files),
-// and in the instance database for a contentless index and one created
-// by an older version (with a content table).
+// repository. For the server's index (in Shards files) and in the
+// instance database (as an older version created it).
 func TestIndexAfterChanges(t *testing.T) {
 	long := strings.Repeat("func padding() {}\n", 600) // past the binary probe
 	// Over 512 chunks: DeleteRepository reads them in pages.
@@ -72,11 +71,9 @@ func TestIndexAfterChanges(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		sharded bool
-		oldDDL  string // created before NewSQLite, as an older version did
 	}{
-		{"sharded", true, ""},
-		{"contentless", false, ""},
-		{"with content", false, `CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`},
+		{"sharded", true},
+		{"one database", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open := func() ([]*sql.DB, *Index) {
@@ -87,17 +84,9 @@ func TestIndexAfterChanges(t *testing.T) {
 				}
 				db := openTestDB(t, t.TempDir())
 				t.Cleanup(func() { db.Close() })
-				if tc.oldDDL != "" {
-					if _, err := db.ExecContext(t.Context(), tc.oldDDL); err != nil {
-						t.Fatal(err)
-					}
-				}
 				be, err := NewSQLite(t.Context(), db)
 				if err != nil {
 					t.Fatal(err)
-				}
-				if be.shards[0].contentless != (tc.oldDDL == "") {
-					t.Fatalf("contentless = %v with the table %q", be.shards[0].contentless, tc.oldDDL)
 				}
 				ix, _ := New(Options{Backend: be})
 				return []*sql.DB{db}, ix
@@ -186,4 +175,118 @@ func commitOn(t *testing.T, dir, parent string, files []repoFile, del ...string)
 		t.Fatal(err)
 	}
 	return c
+}
+
+// termsV1 is terms as termsVersion 1 made them: every word.
+func termsV1(s string) string {
+	var b strings.Builder
+	var parts []string
+	identifiers(s, func(id string) {
+		parts = identTerms(parts, id, func(w string) {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(w)
+		})
+	})
+	return b.String()
+}
+
+// TestRebuildOlderIndex: an index that an older version built, with the
+// terms of version 1, contentless or with a content table, is rebuilt
+// when it is opened: it then holds what a fresh index holds and passes
+// FTS5's integrity check, and a re-sync replaces and removes its chunks
+// exactly.
+func TestRebuildOlderIndex(t *testing.T) {
+	dir, first := makeRepo(t, []repoFile{
+		{path: "pkg/config.go", content: "package pkg\n\n// The parser is here.\nfunc parseConfig(x int) {\n\tfor i := 0; i < x; i++ {\n\t}\n}\n"},
+		{path: "docs/guide.md", content: "# Guide\n\nHow to use the café, a naïve one.\n"},
+		{path: "gone.go", content: "package pkg\n\nfunc goneSoon(s string) {}\n"},
+	})
+	second := commitOn(t, dir, first, []repoFile{
+		{path: "pkg/config.go", content: "package pkg\n\n// It is changed.\nfunc parseConfig(y int) { handle(y) }\n"},
+	}, "gone.go")
+	ingest := func(db *sql.DB, r, from, to string) {
+		be, err := NewSQLite(t.Context(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix, _ := New(Options{Backend: be})
+		if err := ix.Ingest(t.Context(), r, dir, from, to, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := func(rSync string) []string { // r at rSync, other at first
+		db := openTestDB(t, t.TempDir())
+		defer db.Close()
+		ingest(db, "r", "", rSync)
+		ingest(db, "other", "", first)
+		return vocab(t, []*sql.DB{db})
+	}
+	atFirst, atSecond := fresh(first), fresh(second)
+
+	for _, ddl := range []string{
+		`CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii', content = '')`,
+		`CREATE VIRTUAL TABLE retrieval_fts USING fts5(path, body, repo, tokenize = 'ascii')`,
+	} {
+		db := openTestDB(t, t.TempDir())
+		defer db.Close()
+		ingest(db, "r", "", first)
+		ingest(db, "other", "", first)
+		// As version 1 left it: no version, its table, its terms.
+		for _, q := range []string{`DROP TABLE retrieval_vocab`, `DROP TABLE retrieval_fts`, `DROP TABLE retrieval_meta`, ddl,
+			`CREATE VIRTUAL TABLE retrieval_vocab USING fts5vocab(retrieval_fts, row)`} {
+			if _, err := db.ExecContext(t.Context(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := db.QueryContext(t.Context(), `SELECT id, repository, path, text FROM retrieval_chunks`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old [][4]any
+		for rows.Next() {
+			var id int64
+			var repo, path, text string
+			if err := rows.Scan(&id, &repo, &path, &text); err != nil {
+				t.Fatal(err)
+			}
+			old = append(old, [4]any{id, termsV1(path), termsV1(text), repoToken(repo)})
+		}
+		rows.Close()
+		for _, o := range old {
+			if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_fts (rowid, path, body, repo) VALUES (?, ?, ?, ?)`, o[:]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		has := func(v []string, term string) bool {
+			return slices.ContainsFunc(v, func(e string) bool { return strings.HasPrefix(e, "0 "+term+" ") })
+		}
+		if v := vocab(t, []*sql.DB{db}); !has(v, "the") || !has(v, "x") || slices.Equal(v, atFirst) {
+			t.Fatalf("the version-1 index lacks its unindexed words:\n%s", strings.Join(v, "\n"))
+		}
+
+		if _, err := NewSQLite(t.Context(), db); err != nil { // rebuilds
+			t.Fatal(err)
+		}
+		if got := vocab(t, []*sql.DB{db}); !slices.Equal(got, atFirst) {
+			t.Fatalf("%s: after the rebuild:\n%s\nwant (a fresh index):\n%s", ddl, strings.Join(got, "\n"), strings.Join(atFirst, "\n"))
+		}
+		var version, hashsize int
+		var newDDL string
+		if err := db.QueryRowContext(t.Context(), `SELECT (SELECT value FROM retrieval_meta WHERE name = 'terms'),
+			(SELECT v FROM retrieval_fts_config WHERE k = 'hashsize'), (SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts')`).Scan(&version, &hashsize, &newDDL); err != nil {
+			t.Fatal(err)
+		}
+		if version != termsVersion || hashsize != 16<<20 || !strings.Contains(newDDL, "content = ''") {
+			t.Fatalf("after the rebuild: terms version %d, hashsize %d, %s", version, hashsize, newDDL)
+		}
+		ingest(db, "r", first, second)
+		if got := vocab(t, []*sql.DB{db}); !slices.Equal(got, atSecond) {
+			t.Fatalf("%s: after a re-sync:\n%s\nwant (a fresh index):\n%s", ddl, strings.Join(got, "\n"), strings.Join(atSecond, "\n"))
+		}
+		if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
+			t.Fatalf("integrity-check: %v", err)
+		}
+	}
 }

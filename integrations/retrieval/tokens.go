@@ -4,6 +4,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxToken drops longer words (hashes, base64, minified names): they are
@@ -108,72 +109,84 @@ func isASCII(s string) bool {
 	return true
 }
 
-// terms is the text the full-text index holds for s: its words'
-// parts, space separated, in order (so a phrase query of parts finds the
-// identifier). What words gives, written byte by byte for ASCII
-// identifiers (most of code): no string per part.
+// terms is the text the full-text index holds for s: the parts of its
+// words (runs of letters, digits and '_'), space separated, in order (so
+// a phrase query of parts finds the identifier), without the words that
+// stand alone and are unindexed. One pass, byte by byte for ASCII (most
+// of code): no string per word or part.
+//
+// What terms returns for a text must not change without termsVersion:
+// a contentless index removes a chunk by the terms it was indexed with.
 func terms(s string) string {
 	b := make([]byte, 0, len(s)+len(s)/4)
 	var cuts []int // part boundaries in an identifier, reused
-	sep := func() {
-		if len(b) > 0 {
-			b = append(b, ' ')
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf && !asciiWord[c] {
+			i++
+			continue
 		}
-	}
-	ident := func(id string) {
+		start, ascii := i, true
+		for i < len(s) {
+			c := s[i]
+			if c < utf8.RuneSelf {
+				if !asciiWord[c] {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+				break
+			}
+			ascii = false
+			i += size
+		}
+		if i == start { // a rune that is not a letter or digit
+			_, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+			continue
+		}
+		id := s[start:i]
 		if len(id) > maxToken {
-			return
+			continue
 		}
-		if !isASCII(id) {
+		if !ascii {
+			if p := splitIdent(nil, id); len(p) == 1 && unindexed(p[0]) {
+				continue
+			}
 			identTerms(nil, id, func(w string) {
-				sep()
+				b = appendSep(b)
 				b = append(b, w...)
 			})
-			return
+			continue
 		}
 		cuts = asciiCuts(cuts[:0], id)
+		if len(cuts) == 2 && unindexedASCII(id[cuts[0]:cuts[1]]) {
+			continue
+		}
 		if len(cuts) > 2 { // several parts: the joined form first
-			sep()
-			for i := 0; i < len(cuts); i += 2 {
-				b = appendLower(b, id[cuts[i]:cuts[i+1]])
+			b = appendSep(b)
+			for j := 0; j < len(cuts); j += 2 {
+				b = appendLower(b, id[cuts[j]:cuts[j+1]])
 			}
 		}
-		for i := 0; i < len(cuts); i += 2 {
-			sep()
-			b = appendLower(b, id[cuts[i]:cuts[i+1]])
+		for j := 0; j < len(cuts); j += 2 {
+			b = appendSep(b)
+			b = appendLower(b, id[cuts[j]:cuts[j+1]])
 		}
 	}
-	identifiers(s, ident)
-	return string(b)
+	// Not copied again: b is not used after this (terms runs for every
+	// chunk of an ingestion, twice the text's size in garbage otherwise).
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// identifiers calls f with each identifier or word of s: a run of
-// letters, digits and '_'.
-func identifiers(s string, f func(id string)) {
-	start := -1
-	for i := 0; i < len(s); {
-		c := s[i]
-		var word bool
-		size := 1
-		if c < utf8.RuneSelf {
-			word = asciiWord[c]
-		} else {
-			var r rune
-			r, size = utf8.DecodeRuneInString(s[i:])
-			word = unicode.IsLetter(r) || unicode.IsDigit(r)
-		}
-		if word && start < 0 {
-			start = i
-		}
-		if !word && start >= 0 {
-			f(s[start:i])
-			start = -1
-		}
-		i += size
+// appendSep appends the space between two terms, when b has one.
+func appendSep(b []byte) []byte {
+	if len(b) > 0 {
+		b = append(b, ' ')
 	}
-	if start >= 0 {
-		f(s[start:])
-	}
+	return b
 }
 
 // asciiCuts appends to dst the start and end of each part of the ASCII
@@ -232,11 +245,11 @@ const maxQueryWords = 32
 // must occur together, in order.
 type queryWord []string
 
-// parseQuery splits a user's query into words, dropping common English
-// words (unless nothing else is left) and repeats. Nothing of the query's
-// syntax survives: only the parts, which are letters and digits.
+// parseQuery splits a user's query into words, dropping the unindexed
+// ones and repeats. Nothing of the query's syntax survives: only the
+// parts, which are letters and digits.
 func parseQuery(q string) []queryWord {
-	var all, kept []queryWord
+	var kept []queryWord
 	seen := map[string]bool{}
 	for _, field := range strings.FieldsFunc(q, func(r rune) bool {
 		return !(r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r))
@@ -244,30 +257,50 @@ func parseQuery(q string) []queryWord {
 		var w queryWord
 		identParts(field, func(p string) { w = append(w, p) })
 		key := strings.Join(w, " ")
-		if len(w) == 0 || seen[key] {
+		if len(w) == 0 || seen[key] || len(w) == 1 && unindexed(w[0]) {
 			continue
 		}
 		seen[key] = true
-		if len(all) == maxQueryWords {
+		if len(kept) == maxQueryWords {
 			break
 		}
-		all = append(all, w)
-		if len(w) > 1 || !stopWords[w[0]] {
-			kept = append(kept, w)
-		}
-	}
-	if len(kept) == 0 {
-		return all
+		kept = append(kept, w)
 	}
 	return kept
 }
 
-// stopWords are left out of queries: they match nearly every chunk.
-var stopWords = map[string]bool{}
+// unindexed reports whether a word (lower-cased) that stands alone, an
+// identifier of one part, is left out of the index and of queries: one
+// character ("i", "x", "t") or a common English word ("the", "is"). They
+// are a fifth of the words of code, each in nearly every chunk: they
+// hardly rank anything, and were a fifth of the terms FTS5 indexed. As
+// parts of longer identifiers ("isValid") they are indexed: phrases
+// need them.
+func unindexed(w string) bool {
+	return utf8.RuneCountInString(w) == 1 || stopWord(w)
+}
 
-func init() {
-	for _, w := range strings.Fields(`a an and are as at be by can do does for from how i in into is it its
-		of on or that the this to what when where which who why will with`) {
-		stopWords[w] = true
+// unindexedASCII is unindexed for an ASCII word in any case, without
+// allocating.
+func unindexedASCII(w string) bool {
+	if len(w) == 1 {
+		return true
 	}
+	var lower [5]byte // the longest stop word's length
+	if len(w) > len(lower) {
+		return false
+	}
+	return stopWord(string(appendLower(lower[:0], w)))
+}
+
+// stopWord reports whether w is a common English word. A switch: a map
+// look-up (hashing) cost 3 % of an ingestion, for every short word.
+func stopWord(w string) bool {
+	switch w {
+	case "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how", "i", "in",
+		"into", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "what", "when", "where",
+		"which", "who", "why", "will", "with":
+		return true
+	}
+	return false
 }
