@@ -164,11 +164,17 @@ func chunk(p string, data []byte) []Chunk {
 	if n := len(lines); n > 0 && lines[n-1] == "" {
 		lines = lines[:n-1]
 	}
+	// A chunk's text is a slice of the file's (no copy): off[i] is where
+	// lines[i] starts in it.
+	off := make([]int, len(lines)+1)
+	for i, l := range lines {
+		off[i+1] = off[i] + len(l)
+	}
 	lang := language(p)
 	starts := unitStarts(lines, structureOf(lang))
 	var out []Chunk
 	emit := func(from, to int) { // lines[from:to]
-		out = appendWindowed(out, lines, from, to, lang, p)
+		out = appendWindowed(out, text, lines, off, from, to, lang, p)
 	}
 	// Pack units greedily.
 	cur := 0
@@ -265,8 +271,9 @@ func braceDepth(l string, depth int, inBlock bool) (int, bool) {
 }
 
 // appendWindowed adds lines[from:to] as one chunk, or as windows of
-// chunkLines lines overlapping by chunkOverlap, each at most chunkBytes.
-func appendWindowed(out []Chunk, lines []string, from, to int, lang, p string) []Chunk {
+// chunkLines lines overlapping by chunkOverlap, each at most chunkBytes
+// (lines are text's, lines[i] at off[i]).
+func appendWindowed(out []Chunk, text string, lines []string, off []int, from, to int, lang, p string) []Chunk {
 	for from < to {
 		end := min(to, from+chunkLines)
 		size := 0
@@ -290,9 +297,8 @@ func appendWindowed(out []Chunk, lines []string, from, to int, lang, p string) [
 			from++
 			continue
 		}
-		text := strings.Join(lines[from:end], "")
-		if strings.TrimSpace(text) != "" {
-			out = append(out, Chunk{Path: p, Language: lang, StartLine: from + 1, EndLine: end, Text: text})
+		if t := text[off[from]:off[end]]; strings.TrimSpace(t) != "" {
+			out = append(out, Chunk{Path: p, Language: lang, StartLine: from + 1, EndLine: end, Text: t})
 		}
 		if end >= to {
 			break

@@ -149,7 +149,7 @@ func newBlobReader(ctx context.Context, gitDir string, check bool) (*blobReader,
 	if check {
 		mode = "--batch-check"
 	}
-	b := &blobReader{cmd: gitCmd(ctx, gitDir, "cat-file", mode), stderr: &limitedBuffer{n: 4096}}
+	b := &blobReader{cmd: gitCmd(ctx, gitDir, "cat-file", "--buffer", mode), stderr: &limitedBuffer{n: 4096}}
 	b.cmd.Stderr = b.stderr
 	var err error
 	if b.in, err = b.cmd.StdinPipe(); err != nil {
@@ -227,7 +227,11 @@ func (b *blobReader) feed(ids []string) <-chan error {
 				return
 			}
 		}
-		done <- w.Flush()
+		err := w.Flush()
+		if err == nil {
+			err = b.in.Close() // --buffer: git writes its last output at the end of input
+		}
+		done <- err
 	}()
 	return done
 }

@@ -113,9 +113,12 @@ type Stats struct {
 // fewer when their chunks' text reaches ingestBatchBytes (ingestWriters
 // batches being written and the next being read are in memory). Larger
 // batches were not faster: FTS5's in-memory hash of a batch's terms
-// outgrows the CPU caches.
+// outgrows the CPU caches. The first batch is ingestFirstBatch files,
+// each next one twice the one before up to ingestBatch: the writers
+// start sooner (they waited for the first 1024 files to be read).
 const (
 	ingestBatch      = 1024
+	ingestFirstBatch = 128
 	ingestBatchBytes = 32 << 20
 )
 
@@ -267,6 +270,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		remove, chunks, size = nil, nil, 0
 		return nil
 	}
+	limit := ingestFirstBatch
 	for _, c := range list {
 		if wctx.Err() != nil {
 			if err := finish(); err != nil {
@@ -305,7 +309,8 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			st.Indexed++
 			st.Chunks += len(cs)
 		}
-		if len(remove) >= ingestBatch || size >= ingestBatchBytes {
+		if len(remove) >= limit || size >= ingestBatchBytes {
+			limit = min(ingestBatch, 2*limit)
 			if err := flush(); err != nil {
 				return st, err
 			}
