@@ -21,15 +21,17 @@ type Chunk struct {
 	// Vector is the chunk's embedding, when a model is configured.
 	Vector []float32
 
-	terms string // terms(Text), when computed ahead of the backend
+	// terms(Path) and terms(Text), when computed ahead of the backend.
+	pathTerms, terms string
+	termsSet         bool
 }
 
-// bodyTerms is terms(c.Text), computed once.
-func (c *Chunk) bodyTerms() string {
-	if c.terms == "" {
-		c.terms = terms(c.Text)
+// indexTerms are terms(c.Path) and terms(c.Text), computed once.
+func (c *Chunk) indexTerms() (path, body string) {
+	if !c.termsSet {
+		c.pathTerms, c.terms, c.termsSet = terms(c.Path), terms(c.Text), true
 	}
-	return c.terms
+	return c.pathTerms, c.terms
 }
 
 // Chunking limits.

@@ -110,7 +110,7 @@ type Stats struct {
 }
 
 // A batch written to the backend at a time is ingestBatch files, or
-// fewer when their chunks' text reaches ingestBatchBytes (ingestWriters
+// fewer when their chunks' text and terms reach ingestBatchBytes (ingestWriters
 // batches being written and the next being read are in memory). Larger
 // batches were not faster: FTS5's in-memory hash of a batch's terms
 // outgrows the CPU caches. The first batch is ingestFirstBatch files,
@@ -303,9 +303,13 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 				break
 			}
 			cs := chunk(c.path, data)
+			// The terms too, here: the writers are what bounds an
+			// ingestion, and this goroutine waits for git half the time.
+			pt := terms(c.path)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				size += len(cs[i].Text)
+				cs[i].pathTerms, cs[i].terms, cs[i].termsSet = pt, terms(cs[i].Text), true
+				size += len(cs[i].Text) + len(cs[i].terms)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++

@@ -100,7 +100,38 @@ const termsVersion = 2
 // for every connection opened after this package's initialization.
 const termsFunc = "retrieval_terms"
 
+// pendingFunc is an SQL function of (batch, i, column): the terms of
+// chunk i of a batch being written, column 0 its path's, 1 its text's,
+// as the batch's reader computed them (beside the writers, not in them).
+const pendingFunc = "retrieval_pending"
+
+// pending holds the batches whose FTS5 rows a statement is inserting,
+// by key, for pendingFunc: the driver registers a function for every
+// connection at once, so what it reads is shared the same way. An entry
+// lives for one statement.
+var pending = struct {
+	sync.Mutex
+	next    int64
+	batches map[int64][]Chunk
+}{batches: map[int64][]Chunk{}}
+
 func init() {
+	sqlite.MustRegisterScalarFunction(pendingFunc, 3, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		key, _ := args[0].(int64)
+		i, _ := args[1].(int64)
+		col, _ := args[2].(int64)
+		pending.Lock()
+		cs := pending.batches[key]
+		pending.Unlock()
+		if i < 0 || i >= int64(len(cs)) {
+			return nil, fmt.Errorf("%s: no chunk %d in batch %d", pendingFunc, i, key)
+		}
+		path, body := cs[i].indexTerms()
+		if col == 0 {
+			return path, nil
+		}
+		return body, nil
+	})
 	sqlite.MustRegisterDeterministicScalarFunction(termsFunc, 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
 		switch v := args[0].(type) {
 		case string:
@@ -211,7 +242,7 @@ func (s *shard) rebuild(ctx context.Context) error {
 		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
 	}
 	for _, r := range repos {
-		if err := ftsInsert(ctx, tx, r, 0); err != nil {
+		if err := ftsInsert(ctx, tx, r); err != nil {
 			return err
 		}
 	}
@@ -225,17 +256,14 @@ func (s *shard) rebuild(ctx context.Context) error {
 	return nil
 }
 
-// ftsInsert indexes the repository's chunks from the row first on, by
-// one statement, the terms computed from the stored rows (termsFunc), in
-// rowid order: a statement per chunk cost as much in the driver (each
-// parsed again) as FTS5 spent indexing, and a statement of several rows
-// makes FTS5 write out what is pending (it opens a savepoint), so not
-// several. As blobs: the driver hands a function a text only up to its
+// ftsInsert indexes the repository's stored chunks by one statement,
+// their terms computed from the rows (termsFunc), in rowid order (see
+// replace). As blobs: the driver hands a function a text only up to its
 // first NUL (a text may have one).
-func ftsInsert(ctx context.Context, tx *sql.Tx, repository string, first int64) error {
+func ftsInsert(ctx context.Context, tx *sql.Tx, repository string) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
 		SELECT id, `+termsFunc+`(CAST(path AS BLOB)), `+termsFunc+`(CAST(text AS BLOB)), ?
-		FROM retrieval_chunks WHERE id >= ? AND repository = ? ORDER BY id`, repoToken(repository), first, repository); err != nil {
+		FROM retrieval_chunks WHERE repository = ? ORDER BY id`, repoToken(repository), repository); err != nil {
 		return fmt.Errorf("retrieval: indexing chunks: %w", err)
 	}
 	return nil
@@ -381,8 +409,26 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
 		return err
 	}
-	if err := ftsInsert(ctx, tx, repository, first); err != nil {
-		return err
+	// Into FTS5 by one statement, in rowid order, the terms the batch's
+	// reader computed (pendingFunc; an Index computes them beside the
+	// writers, others here): a statement per chunk cost as much in the
+	// driver (each parsed again) as FTS5 spent indexing, and a statement
+	// of several rows makes FTS5 write out what is pending (it opens a
+	// savepoint), so not several.
+	pending.Lock()
+	pending.next++
+	key := pending.next
+	pending.batches[key] = chunks
+	pending.Unlock()
+	defer func() {
+		pending.Lock()
+		delete(pending.batches, key)
+		pending.Unlock()
+	}()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
+		SELECT id, `+pendingFunc+`(?, id - ?, 0), `+pendingFunc+`(?, id - ?, 1), ?
+		FROM retrieval_chunks WHERE id >= ? ORDER BY id`, key, first, key, first, repoToken(repository), first); err != nil {
+		return fmt.Errorf("retrieval: indexing chunks: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("retrieval: %w", err)

@@ -126,8 +126,9 @@ func (w *Weaviate) Replace(ctx context.Context, repository string, remove []stri
 		objs := make([]*models.Object, len(part))
 		for j := range part {
 			c := &part[j]
+			pt, bt := c.indexTerms()
 			objs[j] = &models.Object{Class: w.class, Vector: c.Vector, Properties: map[string]any{
-				"repository": repository, "path": c.Path, "path_terms": terms(c.Path), "body_terms": c.bodyTerms(),
+				"repository": repository, "path": c.Path, "path_terms": pt, "body_terms": bt,
 				"text": c.Text, "commit": c.Commit, "language": c.Language, "start_line": c.StartLine, "end_line": c.EndLine,
 			}}
 		}
