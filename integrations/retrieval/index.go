@@ -303,13 +303,13 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 				break
 			}
 			cs := chunk(c.path, data)
-			// The terms too, here: the writers are what bounds an
-			// ingestion, and this goroutine waits for git half the time.
-			pt := terms(c.path)
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
-				cs[i].pathTerms, cs[i].terms, cs[i].termsSet = pt, terms(cs[i].Text), true
-				size += len(cs[i].Text) + len(cs[i].terms)
+				// The terms too, here: the writers are what bounds an
+				// ingestion, and this goroutine waits for git half the
+				// time.
+				_, body := cs[i].indexTerms()
+				size += len(cs[i].Text) + len(body)
 			}
 			chunks = append(chunks, cs...)
 			st.Indexed++

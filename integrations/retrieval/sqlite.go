@@ -379,7 +379,7 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	// in a transaction, every later statement that opens a savepoint
 	// (any of several rows) makes it write its pending terms out as a
 	// new segment, many small segments that it merges again and again.
-	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
+	if err := deleteChunks(ctx, tx, ids); err != nil {
 		return err
 	}
 	// Rows go in insertRows at a time, with IDs assigned here (the
@@ -451,13 +451,13 @@ func placeholders(rows, cols int) string {
 	return one + strings.Repeat(","+one, rows-1)
 }
 
-// deleteIDs removes the rows of table whose key column is in ids.
-func deleteIDs(ctx context.Context, tx *sql.Tx, table, key string, ids []int64) error {
+// deleteChunks removes the chunks' rows whose IDs are in ids.
+func deleteChunks(ctx context.Context, tx *sql.Tx, ids []int64) error {
 	for len(ids) > 0 {
 		n := min(len(ids), 500)
 		list := idList(ids[:n])
 		ids = ids[n:]
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+key+` IN (`+list+`)`); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_chunks WHERE id IN (`+list+`)`); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
@@ -519,7 +519,7 @@ func (s *shard) deleteRepository(ctx context.Context, repository string) error {
 		}
 		ids = append(ids, chunkIDs(page)...)
 	}
-	if err := deleteIDs(ctx, tx, "retrieval_chunks", "id", ids); err != nil {
+	if err := deleteChunks(ctx, tx, ids); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -177,19 +177,21 @@ func commitOn(t *testing.T, dir, parent string, files []repoFile, del ...string)
 	return c
 }
 
-// termsV1 is terms as termsVersion 1 made them: every word.
+// termsV1 is terms as termsVersion 1 made them: every word, the joined
+// form of an identifier of several parts first.
 func termsV1(s string) string {
-	var b strings.Builder
-	var parts []string
+	var ws []string
 	identifiers(s, func(id string) {
-		parts = identTerms(parts, id, func(w string) {
-			if b.Len() > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(w)
-		})
+		if len(id) > maxToken {
+			return
+		}
+		parts := splitIdent(nil, id)
+		if len(parts) > 1 {
+			ws = append(ws, strings.Join(parts, ""))
+		}
+		ws = append(ws, parts...)
 	})
-	return b.String()
+	return strings.Join(ws, " ")
 }
 
 // TestRebuildOlderIndex: an index that an older version built, with the

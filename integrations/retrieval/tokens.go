@@ -31,13 +31,17 @@ func identParts(id string, f func(string)) {
 
 // identTerms is identParts with, first, the whole identifier lower-cased
 // without underscores when it has more than one part ("parseconfig"):
-// an exact identifier then also matches as one rare word. parts is
-// scratch space, returned for reuse.
+// an exact identifier then also matches as one rare word; and nothing
+// for an identifier of one unindexed part. parts is scratch space,
+// returned for reuse.
 func identTerms(parts []string, id string, f func(string)) []string {
 	if len(id) > maxToken {
 		return parts
 	}
 	parts = splitIdent(parts[:0], id)
+	if len(parts) == 1 && unindexed(parts[0]) {
+		return parts
+	}
 	if len(parts) > 1 {
 		f(strings.Join(parts, ""))
 	}
@@ -152,9 +156,6 @@ func terms(s string) string {
 			continue
 		}
 		if !ascii {
-			if p := splitIdent(nil, id); len(p) == 1 && unindexed(p[0]) {
-				continue
-			}
 			identTerms(nil, id, func(w string) {
 				b = appendSep(b)
 				b = append(b, w...)

@@ -16,15 +16,10 @@ import (
 // first two also "parseconfig" before them, see identTerms);
 // "HTTPServer" gives "http", "server"; digits stay with the letters
 // before them ("utf8", "sha256"); a word of one unindexed part gives
-// nothing.
+// nothing (identTerms).
 func words(s string, f func(string)) {
 	var parts []string // reused across identifiers
-	identifiers(s, func(id string) {
-		if p := splitIdent(nil, id); len(id) <= maxToken && len(p) == 1 && unindexed(p[0]) {
-			return
-		}
-		parts = identTerms(parts, id, f)
-	})
+	identifiers(s, func(id string) { parts = identTerms(parts, id, f) })
 }
 
 // identifiers calls f with each identifier or word of s: a run of
