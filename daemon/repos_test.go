@@ -18,8 +18,8 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 )
 
-// git runs a test setup git command (trusted input).
-func gitCmd(t *testing.T, dir string, args ...string) string {
+// gitCmd runs a test setup git command (trusted input) and returns its output.
+func gitCmd(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,7 +28,7 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	dir := t.TempDir()
 	work := filepath.Join(dir, "work")
 	bare = filepath.Join(dir, "remote.git")
-	git := func(d string, args ...string) { gitCmdT(t, d, args...) }
+	git := func(d string, args ...string) { gitCmd(t, d, args...) }
 	git(dir, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
 	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
@@ -40,18 +39,6 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	git(work, "commit", "-q", "-am", "break the setup")
 	git(dir, "clone", "-q", "--bare", work, bare)
 	return bare
-}
-
-// gitCmdT runs a test setup git command (trusted input).
-func gitCmdT(t testing.TB, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=Setup", "GIT_AUTHOR_EMAIL=setup@example.com", "GIT_COMMITTER_NAME=Setup", "GIT_COMMITTER_EMAIL=setup@example.com")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
 }
 
 // addSetupRepo adds and syncs repository name (url's branch) with

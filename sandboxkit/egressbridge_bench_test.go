@@ -14,6 +14,7 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // BenchmarkEgressCurlDownload is the 100 MB download as a sandboxed
@@ -32,33 +33,18 @@ func BenchmarkEgressCurlDownload(b *testing.B) {
 		b.Fatal("curl is needed on the host (and so in the sandbox's /usr)")
 	}
 	const size = 100 << 20
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		block := make([]byte, 1<<20)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	block := make([]byte, 1<<20) // only read from
+	port := sandboxtest.ServeTCP(b, "127.0.0.1:0", func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", size)
+		for range size / len(block) {
+			if _, err := c.Write(block); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", size)
-				for range size / len(block) {
-					if _, err := c.Write(block); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	})
 	p := sessionPolicy(b)
 	p.Egress = &egress.Options{Allow: []string{"allowed.test"},
 		Resolver: egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}},
