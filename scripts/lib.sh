@@ -9,19 +9,20 @@ TEST_USER=${CODUMENTOR_TEST_USER:-codumentor-test}
 TEST_HOME=/var/tmp/codumentor-test
 STAGE=$TEST_HOME/src
 
-# stage_tree copies the working tree (tracked and untracked files, as they
-# are now, without .git) to $STAGE, owned by the test user.
+# stage_tree ROOT [DEST] copies the working tree (tracked and untracked
+# files, as they are now, without .git) to DEST (default $STAGE), owned by
+# the test user.
 stage_tree() {
-	local root=$1
+	local root=$1 dest=${2:-$STAGE}
 	mkdir -p "$TEST_HOME"
 	chown "$TEST_USER": "$TEST_HOME"
 	chmod 0755 "$TEST_HOME"
-	rm -rf "$STAGE"
-	mkdir -p "$STAGE"
+	rm -rf "$dest"
+	mkdir -p "$dest"
 	(cd "$root" && git ls-files -z --cached --others --exclude-standard |
 		xargs -0 -r stat --printf '%n\0' 2>/dev/null |
-		tar --null -T - -cf -) | tar -C "$STAGE" -xf -
-	chown -R "$TEST_USER": "$STAGE"
+		tar --null -T - -cf -) | tar -C "$dest" -xf -
+	chown -R "$TEST_USER": "$dest"
 }
 
 # as_test_user runs a command as the test user with a clean environment:
