@@ -40,6 +40,7 @@ import (
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/retrieval"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -217,7 +218,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if trees.setups, err = openSetups(ctx, filepath.Join(inst.WorkspacesDir(), "setups"), db, &setups{
 		convs: convs, repos: s.repos, log: log.Named("setup"),
 		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
-		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: new(cfg.Sandbox.SandboxLimits()),
+		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: setupLimits(cfg),
 		launching: launchRecorder(db),
 	}); err != nil {
 		return nil, err
@@ -517,6 +518,17 @@ func (t *trees) Remove(conversation string) error {
 	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
 }
 
+// setupLimits are the setup sandbox's limits: a setup layer is shared
+// like a snapshot, and bounded like one (repositories.max_snapshot_bytes,
+// or the workspace's budget if smaller).
+func setupLimits(cfg config.Config) *sandboxkit.Limits {
+	l := cfg.Sandbox.SandboxLimits()
+	if m := int64(cfg.Repositories.MaxSnapshotBytes); l.Disk == 0 || m < l.Disk {
+		l.Disk = m
+	}
+	return &l
+}
+
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
@@ -524,7 +536,8 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db)},
+		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db),
+			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes)},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
 		Log:               log.Named("repos"),

@@ -267,7 +267,7 @@ func (s *setups) setup(user, conversation string) (string, error) {
 	}
 	snap, err := s.repos.Snapshot(ctx, r.ID, c.BaseCommit)
 	if err != nil {
-		return "", fmt.Errorf("the repository snapshot could not be prepared: %w", err)
+		return "", err // ErrSnapshot's text, with its reason
 	}
 	script, digest, err := setupKey(snap, r.SetupNetwork, r.SetupEgress)
 	if err != nil {
@@ -324,6 +324,9 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		msg := strings.NewReplacer(upper, "/workspace", work, "/workspace", snap, "/workspace", tmp, "(setup layer)").Replace(err.Error())
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return "", fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
+		}
+		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
+			return "", fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", script, s.limits.Disk>>20)
 		}
 		return "", fmt.Errorf("the setup script %s failed: %s (its output is in the setup_output events)", script, msg)
 	}

@@ -52,10 +52,12 @@ type Limits struct {
 	// SIGXCPU at the limit, SIGKILL a second later. It bounds work, where
 	// Cmd.Timeout bounds waiting.
 	CPUTime time.Duration
-	// Disk caps the blocks the workspace's upper layer (and overlayfs's
-	// work dir) occupy, in bytes: the command running when it is crossed
-	// is killed (LimitError{Limit: LimitDisk}). Sparse files count what
-	// they occupy, not their apparent size.
+	// Disk caps the blocks the sandbox's writable host trees occupy, in
+	// bytes: the workspace's upper layer (and overlayfs's work dir) and
+	// the directories bound ReadWrite. The command running when it is
+	// crossed is killed, and a one-shot command that ends above it
+	// fails (LimitError{Limit: LimitDisk}). Sparse files count what they
+	// occupy, not their apparent size.
 	Disk int64
 
 	// Cgroup is the delegated subtree (cgroup.Options.Path); empty means
@@ -336,12 +338,12 @@ const (
 	diskPollMax = 5 * time.Second
 )
 
-// watchDisk starts watching w. base is w's usage before the first command
-// started (workspaceUsage): the first reading is compared with it, so a
-// command that crosses the budget at once (fallocate) is stopped too. A
-// reading is also taken when the commands stop running, so the next
-// command is compared with what they left.
-func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(used int64)) *diskWatch {
+// watchDisk starts watching the trees dirs (diskTrees). base is their
+// usage before the first command started (treesUsage): the first reading
+// is compared with it, so a command that crosses the budget at once
+// (fallocate) is stopped too. A reading is also taken when the commands
+// stop running, so the next command is compared with what they left.
+func watchDisk(dirs []string, budget, base int64, active func() bool, over func(used int64)) *diskWatch {
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
@@ -357,7 +359,7 @@ func watchDisk(w *Workspace, budget, base int64, active func() bool, over func(u
 			}
 			if now := active(); now || wasActive {
 				start := time.Now()
-				used := workspaceUsage(w, budget)
+				used := treesUsage(dirs, budget)
 				// The walk is the cost: poll at most a tenth of the time.
 				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
 				if now && used > budget && used > last {
@@ -378,18 +380,36 @@ func (d *diskWatch) close() {
 	}
 }
 
-// workspaceUsage is the blocks w's upper layer and overlayfs's work dir
-// occupy. A tree deeper than the walk goes counts as the whole budget
-// more: what it holds is not known, so the command that makes one is
-// stopped as crossing the budget, and so is, while it exists, any
-// command that writes elsewhere (writes below that depth are not seen).
-func workspaceUsage(w *Workspace, budget int64) int64 {
-	u, deepU := diskUsage(w.Upper)
-	k, deepK := diskUsage(w.Work)
-	if deepU || deepK {
-		return u + k + budget
+// diskTrees are the host trees p's sandbox writes, which Limits.Disk
+// bounds: the workspace's upper layer and overlayfs's work dir, and the
+// ReadWrite binds (a bind that is not a directory counts nothing).
+func diskTrees(p *Policy) []string {
+	var dirs []string
+	if w := p.Workspace; w != nil {
+		dirs = append(dirs, w.Upper, w.Work)
 	}
-	return u + k
+	for _, b := range p.ReadWrite {
+		dirs = append(dirs, b.Src)
+	}
+	return dirs
+}
+
+// treesUsage is the blocks the trees dirs occupy. A tree deeper than the
+// walk goes counts as the whole budget more: what it holds is not known,
+// so the command that makes one is stopped as crossing the budget, and
+// so is, while it exists, any command that writes elsewhere (writes
+// below that depth are not seen).
+func treesUsage(dirs []string, budget int64) int64 {
+	var n int64
+	deep := false
+	for _, d := range dirs {
+		u, du := diskUsage(d)
+		n, deep = n+u, deep || du
+	}
+	if deep {
+		return n + budget
+	}
+	return n
 }
 
 // diskUsage sums the blocks the tree at dir occupies, and says whether

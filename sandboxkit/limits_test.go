@@ -556,8 +556,7 @@ func TestDiskUsageHostile(t *testing.T) {
 	if _, deep := diskUsage(chain); !deep {
 		t.Errorf("a chain of %d directories was walked to its end", diskMaxDepth+10)
 	}
-	ws := &Workspace{Upper: chain, Work: t.TempDir()}
-	if used := workspaceUsage(ws, 64<<20); used <= 64<<20 {
+	if used := treesUsage([]string{chain, t.TempDir()}, 64<<20); used <= 64<<20 {
 		t.Errorf("a workspace too deep to measure used %d of a 64 MiB budget, want more", used)
 	}
 

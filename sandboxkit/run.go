@@ -66,6 +66,7 @@ type Cmd struct {
 	limits   *sandboxLimits
 	disk     *diskWatch
 	diskUsed atomic.Int64
+	diskEnd  func() // takes the last reading once the sandbox is gone
 	// self runs this program's own binary (Args follow argv[0]),
 	// passed in as a descriptor like the Session supervisor.
 	self bool
@@ -217,9 +218,10 @@ func (c *Cmd) launch(ctx context.Context) error {
 		unlock()
 		return err
 	}
-	var base int64 // the workspace before the command wrote
-	if w := p.Workspace; w != nil && p.Limits.Disk > 0 {
-		base = workspaceUsage(w, p.Limits.Disk)
+	dirs := diskTrees(&p)
+	var base int64 // the writable trees before the command wrote
+	if len(dirs) > 0 && p.Limits.Disk > 0 {
+		base = treesUsage(dirs, p.Limits.Disk)
 	}
 	c.begin(ctx)
 	c.unlock = unlock
@@ -229,11 +231,18 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	sl.started()
-	if w, budget := p.Workspace, p.Limits.Disk; w != nil && budget > 0 {
-		c.disk = watchDisk(w, budget, base, func() bool { return true }, func(used int64) {
+	if budget := p.Limits.Disk; len(dirs) > 0 && budget > 0 {
+		c.disk = watchDisk(dirs, budget, base, func() bool { return true }, func(used int64) {
 			c.diskUsed.Store(used)
 			c.cancel()
 		})
+		c.diskEnd = func() {
+			// A command that wrote past the budget between two readings
+			// and ended is not let off: its result is over the budget.
+			if used := treesUsage(dirs, budget); c.diskUsed.Load() == 0 && used > budget && used > base {
+				c.diskUsed.Store(used)
+			}
+		}
 	}
 	return nil
 }
@@ -315,6 +324,9 @@ func (c *Cmd) wait() error {
 	// gone; the delay only guards against a bug there.
 	c.rc.wait(5 * time.Second)
 	c.disk.close()
+	if c.diskEnd != nil {
+		c.diskEnd()
+	}
 	p := c.rc.proc
 	// Whether the context killed the sandbox, asked before our own
 	// cancel (which only releases the context's resources).
@@ -343,8 +355,12 @@ func (c *Cmd) wait() error {
 		return lim.limitError(hit, used, setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.code)))
 	}
 	c.State.ExitCode = st.exitCode
-	if st.exitCode != 0 {
-		return lim.limitError(hit, used, &ExitError{Code: st.exitCode})
+	if st.exitCode != 0 || hit == LimitDisk {
+		var exit error
+		if st.exitCode != 0 {
+			exit = &ExitError{Code: st.exitCode}
+		}
+		return lim.limitError(hit, used, exit)
 	}
 	if waitErr != nil {
 		return waitErr

@@ -168,8 +168,8 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return release()
 	}
 	// Before launch: the session's end closes it.
-	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
-		s.disk = watchDisk(w, budget, workspaceUsage(w, budget), s.running, s.overDisk)
+	if dirs, budget := diskTrees(&pc), pc.Limits.Disk; len(dirs) > 0 && budget > 0 {
+		s.disk = watchDisk(dirs, budget, treesUsage(dirs, budget), s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
 		s.disk.close()

@@ -171,9 +171,10 @@ func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repo
 	if err == nil {
 		_, err = s.d.Repositories.Snapshot(ctx, r.ID, commit)
 	}
-	if errors.Is(err, repos.ErrSnapshot) && r.RunSetup && s.d.StartSetup != nil {
+	if errors.Is(err, repos.ErrSnapshot) && !errors.Is(err, repos.ErrSnapshotTooLarge) && r.RunSetup && s.d.StartSetup != nil {
 		// Its setup fails in turn, saying why: the conversation stays,
-		// with its workspace tools disabled.
+		// with its workspace tools disabled. A tree too large is
+		// refused: no tool could ever use it.
 		err = nil
 	}
 	if err != nil {
@@ -181,7 +182,10 @@ func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repo
 			s.log.Warn("removing a conversation whose snapshot failed", "conversation", conv.ID, "err", derr)
 		}
 		if errors.Is(err, repos.ErrSnapshot) {
-			return apiError(http.StatusServiceUnavailable, "snapshot_failed", "%s", repos.ErrSnapshot.Error())
+			if errors.Is(err, repos.ErrSnapshotTooLarge) {
+				return apiError(http.StatusUnprocessableEntity, "snapshot_failed", "%s", err.Error())
+			}
+			return apiError(http.StatusServiceUnavailable, "snapshot_failed", "%s", err.Error())
 		}
 		return err
 	}

@@ -110,6 +110,11 @@ type Repositories struct {
 	ProtectedBranches []string `yaml:"protected_branches"`
 	// MaxPushBytes bounds a pushed patch (default 16 MiB).
 	MaxPushBytes int64 `yaml:"max_push_bytes"`
+	// MaxSnapshotBytes bounds the disk one snapshot's checkout takes,
+	// and one project setup's layer, measured while they run (default
+	// 2 GiB): past it the checkout or setup is stopped and removed, and
+	// conversations on that commit are refused with the reason.
+	MaxSnapshotBytes Size `yaml:"max_snapshot_bytes"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -267,7 +272,7 @@ func Default() Config {
 			Egress:          DefaultEgress(),
 		},
 		Log:          Log{Level: "info"},
-		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
+		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30},
 		Office:       DefaultOffice(),
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
@@ -362,6 +367,9 @@ func (c Config) Validate() error {
 	}
 	if c.Repositories.MaxPushBytes <= 0 {
 		errs = append(errs, errors.New("repositories.max_push_bytes must be positive"))
+	}
+	if c.Repositories.MaxSnapshotBytes <= 0 {
+		errs = append(errs, errors.New("repositories.max_snapshot_bytes must be positive"))
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":

@@ -133,7 +133,15 @@ type Service struct {
 	log hclog.Logger
 	// snapMu serializes making and collecting snapshots.
 	snapMu sync.Mutex
+	// tooLarge are the snapshots ("<repository>-<commit>") whose
+	// checkout crossed Sandbox.CheckoutBytes (guarded by snapMu): a
+	// commit's tree does not shrink, so they are refused without
+	// another checkout.
+	tooLarge map[string]error
 }
+
+// maxTooLarge bounds Service.tooLarge; past it the record starts over.
+const maxTooLarge = 1024
 
 // DefaultMaxPatchBytes is Options.MaxPatchBytes's default.
 const DefaultMaxPatchBytes = 16 << 20
@@ -482,7 +490,11 @@ func (s *Service) snapshotDir(id, commit string) string {
 }
 
 // ErrSnapshot is wrapped by Snapshot's error; its text names no host path.
-var ErrSnapshot = errors.New("the repository snapshot could not be prepared; the server log has the details")
+var ErrSnapshot = errors.New("the repository snapshot could not be prepared")
+
+// ErrSnapshotTooLarge is wrapped by Snapshot's error (it wraps
+// ErrSnapshot) for a tree larger than repositories.max_snapshot_bytes.
+var ErrSnapshotTooLarge = fmt.Errorf("%w: its files take more disk than repositories.max_snapshot_bytes allows", ErrSnapshot)
 
 // Snapshot returns the directory holding repository id's tree at commit,
 // checking it out in a sandbox first if missing. Snapshots are shared
@@ -502,20 +514,34 @@ func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, erro
 	if st, err := os.Lstat(d); err == nil && st.IsDir() {
 		return d, nil
 	}
+	name := SnapshotName(id, commit)
+	if err := s.tooLarge[name]; err != nil {
+		return "", err
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(s.o.Dir, "snapshots"), ".tmp-")
 	if err != nil {
-		return "", err
+		s.log.Error("making a repository snapshot's directory failed", "err", err)
+		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
 	}
 	if err := s.o.Sandbox.Checkout(ctx, s.Mirror(id), commit, tmp); err != nil {
 		overlay.RemoveAll(tmp)
 		// The model and clients see this error: the details (host
 		// paths, bwrap's words) go to the log only.
 		s.log.Error("checking out a repository snapshot failed", "repository", id, "commit", commit, "err", err)
-		return "", ErrSnapshot
+		if errors.Is(err, git.ErrTooLarge) {
+			err := fmt.Errorf("%w (%d MiB); the checkout was stopped and removed", ErrSnapshotTooLarge, s.o.Sandbox.CheckoutBytes>>20)
+			if len(s.tooLarge) >= maxTooLarge || s.tooLarge == nil {
+				s.tooLarge = map[string]error{}
+			}
+			s.tooLarge[name] = err
+			return "", err
+		}
+		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
 	}
 	if err := os.Rename(tmp, d); err != nil {
 		overlay.RemoveAll(tmp)
-		return "", err
+		s.log.Error("keeping a repository snapshot failed", "err", err)
+		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
 	}
 	return d, nil
 }

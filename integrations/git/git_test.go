@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,63 @@ func TestParseCredential(t *testing.T) {
 		if got != want {
 			t.Errorf("ParseCredential(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// bombRepository makes a repository holding one blob of size bytes of
+// one repeated line (a small object; zeros would be checked out as
+// sparse files, which take no disk) under names names, and fetches it
+// into a mirror; it returns the mirror and its head.
+func bombRepository(t *testing.T, size string, names int) (mirror, head string) {
+	t.Helper()
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	sh(t, dir, nil, "git", "init", "-q", "-b", "main", work)
+	sh(t, work, nil, "git", "config", "core.compression", "1")
+	blob := sh(t, work, nil, "sh", "-c", "yes codumentor | head -c "+size+" | git hash-object -w --stdin")
+	for i := range names {
+		sh(t, work, nil, "git", "update-index", "--add", "--cacheinfo", "100644,"+blob+",copy"+strconv.Itoa(i)+".bin")
+	}
+	sh(t, work, nil, "git", "commit", "-q", "-m", "bomb")
+	base := t.TempDir()
+	mirror = filepath.Join(base, "m.git")
+	head, err := (&Git{TempDir: base}).Fetch(context.Background(), mirror, "file://"+work, "main", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mirror, head
+}
+
+// A small repository whose tree is large (one compressible blob under
+// ten names, 200 MiB) is stopped near CheckoutBytes with ErrTooLarge,
+// measured while the checkout runs; a tree within it checks out.
+func TestCheckoutBudget(t *testing.T) {
+	needSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mirror, head := bombRepository(t, "20M", 10)
+	const budget = 64 << 20
+	dest := t.TempDir()
+	err := (Sandbox{CheckoutBytes: budget}).Checkout(ctx, mirror, head, dest)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("checkout of 200 MiB with a budget of 64 MiB: %v, want ErrTooLarge", err)
+	}
+	var files int
+	var size int64
+	ents, _ := os.ReadDir(dest)
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			files, size = files+1, size+fi.Size()
+		}
+	}
+	t.Logf("stopped with %d files, %d MiB written", files, size>>20)
+	// Stopped near the budget, well before the tree's 200 MiB.
+	if size >= 160<<20 {
+		t.Errorf("the checkout wrote %d MiB of 200 before it was stopped, budget 64 MiB", size>>20)
+	}
+
+	small := t.TempDir()
+	if err := (Sandbox{CheckoutBytes: 256 << 20}).Checkout(ctx, mirror, head, small); err != nil {
+		t.Fatalf("checkout of 200 MiB with a budget of 256 MiB: %v", err)
 	}
 }

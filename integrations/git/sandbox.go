@@ -28,6 +28,9 @@ type Sandbox struct {
 	Limits *sandboxkit.Limits
 	// Timeout bounds one run (default 10 minutes).
 	Timeout time.Duration
+	// CheckoutBytes bounds the blocks a checkout writes, measured while
+	// it runs (Limits.Disk of its sandbox); 0 means Limits.Disk.
+	CheckoutBytes int64
 	// Launching, if set, is told of each run before it starts
 	// (sandboxkit.Policy.Launching); its error refuses the run.
 	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
@@ -70,8 +73,22 @@ const bundleRef = "refs/heads/codumentor-push"
 // BundleName is the file Commit writes in its output directory.
 const BundleName = "push.bundle"
 
-func (sb Sandbox) run(ctx context.Context, mirror, out string, env []string, stdin io.Reader, argv ...string) (string, error) {
-	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: mirror, Output: out, Launching: sb.Launching})
+// ErrTooLarge is wrapped by Checkout's error when the tree takes more
+// than its budget (Sandbox.CheckoutBytes): the checkout was stopped, and
+// what it wrote is left in dest for the caller to remove.
+var ErrTooLarge = errors.New("git: the checkout is larger than its disk budget")
+
+func (sb Sandbox) run(ctx context.Context, mirror, out string, disk int64, env []string, stdin io.Reader, argv ...string) (string, error) {
+	limits := sb.Limits
+	if disk > 0 {
+		l := sandboxkit.DefaultLimits()
+		if limits != nil {
+			l = *limits
+		}
+		l.Disk = disk
+		limits = &l
+	}
+	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: limits, Input: mirror, Output: out, Launching: sb.Launching})
 	if err != nil {
 		return "", err
 	}
@@ -86,6 +103,9 @@ func (sb Sandbox) run(ctx context.Context, mirror, out string, env []string, std
 	cmd.OutputLimit = 64 << 10
 	cmd.Timeout = timeout
 	if err := cmd.Run(); err != nil {
+		if cmd.State != nil && cmd.State.Limit == sandboxkit.LimitDisk {
+			return "", fmt.Errorf("%w (%d bytes): %w", ErrTooLarge, p.Limits.Disk, err)
+		}
 		msg := strings.TrimSpace(stderr.String())
 		if len(msg) > 2048 {
 			msg = msg[len(msg)-2048:]
@@ -98,12 +118,13 @@ func (sb Sandbox) run(ctx context.Context, mirror, out string, env []string, std
 // Checkout writes the tree of commit (a full object name) of the bare
 // repository mirror into dest, an existing empty directory, inside a
 // sandbox. Symlinks are written as symlinks, submodules as empty
-// directories; the host reads nothing of the tree.
+// directories; the host reads nothing of the tree. A tree larger than
+// CheckoutBytes stops it with an error wrapping ErrTooLarge.
 func (sb Sandbox) Checkout(ctx context.Context, mirror, commit, dest string) error {
 	if !IsCommitID(commit) {
 		return fmt.Errorf("git checkout: %q is not a commit ID", commit)
 	}
-	_, err := sb.run(ctx, mirror, dest, nil, nil, "sh", "-c", checkoutScript, "checkout", commit)
+	_, err := sb.run(ctx, mirror, dest, sb.CheckoutBytes, nil, nil, "sh", "-c", checkoutScript, "checkout", commit)
 	return err
 }
 
@@ -150,7 +171,7 @@ func (sb Sandbox) Commit(ctx context.Context, mirror, base string, patch io.Read
 		"GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email,
 		"CODUMENTOR_MESSAGE=" + message,
 	}
-	stdout, err := sb.run(ctx, mirror, out, env, patch, "sh", "-c", commitScript, "commit", base)
+	stdout, err := sb.run(ctx, mirror, out, 0, env, patch, "sh", "-c", commitScript, "commit", base)
 	if err != nil {
 		return "", err
 	}

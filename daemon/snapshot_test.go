@@ -1,0 +1,124 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/daemon/jobs"
+)
+
+// diskBlocks is the bytes the blocks of the tree at dir occupy.
+func diskBlocks(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// A small repository whose tree takes 200 MiB (one compressible blob
+// under ten names; not zeros, which git writes as sparse files), with repositories.max_snapshot_bytes at 64 MiB: the
+// checkout is stopped near the cap while it runs, the partial snapshot
+// is removed, and the conversation is refused with the reason (422
+// snapshot_failed, no host path), again without another checkout.
+func TestSnapshotOverCapRefused(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	gitCmd(t, work, "config", "core.compression", "1")
+	hash := exec.Command("sh", "-c", "yes codumentor | head -c 20M | git hash-object -w --stdin")
+	hash.Dir = work
+	out, err := hash.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := strings.TrimSpace(string(out))
+	for i := range 10 {
+		gitCmd(t, work, "update-index", "--add", "--cacheinfo", "100644,"+blob+",copy"+strconv.Itoa(i)+".bin")
+	}
+	gitCmd(t, work, "commit", "-q", "-m", "a small repository with a large tree")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+
+	in := newInstance(t, "repositories:\n  max_snapshot_bytes: 64MiB\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	var repo struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "bomb", "url": "file://" + bare, "branch": "main"}, &repo)
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
+		t.Fatalf("sync: %+v", j)
+	}
+
+	// The host's disk under the snapshots, sampled while the checkout runs.
+	snaps := filepath.Join(in.dir, "repos", "snapshots")
+	var peak atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak.Store(max(peak.Load(), diskBlocks(snaps)))
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	refused := func() string {
+		t.Helper()
+		status, body, _ := admin.do("POST", "/api/v1/conversations", map[string]string{"repository": repo.ID})
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		json.Unmarshal(body, &e)
+		if status != http.StatusUnprocessableEntity || e.Error.Code != "snapshot_failed" ||
+			!strings.Contains(e.Error.Message, "max_snapshot_bytes") || strings.Contains(e.Error.Message, in.dir) {
+			t.Fatalf("conversation on a 200 MiB tree, cap 64 MiB: %d %s", status, body)
+		}
+		return e.Error.Message
+	}
+	msg := refused()
+	close(stop)
+	<-sampled
+	t.Logf("refused: %s; peak %d MiB under snapshots", msg, peak.Load()>>20)
+	if peak.Load() >= 160<<20 {
+		t.Errorf("the snapshots took up to %d MiB of the tree's 200 MiB, cap 64 MiB", peak.Load()>>20)
+	}
+	if ents, err := os.ReadDir(snaps); err != nil || len(ents) != 0 {
+		t.Fatalf("snapshots left: %v %v", ents, err)
+	}
+	// Refused again, with the reason, without checking it out again.
+	launches := strings.Count(p.stderr.String(), "checking out a repository snapshot failed")
+	if again := refused(); again != msg {
+		t.Errorf("second refusal %q, first %q", again, msg)
+	}
+	if n := strings.Count(p.stderr.String(), "checking out a repository snapshot failed"); n != launches {
+		t.Errorf("the second conversation checked out the tree again (%d failures logged, then %d)", launches, n)
+	}
+	var list struct{ Conversations []any }
+	admin.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
+	if len(list.Conversations) != 0 {
+		t.Errorf("refused conversations kept: %v", list.Conversations)
+	}
+}
