@@ -44,7 +44,6 @@ func startExternalAgent(ctx context.Context, s *server, cfg config.Config) error
 		Isolation:        cfg.Enabled(config.PluginWorkspaceIsolation),
 		AllowUnsandboxed: cfg.AllowUnsandboxedExternalAgents,
 		Engine:           s.engine,
-		Workspaces:       s.trees,
 		Logger:           slog.New(slogHandler{log: s.log.Named("external_agent")}),
 	})
 	if err != nil {

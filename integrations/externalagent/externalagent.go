@@ -5,7 +5,11 @@
 // no network unless its egress allow-list is non-empty. Tier 0 runs it on
 // the host, unconfined: only because the operator wrote so, and while
 // workspace isolation is enabled only with
-// allow_unsandboxed_external_agents too; every start logs a warning.
+// allow_unsandboxed_external_agents too; every start logs a warning. It
+// works in a private copy of the conversation's workspace, whose changes
+// are brought back into the conversation's layer when it ends
+// (agentcore.Engine.RunOnCopy): never in the project tree that every
+// conversation on the commit shares.
 //
 // Every call is an executing tool call: it waits for the user's approval
 // (the engine's approval gate), which shows the exact command line.
@@ -162,12 +166,10 @@ type Options struct {
 	// AllowUnsandboxed is allow_unsandboxed_external_agents: tier 0
 	// while isolation is enabled.
 	AllowUnsandboxed bool
-	// Engine runs tier-1 agents in conversations' workspaces; its
-	// Config.Programs must hold Programs(Agents, Isolation).
+	// Engine runs tier-1 agents in conversations' workspaces, and gives
+	// tier-0 agents their copy of one; its Config.Programs must hold
+	// Programs(Agents, Isolation).
 	Engine *agentcore.Engine
-	// Workspaces gives the project tree a tier-0 agent runs in (on the
-	// host: it writes there directly, without a copy-on-write layer).
-	Workspaces agentcore.Workspaces
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -186,8 +188,8 @@ func New(o Options) (*Tool, error) {
 	if err := Validate(o.Agents); err != nil {
 		return nil, err
 	}
-	if o.Engine == nil || o.Workspaces == nil {
-		return nil, errors.New("externalagent: Options.Engine and Options.Workspaces are required")
+	if o.Engine == nil {
+		return nil, errors.New("externalagent: Options.Engine is required")
 	}
 	t := &Tool{o: o, agents: map[string]Config{}, log: o.Logger}
 	if t.log == nil {
@@ -307,7 +309,7 @@ func (t *Tool) Prepare(ctx context.Context, c *agentcore.Call) (agentcore.Action
 	}
 	cwd := sandboxkit.WorkspaceDir
 	if !ag.sandboxed(t.o.Isolation) {
-		cwd = "(the project tree on the host)"
+		cwd = "(a private copy of the workspace on the host)"
 	}
 	return agentcore.Action{Command: t.command(ag, argv), Cwd: cwd}, nil
 }
@@ -365,20 +367,19 @@ func (t *Tool) Run(ctx context.Context, c *agentcore.Call) (string, error) {
 // hostOutputLimit bounds a tier-0 agent's output kept.
 const hostOutputLimit = 1 << 20
 
-// runHost runs a tier-0 agent on the host, in the conversation's project
-// tree, with a minimal environment, in its own process group (killed
-// whole at the time limit).
+// runHost runs a tier-0 agent on the host, in a private copy of the
+// conversation's workspace whose changes come back into its layer (a
+// failed project setup refuses it like every execution tool), with a
+// minimal environment, in its own process group (killed whole at the
+// time limit).
 func (t *Tool) runHost(ctx context.Context, c *agentcore.Call, argv, env []string, w io.Writer, timeout time.Duration) error {
-	dir, err := t.o.Workspaces.Lower(ctx, c.User, c.Conversation)
-	if err != nil {
-		return fmt.Errorf("workspace of this conversation: %w", err)
-	}
-	// A failed project setup disables it like every execution tool.
-	if lw, ok := t.o.Workspaces.(agentcore.LayeredWorkspaces); ok {
-		if _, err := lw.Layers(ctx, c.User, c.Conversation); err != nil {
-			return fmt.Errorf("workspace of this conversation: %w", err)
-		}
-	}
+	return t.o.Engine.RunOnCopy(ctx, c, func(ctx context.Context, dir string) error {
+		return runIn(ctx, dir, argv, env, w, timeout)
+	})
+}
+
+// runIn runs argv in dir on the host.
+func runIn(ctx context.Context, dir string, argv, env []string, w io.Writer, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -390,7 +391,7 @@ func (t *Tool) runHost(ctx context.Context, c *agentcore.Call, argv, env []strin
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
+	err := cmd.Run()
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}

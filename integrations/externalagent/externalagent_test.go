@@ -131,7 +131,7 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 	}
 	t.Cleanup(func() { e.Close() })
 	ev := &env{t: t, e: e, store: store, dir: dir, lower: lower, hostF: hostF, dials: dials, addr: ln.Addr().String(), logs: logs}
-	tool, err := externalagent.New(externalagent.Options{Agents: agents, Isolation: isolation, AllowUnsandboxed: allow, Engine: e, Workspaces: workspacesOf(lower), Logger: log})
+	tool, err := externalagent.New(externalagent.Options{Agents: agents, Isolation: isolation, AllowUnsandboxed: allow, Engine: e, Logger: log})
 	if err != nil {
 		ev.toolErr = err
 		return ev
@@ -314,7 +314,7 @@ func TestTier0(t *testing.T) {
 			t.Fatal(ev.toolErr)
 		}
 		out, _, approved := ev.run("conv1")
-		if !has(out, "cwd: "+ev.lower, "host file: READ", "[exit status 0]") || !strings.Contains(approved, "UNSANDBOXED") {
+		if !has(out, "cwd: ", "host file: READ", "[exit status 0]") || strings.Contains(out, "cwd: "+ev.lower) || !strings.Contains(approved, "UNSANDBOXED") {
 			t.Fatalf("isolation %v: approval %q, output:\n%s", isolation, approved, out)
 		}
 		if strings.Count(ev.logs.String(), "UNSANDBOXED") < 2 {
@@ -357,4 +357,160 @@ func TestValidate(t *testing.T) {
 	if err := externalagent.Validate([]externalagent.Config{{Name: "a", Command: "/usr/bin/true", SandboxTier: "1"}}); err != nil {
 		t.Error(err)
 	}
+}
+
+// tier0Agent edits, adds, deletes, re-types and chmods files in its
+// working directory, and plants symlinks out of the tree (to a host
+// directory and a host file) and a FIFO.
+const tier0Agent = `#!/bin/sh
+set -e
+echo "cwd: $(pwd)"
+printf 'edited by the agent\n' >> README.md
+mkdir -p sub/deeper
+echo new > sub/deeper/new.txt
+rm gone.txt
+rm -rf docs
+ln -s "$(dirname "$AGENTCLI_HOST_FILE")/outside" docs
+rm plain.txt
+ln -s "$AGENTCLI_HOST_FILE" plain.txt
+rm -rf data
+mkdir data
+echo fresh > data/fresh.txt
+mkdir conf
+echo new > conf/new.txt
+chmod 755 tool.sh
+mkfifo fifo
+echo "report: done"
+`
+
+// A tier-0 agent works on a private copy of the conversation's
+// workspace: the shared project tree is unchanged, another conversation
+// on it sees nothing, and the changes come back into the conversation's
+// upper layer, where its sandbox (real overlayfs) and its diff show
+// them. The agent's symlinks come back as symlinks: nothing is read or
+// written through them, and a FIFO does not come back.
+func TestTier0PrivateCopy(t *testing.T) {
+	requireSandbox(t)
+	script := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(script, []byte(tier0Agent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agents := []externalagent.Config{{Name: "fake", Command: script, SandboxTier: externalagent.Tier0}}
+	check := `cat README.md; ls -A conf data; test -e gone.txt || echo gone-ok; readlink docs plain.txt; cat sub/deeper/new.txt; test -x tool.sh && echo exec-ok; test -e fifo || echo no-fifo; cat keep.txt`
+	ev := newEnv(t, agents, true, true,
+		shellCall("rm -rf conf"), // the conversation deleted conf before: a whiteout over the project's
+		agentCall("rework the tree"),
+		shellCall(check),
+		llmtest.Step{Text: "Done."})
+	if ev.toolErr != nil {
+		t.Fatal(ev.toolErr)
+	}
+	project := map[string]string{
+		"gone.txt": "gone\n", "docs/a.md": "docs\n", "plain.txt": "plain\n", "data/old.txt": "old\n",
+		"conf/c.txt": "c\n", "keep.txt": "kept\n", "tool.sh": "echo tool\n",
+	}
+	for name, body := range project {
+		p := filepath.Join(ev.lower, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := filepath.Join(ev.dir, "outside")
+	os.Mkdir(outside, 0o755)
+	os.WriteFile(filepath.Join(outside, "outside.txt"), []byte("outside\n"), 0o644)
+
+	turn, err := ev.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: "conv1", Content: "rework it"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := turn.Wait(ctx); err != nil {
+		t.Fatalf("turn: %v", err)
+	}
+	var outputs []string
+	for _, e := range ev.store.AllEvents("conv1") {
+		if e.Type == agentcore.EventToolOutput {
+			var d map[string]any
+			json.Unmarshal(e.Data, &d)
+			s, _ := d["output"].(string)
+			outputs = append(outputs, s)
+		}
+	}
+	if len(outputs) != 3 {
+		t.Fatalf("tool outputs: %q", outputs)
+	}
+	if out := outputs[1]; !has(out, "cwd: ", "report: done", "[exit status 0]") || strings.Contains(out, "cwd: "+ev.lower) {
+		t.Fatalf("agent output:\n%s", out)
+	}
+	// The conversation's sandbox sees the agent's tree.
+	want := []string{"# project\nedited by the agent\n", "conf:\nnew.txt\n", "data:\nfresh.txt\n", "gone-ok\n",
+		outside + "\n" + ev.hostF + "\n", "new\n", "exec-ok\n", "no-fifo\n", "kept\n"}
+	if out := outputs[2]; !has(out, want...) || strings.Contains(out, "c.txt") || strings.Contains(out, "old.txt") {
+		t.Fatalf("the conversation's sandbox after the agent:\n%s", out)
+	}
+
+	// The shared project tree and the host are as they were.
+	for name, body := range project {
+		if b, err := os.ReadFile(filepath.Join(ev.lower, name)); err != nil || string(b) != body {
+			t.Errorf("project %s: %q %v", name, b, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ev.lower, "README.md")); string(b) != "# project\n" {
+		t.Errorf("project README.md: %q", b)
+	}
+	if ents, _ := os.ReadDir(ev.lower); len(ents) != 8 {
+		t.Errorf("project tree: %v", ents)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("the directory a symlink pointed to was written: %v", ents)
+	}
+	if b, _ := os.ReadFile(ev.hostF); string(b) != "host-secret-value" {
+		t.Errorf("the host file a symlink pointed to: %q", b)
+	}
+	upper := filepath.Join(ev.dir, "layers", "conv1", "upper")
+	for _, name := range []string{"docs", "plain.txt"} {
+		if fi, err := os.Lstat(filepath.Join(upper, name)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s in the upper layer: %v %v, want the agent's symlink", name, fi, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(upper, "keep.txt")); err == nil {
+		t.Error("an unchanged file was copied into the upper layer")
+	}
+	ents, _ := os.ReadDir(filepath.Join(ev.dir, "layers", "conv1"))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "hostcopy-") {
+			t.Errorf("the agent's copy was left: %v", ents)
+		}
+	}
+
+	// Another conversation on the same project sees none of it.
+	if _, err := ev.e.ReadWorkspace(t.Context(), "alice", "conv2", "sub/deeper/new.txt", ""); err == nil {
+		t.Error("conversation 2 sees the agent's new file")
+	}
+	if f, err := ev.e.ReadWorkspace(t.Context(), "alice", "conv2", "README.md", ""); err != nil || string(f.Content) != "# project\n" {
+		t.Errorf("conversation 2's README.md: %v %v", f, err)
+	}
+
+	// The first conversation's diff shows the agent's changes.
+	var diff strings.Builder
+	if err := overlay.WritePatch(&diff, ev.lower, upper); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"+edited by the agent", "b/sub/deeper/new.txt", "a/gone.txt", "a/docs/a.md", "a/data/old.txt", "b/data/fresh.txt",
+		"a/conf/c.txt", "b/conf/new.txt", "new mode 100755", "+" + ev.hostF} {
+		if !strings.Contains(diff.String(), w) {
+			t.Errorf("the diff lacks %q:\n%s", w, diff.String())
+			break
+		}
+	}
+	if strings.Contains(diff.String(), "host-secret-value") || strings.Contains(diff.String(), "outside.txt") || strings.Contains(diff.String(), "fifo") {
+		t.Errorf("the diff went through a symlink or has the FIFO:\n%s", diff.String())
+	}
+}
+
+func shellCall(cmd string) llmtest.Step {
+	b, _ := json.Marshal(map[string]string{"command": cmd})
+	return llmtest.Step{ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: string(b)}}}
 }
