@@ -17,6 +17,20 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 )
 
+// addRepo adds repository name (url's main branch) and syncs it; it
+// returns its ID.
+func addRepo(t *testing.T, admin *client, name, url string) string {
+	t.Helper()
+	var repo struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": name, "url": url, "branch": "main"}, &repo)
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
+		t.Fatalf("sync: %+v", j)
+	}
+	return repo.ID
+}
+
 // diskBlocks is the bytes the blocks of the tree at dir occupy.
 func diskBlocks(dir string) int64 {
 	var n int64
@@ -62,13 +76,7 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 	in.addUser("root", pw, true)
 	p := in.start()
 	admin := p.login("root", pw)
-	var repo struct{ ID string }
-	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "bomb", "url": "file://" + bare, "branch": "main"}, &repo)
-	var sync struct{ Job jobs.Job }
-	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
-	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
-		t.Fatalf("sync: %+v", j)
-	}
+	repo := addRepo(t, admin, "bomb", "file://"+bare)
 
 	// The host's disk under the snapshots, sampled while the checkout runs.
 	snaps := filepath.Join(in.dir, "repos", "snapshots")
@@ -87,7 +95,7 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 	}()
 	refused := func() string {
 		t.Helper()
-		status, body, _ := admin.do("POST", "/api/v1/conversations", map[string]string{"repository": repo.ID})
+		status, body, _ := admin.do("POST", "/api/v1/conversations", map[string]string{"repository": repo})
 		var e struct {
 			Error struct{ Code, Message string }
 		}
