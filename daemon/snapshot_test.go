@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/jobs"
 )
 
@@ -128,5 +129,37 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 	admin.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
 	if len(list.Conversations) != 0 {
 		t.Errorf("refused conversations kept: %v", list.Conversations)
+	}
+}
+
+// A project setup whose layer grows past repositories.max_snapshot_bytes
+// is stopped while it runs, its layer is not kept, and the conversation's
+// setup fails with the reason.
+func TestSetupLayerOverCap(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("yes codumentor | head -c 200M > big\necho survived\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "a setup that fills the disk")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+
+	in := newInstance(t, "repositories:\n  max_snapshot_bytes: 64MiB\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	repo := addSetupRepo(t, admin, "filler", "file://"+bare, "main")
+	var conv struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+	types, output, end := setupEvents(t, admin.follow(conv.ID, ""))
+	reason, _ := end["error"].(string)
+	if types[len(types)-1] != agentcore.EventSetupFailed || strings.Contains(output, "survived") ||
+		!strings.Contains(reason, "max_snapshot_bytes") || strings.Contains(reason, in.dir) {
+		t.Fatalf("setup: events %v, output %q, end %v", types, output, end)
+	}
+	t.Logf("setup failed: %s", reason)
+	if ents, err := os.ReadDir(filepath.Join(in.dir, "workspaces", "setups")); err != nil || len(ents) != 0 {
+		t.Errorf("setup layers kept: %v %v", ents, err)
 	}
 }
