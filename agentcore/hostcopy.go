@@ -552,7 +552,7 @@ func (x *copier) sameFile(after *os.File, name string, ast *unix.Stat_t, bdir *o
 	if ast.Size != bst.Size || ast.Mode&0o777 != bst.Mode&0o777 {
 		return false, nil
 	}
-	if ast.Ctim.Nano() < x.since.Nano() {
+	if ast.Ctim.Nano() < x.since.Nano() && ast.Mtim == bst.Mtim {
 		return true, nil // not touched since export wrote it
 	}
 	a, err := openFileAt(after, name, p)

@@ -18,6 +18,28 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 )
 
+// bareRepo makes a bare repository whose main branch has files, and
+// what index (if set) adds in its work tree before the commit; it
+// returns the bare repository's path.
+func bareRepo(t *testing.T, files map[string]string, index func(work string)) string {
+	t.Helper()
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitCmd(t, work, "add", "-A")
+	if index != nil {
+		index(work)
+	}
+	gitCmd(t, work, "commit", "-q", "-m", "initial")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	return bare
+}
+
 // addRepo adds repository name (url's main branch) and syncs it; it
 // returns its ID.
 func addRepo(t *testing.T, admin *client, name, url string) string {
@@ -56,22 +78,19 @@ func diskBlocks(dir string) int64 {
 // snapshot_failed, no host path), again without another checkout.
 func TestSnapshotOverCapRefused(t *testing.T) {
 	needSandbox(t)
-	dir := t.TempDir()
-	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
-	gitCmd(t, dir, "init", "-q", "-b", "main", work)
-	gitCmd(t, work, "config", "core.compression", "1")
-	hash := exec.Command("sh", "-c", "yes codumentor | head -c 20M | git hash-object -w --stdin")
-	hash.Dir = work
-	out, err := hash.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob := strings.TrimSpace(string(out))
-	for i := range 10 {
-		gitCmd(t, work, "update-index", "--add", "--cacheinfo", "100644,"+blob+",copy"+strconv.Itoa(i)+".bin")
-	}
-	gitCmd(t, work, "commit", "-q", "-m", "a small repository with a large tree")
-	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	bare := bareRepo(t, nil, func(work string) {
+		gitCmd(t, work, "config", "core.compression", "1")
+		hash := exec.Command("sh", "-c", "yes codumentor | head -c 20M | git hash-object -w --stdin")
+		hash.Dir = work
+		out, err := hash.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := strings.TrimSpace(string(out))
+		for i := range 10 {
+			gitCmd(t, work, "update-index", "--add", "--cacheinfo", "100644,"+blob+",copy"+strconv.Itoa(i)+".bin")
+		}
+	})
 
 	in := newInstance(t, "repositories:\n  max_snapshot_bytes: 64MiB\n")
 	in.addUser("root", pw, true)
@@ -137,13 +156,7 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 // setup fails with the reason.
 func TestSetupLayerOverCap(t *testing.T) {
 	needSandbox(t)
-	dir := t.TempDir()
-	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
-	gitCmd(t, dir, "init", "-q", "-b", "main", work)
-	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("yes codumentor | head -c 200M > big\necho survived\n"), 0o644)
-	gitCmd(t, work, "add", "-A")
-	gitCmd(t, work, "commit", "-q", "-m", "a setup that fills the disk")
-	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	bare := bareRepo(t, map[string]string{"setup.sh": "yes codumentor | head -c 200M > big\necho survived\n"}, nil)
 
 	in := newInstance(t, "repositories:\n  max_snapshot_bytes: 64MiB\n")
 	in.addUser("root", pw, true)

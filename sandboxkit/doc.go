@@ -24,7 +24,7 @@
 // quota. /tmp and HOME are sized tmpfs; file size, open files and core
 // dumps are hard rlimits, and so, per sandbox, address space and CPU time
 // when set (Limits.AddressSpace, Limits.CPUTime); a disk budget stops the
-// command that fills the workspace. Without a delegated cgroup the Doctor's "limits" check warns
+// command that fills the workspace (or a directory bound ReadWrite). Without a delegated cgroup the Doctor's "limits" check warns
 // "rlimits only"; Limits.Require makes that a refusal (ErrUnavailable,
 // ErrLimitsUnavailable).
 //
