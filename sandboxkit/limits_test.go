@@ -340,6 +340,40 @@ func TestLimitsDiskFastFill(t *testing.T) {
 	}
 }
 
+// TestLimitsDiskReadWrite: the disk budget covers a directory bound
+// read-write (here the git profile's /out): a command that keeps writing
+// there is stopped, and one that crosses the budget at once and exits
+// before the first reading fails all the same; one within it runs.
+func TestLimitsDiskReadWrite(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Disk = 64 << 20
+	for _, tc := range []struct {
+		name, cmd string
+		limit     Limit
+	}{
+		{"keeps writing", "yes > /out/big", LimitDisk},
+		{"at once, then exits", "fallocate -l 200M /out/big", LimitDisk},
+		{"within the budget", "fallocate -l 16M /out/small", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Profile(ProfileGit, ProfileOptions{Input: t.TempDir(), Output: t.TempDir(), Seccomp: seccomp.Enforce, Limits: &l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Command(t.Context(), p, "sh", "-c", tc.cmd)
+			err = c.Run()
+			var le *LimitError
+			if got := errors.As(err, &le); got != (tc.limit != "") || got && le.Limit != tc.limit || c.State.Limit != tc.limit {
+				t.Fatalf("%s: %v (state %+v), want limit %q", tc.cmd, err, c.State, tc.limit)
+			}
+			if tc.limit == "" && err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestLimitsRlimits: the rlimits hold inside, hard, and no core dumps.
 func TestLimitsRlimits(t *testing.T) {
 	requireSandbox(t)
