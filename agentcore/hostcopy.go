@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -63,7 +64,11 @@ func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Co
 	}
 	defer overlay.RemoveAll(tmp)
 	tree := filepath.Join(tmp, "tree")
-	x := &copier{skipped: map[string]bool{}}
+	budget := sandboxkit.DefaultLimits().Disk
+	if e.cfg.Limits != nil {
+		budget = e.cfg.Limits.Disk
+	}
+	x := &copier{skipped: map[string]bool{}, budget: budget}
 	if err := x.export(v, tree); err != nil {
 		e.log.Error("copying a workspace to the host failed", "conversation", c.Conversation, "err", err)
 		return fmt.Errorf("the copy of the workspace could not be made: %w", hidePaths(err, lower, layer.Dir))
@@ -90,6 +95,9 @@ type copier struct {
 	// since is the copy's stamp: a file whose ctime is before it is as
 	// export wrote it.
 	since unix.Timespec
+	// budget bounds the bytes of the files bringBack writes (the
+	// workspace's disk budget; 0: none); written counts them.
+	budget, written int64
 }
 
 // export writes the merged tree of v to dst, which must not exist.
@@ -377,8 +385,12 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 			if err != nil {
 				return err
 			}
+			if x.written += ast.Size; x.budget > 0 && x.written > x.budget {
+				src.Close()
+				return fmt.Errorf("%s: the changed files take more than the workspace's disk budget of %d MiB; what came before it was brought back", show(p), x.budget>>20)
+			}
 			err = x.replace(up, name, p, func(ufd int) error {
-				return writeFileAt(ufd, name, perm, src, p)
+				return writeFileAt(ufd, name, perm, io.LimitReader(src, ast.Size), p)
 			})
 			src.Close()
 			if err != nil {
@@ -615,7 +627,7 @@ func openFileAt(dir *os.File, name, rel string) (*os.File, error) {
 
 // writeFileAt creates the regular file name in the directory dfd (which
 // must not have it) with mode perm and src's content.
-func writeFileAt(dfd int, name string, perm uint32, src *os.File, rel string) error {
+func writeFileAt(dfd int, name string, perm uint32, src io.Reader, rel string) error {
 	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return wsErr(rel, err)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // RunOnCopy against a hostile program on the host: what it leaves is
@@ -100,5 +102,22 @@ func TestRunOnCopyHostile(t *testing.T) {
 			}
 			tc.check(t, upper)
 		})
+	}
+}
+
+// RunOnCopy brings back at most the workspace's disk budget of files.
+func TestRunOnCopyBudget(t *testing.T) {
+	l := sandboxkit.DefaultLimits()
+	l.Disk = 1 << 20
+	h := newHarness(t, &llmtest.Script{}, func(c *agentcore.Config) { c.Limits = &l })
+	call := &agentcore.Call{User: "alice", Conversation: "conv1"}
+	err := h.e.RunOnCopy(t.Context(), call, func(ctx context.Context, dir string) error {
+		return os.WriteFile(filepath.Join(dir, "big.bin"), make([]byte, 2<<20), 0o644)
+	})
+	if !errors.Is(err, agentcore.ErrCopyBack) || !strings.Contains(err.Error(), "disk budget of 1 MiB") {
+		t.Fatalf("RunOnCopy of 2 MiB, budget 1 MiB: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(h.upper("conv1"), "big.bin")); err == nil {
+		t.Error("big.bin was brought back")
 	}
 }
