@@ -57,6 +57,12 @@ func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Co
 	defer unlock()
 	layer.Touch(time.Now())
 	defer func() { layer.Touch(time.Now()) }()
+	// A copy a stopped server left (the workspace is held: no run uses one).
+	if old, _ := filepath.Glob(filepath.Join(layer.Dir, "hostcopy-*")); len(old) > 0 {
+		for _, d := range old {
+			overlay.RemoveAll(d)
+		}
+	}
 	tmp, err := os.MkdirTemp(layer.Dir, "hostcopy-")
 	if err != nil {
 		e.log.Error("making a host copy of a workspace failed", "conversation", c.Conversation, "err", err)
