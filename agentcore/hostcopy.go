@@ -58,10 +58,9 @@ func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Co
 	layer.Touch(time.Now())
 	defer func() { layer.Touch(time.Now()) }()
 	// A copy a stopped server left (the workspace is held: no run uses one).
-	if old, _ := filepath.Glob(filepath.Join(layer.Dir, "hostcopy-*")); len(old) > 0 {
-		for _, d := range old {
-			overlay.RemoveAll(d)
-		}
+	old, _ := filepath.Glob(filepath.Join(layer.Dir, "hostcopy-*"))
+	for _, d := range old {
+		overlay.RemoveAll(d)
 	}
 	tmp, err := os.MkdirTemp(layer.Dir, "hostcopy-")
 	if err != nil {
