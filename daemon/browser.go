@@ -33,7 +33,7 @@ type browsers struct {
 // on the first request.
 func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) {
 	bs.once.Do(func() {
-		mode, err := browser.SandboxFromEnv()
+		mode, err := browser.SandboxFor(cfg.Browser.RequireSandbox)
 		if err != nil {
 			bs.err = err
 			return
@@ -124,6 +124,10 @@ func browserLaunchRecorder(db *gorm.DB) func(context.Context, browser.Launch) er
 	}
 }
 
+// browserSandboxRemedy is what closes the browser's run without Chrome's
+// sandbox.
+const browserSandboxRemedy = "run the server as an unprivileged user where unprivileged user namespaces are allowed (or give this binary an AppArmor profile that allows them), and set browser.require_sandbox: true so that it never starts without"
+
 // browserChecks: the browser binary is found (its verdict, once it
 // started), and for mermaid_render the mermaid script is readable.
 func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
@@ -137,6 +141,9 @@ func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Chec
 			v = s.browsers.b.Verdict()
 		}
 		c.Detail = fmt.Sprintf("%s (%s); %s", bin.Path, bin.Source, v)
+		if v.Decided && !v.Sandboxed {
+			c.Warning, c.Remedy = true, browserSandboxRemedy
+		}
 	}
 	return []api.Check{c}
 }

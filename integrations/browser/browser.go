@@ -51,7 +51,7 @@ var ErrNoChrome = errors.New("browser: no Chrome or Chromium found: install Debi
 
 // ErrSandbox is returned when EnvSandbox=1 requires Chrome's sandbox and
 // the browser cannot start with it.
-var ErrSandbox = errors.New("browser: Chrome sandbox required (" + EnvSandbox + "=1) but Chrome cannot start with it")
+var ErrSandbox = errors.New("browser: Chrome sandbox required (browser.require_sandbox, or " + EnvSandbox + "=1) but Chrome cannot start with it")
 
 // SandboxMode says whether Chrome's sandbox is tried, required or skipped.
 type SandboxMode int
@@ -78,6 +78,20 @@ func SandboxFromEnv() (SandboxMode, error) {
 	default:
 		return 0, fmt.Errorf("%s=%q: want 1 (require Chrome's sandbox), 0 (no sandbox) or unset (try it)", EnvSandbox, v)
 	}
+}
+
+// SandboxFor is the mode of a server whose configuration requires
+// Chrome's sandbox (require) or leaves it to EnvSandbox. Requiring it
+// while EnvSandbox=0 turns it off is an error: the two contradict.
+func SandboxFor(require bool) (SandboxMode, error) {
+	mode, err := SandboxFromEnv()
+	switch {
+	case err != nil || !require:
+		return mode, err
+	case mode == SandboxOff:
+		return 0, fmt.Errorf("browser.require_sandbox is set and %s=0 turns Chrome's sandbox off: unset one", EnvSandbox)
+	}
+	return SandboxRequire, nil
 }
 
 // Binary is the Chrome or Chromium executable and where it was found.
