@@ -185,7 +185,9 @@ func TestBrowserSandboxWarning(t *testing.T) {
 	if !c.OK || !c.Warning || !strings.Contains(c.Detail, "Chrome sandbox off") || !strings.Contains(c.Remedy, "browser.require_sandbox: true") || !r.Ready {
 		t.Errorf("browser row while running with --no-sandbox = %+v (ready %v), want OK with a warning", c, r.Ready)
 	}
-	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.HasPrefix(w, "browser: ") && strings.Contains(w, "Chrome sandbox off") }) {
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool {
+		return strings.HasPrefix(w, "browser: ") && strings.Contains(w, "Chrome sandbox off")
+	}) {
 		t.Errorf("warnings = %q, want the browser's", r.Warnings)
 	}
 	p.stop()
