@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/integrations/browser"
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 )
 
 // browsers holds the one headless browser the webretrieve and
@@ -53,9 +55,13 @@ func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) 
 			Binary:      bin,
 			Sandbox:     mode,
 			IdleTimeout: cfg.Browser.IdleTimeout.Std(),
-			Mermaid:     cfg.MermaidRender.Script,
-			Log:         s.log.Named("browser"),
-			Launching:   browserLaunchRecorder(s.db),
+			// Its own cgroup, in the sandboxes' delegated subtree.
+			Memory:        int64(cfg.Browser.Memory),
+			Cgroup:        cfg.Sandbox.Limits.Cgroup,
+			RequireLimits: cfg.Sandbox.RequireLimits,
+			Mermaid:       cfg.MermaidRender.Script,
+			Log:           s.log.Named("browser"),
+			Launching:     browserLaunchRecorder(s.db),
 			Policy: browser.Policy{
 				AllowPrivate: cfg.WebRetrieve.AllowPrivate,
 				ServerPorts:  func() []uint16 { return []uint16{uint16(bs.port.Load())} },
@@ -143,6 +149,12 @@ func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Chec
 		c.Detail = fmt.Sprintf("%s (%s); %s", bin.Path, bin.Source, v)
 		if v.Decided && !v.Sandboxed {
 			c.Warning, c.Remedy = true, browserSandboxRemedy
+		}
+		if s.browsers.b != nil {
+			if why := s.browsers.b.Unbounded(); why != "" {
+				c.Detail += "; " + why
+				c.Warning, c.Remedy = true, strings.TrimPrefix(c.Remedy+"; ", "; ")+cgroup.Remedy()
+			}
 		}
 	}
 	return []api.Check{c}

@@ -233,7 +233,7 @@ func TestPolicyAfterResolution(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	c := newClient(Policy{})
+	c := newClient(Policy{}, nil)
 	_, err = c.Get(fmt.Sprintf("http://localhost:%d/", port))
 	if err == nil || !strings.Contains(refusal(err), "loopback") {
 		t.Fatalf("GET localhost = %v, want refused as loopback", err)

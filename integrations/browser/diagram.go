@@ -200,7 +200,7 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 		// The page catches what the diagram makes fail: this is the
 		// page's end (its time is up, the renderer crashed), which the
 		// diagram may well have caused.
-		return nil, b.renderFailed(ctx, err)
+		return nil, b.renderFailed(ctx, pg, err)
 	}
 	if r.Error != "" {
 		return nil, fmt.Errorf("%w: %s", ErrDiagram, r.Error)
@@ -233,7 +233,7 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 		CaptureBeyondViewport: new(true),
 	})
 	if err != nil {
-		return nil, b.renderFailed(ctx, err)
+		return nil, b.renderFailed(ctx, pg, err)
 	}
 	return shot.Data, nil
 }
@@ -241,8 +241,11 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 // renderFailed is the error of a render whose page failed (err): the
 // diagram's, said without the browser's internals, once the cause is
 // logged.
-func (b *Browser) renderFailed(ctx context.Context, err error) error {
+func (b *Browser) renderFailed(ctx context.Context, pg *tab, err error) error {
 	b.o.Log.Debug("render page failed", "err", err)
+	if merr := b.memoryHit(pg); merr != nil {
+		return fmt.Errorf("%w: %w", ErrDiagram, merr)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: rendering took longer than %s", ErrDiagram, pageTimeout)
 	}
