@@ -25,7 +25,8 @@ const (
 	maxResourceBytes = 8 << 20
 	// maxRequests caps the requests of one tab; later ones fail.
 	maxRequests = 256
-	// requestTimeout bounds one request, headers and body.
+	// requestTimeout bounds one request's headers, and then its body
+	// (not the wait for room to hold it between the two).
 	requestTimeout = 20 * time.Second
 	// maxCallBytes caps the response bytes one call's requests hold at
 	// once (with Options.MaxInflight over all calls).
@@ -70,7 +71,6 @@ func newClient(p Policy, hosts map[string]string) *http.Client {
 			IdleConnTimeout:        30 * time.Second,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		Timeout:       requestTimeout,
 	}
 }
 
@@ -207,8 +207,10 @@ func (in *interceptor) fetch(ctx context.Context, req *network.Request) (fetch.F
 		}
 		body = &b
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	timer := time.AfterFunc(requestTimeout, cancel)
+	defer func() { timer.Stop() }()
 	hreq, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
 	if err != nil {
 		return fetch.FulfillRequestParams{}, nil, err
@@ -240,6 +242,8 @@ func (in *interceptor) fetch(ctx context.Context, req *network.Request) (fetch.F
 	if resp.ContentLength >= 0 {
 		want = resp.ContentLength
 	}
+	// Waiting for room is bounded by the page's time, not the request's.
+	timer.Stop()
 	var held []budget
 	give := func(n int64) {
 		for _, bg := range held {
@@ -256,6 +260,7 @@ func (in *interceptor) fetch(ctx context.Context, req *network.Request) (fetch.F
 		}
 		held = append(held, bg)
 	}
+	timer = time.AfterFunc(requestTimeout, cancel)
 	// Room for the whole body at once when its length is known; else it
 	// grows as it arrives, not to the budget taken for it.
 	var buf bytes.Buffer
