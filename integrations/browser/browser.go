@@ -344,7 +344,7 @@ func (b *Browser) stopLocked() {
 // requests in flight beside the one that crossed the limit end with it
 // (the restart stops them anyway).
 func (b *Browser) memoryHit(p *tab) error {
-	if p.group == nil || p.group.Events().OOMKills == p.oom {
+	if p.group == nil || p.group.Events().OOMKills <= p.oom {
 		return nil
 	}
 	b.mu.Lock()
