@@ -34,21 +34,22 @@ func browserChecks(ctx context.Context, o checkOptions, r *checkReport) {
 		c.Detail, c.Remedy = detail, remedy
 		c.OK, c.Warning = !required, !required
 	}
-	mode, err := browser.SandboxFromEnv()
+	mode, err := browser.SandboxFor(cfg.Browser.RequireSandbox)
 	bin, ferr := browser.FindChrome(cfg.Browser.Path)
 	switch {
 	case err != nil:
-		problem(err.Error(), "unset it, or set it to 1 or 0")
+		problem(err.Error(), "unset "+browser.EnvSandbox+", or set it to 1, or to 0 without browser.require_sandbox")
 	case ferr != nil:
 		problem(ferr.Error()+" (needed by the webretrieve and mermaid_render plugins)", "apt-get install chromium (scripts/install-prereqs), or set browser.path")
 	default:
-		v, err := browser.Probe(browser.Options{Binary: bin, Sandbox: mode})
+		v, err := browser.Probe(browser.Options{Binary: bin, Sandbox: mode,
+			Memory: int64(cfg.Browser.Memory), Cgroup: cfg.Sandbox.Limits.Cgroup, RequireLimits: cfg.Sandbox.RequireLimits})
 		switch {
 		case err != nil:
-			problem(fmt.Sprintf("%s (%s) does not start: %v", bin.Path, bin.Source, err), "see the error; "+browser.EnvSandbox+"=1 forbids the fallback to --no-sandbox")
+			problem(fmt.Sprintf("%s (%s) does not start: %v", bin.Path, bin.Source, err), "see the error; browser.require_sandbox (and "+browser.EnvSandbox+"=1) forbid the fallback to --no-sandbox")
 		case !v.Sandboxed:
 			c.Detail, c.Warning = fmt.Sprintf("%s (%s): %s", bin.Path, bin.Source, v), true
-			c.Remedy = "run the server as an unprivileged user where unprivileged user namespaces are allowed (or give this binary an AppArmor profile that allows them)"
+			c.Remedy = "run the server as an unprivileged user where unprivileged user namespaces are allowed (or give this binary an AppArmor profile that allows them), and set browser.require_sandbox: true so that it never starts without"
 		default:
 			c.Detail = fmt.Sprintf("%s (%s): %s", bin.Path, bin.Source, v)
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/integrations/browser"
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 )
 
 // browsers holds the one headless browser the webretrieve and
@@ -33,7 +35,7 @@ type browsers struct {
 // on the first request.
 func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) {
 	bs.once.Do(func() {
-		mode, err := browser.SandboxFromEnv()
+		mode, err := browser.SandboxFor(cfg.Browser.RequireSandbox)
 		if err != nil {
 			bs.err = err
 			return
@@ -53,9 +55,13 @@ func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) 
 			Binary:      bin,
 			Sandbox:     mode,
 			IdleTimeout: cfg.Browser.IdleTimeout.Std(),
-			Mermaid:     cfg.MermaidRender.Script,
-			Log:         s.log.Named("browser"),
-			Launching:   browserLaunchRecorder(s.db),
+			// Its own cgroup, in the sandboxes' delegated subtree.
+			Memory:        int64(cfg.Browser.Memory),
+			Cgroup:        cfg.Sandbox.Limits.Cgroup,
+			RequireLimits: cfg.Sandbox.RequireLimits,
+			Mermaid:       cfg.MermaidRender.Script,
+			Log:           s.log.Named("browser"),
+			Launching:     browserLaunchRecorder(s.db),
 			Policy: browser.Policy{
 				AllowPrivate: cfg.WebRetrieve.AllowPrivate,
 				ServerPorts:  func() []uint16 { return []uint16{uint16(bs.port.Load())} },
@@ -124,6 +130,10 @@ func browserLaunchRecorder(db *gorm.DB) func(context.Context, browser.Launch) er
 	}
 }
 
+// browserSandboxRemedy is what closes the browser's run without Chrome's
+// sandbox.
+const browserSandboxRemedy = "run the server as an unprivileged user where unprivileged user namespaces are allowed (or give this binary an AppArmor profile that allows them), and set browser.require_sandbox: true so that it never starts without"
+
 // browserChecks: the browser binary is found (its verdict, once it
 // started), and for mermaid_render the mermaid script is readable.
 func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
@@ -137,6 +147,15 @@ func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Chec
 			v = s.browsers.b.Verdict()
 		}
 		c.Detail = fmt.Sprintf("%s (%s); %s", bin.Path, bin.Source, v)
+		if v.Decided && !v.Sandboxed {
+			c.Warning, c.Remedy = true, browserSandboxRemedy
+		}
+		if s.browsers.b != nil {
+			if why := s.browsers.b.Unbounded(); why != "" {
+				c.Detail += "; " + why
+				c.Warning, c.Remedy = true, strings.TrimPrefix(c.Remedy+"; ", "; ")+cgroup.Remedy()
+			}
+		}
 	}
 	return []api.Check{c}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,6 +111,15 @@ fetch(%q).then(r => r.text()).then(t => { out.textContent = 'LEAKED ' + t; }, e 
 			t.Errorf("render %v = %d %s, want %d %s", tc.body, status, body, tc.status, tc.code)
 		}
 	}
+	// A directive cannot turn HTML labels back on (a foreignObject with
+	// the author's <img>), and its PNG renders too.
+	pinned := "%%{init: {\"htmlLabels\": true, \"flowchart\": {\"htmlLabels\": true}}}%%\ngraph TD\n  A[\"<img src='" + site.URL + "/img'> label\"] --> B\n"
+	for _, f := range []string{"svg", "png"} {
+		status, body, _ := a.do("POST", "/api/v1/render/diagram", map[string]string{"source": pinned, "format": f})
+		if status != http.StatusOK || bytes.Contains(bytes.ToLower(body), []byte("foreignobject")) || bytes.Contains(body, []byte("<img")) {
+			t.Errorf("render %s with htmlLabels directive = %d %.300s", f, status, body)
+		}
+	}
 	if n := strings.Count(p.stderr.String(), "Chrome sandbox"); n != 1 {
 		t.Errorf("the log states the Chrome sandbox verdict %d times, want once:\n%s", n, p.stderr)
 	}
@@ -140,5 +150,53 @@ func TestRenderDiagramNotEnabled(t *testing.T) {
 	status, body, _ := p.login("alice", pw).do("POST", "/api/v1/render/diagram", map[string]string{"source": "graph TD\n  A --> B"})
 	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "not_enabled") {
 		t.Errorf("render = %d %s, want 503 not_enabled", status, body)
+	}
+}
+
+// TestBrowserSandboxWarning: while the browser runs without Chrome's
+// sandbox (here CODUMENTOR_CHROME_SANDBOX=0), the doctor's browser row
+// is a warning with its remedy, and the warnings say so; with
+// browser.require_sandbox the server refuses that environment.
+func TestBrowserSandboxWarning(t *testing.T) {
+	needChrome(t)
+	in := newInstance(t, llm(t)+"plugins: [mermaid_render]\n")
+	in.addUser("root", pw, true)
+	p := in.start(browser.EnvSandbox + "=0")
+	root := p.login("root", pw)
+	doctor := func() (api.Check, api.Readiness) {
+		var r api.Readiness
+		root.must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, &r)
+		for _, c := range r.Checks {
+			if c.Name == "browser" {
+				return c, r
+			}
+		}
+		t.Fatalf("no browser check: %+v", r)
+		return api.Check{}, r
+	}
+	// Not started yet: nothing to warn of.
+	if c, _ := doctor(); !c.OK || c.Warning {
+		t.Errorf("browser row before the first start = %+v", c)
+	}
+	if status, body, _ := root.do("POST", "/api/v1/render/diagram", map[string]string{"source": "graph TD\n  a --> b"}); status != http.StatusOK {
+		t.Fatalf("render = %d %s", status, body)
+	}
+	c, r := doctor()
+	if !c.OK || !c.Warning || !strings.Contains(c.Detail, "Chrome sandbox off") || !strings.Contains(c.Remedy, "browser.require_sandbox: true") || !r.Ready {
+		t.Errorf("browser row while running with --no-sandbox = %+v (ready %v), want OK with a warning", c, r.Ready)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool {
+		return strings.HasPrefix(w, "browser: ") && strings.Contains(w, "Chrome sandbox off")
+	}) {
+		t.Errorf("warnings = %q, want the browser's", r.Warnings)
+	}
+	p.stop()
+
+	in2 := newInstance(t, llm(t)+"plugins: [mermaid_render]\nbrowser:\n  require_sandbox: true\n")
+	if p, err := in2.run(browser.EnvSandbox + "=0"); err == nil {
+		p.stop()
+		t.Errorf("require_sandbox with %s=0 started", browser.EnvSandbox)
+	} else if !strings.Contains(err.Error(), "browser.require_sandbox is set") {
+		t.Errorf("require_sandbox with %s=0: %v", browser.EnvSandbox, err)
 	}
 }

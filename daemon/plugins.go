@@ -89,7 +89,7 @@ func workspaceIsolationChecks(ctx context.Context, s *server, cfg config.Config)
 		if c.Name == "seccomp" && cfg.Sandbox.Seccomp == seccomp.Off {
 			continue
 		}
-		out = append(out, api.Check{Name: "sandbox/" + c.Name, OK: c.OK, Detail: c.Detail, Remedy: c.Remedy})
+		out = append(out, api.Check{Name: "sandbox/" + c.Name, OK: c.OK, Detail: c.Detail, Remedy: c.Remedy, Warning: c.Warning})
 	}
 	return out
 }
@@ -101,12 +101,15 @@ func sandboxReport(ctx context.Context, s *server, cfg config.Config) *sandboxki
 // sandboxWarnings are the sandbox checks that passed with less
 // protection than they could have (a passing check with a remedy: limits
 // without a delegated cgroup, "rlimits only"; no Landlock abstract socket
-// scope), each with its remedy.
+// scope), and the other checks marked Warning (the browser without
+// Chrome's sandbox), each with its remedy.
 func sandboxWarnings(checks []api.Check) []string {
 	var out []string
 	for _, c := range checks {
 		if name, ok := strings.CutPrefix(c.Name, "sandbox/"); ok && c.OK && c.Remedy != "" {
 			out = append(out, name+": "+c.Detail+"; fix: "+c.Remedy)
+		} else if !ok && c.OK && c.Warning {
+			out = append(out, c.Name+": "+c.Detail+"; fix: "+c.Remedy)
 		}
 	}
 	return out

@@ -129,6 +129,10 @@ type Check struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail,omitempty"`
 	Remedy string `json:"remedy,omitempty"`
+	// Warning marks a check that passes with less protection than it
+	// could have (the browser without Chrome's sandbox); Remedy says how
+	// to close it.
+	Warning bool `json:"warning,omitempty"`
 }
 
 // Server is the HTTP API.

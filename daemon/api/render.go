@@ -46,11 +46,11 @@ func (s *Server) renderDiagram(c *fiber.Ctx) error {
 	switch {
 	case errors.Is(err, browser.ErrDiagram):
 		return apiError(http.StatusUnprocessableEntity, "unrenderable", "%s", err.Error())
-	case errors.Is(err, browser.ErrNoMermaid), errors.Is(err, browser.ErrNoChrome), errors.Is(err, browser.ErrSandbox):
+	case err != nil:
+		// The browser's (not started, no mermaid, no sandbox): the
+		// details name host paths.
 		s.log.Error("diagram rendering unavailable", "err", err)
 		return apiError(http.StatusServiceUnavailable, "unavailable", "diagram rendering is unavailable on this server; the server log says why")
-	case err != nil:
-		return err
 	}
 	c.Set("X-Content-Type-Options", "nosniff")
 	if req.Format == browser.PNG {

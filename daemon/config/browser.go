@@ -22,6 +22,14 @@ type Browser struct {
 	// IdleTimeout stops the browser process after this long without a
 	// request (default 2m).
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// RequireSandbox refuses to start the browser without Chrome's own
+	// sandbox, instead of falling back to --no-sandbox with a warning
+	// (as CODUMENTOR_CHROME_SANDBOX=1 does).
+	RequireSandbox bool `yaml:"require_sandbox"`
+	// Memory caps the memory of the browser's processes together, in
+	// their own cgroup (default 2GiB): a page that crosses it ends its
+	// request and the browser restarts. 0: no cgroup.
+	Memory Size `yaml:"memory"`
 }
 
 // WebRetrieve configures the webretrieve plugin.
@@ -39,5 +47,8 @@ type MermaidRender struct {
 	Script string `yaml:"script"`
 }
 
-// browserIdleTimeout is Browser.IdleTimeout's default.
-const browserIdleTimeout = Duration(2 * time.Minute)
+// Browser's defaults.
+const (
+	browserIdleTimeout = Duration(2 * time.Minute)
+	browserMemory      = Size(2 << 30)
+)

@@ -279,7 +279,7 @@ func Default() Config {
 			IdleTimeout:       Duration(2 * time.Minute),
 			MaxStreamsPerUser: 16,
 		},
-		Browser: Browser{IdleTimeout: browserIdleTimeout},
+		Browser: Browser{IdleTimeout: browserIdleTimeout, Memory: browserMemory},
 	}
 }
 
@@ -358,6 +358,9 @@ func (c Config) Validate() error {
 	errs = append(errs, c.validateIntegrations()...)
 	if c.Browser.IdleTimeout < 0 {
 		errs = append(errs, errors.New("browser.idle_timeout must not be negative (0: the default, 2m)"))
+	}
+	if c.Browser.Memory != 0 && c.Browser.Memory < 256<<20 {
+		errs = append(errs, errors.New("browser.memory must be 0 (no cgroup) or at least 256MiB: Chromium does not start in less"))
 	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))

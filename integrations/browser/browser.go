@@ -21,6 +21,15 @@
 //
 // One browser process serves a Browser; it starts on first use and stops
 // when idle. Each request gets a fresh incognito browser context.
+//
+// Pages are bounded in memory: the browser's processes run in a cgroup of
+// their own (Options.Memory, with a cap on processes), moved there as soon
+// as the browser is up, before any page loads; what they fork later
+// starts inside it. A page that crosses the cap is killed by the kernel,
+// its request fails with ErrMemory, and the browser restarts for the next
+// one. The responses this process fetches for pages are bounded too:
+// a request waits until its body fits in the bytes in flight for its call
+// and for the Browser (Options.MaxInflight) before it is read.
 package browser
 
 import (
@@ -40,6 +49,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 )
 
 // EnvSandbox chooses the Chrome sandbox: "1" requires it (a launch
@@ -51,7 +62,19 @@ var ErrNoChrome = errors.New("browser: no Chrome or Chromium found: install Debi
 
 // ErrSandbox is returned when EnvSandbox=1 requires Chrome's sandbox and
 // the browser cannot start with it.
-var ErrSandbox = errors.New("browser: Chrome sandbox required (" + EnvSandbox + "=1) but Chrome cannot start with it")
+var ErrSandbox = errors.New("browser: Chrome sandbox required (browser.require_sandbox, or " + EnvSandbox + "=1) but Chrome cannot start with it")
+
+// ErrMemory is wrapped by the error of a request whose page the kernel
+// stopped for using more memory than the browser may (Options.Memory).
+var ErrMemory = errors.New("the page used more memory than the browser may use")
+
+// ErrLimits is returned when Options.RequireLimits is set and no
+// delegated cgroup can hold the browser.
+var ErrLimits = errors.New("browser: no cgroup can bound the browser's memory, and limits are required")
+
+// maxProcesses caps the browser's processes and threads together
+// (pids.max): Chromium runs some 20 threads in each of its processes.
+const maxProcesses = 2048
 
 // SandboxMode says whether Chrome's sandbox is tried, required or skipped.
 type SandboxMode int
@@ -78,6 +101,20 @@ func SandboxFromEnv() (SandboxMode, error) {
 	default:
 		return 0, fmt.Errorf("%s=%q: want 1 (require Chrome's sandbox), 0 (no sandbox) or unset (try it)", EnvSandbox, v)
 	}
+}
+
+// SandboxFor is the mode of a server whose configuration requires
+// Chrome's sandbox (require) or leaves it to EnvSandbox. Requiring it
+// while EnvSandbox=0 turns it off is an error: the two contradict.
+func SandboxFor(require bool) (SandboxMode, error) {
+	mode, err := SandboxFromEnv()
+	switch {
+	case err != nil || !require:
+		return mode, err
+	case mode == SandboxOff:
+		return 0, fmt.Errorf("browser.require_sandbox is set and %s=0 turns Chrome's sandbox off: unset one", EnvSandbox)
+	}
+	return SandboxRequire, nil
 }
 
 // Binary is the Chrome or Chromium executable and where it was found.
@@ -172,6 +209,19 @@ type Options struct {
 	// loadMermaid).
 	Mermaid string
 	Log     hclog.Logger
+	// Memory caps the memory of the browser's processes together, in
+	// bytes, in a cgroup of their own; 0 puts them in none.
+	Memory int64
+	// Cgroup is the delegated cgroup subtree (cgroup.Options.Path);
+	// empty finds it.
+	Cgroup string
+	// RequireLimits makes a browser that no cgroup can bound fail to
+	// start (ErrLimits) instead of running unbounded with a warning.
+	RequireLimits bool
+	// MaxInflight caps the bytes of pages' responses held at once, over
+	// all requests (default 64 MiB); a call's requests hold at most
+	// maxCallBytes of it.
+	MaxInflight int64
 	// Launching, if set, is called before every start of the browser
 	// process with the request's context and how it starts (to record
 	// it in the audit log); its error refuses the start, so nothing
@@ -181,6 +231,8 @@ type Options struct {
 
 	// extraFlags are added to Chrome's command line (tests).
 	extraFlags map[string]any
+	// hosts resolve names to addresses for the pages' requests (tests).
+	hosts map[string]string
 }
 
 // Browser is one headless browser process, started on first use.
@@ -205,6 +257,16 @@ type Browser struct {
 
 	slots chan struct{} // a token per page open for a request (MaxTabs)
 
+	// inflight holds the bytes of responses being handed to pages.
+	inflight budget
+	// group holds the running browser's processes (nil: none); tree is
+	// where groups are made, unbounded why there is none.
+	group     *cgroup.Group
+	tree      *cgroup.Tree
+	unbounded string
+	// peak is the memory peak of the last group, read when it closed.
+	peak int64
+
 	mermaidOnce sync.Once
 	mermaid     map[string]localFile // renderFiles
 	mermaidErr  error
@@ -220,10 +282,11 @@ func New(o Options) *Browser {
 	o.StartTimeout = cmp.Or(o.StartTimeout, 30*time.Second)
 	o.Mermaid = cmp.Or(o.Mermaid, DefaultMermaid)
 	o.MaxTabs = cmp.Or(o.MaxTabs, 4)
+	o.MaxInflight = cmp.Or(o.MaxInflight, 64<<20)
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()
 	}
-	return &Browser{o: o, slots: make(chan struct{}, o.MaxTabs)}
+	return &Browser{o: o, slots: make(chan struct{}, o.MaxTabs), inflight: newBudget(o.MaxInflight)}
 }
 
 // Verdict reports whether the browser runs in Chrome's sandbox.
@@ -231,6 +294,15 @@ func (b *Browser) Verdict() Verdict {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.verdict
+}
+
+// Unbounded says why the browser's memory is not bounded by a cgroup
+// (Options.Memory is set, no delegated cgroup holds it); "" when it is,
+// or when the browser has not started.
+func (b *Browser) Unbounded() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unbounded
 }
 
 // Close stops the browser process; later requests fail.
@@ -256,6 +328,32 @@ func (b *Browser) stopLocked() {
 		b.stop()
 		b.stop, b.ctx = nil, nil
 	}
+	if b.group != nil {
+		b.peak = b.group.MemoryPeak()
+		if err := b.group.Close(); err != nil {
+			b.o.Log.Warn("the browser's cgroup", "err", err)
+		}
+		b.group = nil
+	}
+}
+
+// memoryHit reports, once a request's page p is done, whether the kernel
+// killed a process of the browser for its memory meanwhile: then the
+// browser is stopped (it restarts for the next request) and the error
+// wraps ErrMemory. The kernel's counter is the browser's, not a page's:
+// requests in flight beside the one that crossed the limit end with it
+// (the restart stops them anyway).
+func (b *Browser) memoryHit(p *tab) error {
+	if p.group == nil || p.group.Events().OOMKills <= p.oom {
+		return nil
+	}
+	b.mu.Lock()
+	if b.gen == p.gen && b.ctx != nil {
+		b.stopLocked()
+	}
+	b.mu.Unlock()
+	b.o.Log.Warn("a page crossed the browser's memory limit: the browser restarts", "limit", b.o.Memory)
+	return fmt.Errorf("%w (%d MiB): it was stopped, and the browser restarts for the next request", ErrMemory, b.o.Memory>>20)
 }
 
 // A tab is a page in its own new incognito browser context, with its
@@ -265,6 +363,10 @@ type tab struct {
 	ctx    context.Context
 	cancel func()
 	in     *interceptor
+	// gen and group are the browser's launch the page is in.
+	gen   int
+	group *cgroup.Group
+	oom   uint64 // the group's OOM kills when the request took the page
 }
 
 // pageKind says how a page is prepared before a request gets it.
@@ -316,7 +418,7 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 		b.idle = nil
 	}
 	b.users++
-	bctx, gen := b.ctx, b.gen
+	bctx, gen, group := b.ctx, b.gen, b.group
 	p = b.spares[k]
 	b.spares[k] = nil
 	b.mu.Unlock()
@@ -327,6 +429,10 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 	if err != nil {
 		b.release()
 		return nil, nil, err
+	}
+	p.gen, p.group = gen, group
+	if group != nil {
+		p.oom = group.Events().OOMKills
 	}
 	stopWatch := context.AfterFunc(ctx, p.cancel)
 	var once sync.Once
@@ -353,7 +459,7 @@ func (b *Browser) takeSlot(ctx context.Context, k pageKind) (p *tab, release fun
 // which one waiting for the page would pay twice.
 func (b *Browser) openPage(bctx context.Context, k pageKind, warm bool) (*tab, error) {
 	tctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
-	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy}}
+	p := &tab{ctx: tctx, cancel: cancel, in: &interceptor{client: b.client(), policy: b.o.Policy, server: b.inflight}}
 	err := func() error {
 		if k == renderPage {
 			files, err := b.renderFiles()
@@ -523,9 +629,77 @@ func (b *Browser) launchLocked(ctx context.Context, noSandbox bool, detail strin
 		stop()
 		return fmt.Errorf("browser: %s: %w", b.o.Binary.Path, err)
 	}
-	b.ctx, b.stop = bctx, stop
+	group, err := b.confineLocked(browserPid(bctx))
+	if err != nil {
+		stop()
+		return err
+	}
+	b.ctx, b.stop, b.group = bctx, stop, group
 	b.gen++
 	return nil
+}
+
+// browserPid is the pid of the browser process of bctx.
+func browserPid(bctx context.Context) int {
+	return chromedp.FromContext(bctx).Browser.Process().Pid
+}
+
+// confineLocked moves the browser process pid and every process it
+// started into a new cgroup bounded by Options.Memory, before any page
+// loads: what they fork later (each page's renderer) starts inside it.
+// Without a delegated cgroup the browser runs unbounded, with a warning
+// (once), unless Options.RequireLimits.
+func (b *Browser) confineLocked(pid int) (*cgroup.Group, error) {
+	if b.o.Memory <= 0 {
+		return nil, nil
+	}
+	if b.tree == nil {
+		t, err := cgroup.Open(cgroup.Options{Path: b.o.Cgroup})
+		if err != nil {
+			if b.o.RequireLimits {
+				return nil, fmt.Errorf("%w: %w", ErrLimits, err)
+			}
+			if b.unbounded == "" {
+				b.o.Log.Warn("the browser's memory is not bounded: no delegated cgroup", "err", err, "fix", cgroup.Remedy())
+			}
+			b.unbounded = "memory not bounded: " + err.Error()
+			return nil, nil
+		}
+		b.tree = t
+	}
+	g, err := b.tree.New(cgroup.Limits{Memory: b.o.Memory, Pids: maxProcesses})
+	if err != nil {
+		return nil, fmt.Errorf("browser: its cgroup: %w", err)
+	}
+	// A process may fork while the tree is moved: again until a pass
+	// finds none left outside.
+	for range 20 {
+		in, err := g.Pids()
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("browser: its cgroup: %w", err)
+		}
+		moved := 0
+		for _, p := range processTree(pid) {
+			if slices.Contains(in, p) {
+				continue
+			}
+			if err := g.Add(p); err != nil {
+				if processGone(p) {
+					continue
+				}
+				g.Close()
+				return nil, fmt.Errorf("browser: its cgroup: %w", err)
+			}
+			moved++
+		}
+		if moved == 0 {
+			b.unbounded = ""
+			return g, nil
+		}
+	}
+	g.Close()
+	return nil, errors.New("browser: its processes kept forking while they were moved into their cgroup")
 }
 
 // sandboxCause names the likely cause of a launch failure with the

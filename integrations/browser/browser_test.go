@@ -233,7 +233,7 @@ func TestPolicyAfterResolution(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	c := newClient(Policy{})
+	c := newClient(Policy{}, nil)
 	_, err = c.Get(fmt.Sprintf("http://localhost:%d/", port))
 	if err == nil || !strings.Contains(refusal(err), "loopback") {
 		t.Fatalf("GET localhost = %v, want refused as loopback", err)
@@ -551,4 +551,75 @@ func TestMaxTabs(t *testing.T) {
 		t.Fatalf("after release: %v", err)
 	}
 	release2()
+}
+
+// TestRenderDiagramPinned: no directive or front matter turns back on
+// what the render pins: HTML labels (a foreignObject holding the
+// author's <img>), a looser security level, DOMPurify allowances, CSS
+// that loads. Each renders, as SVG and as PNG, with none of it, and
+// nothing reaches the witness.
+func TestRenderDiagramPinned(t *testing.T) {
+	witness := newCounter(t)
+	w := witness.srv.URL
+	img := fmt.Sprintf(`A["<img src='%s/img'> label"] --> B["<b>bold</b>"]`, w)
+	cases := map[string]string{
+		"init htmlLabels":            `%%{init: {"htmlLabels": true}}%%` + "\ngraph TD\n  " + img,
+		"init flowchart htmlLabels":  `%%{init: {"flowchart": {"htmlLabels": true}}}%%` + "\ngraph TD\n  " + img,
+		"initialize both":            `%%{initialize: {"htmlLabels": true, "flowchart": {"htmlLabels": true}, "securityLevel": "loose"}}%%` + "\nflowchart LR\n  " + img,
+		"front matter":               "---\nconfig:\n  htmlLabels: true\n  securityLevel: loose\n  flowchart:\n    htmlLabels: true\n---\nflowchart TD\n  " + img,
+		"front matter secure":        "---\nconfig:\n  secure: []\n  htmlLabels: true\n---\nflowchart TD\n  " + img,
+		"dompurify":                  `%%{init: {"htmlLabels": true, "dompurifyConfig": {"ADD_TAGS": ["foreignObject", "img"], "ADD_ATTR": ["src"]}}}%%` + "\ngraph TD\n  " + img,
+		"themeCSS":                   fmt.Sprintf(`%%%%{init: {"themeCSS": "@import url(%[1]s/css); .node rect { fill: url(%[1]s/fill); }"}}%%%%`, w) + "\ngraph TD\n  a --> b",
+		"fontFamily":                 fmt.Sprintf(`%%%%{init: {"fontFamily": "x; background-image: url(%s/font)"}}%%%%`, w) + "\ngraph TD\n  a --> b",
+		"class htmlLabels":           `%%{init: {"class": {"htmlLabels": true}, "htmlLabels": true}}%%` + "\nclassDiagram\n  class Animal[\"<img src='" + w + "/class'>\"]\n  Animal <|-- Duck",
+		"state htmlLabels":           "---\nconfig:\n  htmlLabels: true\n  state:\n    htmlLabels: true\n---\nstateDiagram-v2\n  [*] --> S1: <img src='" + w + "/state'>",
+		"front matter and directive": "---\nconfig:\n  htmlLabels: true\n---\n" + `%%{init: {"flowchart": {"htmlLabels": true}}}%%` + "\ngraph TD\n  " + img,
+	}
+	b, _ := newBrowser(t, Options{})
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			svg, err := b.RenderDiagram(context.Background(), src, SVG)
+			if err != nil {
+				t.Fatalf("svg: %v", err)
+			}
+			low := strings.ToLower(string(svg))
+			for _, bad := range []string{"<foreignobject", "<img", "@import", "url(" + strings.ToLower(w)} {
+				if strings.Contains(low, bad) {
+					t.Errorf("svg has %q: %s", bad, svg)
+				}
+			}
+			if _, err := b.RenderDiagram(context.Background(), src, PNG); err != nil {
+				t.Errorf("png: %v", err)
+			}
+		})
+	}
+	if n := witness.hits.Load(); n != 0 {
+		t.Errorf("the witness got %d requests", n)
+	}
+}
+
+// TestRenderOutside: what the render's last check refuses in an SVG,
+// should a setting of mermaid's not hold.
+func TestRenderOutside(t *testing.T) {
+	b, _ := newBrowser(t, Options{})
+	pg, release, err := b.take(context.Background(), renderPage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	const ns = `xmlns="http://www.w3.org/2000/svg"`
+	for svg, want := range map[string]string{
+		`<svg ` + ns + `><g><rect fill="url(#grad)"/><text>label</text></g><a href="https://example.com/"><text>link</text></a></svg>`: "",
+		`<svg ` + ns + `><foreignObject><div xmlns="http://www.w3.org/1999/xhtml"><img src="http://x/"/></div></foreignObject></svg>`:  "foreignObject",
+		`<svg ` + ns + `><image href="http://x/i.png"/></svg>`:                                                                         "a reference to http://x/i.png",
+		`<svg ` + ns + `><style>@import url(http://x/c.css);</style></svg>`:                                                            "a stylesheet",
+		`<svg ` + ns + `><rect style="fill: url('http://x/f')"/></svg>`:                                                                "a style",
+		`<svg ` + ns + `><image href="data:image/png;base64,AAAA"/></svg>`:                                                             "",
+	} {
+		src, _ := json.Marshal(svg)
+		got, err := chromedp.Run(pg.ctx, chromedp.Evaluate[string](outsideJS+"("+string(src)+")"))
+		if err != nil || (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("%s: %q, %v; want %q", svg, got, err, want)
+		}
+	}
 }

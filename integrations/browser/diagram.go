@@ -59,8 +59,51 @@ const (
 )
 
 // mermaidInit sets mermaid up with its strict security level (labels
-// sanitized, no click handlers, directives cannot change it).
-const mermaidInit = `mermaid.initialize({startOnLoad: false, securityLevel: 'strict', htmlLabels: false, flowchart: {htmlLabels: false}});`
+// sanitized, no click handlers) and pins every setting that decides what
+// a diagram may load or run: mermaid deletes the keys listed in secure,
+// at any depth, from a diagram's directives (%%{init: …}%%) and front
+// matter (config:), so the author of a diagram cannot turn HTML labels
+// (a foreignObject, where an <img> loads), DOMPurify's allowances, CSS of
+// their own (an @import, a url()) or the level itself back on. The first
+// six are mermaid's own defaults, kept.
+const mermaidInit = `mermaid.initialize({startOnLoad: false, securityLevel: 'strict',
+	secure: ['secure', 'securityLevel', 'startOnLoad', 'maxTextSize', 'suppressErrorRendering', 'maxEdges',
+		'htmlLabels', 'dompurifyConfig', 'themeCSS', 'fontFamily', 'altFontFamily', 'icons',
+		'arrowMarkerAbsolute', 'legacyMathML', 'forceLegacyMathML'],
+	maxTextSize: ` + maxDiagramBytesJS + `, suppressErrorRendering: true, htmlLabels: false,
+	flowchart: {htmlLabels: false}, class: {htmlLabels: false}, state: {htmlLabels: false},
+	sequence: {htmlLabels: false}, mindmap: {htmlLabels: false}, kanban: {htmlLabels: false}});`
+
+// maxDiagramBytesJS is MaxDiagramBytes for mermaid's maxTextSize (whose
+// default, 50000, would refuse what the API accepts).
+const maxDiagramBytesJS = "65536"
+
+// The array's length is 0 only while the two agree.
+var _ = [MaxDiagramBytes - 65536]struct{}{}
+
+// outsideJS(svg) names the first reference of the SVG text to anything
+// outside it (an element of another namespace than SVG's, an href or src
+// that is not a fragment or a data: URL, a CSS url() or @import that
+// loads), or returns "": what the pinned settings above keep out, checked
+// again on the result.
+const outsideJS = `((svg) => {
+	const doc = new DOMParser().parseFromString(svg, 'image/svg+xml');
+	if (doc.querySelector('parsererror')) return 'the SVG does not parse';
+	const inert = (u) => /^\s*(#|data:image\/(png|gif|jpeg|webp);)/i.test(u);
+	const css = (t) => /@import/i.test(t) || [...t.matchAll(/url\(\s*['"]?([^'")]*)/gi)].some((m) => !inert(m[1]));
+	for (const el of doc.getElementsByTagName('*')) {
+		if (el.namespaceURI !== 'http://www.w3.org/2000/svg') return 'an element <' + el.localName + '> outside SVG';
+		if (el.localName === 'foreignObject') return 'an HTML label (foreignObject)';
+		for (const a of el.attributes) {
+			// A link (<a>) to a page loads nothing until followed.
+			const link = el.localName === 'a' && /^\s*https?:/i.test(a.value);
+			if (/^(href|src|xlink:href)$/i.test(a.name) && !inert(a.value) && !link) return 'a reference to ' + a.value.slice(0, 100);
+			if (a.name === 'style' && css(a.value)) return 'a style that loads a resource';
+		}
+		if (el.localName === 'style' && css(el.textContent)) return 'a stylesheet that loads a resource';
+	}
+	return '';
+})`
 
 // warmJS renders a constant diagram in a spare render page, before any
 // request: mermaid's first render in a page sets up much of what later
@@ -82,6 +125,7 @@ const warmJS = `(async () => {
 // for a screenshot instead. Beyond maxSide pixels on a side it draws
 // nothing.
 const renderJS = `(async (src, png, maxSide) => {
+	try {
 	` + mermaidInit + `
 	let svg;
 	try {
@@ -89,6 +133,8 @@ const renderJS = `(async (src, png, maxSide) => {
 	} catch (e) {
 		return {error: String(e && e.message || e).slice(0, 500)};
 	}
+	const outside = ` + outsideJS + `(svg);
+	if (outside) return {error: 'the diagram refers to something outside it: ' + outside};
 	if (!png) return {svg};
 	const doc = new DOMParser().parseFromString(svg, 'image/svg+xml');
 	const vb = (doc.documentElement.getAttribute('viewBox') || '').split(/[\s,]+/).map(Number);
@@ -109,6 +155,9 @@ const renderJS = `(async (src, png, maxSide) => {
 	} catch (e) {}
 	document.body.replaceChildren(img);
 	return {width: w, height: h};
+	} catch (e) {
+		return {error: 'the diagram cannot be drawn: ' + String(e && e.message || e).slice(0, 300)};
+	}
 })(%s, %t, %d)`
 
 type rendered struct {
@@ -148,7 +197,10 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 	src, _ := json.Marshal(source)
 	r, err := chromedp.Run(tctx, chromedp.Evaluate[rendered](fmt.Sprintf(renderJS, b.screenshotPNG, src, format == PNG, maxPNGSide), chromedp.EvalAwaitPromise))
 	if err != nil {
-		return nil, fmt.Errorf("browser: render: %w", err)
+		// The page catches what the diagram makes fail: this is the
+		// page's end (its time is up, the renderer crashed), which the
+		// diagram may well have caused.
+		return nil, b.renderFailed(ctx, pg, err)
 	}
 	if r.Error != "" {
 		return nil, fmt.Errorf("%w: %s", ErrDiagram, r.Error)
@@ -168,10 +220,10 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 		data, ok := strings.CutPrefix(r.PNG, "data:image/png;base64,")
 		out, err := base64.StdEncoding.DecodeString(data)
 		if !ok || err != nil {
-			return nil, errors.New("browser: render: the page returned no PNG")
+			return nil, fmt.Errorf("%w: the page drew no PNG", ErrDiagram)
 		}
 		if cfg, err := png.DecodeConfig(bytes.NewReader(out)); err != nil || cfg.Width != int(r.Width) || cfg.Height != int(r.Height) {
-			return nil, errors.New("browser: render: the page returned no PNG of the diagram's size")
+			return nil, fmt.Errorf("%w: the page drew no PNG of the diagram's size", ErrDiagram)
 		}
 		return out, nil
 	}
@@ -181,9 +233,23 @@ func (b *Browser) RenderDiagram(ctx context.Context, source string, format Forma
 		CaptureBeyondViewport: new(true),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("browser: screenshot: %w", err)
+		return nil, b.renderFailed(ctx, pg, err)
 	}
 	return shot.Data, nil
+}
+
+// renderFailed is the error of a render whose page failed (err): the
+// diagram's, said without the browser's internals, once the cause is
+// logged.
+func (b *Browser) renderFailed(ctx context.Context, pg *tab, err error) error {
+	b.o.Log.Debug("render page failed", "err", err)
+	if merr := b.memoryHit(pg); merr != nil {
+		return fmt.Errorf("%w: %w", ErrDiagram, merr)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: rendering took longer than %s", ErrDiagram, pageTimeout)
+	}
+	return fmt.Errorf("%w: the render page failed (%s)", ErrDiagram, firstLine(err.Error()))
 }
 
 // renderFiles returns the render page's files by URL: the page and

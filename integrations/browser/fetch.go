@@ -63,13 +63,14 @@ func (b *Browser) FetchURLs(ctx context.Context, urls []string) ([]Page, error) 
 	}
 	pages := make([]Page, len(urls))
 	errs := make([]error, len(urls))
+	call := newBudget(min(maxCallBytes, b.o.MaxInflight))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 3)
 	for i, u := range urls {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			pages[i], errs[i] = b.fetch(ctx, u)
+			pages[i], errs[i] = b.fetch(ctx, u, call)
 		})
 	}
 	wg.Wait()
@@ -96,7 +97,7 @@ type extracted struct {
 	Links []Link `json:"links"`
 }
 
-func (b *Browser) fetch(ctx context.Context, raw string) (Page, error) {
+func (b *Browser) fetch(ctx context.Context, raw string, call budget) (Page, error) {
 	p := Page{URL: raw}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -111,11 +112,16 @@ func (b *Browser) fetch(ctx context.Context, raw string) (Page, error) {
 	}
 	defer release()
 	tctx, in := pg.ctx, pg.in
+	in.setCall(call)
 	navErr := chromedp.Do(tctx, chromedp.Navigate(u.String()))
 	if navErr == nil {
 		in.settle(tctx, 50*time.Millisecond, 2*time.Second)
 	}
 	p.Refused = in.refusals()
+	if err := b.memoryHit(pg); err != nil {
+		p.Error = err.Error()
+		return p, nil
+	}
 	if navErr != nil {
 		p.Error = "the page did not load"
 		if len(p.Refused) > 0 {
@@ -130,6 +136,10 @@ func (b *Browser) fetch(ctx context.Context, raw string) (Page, error) {
 	ex, err := chromedp.Run(tctx, chromedp.Evaluate[extracted](fmt.Sprintf(extractJS, maxLinks, MaxTextBytes, MaxTextBytes)))
 	// After the text: what the text shows as failed is listed.
 	p.Refused = in.refusals()
+	if err := b.memoryHit(pg); err != nil {
+		p.Error, p.Refused = err.Error(), in.refusals()
+		return p, nil
+	}
 	if err != nil {
 		p.Error = "the page's text could not be read: " + firstLine(err.Error())
 		return p, nil
@@ -154,6 +164,6 @@ func truncateUTF8(s string, n int) string {
 
 // client is the Browser's HTTP client for pages, made once.
 func (b *Browser) client() *http.Client {
-	b.clientOnce.Do(func() { b.httpc = newClient(b.o.Policy) })
+	b.clientOnce.Do(func() { b.httpc = newClient(b.o.Policy, b.o.hosts) })
 	return b.httpc
 }

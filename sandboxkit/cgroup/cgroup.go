@@ -485,6 +485,35 @@ func (g *Group) Events() Events {
 // Pids are the processes in the group, as host pids.
 func (g *Group) Pids() ([]int, error) { return readPids(filepath.Join(g.dirs[0], "cgroup.procs")) }
 
+// Add moves the running process pid (all its threads) into g, for a
+// program whose start this process does not control (Join is for one it
+// forks). What pid forks afterwards is in g; what it forked before is not,
+// and what it allocated before stays charged where it was.
+func (g *Group) Add(pid int) error {
+	for _, d := range g.dirs {
+		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroup: move pid %d into %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
+// MemoryPeak is the most memory the group used at once, in bytes (v1
+// memory.max_usage_in_bytes, v2 memory.peak: Linux 5.19); 0 when it
+// cannot be read.
+func (g *Group) MemoryPeak() int64 {
+	path := filepath.Join(g.dirs[0], "memory.peak")
+	if g.t.version == V1 {
+		path = filepath.Join(g.dirs[1], "memory.max_usage_in_bytes")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
 // closeWait bounds how long Close waits for the group to empty.
 const closeWait = 5 * time.Second
 

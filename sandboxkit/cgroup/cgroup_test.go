@@ -182,6 +182,20 @@ func TestV1Layout(t *testing.T) {
 		t.Errorf("join files %v, want enter then leave %v", names, wantJoin)
 	}
 	j.Close()
+	// Add writes the pid to each controller's group; MemoryPeak reads
+	// the memory controller's.
+	touch(t, g.dirs[1], map[string]string{"memory.max_usage_in_bytes": "12345\n"})
+	if err := g.Add(42); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.dirs {
+		if b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs")); string(b) != "42" {
+			t.Errorf("%s/cgroup.procs = %q after Add(42)", d, b)
+		}
+	}
+	if p := g.MemoryPeak(); p != 12345 {
+		t.Errorf("MemoryPeak = %d", p)
+	}
 
 	if _, err := Open(Options{Mount: mount, Path: "codumentor/bob"}); !errors.Is(err, ErrNotDelegated) || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("bob: %v", err)
