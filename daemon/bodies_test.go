@@ -29,6 +29,8 @@ type flood struct {
 	// connection then stays open until release.
 	send int64
 	hold bool
+	// start is the body's first bytes (a multipart form's part header).
+	start []byte
 }
 
 // run starts n connections of f against addr and returns what each
@@ -75,6 +77,9 @@ func (f flood) run(addr string, n int) (wait func() map[int]int, release func())
 			}()
 			for sent := int64(0); sent < f.send; {
 				p := piece[:min(int64(len(piece)), f.send-sent)]
+				if sent == 0 && len(f.start) > 0 {
+					p = f.start[:min(int64(len(f.start)), f.send)]
+				}
 				if f.declared <= 0 {
 					fmt.Fprintf(c, "%x\r\n", len(p))
 				}
@@ -85,6 +90,9 @@ func (f flood) run(addr string, n int) (wait func() map[int]int, release func())
 					io.WriteString(c, "\r\n")
 				}
 				sent += int64(len(p))
+			}
+			if f.declared <= 0 && !f.hold {
+				io.WriteString(c, "0\r\n\r\n")
 			}
 			if f.hold {
 				select {
@@ -100,26 +108,6 @@ func (f flood) run(addr string, n int) (wait func() map[int]int, release func())
 	var once sync.Once
 	release = func() { once.Do(func() { close(done) }) }
 	return func() map[int]int { wg.Wait(); mu.Lock(); defer mu.Unlock(); return counts }, release
-}
-
-// procStatus reads a kB field of /proc/PID/status, in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
-				t.Fatalf("%s %q: %v", field, v, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }
 
 // The review's reproductions, through the real server with the office
@@ -161,6 +149,11 @@ func TestRequestBodyFlood(t *testing.T) {
 				alice := p.login("alice", pw)
 				conv := alice.newConversation()
 				f := flood{path: r.path(conv), contentType: r.ct, declared: v.declared, send: v.send, hold: v.hold}
+				if r.ct == mp {
+					// A form whose file part goes on to the end: read whole,
+					// as a file, by a server that pre-parses forms.
+					f.start = []byte("--xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.docx\"\r\nContent-Type: application/octet-stream\r\n\r\n")
+				}
 				if r.token != nil {
 					f.token = r.token(alice)
 				}

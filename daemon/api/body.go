@@ -188,8 +188,12 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	if b.left -= int64(n); b.left < 0 {
 		return 0, errBodyTooLarge(b.limit, uploadLimitWhat)
 	}
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		b.eof = true
+	case err != nil:
+		// The client's fault (gone, too slow), not the server's.
+		err = errBodyUnread(err)
 	}
 	return n, err
 }
