@@ -209,16 +209,7 @@ func BenchmarkIdleRSS(b *testing.B) {
 		p.login("alice", pw)
 		p.anon().do("GET", "/readyz", nil)
 		time.Sleep(time.Second)
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(string(st), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-				b.ReportMetric(float64(kb)/1024, "RSS-MB")
-			}
-		}
+		b.ReportMetric(procStatusMB(b, p.cmd.Process.Pid, "VmRSS"), "RSS-MB")
 		p.stop()
 	}
 }
@@ -273,22 +264,7 @@ func BenchmarkHostileModel(b *testing.B) {
 
 // procStatusMB reads a kB field of /proc/<pid>/status in MB.
 func procStatusMB(b *testing.B, pid int, field string) float64 {
-	b.Helper()
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return float64(kb) / 1024
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return float64(procStatus(b, pid, field)) / (1 << 20)
 }
 
 // turnEnd follows conv's events, runs start, and returns the "event:"

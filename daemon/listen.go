@@ -25,5 +25,6 @@ func limits(c config.Server) (connlimit.Options, api.Limits) {
 		IdleTimeout:       c.IdleTimeout.Std(),
 		MaxStreams:        streams,
 		MaxStreamsPerUser: c.MaxStreamsPerUser,
+		MaxBodyBytes:      int64(c.MaxBodyBytes),
 	}
 }

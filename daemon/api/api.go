@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/semaphore"
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
@@ -108,6 +109,9 @@ type Limits struct {
 	MaxStreams int
 	// MaxStreamsPerUser caps one user's open event streams (default 16).
 	MaxStreamsPerUser int
+	// MaxBodyBytes caps the bytes of request bodies held in memory at
+	// once (default 32 MiB); past it a request answers 503 busy.
+	MaxBodyBytes int64
 }
 
 // bodyTimeout bounds reading a request's body once its header is in.
@@ -146,6 +150,8 @@ type Server struct {
 
 	metrics metrics
 	streams streams
+	// bodies is the budget of request bodies in memory (readBody).
+	bodies *semaphore.Weighted
 }
 
 // New builds the API.
@@ -168,7 +174,8 @@ func newServer(d Deps, immutable bool) *Server {
 	l.IdleTimeout = cmp.Or(l.IdleTimeout, 2*time.Minute)
 	l.MaxStreams = cmp.Or(l.MaxStreams, 1024)
 	l.MaxStreamsPerUser = cmp.Or(l.MaxStreamsPerUser, 16)
-	s := &Server{d: d, log: d.Log, streams: streams{perUser: map[string]int{}}}
+	l.MaxBodyBytes = cmp.Or(l.MaxBodyBytes, defaultMaxBodyBytes)
+	s := &Server{d: d, log: d.Log, streams: streams{perUser: map[string]int{}}, bodies: semaphore.NewWeighted(l.MaxBodyBytes)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(d.Registry)
 	s.app = fiber.New(fiber.Config{
@@ -176,6 +183,11 @@ func newServer(d Deps, immutable bool) *Server {
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
 		BodyLimit:             d.bodyLimit(),
+		// No body is read before readBody, which holds each route to its
+		// limit after looking at the header, and leaves the upload's
+		// body to its handler, after authentication.
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
 		// Fiber's strings (c.Method, c.Params, c.Query, c.Get, c.Body)
 		// otherwise alias request buffers that the next request on any
 		// connection reuses: a metrics label kept c.Method() and later
@@ -192,8 +204,15 @@ func newServer(d Deps, immutable bool) *Server {
 		// trusted proxies.
 		EnableTrustedProxyCheck: true,
 	})
-	s.app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-		return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+	maxBody := d.bodyLimit()
+	s.app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		rc := fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+		if h.ContentLength() > maxBody {
+			// No route takes it: fasthttp hands it on at its first byte
+			// instead of after 8 KiB, and readBody refuses it unread.
+			rc.MaxRequestBodySize = 1
+		}
+		return rc
 	}
 	s.routes()
 	return s
@@ -215,7 +234,7 @@ type Route struct{ Method, Path string }
 func (s *Server) routes() {
 	app := s.app
 	app.Use(s.metrics.middleware)
-	app.Use(s.limitBody)
+	app.Use(s.readBody)
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
 	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.d.Registry, promhttp.HandlerOpts{})))
@@ -337,6 +356,8 @@ const (
 	// localToken is the request's bearer token, valid only during the
 	// request (Fiber reuses the header's buffer): clone it to keep it.
 	localToken
+	// localBody is an upload's streamed body (readBody).
+	localBody
 )
 
 // authenticate admits requests with a valid bearer token (or, without

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,32 +43,6 @@ type Attachments struct {
 
 	once  sync.Once
 	slots chan struct{}
-}
-
-// defaultBodyLimit caps the body of every request but an upload.
-const defaultBodyLimit = 2 << 20
-
-// bodyLimit is Fiber's body limit: uploads may be larger than other
-// requests (limitBody holds those to defaultBodyLimit).
-func (d Deps) bodyLimit() int {
-	if a := d.Attachments; a != nil && a.MaxBytes+1<<20 > defaultBodyLimit {
-		return int(a.MaxBytes + 1<<20)
-	}
-	return defaultBodyLimit
-}
-
-// limitBody refuses a body beyond defaultBodyLimit on every route but
-// the upload, and a compressed body on every route: Fiber's c.Body()
-// would inflate it in memory without a bound (a 2 MiB gzip body of
-// zeros is 2 GiB).
-func (s *Server) limitBody(c *fiber.Ctx) error {
-	if enc := strings.TrimSpace(string(c.Request().Header.Peek(fiber.HeaderContentEncoding))); enc != "" && !strings.EqualFold(enc, "identity") {
-		return errCompressedBody
-	}
-	if len(c.Request().Body()) > defaultBodyLimit && !(c.Method() == fiber.MethodPost && strings.HasSuffix(c.Path(), "/attachments")) {
-		return fiber.ErrRequestEntityTooLarge
-	}
-	return c.Next()
 }
 
 var (
@@ -131,8 +104,8 @@ func (a *Attachments) receive(c *fiber.Ctx) (path, name string, size int64, sum 
 	if err != nil || mt != fiber.MIMEMultipartForm || params["boundary"] == "" {
 		return "", "", 0, "", badRequest("send the file as multipart/form-data in the field \"file\"")
 	}
-	// The raw body: limitBody refused any Content-Encoding.
-	mr := multipart.NewReader(bytes.NewReader(c.Request().Body()), params["boundary"])
+	// The raw body as it arrives: readBody refused any Content-Encoding.
+	mr := multipart.NewReader(uploadBody(c), params["boundary"])
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {

@@ -34,9 +34,10 @@ type Browser struct {
 
 // WebRetrieve configures the webretrieve plugin.
 type WebRetrieve struct {
-	// AllowPrivate lets pages reach loopback and private addresses (an
-	// intranet). Link-local and cloud metadata addresses, and the
-	// server's own port, stay refused.
+	// AllowPrivate lets pages reach loopback, private addresses (an
+	// intranet) and this host's own. Link-local and cloud metadata
+	// addresses, and the server's own port on any address, stay
+	// refused.
 	AllowPrivate bool `yaml:"allow_private"`
 }
 

@@ -139,6 +139,11 @@ type Server struct {
 	// MaxStreams caps all open event streams (default: a quarter of
 	// max_connections).
 	MaxStreams int `yaml:"max_streams"`
+	// MaxBodyBytes caps the bytes of request bodies the server holds in
+	// memory at once, over all connections (default 32MiB); past it a
+	// request answers 503 busy. Uploads are streamed to disk and count
+	// only their buffers.
+	MaxBodyBytes Size `yaml:"max_body_bytes"`
 }
 
 // TLSConfig serves HTTPS when both files are set.
@@ -278,6 +283,7 @@ func Default() Config {
 			HeaderTimeout:     Duration(10 * time.Second),
 			IdleTimeout:       Duration(2 * time.Minute),
 			MaxStreamsPerUser: 16,
+			MaxBodyBytes:      32 << 20,
 		},
 		Browser: Browser{IdleTimeout: browserIdleTimeout, Memory: browserMemory},
 	}
@@ -364,6 +370,9 @@ func (c Config) Validate() error {
 	}
 	if c.Server.MaxConnections < 0 || c.Server.MaxConnectionsPerIP < 0 || c.Server.MaxStreams < 0 || c.Server.MaxStreamsPerUser <= 0 {
 		errs = append(errs, errors.New("server: max_connections, max_connections_per_ip and max_streams must be 0 (derived) or positive, max_streams_per_user positive"))
+	}
+	if c.Server.MaxBodyBytes < 1<<20 {
+		errs = append(errs, errors.New("server.max_body_bytes must be at least 1MiB (default 32MiB)"))
 	}
 	if c.Server.HeaderTimeout <= 0 || c.Server.IdleTimeout <= 0 {
 		errs = append(errs, errors.New("server.header_timeout and server.idle_timeout must be positive"))

@@ -30,3 +30,17 @@ func TestTrustedProxies(t *testing.T) {
 		t.Fatalf("default: %v %v, want no trusted proxies", c.TrustedProxies, err)
 	}
 }
+
+func TestMaxBodyBytes(t *testing.T) {
+	if c, err := Parse(nil); err != nil || c.Server.MaxBodyBytes != 32<<20 {
+		t.Fatalf("default: %d, %v; want 32 MiB", c.Server.MaxBodyBytes, err)
+	}
+	if c, err := Parse([]byte("server:\n  max_body_bytes: 256MiB\n")); err != nil || c.Server.MaxBodyBytes != 256<<20 {
+		t.Errorf("256MiB: %d, %v", c.Server.MaxBodyBytes, err)
+	}
+	for _, bad := range []string{"0", "64KiB"} {
+		if _, err := Parse([]byte("server:\n  max_body_bytes: " + bad + "\n")); err == nil || !strings.Contains(err.Error(), "max_body_bytes") {
+			t.Errorf("max_body_bytes %s: %v, want an error naming it", bad, err)
+		}
+	}
+}

@@ -185,6 +185,7 @@ func TestFetchRefusals(t *testing.T) {
 func TestPolicyCheck(t *testing.T) {
 	p := Policy{}
 	open := Policy{AllowPrivate: true, ServerPorts: func() []uint16 { return []uint16{8080} }}
+	serverOnly := Policy{ServerPorts: open.ServerPorts}
 	tests := []struct {
 		policy Policy
 		addr   string
@@ -212,6 +213,23 @@ func TestPolicyCheck(t *testing.T) {
 		{open, "168.63.129.16:80", "metadata"},
 		{open, "[fd00:ec2::254]:80", "metadata"},
 		{open, "0.0.0.0:3000", "not a unicast"},
+		// The server's port on any address: a public address may be
+		// routed back to this host.
+		{serverOnly, "93.184.215.14:8080", "server's own port"},
+		{serverOnly, "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:8080", "server's own port"},
+		{serverOnly, "93.184.215.14:443", ""},
+		// IPv6 addresses judged by the IPv4 address they carry.
+		{p, "[::127.0.0.1]:80", "loopback or private"},
+		{p, "[::10.0.0.1]:80", "loopback or private"},
+		{p, "[::a9fe:a9fe]:80", "metadata"},
+		{open, "[::a9fe:a9fe]:80", "metadata"},
+		{open, "[::127.0.0.1]:3000", ""},
+		{open, "[::127.0.0.1]:8080", "server's own port"},
+		{p, "[::ffff:0:7f00:1]:80", "loopback or private"},
+		{p, "[2002:7f00:1::1]:80", "loopback or private"},
+		{p, "[2001:0:5db8:d7ce::f5ff:fffe]:80", "loopback or private"}, // Teredo client 10.0.0.1
+		{p, "[64:ff9b:1:ffff::7f00:1]:80", "cannot be told"},
+		{p, "[::5db8:d70e]:443", ""},
 	}
 	for _, tc := range tests {
 		err := tc.policy.Check(netip.MustParseAddrPort(tc.addr))

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
 // ErrRefused is wrapped by the error of a request the Policy refuses.
@@ -19,12 +21,18 @@ var ErrRefused = errors.New("browser: destination refused")
 //
 // Always refused: link-local addresses (169.254.0.0/16, fe80::/10, which
 // hold the cloud metadata services), the other known metadata addresses
-// (100.100.100.200, 168.63.129.16, fd00:ec2::254), and addresses that are
-// not unicast (0.0.0.0/8, ::, multicast, broadcast). Refused unless
-// AllowPrivate: loopback, private (RFC 1918, fc00::/7), shared
-// (100.64.0.0/10) and benchmarking (198.18.0.0/15) ranges. Even with
-// AllowPrivate, ServerPorts on those addresses stay refused, so a page
-// cannot call the server's own API from inside the host.
+// (100.100.100.200, 168.63.129.16, fd00:ec2::254), addresses that are
+// not unicast (0.0.0.0/8, ::, multicast, broadcast), and ServerPorts on
+// any address: the server's own API is reached on it through any
+// address of this host, and through a public address that the network
+// routes back here (a cloud's 1:1 NAT), which no interface shows.
+// Refused unless AllowPrivate: loopback, the addresses of this host's
+// interfaces (read at each check: its services listening on all
+// interfaces answer there as on loopback), private (RFC 1918,
+// fc00::/7), shared (100.64.0.0/10) and benchmarking (198.18.0.0/15)
+// ranges. An IPv6 address that carries an IPv4 address (IPv4-mapped or
+// -compatible, NAT64, 6to4, Teredo: egress.EmbeddedIPv4) is judged by
+// that address too.
 type Policy struct {
 	AllowPrivate bool
 	// ServerPorts are the ports the server itself listens on; read at
@@ -53,9 +61,6 @@ var (
 		netip.MustParsePrefix("198.18.0.0/15"),
 		netip.MustParsePrefix("fc00::/7"),
 	}
-	// IPv6 ranges that carry an IPv4 address in their last 32 bits: the
-	// embedded address is what is reached.
-	nat64 = netip.MustParsePrefix("64:ff9b::/96")
 )
 
 func inAny(ip netip.Addr, ps []netip.Prefix) bool {
@@ -65,11 +70,14 @@ func inAny(ip netip.Addr, ps []netip.Prefix) bool {
 // Check reports whether a connection to ip:port is allowed; the error
 // wraps ErrRefused and says why.
 func (p Policy) Check(ap netip.AddrPort) error {
-	ip := ap.Addr().Unmap()
-	if nat64.Contains(ip) {
-		b := ip.As16()
-		ip = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+	if p.ServerPorts != nil && slices.Contains(p.ServerPorts(), ap.Port()) {
+		return fmt.Errorf("%w: %s is the server's own port", ErrRefused, ap)
 	}
+	return p.checkAddr(ap.Addr().Unmap().WithZone(""), true)
+}
+
+// checkAddr judges ip and, once (outer), the IPv4 addresses it carries.
+func (p Policy) checkAddr(ip netip.Addr, outer bool) error {
 	switch {
 	case inAny(ip, metadata):
 		return fmt.Errorf("%w: %s is a link-local or cloud metadata address", ErrRefused, ip)
@@ -79,8 +87,26 @@ func (p Policy) Check(ap netip.AddrPort) error {
 		if !p.AllowPrivate {
 			return fmt.Errorf("%w: %s is a loopback or private address (webretrieve.allow_private is off)", ErrRefused, ip)
 		}
-		if p.ServerPorts != nil && slices.Contains(p.ServerPorts(), ap.Port()) {
-			return fmt.Errorf("%w: %s is the server's own port", ErrRefused, ap)
+	}
+	if !p.AllowPrivate {
+		own, err := egress.HostNetworks()
+		if err != nil {
+			return fmt.Errorf("%w: this host's addresses cannot be listed (to refuse them): %v", ErrRefused, err)
+		}
+		if slices.ContainsFunc(own, func(n netip.Prefix) bool { return n.Addr() == ip }) {
+			return fmt.Errorf("%w: %s is an address of this host, as good as loopback (webretrieve.allow_private is off)", ErrRefused, ip)
+		}
+	}
+	if !outer {
+		return nil
+	}
+	v4s, ok := egress.EmbeddedIPv4(ip)
+	if !ok {
+		return fmt.Errorf("%w: %s carries an IPv4 address that cannot be told", ErrRefused, ip)
+	}
+	for _, v4 := range v4s {
+		if err := p.checkAddr(v4, false); err != nil {
+			return fmt.Errorf("%w (in %s)", err, ip)
 		}
 	}
 	return nil

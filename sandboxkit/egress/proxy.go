@@ -396,7 +396,7 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.o.DialTimeout)
 	defer cancel()
-	own, err := hostNetworks()
+	own, err := HostNetworks()
 	if err != nil {
 		return refused("cannot list this host's networks (to refuse them): %v", errnoOf(err))
 	}
@@ -462,14 +462,13 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	return nil, addrs[len(addrs)-1], dialFailure{reason: reason, failed: true}
 }
 
-// hostNetworks returns the addresses of this host's interfaces with
+// HostNetworks returns the addresses of this host's interfaces with
 // their prefixes: whatever range they are in (a public one, a
 // documentation one), a connection to one of the addresses is routed
 // over loopback to the host's own services, and one to the rest of a
-// prefix goes to a neighbour on the host's own network. They are read
-// for every connection, since they change (DHCP, hotplug); it costs some
-// 20µs.
-func hostNetworks() ([]netip.Prefix, error) {
+// prefix goes to a neighbour on the host's own network. They change
+// (DHCP, hotplug): read them at each check (it costs some 20µs).
+func HostNetworks() ([]netip.Prefix, error) {
 	ifas, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, err
@@ -499,7 +498,7 @@ func hostNetworks() ([]netip.Prefix, error) {
 }
 
 // ownReason says why a is no destination if it is in one of own (see
-// hostNetworks), or "".
+// HostNetworks), or "".
 func ownReason(own []netip.Prefix, a netip.Addr) string {
 	a = a.WithZone("") // a zone does not take an address off the host's networks
 	for _, p := range own {

@@ -180,9 +180,9 @@ var blockedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("fec0::/10"),     // site-local
 }
 
-// Prefixes of IPv6 addresses that carry an IPv4 address, which is
-// checked in turn: a NAT64 or 6to4 gateway would take the connection
-// there.
+// Prefixes of IPv6 addresses that carry an IPv4 address: a NAT64,
+// SIIT or 6to4 gateway, or the kernel's automatic tunnel for
+// IPv4-compatible addresses, would take the connection there.
 var embedsV4 = []struct {
 	prefix netip.Prefix
 	at     int // byte offset of the IPv4 address
@@ -190,24 +190,54 @@ var embedsV4 = []struct {
 	{netip.MustParsePrefix("64:ff9b::/96"), 12},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), 12},  // in its /96 form only: localNAT64
 	{netip.MustParsePrefix("::ffff:0:0:0/96"), 12}, // IPv4-translated (SIIT, RFC 2765)
+	{netip.MustParsePrefix("::/96"), 12},           // IPv4-compatible (RFC 4291 §2.5.5.1)
 	{netip.MustParsePrefix("2002::/16"), 2},
 }
 
 // teredo is the Teredo prefix (RFC 4380): its addresses tunnel to the
 // IPv4 address of a Teredo server (bytes 4 to 7) and of the client
-// (bytes 12 to 15, inverted), which are checked in turn.
+// (bytes 12 to 15, inverted).
 var teredo = netip.MustParsePrefix("2001::/32")
 
 // localNAT64 is the local-use NAT64 prefix (RFC 8215): a network may
 // embed the IPv4 address after a /48, /56 or /64 of it (RFC 6052) as
 // well as after a /96, so an address of it outside the /96 form (bytes 6
-// to 11 zero) cannot be judged, and is refused.
+// to 11 zero) cannot be judged.
 var localNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
+
+// EmbeddedIPv4 returns the IPv4 addresses a connection to a may reach
+// besides a itself: the address an IPv4-mapped, IPv4-compatible
+// (::a.b.c.d), NAT64 (64:ff9b::/96, the local-use 64:ff9b:1::/48), SIIT
+// or 6to4 address carries, a Teredo address's server and client. A
+// destination check judges each as well as a. ok is false for a
+// local-use NAT64 address whose IPv4 address cannot be told (not in its
+// /96 form): refuse it.
+func EmbeddedIPv4(a netip.Addr) (v4 []netip.Addr, ok bool) {
+	if a.Is4In6() {
+		return []netip.Addr{a.Unmap()}, true
+	}
+	if !a.Is6() {
+		return nil, true
+	}
+	b := a.As16()
+	if localNAT64.Contains(a) && [6]byte(b[6:12]) != [6]byte{} {
+		return nil, false
+	}
+	if teredo.Contains(a) {
+		v4 = append(v4, netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}))
+	}
+	for _, e := range embedsV4 {
+		if e.prefix.Contains(a) {
+			v4 = append(v4, netip.AddrFrom4([4]byte(b[e.at:e.at+4])))
+		}
+	}
+	return v4, true
+}
 
 // blockedReason says why a is never a destination (loopback, private
 // network, link-local and cloud metadata, CGNAT, multicast,
-// unspecified, reserved), or "" if it may be one. IPv4-mapped IPv6
-// addresses are judged as the IPv4 address they map.
+// unspecified, reserved), or "" if it may be one. An IPv6 address that
+// carries an IPv4 address (EmbeddedIPv4) is judged by that one too.
 func blockedReason(a netip.Addr) string {
 	a = a.Unmap()
 	switch {
@@ -229,29 +259,13 @@ func blockedReason(a netip.Addr) string {
 			return "a reserved address (" + p.String() + ")"
 		}
 	}
-	if localNAT64.Contains(a) {
-		if b := a.As16(); [6]byte(b[6:12]) != [6]byte{} {
-			return "a local-use NAT64 address (" + localNAT64.String() + ") whose IPv4 address cannot be told"
-		}
+	v4s, ok := EmbeddedIPv4(a)
+	if !ok {
+		return "a local-use NAT64 address (" + localNAT64.String() + ") whose IPv4 address cannot be told"
 	}
-	if teredo.Contains(a) {
-		b := a.As16()
-		client := [4]byte{^b[12], ^b[13], ^b[14], ^b[15]}
-		for _, v4 := range []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)} {
-			if why := blockedReason(v4); why != "" {
-				return why + " (embedded in " + teredo.String() + ")"
-			}
-		}
-	}
-	if a.Is6() {
-		for _, e := range embedsV4 {
-			if e.prefix.Contains(a) {
-				b := a.As16()
-				v4 := netip.AddrFrom4([4]byte(b[e.at : e.at+4]))
-				if why := blockedReason(v4); why != "" {
-					return why + " (embedded in " + e.prefix.String() + ")"
-				}
-			}
+	for _, v4 := range v4s {
+		if why := blockedReason(v4); why != "" {
+			return why + " (embedded in " + a.String() + ")"
 		}
 	}
 	return ""

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -137,6 +138,37 @@ func TestBlocked(t *testing.T) {
 		why := blockedReason(netip.MustParseAddr(tc.addr))
 		if (why != "") != tc.blocked {
 			t.Errorf("blockedReason(%s) = %q, want blocked=%v", tc.addr, why, tc.blocked)
+		}
+	}
+}
+
+func TestEmbeddedIPv4(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want string // the addresses, space-separated; "?" not ok
+	}{
+		{"::ffff:127.0.0.1", "127.0.0.1"},
+		{"::198.51.100.7", "198.51.100.7"},
+		{"64:ff9b::a9fe:a9fe", "169.254.169.254"},
+		{"64:ff9b:1::808:808", "8.8.8.8"},
+		{"64:ff9b:1:7f00:0:100:808:808", "?"},
+		{"::ffff:0:a00:1", "10.0.0.1"},
+		{"2002:7f00:1::", "127.0.0.1"},
+		{"2001:0:a00:1:8000:63bf:f7f7:f7f7", "10.0.0.1 8.8.8.8"},
+		{"2606:4700::1111", ""},
+		{"8.8.8.8", ""},
+	} {
+		v4, ok := EmbeddedIPv4(netip.MustParseAddr(tc.addr))
+		got := "?"
+		if ok {
+			var s []string
+			for _, a := range v4 {
+				s = append(s, a.String())
+			}
+			got = strings.Join(s, " ")
+		}
+		if got != tc.want {
+			t.Errorf("EmbeddedIPv4(%s) = %q, want %q", tc.addr, got, tc.want)
 		}
 	}
 }
