@@ -43,10 +43,14 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	dir := cmd.String("instance")
-	if dir == "" {
+	if cmd.String("instance") == "" {
 		return usageError(cmd, "no instance directory: give --instance DIR")
 	}
+	restored, err := config.NewInstance(cmd.String("instance"))
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	dir := restored.Dir
 	if err := emptyDir(dir); err != nil {
 		return exitWith(exitFailure, err)
 	}

@@ -72,9 +72,17 @@ const InterruptedReason = "interrupted: the server stopped during this turn"
 // Run serves until ctx ends, then shuts down: open event streams end,
 // running turns are cancelled, the database is closed.
 func Run(ctx context.Context, o Options) error {
-	inst := config.Instance{Dir: o.Instance}
+	inst, err := config.NewInstance(o.Instance)
+	if err != nil {
+		return err
+	}
 	if err := inst.Init(); err != nil {
 		return err
+	}
+	if o.ConfigFile != "" {
+		if o.ConfigFile, err = filepath.Abs(o.ConfigFile); err != nil {
+			return err
+		}
 	}
 	cfg, err := inst.Load(o.ConfigFile)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -403,6 +404,20 @@ type Instance struct {
 	Dir string
 }
 
+// NewInstance is the instance at dir, made absolute once: the paths
+// derived from it reach the sandbox (bwrap needs absolute ones) and
+// outlive a change of the working directory.
+func NewInstance(dir string) (Instance, error) {
+	if dir == "" {
+		return Instance{}, errors.New("no instance directory given (--instance DIR)")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Instance{}, fmt.Errorf("instance directory %s: %w", dir, err)
+	}
+	return Instance{Dir: abs}, nil
+}
+
 // Paths inside an instance directory.
 func (i Instance) ConfigFile() string    { return filepath.Join(i.Dir, "config.yaml") }
 func (i Instance) DataDir() string       { return filepath.Join(i.Dir, "data") }
@@ -431,6 +446,9 @@ func (i Instance) Init() error {
 	return i.CheckModes()
 }
 
+// ErrNoInstance is wrapped by CheckModes when the directory is missing.
+var ErrNoInstance = errors.New("no instance directory")
+
 // ErrLooseMode is wrapped by CheckModes' errors.
 var ErrLooseMode = errors.New("instance directory is readable or writable by others")
 
@@ -439,6 +457,9 @@ var ErrLooseMode = errors.New("instance directory is readable or writable by oth
 // readable by others (it holds the jwt_secret).
 func (i Instance) CheckModes() error {
 	var errs []error
+	if _, err := os.Lstat(i.Dir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w at %s: check --instance (or $CODUMENTOR_INSTANCE)", ErrNoInstance, i.Dir)
+	}
 	for _, d := range i.dirs() {
 		st, err := os.Lstat(d)
 		switch {
