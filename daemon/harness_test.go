@@ -125,7 +125,9 @@ type proc struct {
 	done   chan struct{}
 }
 
-var listening = regexp.MustCompile(`listening: url=(\S+)`)
+// listening finds the server's "listening" line, in log.format text or
+// json.
+var listening = regexp.MustCompile(`listening: url=(\S+)|"@message":"listening".*?"url":"([^"]+)"`)
 
 // start runs codumentor api on a free loopback port and waits until it
 // listens.
@@ -178,7 +180,7 @@ func waitListening(out *sandboxtest.Buffer, exited <-chan struct{}) (string, err
 	deadline := time.After(60 * time.Second)
 	for {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1], nil
+			return m[1] + m[2], nil
 		}
 		select {
 		case <-exited:

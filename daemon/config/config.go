@@ -202,7 +202,16 @@ type Sandbox struct {
 type Log struct {
 	// Level is trace, debug, info (default), warn or error.
 	Level string `yaml:"level"`
+	// Format is text (default) or json: one JSON object a line, for a
+	// log shipper.
+	Format string `yaml:"format"`
 }
+
+// The log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
 
 // Duration is a time.Duration written as "30s", "12h", "720h" or "30d"
 // in YAML (see ParseDuration).
@@ -267,7 +276,7 @@ func Default() Config {
 			Limits:          DefaultLimits(),
 			Egress:          DefaultEgress(),
 		},
-		Log:          Log{Level: "info"},
+		Log:          Log{Level: "info", Format: LogText},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
 		Office:       DefaultOffice(),
 		Server: Server{
@@ -368,6 +377,11 @@ func (c Config) Validate() error {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		errs = append(errs, fmt.Errorf("log.level: %q is not trace, debug, info, warn or error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "", LogText, LogJSON:
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
 	}
 	return errors.Join(errs...)
 }
