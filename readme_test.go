@@ -188,3 +188,31 @@ func schemaKeys(prefix string, t reflect.Type) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// The systemd unit, the README and scripts/run name one layout: the
+// binaries and the instance where scripts/run puts them as root.
+func TestOneLayout(t *testing.T) {
+	run, err := os.ReadFile("scripts/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit, err := os.ReadFile("scripts/codumentor.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, _ := os.ReadFile("README.md")
+	for _, want := range []string{"base=/var/lib/codumentor\n", `instance=${CODUMENTOR_INSTANCE:-$base/instance}`, `bindir=$base/bin`} {
+		if !strings.Contains(string(run), want) {
+			t.Fatalf("scripts/run no longer says %q: update this test, the unit and the README together", want)
+		}
+	}
+	exec := regexp.MustCompile(`(?m)^ExecStart=(\S+) api --instance (\S+)$`).FindStringSubmatch(string(unit))
+	if exec == nil || exec[1] != "/var/lib/codumentor/bin/codumentor" || exec[2] != "/var/lib/codumentor/instance" {
+		t.Errorf("codumentor.service's ExecStart %q: want /var/lib/codumentor/bin/codumentor api --instance /var/lib/codumentor/instance, as scripts/run", exec)
+	}
+	for _, doc := range [][]byte{unit, readme} {
+		for _, m := range regexp.MustCompile(`/usr/local/bin/codumentor\b|--instance /var/lib/codumentor\b[^/]`).FindAll(doc, -1) {
+			t.Errorf("another layout named: %q", m)
+		}
+	}
+}
