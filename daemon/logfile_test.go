@@ -52,7 +52,7 @@ func TestSIGHUPReopensLog(t *testing.T) {
 		t.Fatalf("after SIGHUP: /healthz %d", code)
 	}
 	old, _ := os.ReadFile(rotated)
-	if strings.Contains(string(old), "SIGHUP") || strings.Contains(string(old), "reloaded") {
+	if strings.Contains(string(old), "SIGHUP:") || strings.Contains(string(old), "reloaded from") {
 		t.Errorf("the renamed log got lines after SIGHUP:\n%s", old)
 	}
 }

@@ -142,6 +142,10 @@ type Server struct {
 
 	metrics metrics
 	streams streams
+
+	// hostWarned: the Origin/Host port mismatch of a misconfigured
+	// reverse proxy has been logged (once: sameOrigin).
+	hostWarned atomic.Bool
 }
 
 // New builds the API.
