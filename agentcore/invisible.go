@@ -36,7 +36,8 @@ func invisible(r rune) bool {
 }
 
 // invisibleChars lists command's invisible characters and renders the
-// command with each as [U+XXXX]; nil and "" when it has none.
+// command with each as [U+XXXX]; nil and the command itself when it has
+// none.
 func invisibleChars(command string) ([]InvisibleChar, string) {
 	var found []InvisibleChar
 	var shown strings.Builder
@@ -59,7 +60,7 @@ func invisibleChars(command string) ([]InvisibleChar, string) {
 		}
 	}
 	if found == nil {
-		return nil, ""
+		return nil, command
 	}
 	shown.WriteString(command[last:])
 	return found, shown.String()

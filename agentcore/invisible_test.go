@@ -34,3 +34,15 @@ func TestApprovalMarksInvisible(t *testing.T) {
 		t.Errorf("stored approval %+v", as)
 	}
 }
+
+// A command with nothing invisible is shown as it is: command_shown is
+// always the field to show.
+func TestApprovalShownPlain(t *testing.T) {
+	const cmd = "ls -la"
+	h := newHarness(t, echoScript(cmd, ""), nil)
+	h.start("c", "go")
+	a, _ := h.pendingApproval("c", 0)
+	if a.CommandShown != cmd || a.Invisible != nil {
+		t.Errorf("shown %q, invisible %+v: want %q and none", a.CommandShown, a.Invisible, cmd)
+	}
+}

@@ -135,8 +135,9 @@ type Approval struct {
 	// or mark these. Empty for most commands.
 	Invisible []InvisibleChar `json:"invisible,omitempty"`
 	// CommandShown is Command with each Invisible character written as
-	// [U+XXXX]; set only when Invisible is not empty.
-	CommandShown string `json:"command_shown,omitempty"`
+	// [U+XXXX]: what a UI shows. Always set; equal to Command when
+	// Invisible is empty.
+	CommandShown string `json:"command_shown"`
 	// Kind is what is approved: empty for a command (or tool call), or
 	// ApprovalHostNetwork.
 	Kind string `json:"kind,omitempty"`

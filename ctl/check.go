@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -92,6 +93,16 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
 	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: sandboxkit.DefaultLimits()}
+	for _, p := range []*string{&o.instance, &o.workspaceBase} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return exitWith(exitFailure, err)
+		}
+		*p = abs
+	}
 	if o.instance != "" {
 		// Check the sandbox the server will run: its bwrap, and overlays on
 		// the filesystem of its workspaces. A config that does not load is

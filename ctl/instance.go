@@ -50,14 +50,16 @@ func instanceFlag() cli.Flag {
 // a file codumentorctl created as another user (root, typically) is one
 // the server could not open.
 func openInstance(cmd *cli.Command, create bool) (config.Instance, error) {
-	inst := config.Instance{Dir: cmd.String("instance")}
-	if inst.Dir == "" {
-		return inst, usageError(cmd, "no instance directory: give --instance DIR or set $%s", envInstance)
+	if cmd.String("instance") == "" {
+		return config.Instance{}, usageError(cmd, "no instance directory: give --instance DIR or set $%s", envInstance)
+	}
+	inst, err := config.NewInstance(cmd.String("instance"))
+	if err != nil {
+		return inst, exitWith(exitFailure, err)
 	}
 	if err := checkOwner(inst.Dir); err != nil {
 		return inst, exitWith(exitFailure, err)
 	}
-	var err error
 	if create {
 		err = inst.Init()
 	} else {

@@ -159,3 +159,38 @@ func TestInstanceCheckWithoutDatabase(t *testing.T) {
 		t.Errorf("check created the database (stat: %v)", err)
 	}
 }
+
+// A relative --instance is resolved once: check looks at the same
+// instance and overlay filesystem as with the absolute path.
+func TestRelativeInstance(t *testing.T) {
+	dir := initInstance(t)
+	if r := ctl(t, "users", "add", "--instance", dir, "--password", "alice password", "alice"); r.code != 0 {
+		t.Fatal(r)
+	}
+	abs, _, _ := instanceChecks(t, dir)
+	r := run{args: []string{"check", "--json", "--instance", "instance"}, dir: filepath.Dir(dir)}.do(t)
+	var rep checkJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%v", err, r)
+	}
+	for _, c := range rep.Checks {
+		if a, ok := abs[c.Name]; ok && a.OK != c.OK {
+			t.Errorf("check %s: %v with the relative path (%s), %v with the absolute one", c.Name, c.OK, c.Detail, a.OK)
+		}
+	}
+	if r := (run{args: []string{"users", "list", "--instance", "instance"}, dir: filepath.Dir(dir)}).do(t); r.code != 0 || !strings.Contains(r.stdout, "alice") {
+		t.Errorf("users list with a relative path: %v", r)
+	}
+}
+
+// A read-only command on a mistyped instance says the directory is not
+// there, not how to create one.
+func TestMistypedInstance(t *testing.T) {
+	dir := newInstance(t)
+	for _, args := range [][]string{{"users", "list"}, {"audit", "verify"}, {"secrets", "status"}} {
+		r := ctl(t, append(args, "--instance", dir)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no instance directory at "+dir) || strings.Contains(r.stderr, "users add") {
+			t.Errorf("%v on a missing instance: %v", args, r)
+		}
+	}
+}

@@ -57,6 +57,8 @@ type run struct {
 	// wrap, when set, is the argv run instead of codumentorctl args...: a
 	// program that runs codumentorctl itself (env gives it the path).
 	wrap []string
+	// dir, when set, is the working directory.
+	dir string
 }
 
 func ctl(t *testing.T, args ...string) result {
@@ -75,6 +77,7 @@ func (r run) do(t *testing.T) result {
 		argv = r.wrap
 	}
 	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = r.dir
 	c.Env = append(os.Environ(), r.env...)
 	c.Stdin = strings.NewReader(r.stdin)
 	var stdout, stderr bytes.Buffer

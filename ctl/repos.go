@@ -66,7 +66,11 @@ func reposAddCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.Root().Writer, "added repository %s (id %s); codumentorctl repos sync --wait %s fetches it\n", r.Name, r.ID, r.Name)
+				inst, err := config.NewInstance(cmd.String("instance"))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.Root().Writer, "added repository %s (id %s); codumentorctl repos sync --wait --instance %s %s fetches it\n", r.Name, r.ID, inst.Dir, r.Name)
 				return nil
 			})
 		},

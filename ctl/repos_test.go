@@ -43,7 +43,7 @@ func TestRepos(t *testing.T) {
 	if r := ctl(t, "repos", "add", "--instance", dir, "--branch", "../x", "hostile", url); r.code != 1 || !strings.Contains(r.stderr, "branch") {
 		t.Fatalf("hostile branch: %v", r)
 	}
-	if r := ctl(t, "repos", "add", "--instance", dir, "demo", url); r.code != 0 || !strings.Contains(r.stdout, "added repository demo") {
+	if r := ctl(t, "repos", "add", "--instance", dir, "demo", url); r.code != 0 || !strings.Contains(r.stdout, "added repository demo") || !strings.Contains(r.stdout, "repos sync --wait --instance "+dir+" demo") {
 		t.Fatalf("add: %v", r)
 	}
 	if r := ctl(t, "repos", "list", "--instance", dir); r.code != 0 || !strings.Contains(r.stdout, "demo") || !strings.Contains(r.stdout, url) || strings.Contains(r.stdout, "hostile") {

@@ -43,10 +43,14 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	dir := cmd.String("instance")
-	if dir == "" {
+	if cmd.String("instance") == "" {
 		return usageError(cmd, "no instance directory: give --instance DIR")
 	}
+	restored, err := config.NewInstance(cmd.String("instance"))
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	dir := restored.Dir
 	if err := emptyDir(dir); err != nil {
 		return exitWith(exitFailure, err)
 	}
@@ -84,11 +88,19 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return exitWith(exitFailure, err)
 	}
-	if err := unpack(or, dir); err != nil {
+	st, err := f.Stat()
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	written, err := unpack(or, dir, st.Size())
+	if err != nil {
 		if errors.Is(err, ErrBadKey) {
 			err = fmt.Errorf("%w (encrypted under %s)", err, describeKey(h))
 		}
-		return exitWith(exitFailure, fmt.Errorf("restore: %w; %s may hold a partial restore: empty it before trying again", err, dir))
+		if written == 0 {
+			return exitWith(exitFailure, fmt.Errorf("restore: %w; nothing was written to %s", err, dir))
+		}
+		return exitWith(exitFailure, fmt.Errorf("restore: %w; %s holds a partial restore: empty it before trying again", err, dir))
 	}
 	inst := config.Instance{Dir: dir}
 	if err := inst.Init(); err != nil {
@@ -126,13 +138,24 @@ func emptyDir(dir string) error {
 }
 
 // unpack writes the archive into dir through an os.Root: no entry can
-// land outside it, whatever its name or the symlinks before it.
-func unpack(r io.Reader, dir string) error {
+// land outside it, whatever its name or the symlinks before it. It
+// returns how many entries it wrote.
+//
+// A backup holds its files' bytes uncompressed, so the entries' sizes add
+// up to less than the archive's size (archiveSize): an entry declaring
+// more (a sparse one, say, whose holes would be written out as zeros) is
+// refused before it is written, as is one the target filesystem has no
+// room for. Symbolic links are refused outside the content trees of
+// workspaces and snapshots, where they are data the server reads by
+// descriptor: elsewhere (logs/, data/, a layer's own directory) the
+// server would open a path through them, out of the instance.
+func unpack(r io.Reader, dir string, archiveSize int64) (written int, err error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer root.Close()
+	var declared int64
 	type dirMode struct {
 		name string
 		mode os.FileMode
@@ -145,29 +168,37 @@ func unpack(r io.Reader, dir string) error {
 			break
 		}
 		if err != nil {
-			return err
+			return written, err
 		}
+		written++
 		name := strings.TrimSuffix(hdr.Name, "/")
 		if !filepath.IsLocal(name) || path.Clean(name) != name {
-			return fmt.Errorf("archive entry %q: not a relative path inside the instance", hdr.Name)
+			return written, fmt.Errorf("archive entry %q: not a relative path inside the instance", hdr.Name)
 		}
 		mode := os.FileMode(hdr.Mode & 0o777)
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o700); err != nil {
-				return err
+				return written, err
 			}
 			if err := setXattrs(root, name, hdr); err != nil {
-				return err
+				return written, err
 			}
 			dirs = append(dirs, dirMode{name, mode})
 		case tar.TypeReg:
+			declared += hdr.Size
+			if hdr.Size < 0 || declared > archiveSize {
+				return written, fmt.Errorf("archive entry %q declares %d bytes, more than the archive (%d bytes) holds: not a backup codumentorctl wrote", hdr.Name, hdr.Size, archiveSize)
+			}
+			if err := roomFor(root, hdr.Size); err != nil {
+				return written, fmt.Errorf("archive entry %q: %w", hdr.Name, err)
+			}
 			if err := root.MkdirAll(path.Dir(name), 0o700); err != nil {
-				return err
+				return written, err
 			}
 			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
-				return err
+				return written, err
 			}
 			_, err = io.Copy(f, tr)
 			if err == nil {
@@ -183,27 +214,30 @@ func unpack(r io.Reader, dir string) error {
 				err = root.Chtimes(name, hdr.ModTime, hdr.ModTime)
 			}
 			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return written, fmt.Errorf("%s: %w", name, err)
 			}
 		case tar.TypeSymlink:
+			if !contentTree(name) {
+				return written, fmt.Errorf("archive entry %q: a symbolic link outside a workspace's or snapshot's files (to %q): not a backup codumentorctl wrote", hdr.Name, hdr.Linkname)
+			}
 			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return err
+				return written, err
 			}
 		case tar.TypeChar:
 			if hdr.Devmajor != 0 || hdr.Devminor != 0 {
-				return fmt.Errorf("archive entry %q: a device other than an overlay whiteout (0/0)", hdr.Name)
+				return written, fmt.Errorf("archive entry %q: a device other than an overlay whiteout (0/0)", hdr.Name)
 			}
 			parent, err := root.Open(path.Dir(name))
 			if err != nil {
-				return err
+				return written, err
 			}
 			err = unix.Mknodat(int(parent.Fd()), path.Base(name), unix.S_IFCHR|uint32(mode), 0)
 			parent.Close()
 			if err != nil {
-				return fmt.Errorf("%s: whiteout: %w", name, err)
+				return written, fmt.Errorf("%s: whiteout: %w", name, err)
 			}
 		default:
-			return fmt.Errorf("archive entry %q: unexpected type %q", hdr.Name, hdr.Typeflag)
+			return written, fmt.Errorf("archive entry %q: unexpected type %q", hdr.Name, hdr.Typeflag)
 		}
 	}
 	// Modes last, deepest first: a read-only directory is filled before
@@ -211,8 +245,44 @@ func unpack(r io.Reader, dir string) error {
 	slices.Reverse(dirs)
 	for _, d := range dirs {
 		if err := root.Chmod(d.name, d.mode); err != nil {
-			return err
+			return written, err
 		}
+	}
+	return written, nil
+}
+
+// contentTree says whether the archive entry name lies inside the files
+// of a workspace layer, a setup layer, a conversation's tree or a
+// repository snapshot (below the directory the server manages itself).
+func contentTree(name string) bool {
+	parts := strings.Split(name, "/")
+	switch {
+	case len(parts) >= 5 && parts[0] == "workspaces" && parts[1] == "layers" && parts[3] == "upper":
+		return true
+	case len(parts) >= 4 && parts[0] == "workspaces" && (parts[1] == "setups" || parts[1] == "trees"):
+		return true
+	case len(parts) >= 4 && parts[0] == "repos" && parts[1] == "snapshots":
+		return true
+	}
+	return false
+}
+
+// roomFor refuses a file of size bytes that the filesystem of root has
+// no room for, keeping 1% of it (at least 64 MiB) free besides.
+func roomFor(root *os.Root, size int64) error {
+	d, err := root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(d.Fd()), &fs); err != nil {
+		return err
+	}
+	free := int64(fs.Bavail) * fs.Bsize
+	keep := max(int64(fs.Blocks)*fs.Bsize/100, 64<<20)
+	if size > free-keep {
+		return fmt.Errorf("%d bytes do not fit: the target filesystem has %d bytes free", size, free)
 	}
 	return nil
 }

@@ -50,7 +50,9 @@ func secretsRotateCommand() *cli.Command {
 			"re-encrypted under the new key when next read. With --reencrypt, every row is\n" +
 			"re-encrypted now (after waiting 3 s for a running server to pick up the new key).\n" +
 			"Once 'secrets status' shows no rows under a previous key and auth.token_ttl has passed,\n" +
-			"that secret can be deleted from auth.previous_jwt_secrets.\n\n" +
+			"that secret can be deleted from auth.previous_jwt_secrets. Backups taken under it (not\n" +
+			"under a passphrase) then restore only with that secret: keep it with those backups\n" +
+			"(restore names the key ID a backup needs).\n\n" +
 			"Refuses when $" + config.EnvJWTSecret + " is set: the secret then lives in the environment.",
 		Flags: []cli.Flag{
 			instanceFlag(),

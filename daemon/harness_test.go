@@ -61,6 +61,9 @@ type instance struct {
 	args []string
 	// nofile, if set, is the server's RLIMIT_NOFILE (soft and hard).
 	nofile int
+	// cwd, if set, is the server's working directory, and --instance
+	// is given relative to it.
+	cwd string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -122,7 +125,9 @@ type proc struct {
 	done   chan struct{}
 }
 
-var listening = regexp.MustCompile(`listening: url=(\S+)`)
+// listening finds the server's "listening" line, in log.format text or
+// json.
+var listening = regexp.MustCompile(`listening: url=(\S+)|"@message":"listening".*?"url":"([^"]+)"`)
 
 // start runs codumentor api on a free loopback port and waits until it
 // listens.
@@ -138,11 +143,20 @@ func (in *instance) start(env ...string) *proc {
 // run starts the server; it returns an error with the server's output if
 // it exits before listening.
 func (in *instance) run(env ...string) (*proc, error) {
-	argv := append([]string{bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)
+	dir := in.dir
+	if in.cwd != "" {
+		rel, err := filepath.Rel(in.cwd, in.dir)
+		if err != nil {
+			return nil, err
+		}
+		dir = rel
+	}
+	argv := append([]string{bin, "api", "--instance", dir, "--listen", "127.0.0.1:0"}, in.args...)
 	if in.nofile > 0 {
 		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = in.cwd
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: in.t, cmd: cmd, stderr: &sandboxtest.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
@@ -166,7 +180,7 @@ func waitListening(out *sandboxtest.Buffer, exited <-chan struct{}) (string, err
 	deadline := time.After(60 * time.Second)
 	for {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			return m[1], nil
+			return m[1] + m[2], nil
 		}
 		select {
 		case <-exited:

@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -73,9 +75,17 @@ const InterruptedReason = "interrupted: the server stopped during this turn"
 // Run serves until ctx ends, then shuts down: open event streams end,
 // running turns are cancelled, the database is closed.
 func Run(ctx context.Context, o Options) error {
-	inst := config.Instance{Dir: o.Instance}
+	inst, err := config.NewInstance(o.Instance)
+	if err != nil {
+		return err
+	}
 	if err := inst.Init(); err != nil {
 		return err
+	}
+	if o.ConfigFile != "" {
+		if o.ConfigFile, err = filepath.Abs(o.ConfigFile); err != nil {
+			return err
+		}
 	}
 	cfg, err := inst.Load(o.ConfigFile)
 	if err != nil {
@@ -96,16 +106,16 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer lock.Close()
-	logFile, err := os.OpenFile(inst.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logFile, err := openLogFile(inst.LogFile())
 	if err != nil {
-		return fmt.Errorf("opening the log: %w", err)
+		return err
 	}
 	defer logFile.Close()
 	var out io.Writer = logFile
 	if o.Stderr != nil {
 		out = io.MultiWriter(logFile, o.Stderr)
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "codumentor", Level: hclog.LevelFromString(cfg.Log.Level), Output: out, JSONFormat: false})
+	log := hclog.New(&hclog.LoggerOptions{Name: "codumentor", Level: hclog.LevelFromString(cfg.Log.Level), Output: out, JSONFormat: cfg.Log.Format == config.LogJSON})
 	ln, scheme, err := listen(cfg, log)
 	if err != nil {
 		return err
@@ -128,6 +138,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	s.logFile = logFile
 	defer s.indexDB.close()
 	defer s.engine.Close()
 	return s.serve(ctx, ln, scheme, inst, o)
@@ -154,6 +165,8 @@ type server struct {
 
 	browsers browsers            // the webretrieve and mermaid_render plugins'
 	diagrams api.DiagramRenderer // set by mermaid_render
+
+	logFile *logFile // logs/codumentor.log, reopened on SIGHUP
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
@@ -369,7 +382,31 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	defer s.browsers.close()
 	queueDone := make(chan error, 1)
 	go func() { queueDone <- s.queue.Run(ctx) }()
-	go s.watchConfig(ctx, inst, o)
+	// SIGHUP, as daemons take it: reopen the log (logrotate has renamed
+	// it) and re-read the configuration now.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if err := s.logFile.Reopen(); err != nil {
+				s.log.Error("SIGHUP: reopening the log failed; still writing the old file", "err", err)
+			} else {
+				s.log.Info("SIGHUP: log reopened; re-reading the configuration")
+			}
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	go s.watchConfig(ctx, inst, o, reload)
 
 	served := make(chan error, 1)
 	go func() { served <- s.api.App().Listener(ln) }()
@@ -395,7 +432,10 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 // watchConfig applies rotated secrets (codumentorctl secrets rotate)
 // without a restart: tokens and the secrets' keyring are swapped when
 // config.yaml's auth section changes. So is llm.allowed_endpoints.
-func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Options) {
+//
+// A value on reload re-reads config.yaml at once, changed or not
+// (SIGHUP).
+func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Options, reload <-chan struct{}) {
 	poll := o.ConfigPoll
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -415,22 +455,33 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
+		forced := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-reload:
+			forced = true
 		}
 		now := stamp()
-		if now == last {
+		if now == last && !forced {
 			continue
 		}
 		last = now
 		next, err := inst.Load(o.ConfigFile)
 		if err != nil {
-			s.log.Error("config.yaml changed but cannot be read; keeping the running configuration", "err", err)
+			s.log.Error("config.yaml cannot be read; keeping the running configuration", "err", err)
 			continue
 		}
 		cur := s.cfg.Load()
+		if next.Log.Level != cur.Log.Level {
+			s.log.SetLevel(hclog.LevelFromString(next.Log.Level))
+			updated := *cur
+			updated.Log.Level = next.Log.Level
+			s.cfg.Store(&updated)
+			cur = &updated
+			s.log.Info("log.level reloaded from config.yaml", "level", next.Log.Level)
+		}
 		if !slices.Equal(next.LLM.AllowedEndpoints, cur.LLM.AllowedEndpoints) {
 			// Model profiles' endpoints are checked at each turn: one taken
 			// off the list is used no more from now on.

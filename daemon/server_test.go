@@ -411,6 +411,36 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 	}
 }
 
+// codumentor api --instance with a relative path resolves it once at
+// start: a command runs in its sandbox (whose binds need absolute paths)
+// as with an absolute one.
+func TestRelativeInstance(t *testing.T) {
+	needSandbox(t)
+	in := newInstance(t, llm(t,
+		shellCall("echo relative > r.txt && cat r.txt"),
+		llmtest.Step{Expect: "relative", Text: "done"},
+	))
+	in.cwd = filepath.Dir(in.dir)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	a := p.login("alice", pw)
+	conv := a.newConversation()
+	s := a.follow(conv, "")
+	defer s.close()
+	a.send(conv, "write it")
+	evs := s.until(agentcore.EventApprovalPending, 60*time.Second)
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	evs = s.until(agentcore.EventTurnFinished, 2*time.Minute)
+	for _, ev := range evs {
+		if (ev.Type == agentcore.EventToolOutput || ev.Type == agentcore.EventToolFinished) && strings.Contains(string(eventData(t, ev)), "must be an absolute path") {
+			t.Fatalf("the command failed: %s", ev.Data)
+		}
+	}
+	if got := a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/workspace/files?path=r.txt", nil, nil); string(got) != "relative\n" {
+		t.Fatalf("r.txt: %q; events %+v", got, evs)
+	}
+}
+
 // kill -9 in the middle of a turn: every event a client received is
 // still there after a restart, the turn is marked failed with a reason,
 // and the conversation goes on.

@@ -162,6 +162,7 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 	}
 	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
 	requests := chromedp.Events(ctx, network.RequestWillBeSent)
+	responses := chromedp.Events(ctx, network.ResponseReceived)
 	go func() {
 		for ev, err := range dialogs {
 			if err != nil {
@@ -183,6 +184,20 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 		}
 	}()
 	if console {
+		// The console's "Failed to load resource" errors for a 4xx are
+		// let through below (the page's refused API calls); a page asset
+		// or the favicon answering 404 is a broken page all the same.
+		go func() {
+			for ev, err := range responses {
+				if err != nil {
+					return
+				}
+				u := ev.Response.URL
+				if ev.Response.Status == http.StatusNotFound && !strings.Contains(u, "/api/") {
+					w.note(&w.problems, fmt.Sprintf("404 for %s", u))
+				}
+			}
+		}()
 		msgs := chromedp.Console(ctx)
 		go func() {
 			for m, err := range msgs {

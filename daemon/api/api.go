@@ -152,6 +152,10 @@ type Server struct {
 	streams streams
 	// bodies is the budget of request bodies in memory (readBody).
 	bodies *semaphore.Weighted
+
+	// hostWarned: the Origin/Host port mismatch of a misconfigured
+	// reverse proxy has been logged (once: sameOrigin).
+	hostWarned atomic.Bool
 }
 
 // New builds the API.

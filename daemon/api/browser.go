@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/subtle"
 	"errors"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -106,12 +107,38 @@ func (s *Server) sameOrigin(c *fiber.Ctx) bool {
 	if s.secure(c) {
 		scheme = "https"
 	}
-	own := scheme + "://" + strings.ToLower(string(c.Request().Host()))
+	host := strings.ToLower(string(c.Request().Host()))
+	own := scheme + "://" + host
 	if o := c.Get(fiber.HeaderOrigin); o != "" {
-		return strings.EqualFold(o, own)
+		if strings.EqualFold(o, own) {
+			return true
+		}
+		s.warnHost(o, host)
+		return false
 	}
 	u, err := url.Parse(c.Get(fiber.HeaderReferer))
 	return err == nil && u.Host != "" && strings.EqualFold(u.Scheme+"://"+u.Host, own)
+}
+
+// warnHost logs, once, a refused Origin that names this host on another
+// port than Host does: the mark of a reverse proxy that rewrites Host
+// without the port (nginx's "proxy_set_header Host $host"), which would
+// otherwise refuse every browser sign-in without a word in the log.
+func (s *Server) warnHost(origin, host string) {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return
+	}
+	oh, op := u.Hostname(), u.Port()
+	hh, hp, err := net.SplitHostPort(host)
+	if err != nil {
+		hh, hp = strings.Trim(host, "[]"), ""
+	}
+	if !strings.EqualFold(oh, hh) || op == hp || !s.hostWarned.CompareAndSwap(false, true) {
+		return
+	}
+	s.log.Warn("browser requests are refused as cross-origin: their Origin names another port than the Host header the server received; a reverse proxy must pass the Host as the browser sent it (nginx: proxy_set_header Host $http_host, not $host, which drops the port)",
+		"origin", origin, "host", host)
 }
 
 // The web.Backend the UI's pages use.

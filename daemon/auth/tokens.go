@@ -30,7 +30,7 @@ const issuer = "codumentor"
 // verify against whichever one they meet.
 type Tokens struct {
 	keys      [][]byte // keys[0] signs; all verify
-	csrfKey   []byte   // CSRF's HMAC key, from the current secret
+	csrfKeys  [][]byte // CSRF's HMAC keys: csrfKeys[0] makes tokens, all verify
 	ttl       time.Duration
 	ephemeral bool
 }
@@ -84,26 +84,30 @@ func NewTokens(secret string, previous []string, ttl time.Duration) (*Tokens, er
 		k := make([]byte, 32)
 		rand.Read(k)
 		t.keys = append(t.keys, k)
-		t.csrfKey = make([]byte, 32)
-		rand.Read(t.csrfKey)
+		k = make([]byte, 32)
+		rand.Read(k)
+		t.csrfKeys = append(t.csrfKeys, k)
 		t.ephemeral = true
 	} else {
 		if len(secret) < MinSecretLength {
 			return nil, fmt.Errorf("auth: auth.jwt_secret has %d bytes, at least %d needed", len(secret), MinSecretLength)
 		}
 		t.keys = append(t.keys, signingKey(secret))
-		t.csrfKey = derive(secret, "codumentor csrf v1")
+		t.csrfKeys = append(t.csrfKeys, csrfKey(secret))
 	}
 	for i, p := range previous {
 		if len(p) < MinSecretLength {
 			return nil, fmt.Errorf("auth: auth.previous_jwt_secrets[%d] has %d bytes, at least %d needed", i, len(p), MinSecretLength)
 		}
 		t.keys = append(t.keys, signingKey(p))
+		t.csrfKeys = append(t.csrfKeys, csrfKey(p))
 	}
 	return t, nil
 }
 
 func signingKey(secret string) []byte { return derive(secret, "codumentor jwt hs256 v1") }
+
+func csrfKey(secret string) []byte { return derive(secret, "codumentor csrf v1") }
 
 func derive(secret, purpose string) []byte {
 	k, err := hkdf.Key(sha256.New, []byte(secret), nil, purpose, 32)
@@ -118,18 +122,29 @@ func derive(secret, purpose string) []byte {
 // from auth.jwt_secret for this purpose alone. A page embeds it; a
 // cookie-authenticated request that changes state must send it back
 // (header X-CSRF-Token or form field csrf_token), which another origin
-// cannot read. After a rotation of the secret, pages loaded before it
-// need a reload.
+// cannot read. A page loaded before a rotation of the secret keeps
+// working: its token verifies under the previous secrets too.
 func (t *Tokens) CSRF(session string) string {
-	m := hmac.New(sha256.New, t.csrfKey)
+	return csrfToken(t.csrfKeys[0], session)
+}
+
+func csrfToken(key []byte, session string) string {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(session))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// CheckCSRF reports whether token is session's CSRF token, in constant
-// time.
+// CheckCSRF reports whether token is session's CSRF token under the
+// current secret or a previous one, in constant time.
 func (t *Tokens) CheckCSRF(session, token string) bool {
-	return session != "" && hmac.Equal([]byte(t.CSRF(session)), []byte(token))
+	if session == "" {
+		return false
+	}
+	ok := false
+	for _, k := range t.csrfKeys {
+		ok = hmac.Equal([]byte(csrfToken(k, session)), []byte(token)) || ok
+	}
+	return ok
 }
 
 // Ephemeral reports whether the signing key is random for this process

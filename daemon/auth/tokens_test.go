@@ -232,8 +232,10 @@ func TestCSRF(t *testing.T) {
 	}
 	a2, _ := auth.NewTokens(secretA, []string{secretB}, 0)
 	b, _ := auth.NewTokens(secretB, nil, 0)
+	// After a rotation from A to B, with A among the previous secrets.
+	rotated, _ := auth.NewTokens(secretB, []string{secretA}, 0)
 	tok := a.CSRF("session-1")
-	if len(tok) != 64 || tok != a2.CSRF("session-1") {
+	if len(tok) != 64 || tok != a2.CSRF("session-1") || rotated.CSRF("session-1") != b.CSRF("session-1") {
 		t.Fatalf("CSRF is not a stable function of secret and session: %q %q", tok, a2.CSRF("session-1"))
 	}
 	for _, tc := range []struct {
@@ -246,6 +248,9 @@ func TestCSRF(t *testing.T) {
 		{"its own", a, "session-1", tok, true},
 		{"another session's", a, "session-2", tok, false},
 		{"another secret's", b, "session-1", tok, false},
+		{"a previous secret's (a page loaded before a rotation)", rotated, "session-1", tok, true},
+		{"a previous secret's, another session", rotated, "session-2", tok, false},
+		{"the new secret's after the rotation", rotated, "session-1", rotated.CSRF("session-1"), true},
 		{"empty", a, "session-1", "", false},
 		{"no session", a, "", a.CSRF(""), false},
 		{"upper case", a, "session-1", strings.ToUpper(tok), false},

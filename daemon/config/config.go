@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -211,7 +212,16 @@ type Sandbox struct {
 type Log struct {
 	// Level is trace, debug, info (default), warn or error.
 	Level string `yaml:"level"`
+	// Format is text (default) or json: one JSON object a line, for a
+	// log shipper.
+	Format string `yaml:"format"`
 }
+
+// The log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
 
 // Duration is a time.Duration written as "30s", "12h", "720h" or "30d"
 // in YAML (see ParseDuration).
@@ -276,7 +286,7 @@ func Default() Config {
 			Limits:          DefaultLimits(),
 			Egress:          DefaultEgress(),
 		},
-		Log:          Log{Level: "info"},
+		Log:          Log{Level: "info", Format: LogText},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30},
 		Office:       DefaultOffice(),
 		Server: Server{
@@ -388,6 +398,11 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log.level: %q is not trace, debug, info, warn or error", c.Log.Level))
 	}
+	switch c.Log.Format {
+	case "", LogText, LogJSON:
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
+	}
 	return errors.Join(errs...)
 }
 
@@ -423,6 +438,20 @@ type Instance struct {
 	Dir string
 }
 
+// NewInstance is the instance at dir, made absolute once: the paths
+// derived from it reach the sandbox (bwrap needs absolute ones) and
+// outlive a change of the working directory.
+func NewInstance(dir string) (Instance, error) {
+	if dir == "" {
+		return Instance{}, errors.New("no instance directory given (--instance DIR)")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Instance{}, fmt.Errorf("instance directory %s: %w", dir, err)
+	}
+	return Instance{Dir: abs}, nil
+}
+
 // Paths inside an instance directory.
 func (i Instance) ConfigFile() string    { return filepath.Join(i.Dir, "config.yaml") }
 func (i Instance) DataDir() string       { return filepath.Join(i.Dir, "data") }
@@ -451,6 +480,9 @@ func (i Instance) Init() error {
 	return i.CheckModes()
 }
 
+// ErrNoInstance is wrapped by CheckModes when the directory is missing.
+var ErrNoInstance = errors.New("no instance directory")
+
 // ErrLooseMode is wrapped by CheckModes' errors.
 var ErrLooseMode = errors.New("instance directory is readable or writable by others")
 
@@ -459,6 +491,9 @@ var ErrLooseMode = errors.New("instance directory is readable or writable by oth
 // readable by others (it holds the jwt_secret).
 func (i Instance) CheckModes() error {
 	var errs []error
+	if _, err := os.Lstat(i.Dir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w at %s: check --instance (or $CODUMENTOR_INSTANCE)", ErrNoInstance, i.Dir)
+	}
 	for _, d := range i.dirs() {
 		st, err := os.Lstat(d)
 		switch {

@@ -336,8 +336,21 @@ func (s *Conversations) Approval(ctx context.Context, id string) (agentcore.Appr
 	if err != nil {
 		return agentcore.Approval{}, fmt.Errorf("store: reading approval %q: %w", id, err)
 	}
+	return decodeApproval(row.Data)
+}
+
+// decodeApproval reads a stored approval. Rows written before
+// command_shown was always set have it only when the command has
+// invisible characters: for the others it is the command itself.
+func decodeApproval(data []byte) (agentcore.Approval, error) {
 	var a agentcore.Approval
-	return a, json.Unmarshal(row.Data, &a)
+	if err := json.Unmarshal(data, &a); err != nil {
+		return a, fmt.Errorf("store: decoding an approval: %w", err)
+	}
+	if a.CommandShown == "" {
+		a.CommandShown = a.Command
+	}
+	return a, nil
 }
 
 // Approvals implements agentcore.Store.
@@ -348,9 +361,11 @@ func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]a
 	}
 	as := make([]agentcore.Approval, len(rows))
 	for i, r := range rows {
-		if err := json.Unmarshal(r.Data, &as[i]); err != nil {
+		a, err := decodeApproval(r.Data)
+		if err != nil {
 			return nil, err
 		}
+		as[i] = a
 	}
 	return as, nil
 }

@@ -129,9 +129,12 @@ func Mount(app fiber.Router, b Backend) {
 		}
 		body, _ := staticFS.ReadFile(p)
 		ctype := "text/javascript; charset=utf-8"
-		if strings.HasSuffix(p, ".css") {
+		switch path.Ext(p) {
+		case ".css":
 			ctype = "text/css; charset=utf-8"
 			body = append(body, chromaCSS()...)
+		case ".svg":
+			ctype = "image/svg+xml"
 		}
 		sum := sha256.Sum256(body)
 		u.static[path.Base(p)] = asset{body: body, ctype: ctype, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
@@ -140,6 +143,8 @@ func Mount(app fiber.Router, b Backend) {
 
 	get := func(p string, h fiber.Handler) { app.Get(p, headers, h).Name(RouteName) }
 	get("/static/:name", u.asset)
+	// Browsers ask for /favicon.ico whatever the page links.
+	get("/favicon.ico", func(c *fiber.Ctx) error { return u.send(c, u.static["favicon.svg"]) })
 	get("/login", u.loginPage)
 	app.Post("/login", headers, u.signIn).Name(RouteName)
 	app.Post("/logout", headers, u.signOut).Name(RouteName)
@@ -171,6 +176,10 @@ func (u *ui) asset(c *fiber.Ctx) error {
 	if !ok {
 		return c.Status(http.StatusNotFound).SendString("not found")
 	}
+	return u.send(c, a)
+}
+
+func (u *ui) send(c *fiber.Ctx, a asset) error {
 	c.Set(fiber.HeaderETag, a.etag)
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	if c.Get(fiber.HeaderIfNoneMatch) == a.etag {

@@ -1,10 +1,16 @@
 package web
 
 import (
+	"bytes"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gofiber/fiber/v2"
 )
 
 // The pages need nothing the CSP forbids: no inline script, no style
@@ -48,5 +54,27 @@ func TestSafeNext(t *testing.T) {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Every page links its icon, and /favicon.ico (which browsers ask for
+// whatever a page links) answers it: a 404 there is a console error on
+// every page.
+func TestFavicon(t *testing.T) {
+	app := fiber.New()
+	Mount(app, nil)
+	for _, p := range []string{"/favicon.ico", "/static/favicon.svg"} {
+		resp, err := app.Test(httptest.NewRequest(http.MethodGet, p, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(fiber.HeaderContentType) != "image/svg+xml" || !bytes.HasPrefix(body, []byte("<svg")) {
+			t.Errorf("GET %s: %d %q %.40q", p, resp.StatusCode, resp.Header.Get(fiber.HeaderContentType), body)
+		}
+	}
+	layout, _ := templateFS.ReadFile("templates/layout.html")
+	if !bytes.Contains(layout, []byte(`<link rel="icon" href="/static/favicon.svg"`)) {
+		t.Error("layout.html links no icon")
 	}
 }
