@@ -20,7 +20,8 @@ import (
 )
 
 // setupRepo makes a bare repository whose main has a working setup.sh
-// (naming deps.lock as its input; extra runs before it writes its files)
+// (naming deps.lock as its input, vendor and BUILT as its outputs; extra
+// runs before it writes them)
 // and whose branch broken has a failing one; marker is a host path the
 // script tries to write.
 func setupRepo(t testing.TB, marker, extra string) (bare string) {
@@ -31,7 +32,7 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	git := func(d string, args ...string) { gitCmd(t, d, args...) }
 	git(dir, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\n# codumentor-setup-outputs: vendor BUILT\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
 	git(work, "add", "-A")
 	git(work, "commit", "-q", "-m", "initial")
 	git(work, "checkout", "-q", "-b", "broken")
@@ -361,5 +362,120 @@ func TestSetupUnrecordedRefused(t *testing.T) {
 	a.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
 	if len(list.Conversations) != 0 {
 		t.Fatalf("the conversation without its setup record was kept: %+v", list.Conversations)
+	}
+}
+
+// commitRepo makes a bare repository of commits on main (files to
+// write, "" removing one) and returns it with their IDs.
+func commitRepo(t testing.TB, commits ...map[string]string) (bare string, ids []string) {
+	t.Helper()
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	for i, files := range commits {
+		for name, body := range files {
+			p := filepath.Join(work, name)
+			if body == "" {
+				os.Remove(p)
+				continue
+			}
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gitCmd(t, work, "add", "-A")
+		gitCmd(t, work, "commit", "-q", "-m", fmt.Sprintf("commit %d", i))
+		ids = append(ids, gitCmd(t, work, "rev-parse", "HEAD"))
+	}
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	return bare, ids
+}
+
+// turnOK waits for the end of a turn and fails the test if it failed
+// (a scripted step's Expect not met, say).
+func turnOK(t *testing.T, s *stream) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		switch ev.Type {
+		case agentcore.EventTurnFinished:
+			return
+		case agentcore.EventTurnFailed:
+			t.Fatalf("the turn failed: %s", eventData(t, ev))
+		}
+	}
+}
+
+// A setup layer is shared by the commits with its key, so it must never
+// carry the repository's files: a plain user's conversation on an old
+// commit whose setup writes a Makefile, changes a tracked file and
+// deletes README.md leaves only its declared output (node_modules) in
+// the layer; another user's conversation on a newer commit with the same
+// lock file reuses it (cached) and sees its own commit's files, and its
+// diff is its own change. A commit that tracks the output does not stack
+// the layer: its setup fails, saying why.
+func TestSetupLayerSharedAcrossCommits(t *testing.T) {
+	needSandbox(t)
+	setup := "# codumentor-setup-inputs: deps.lock\n# codumentor-setup-outputs: node_modules\nset -e\n" +
+		"mkdir -p node_modules/dep\ncp deps.lock node_modules/dep/installed.txt\n" +
+		"printf 'all:\\n\\techo pwned\\n' > Makefile\necho poisoned > app.txt\nrm README.md\necho evil > evil.txt\n"
+	bare, commits := commitRepo(t,
+		map[string]string{"setup.sh": setup, "deps.lock": "lock1\n", "README.md": "readme\n", "app.txt": "v1\n"},
+		map[string]string{"node_modules/vendored.js": "tracked\n"},
+		map[string]string{"node_modules/vendored.js": "", "app.txt": "v2\n", "Makefile": "all:\n\techo build\n"},
+	)
+	check := "cat app.txt README.md Makefile node_modules/dep/installed.txt; ls evil.txt; echo more >> app.txt"
+	script := &llmtest.Script{Steps: []llmtest.Step{
+		shellCall(check),
+		{Expect: "v2\nreadme\nall:\n\techo build\nlock1\nls: cannot access 'evil.txt'", Text: "Checked."},
+	}}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	in.addUser("mallory", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	admin, m, b := p.login("root", pw), p.login("mallory", pw), p.login("bob", pw)
+	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
+
+	var old struct{ ID string }
+	m.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": commits[0]}, &old)
+	if _, output, end := setupEvents(t, m.follow(old.ID, "")); end["cached"] != false {
+		t.Fatalf("the old commit's setup: %v\n%s", end, output)
+	}
+	for name, want := range map[string]string{"app.txt": "v1\n", "README.md": "readme\n", "node_modules/dep/installed.txt": "lock1\n"} {
+		if got := m.must(http.StatusOK, "GET", "/api/v1/conversations/"+old.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
+			t.Errorf("the old commit's %s: %q, want %q", name, got, want)
+		}
+	}
+
+	var conv struct{ ID string }
+	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+	s := b.follow(conv.ID, "")
+	if types, _, end := setupEvents(t, s); end["cached"] != true {
+		t.Fatalf("the new commit's setup: events %v, end %v", types, end)
+	}
+	for name, want := range map[string]string{"app.txt": "v2\n", "README.md": "readme\n", "Makefile": "all:\n\techo build\n", "node_modules/dep/installed.txt": "lock1\n"} {
+		if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
+			t.Errorf("the new commit's %s: %q, want %q", name, got, want)
+		}
+	}
+	b.send(conv.ID, "check the workspace")
+	turnOK(t, s)
+	diff, _ := b.readDiff(conv.ID)
+	if !strings.Contains(diff, "diff --git a/app.txt b/app.txt") || !strings.Contains(diff, " v2\n+more\n") || strings.Count(diff, "diff --git") != 1 {
+		t.Fatalf("the new commit's diff:\n%s", diff)
+	}
+	layers, _ := os.ReadDir(filepath.Join(in.dir, "workspaces", "setups"))
+	if len(layers) != 1 {
+		t.Fatalf("setup layers: %v", layers)
+	}
+
+	var tracked struct{ ID string }
+	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": commits[1]}, &tracked)
+	types, _, end := setupEvents(t, b.follow(tracked.ID, ""))
+	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(fmt.Sprint(end["error"]), "setup output node_modules is in the repository") {
+		t.Fatalf("a commit tracking the output: events %v, end %v", types, end)
 	}
 }
