@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
@@ -444,11 +446,6 @@ func TestSetupLayerSharedAcrossCommits(t *testing.T) {
 	if _, output, end := setupEvents(t, m.follow(old.ID, "")); end["cached"] != false {
 		t.Fatalf("the old commit's setup: %v\n%s", end, output)
 	}
-	for name, want := range map[string]string{"app.txt": "v1\n", "README.md": "readme\n", "node_modules/dep/installed.txt": "lock1\n"} {
-		if got := m.must(http.StatusOK, "GET", "/api/v1/conversations/"+old.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
-			t.Errorf("the old commit's %s: %q, want %q", name, got, want)
-		}
-	}
 
 	var conv struct{ ID string }
 	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
@@ -458,7 +455,7 @@ func TestSetupLayerSharedAcrossCommits(t *testing.T) {
 	}
 	for name, want := range map[string]string{"app.txt": "v2\n", "README.md": "readme\n", "Makefile": "all:\n\techo build\n", "node_modules/dep/installed.txt": "lock1\n"} {
 		if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
-			t.Errorf("the new commit's %s: %q, want %q", name, got, want)
+			t.Fatalf("the new commit's %s: %q, want %q", name, got, want)
 		}
 	}
 	b.send(conv.ID, "check the workspace")
@@ -471,11 +468,196 @@ func TestSetupLayerSharedAcrossCommits(t *testing.T) {
 	if len(layers) != 1 {
 		t.Fatalf("setup layers: %v", layers)
 	}
+	// The script's changes are not in its own conversation's workspace either.
+	for name, want := range map[string]string{"app.txt": "v1\n", "README.md": "readme\n", "node_modules/dep/installed.txt": "lock1\n"} {
+		if got := m.must(http.StatusOK, "GET", "/api/v1/conversations/"+old.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
+			t.Errorf("the old commit's %s: %q, want %q", name, got, want)
+		}
+	}
 
 	var tracked struct{ ID string }
 	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": commits[1]}, &tracked)
 	types, _, end := setupEvents(t, b.follow(tracked.ID, ""))
 	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(fmt.Sprint(end["error"]), "setup output node_modules is in the repository") {
 		t.Fatalf("a commit tracking the output: events %v, end %v", types, end)
+	}
+}
+
+// slowSetupRepo makes a bare repository whose setup never ends: it
+// starts "sleep <arg>" (arg unique to the repository, to find the
+// process) and, once that runs, prints a tick every 0.2 s.
+func slowSetupRepo(t testing.TB) (bare, arg string) {
+	t.Helper()
+	arg = fmt.Sprintf("1700.%09d", time.Now().UnixNano()%1e9)
+	bare, _ = commitRepo(t, map[string]string{"setup.sh": "# codumentor-setup-outputs: out\nsleep " + arg + " &\nuntil grep -qa " + arg + " /proc/$!/cmdline; do :; done\nwhile :; do echo tick; sleep 0.2; done\n"})
+	return bare, arg
+}
+
+// sleeper returns a pidfd of the one process running "sleep arg".
+func sleeper(t testing.TB, arg string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			var pid int
+			fmt.Sscanf(p, "/proc/%d/cmdline", &pid)
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("processes running sleep %s: %v, want one", arg, pids)
+	}
+	fd, err := unix.PidfdOpen(pids[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// exited waits up to timeout for the process of pidfd to end.
+func exited(pidfd int, timeout time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(timeout); ; {
+		n, err := unix.Poll(fds, int(max(time.Until(deadline), 0).Milliseconds()))
+		if err == unix.EINTR {
+			continue
+		}
+		return n == 1
+	}
+}
+
+// waitOutput reads a conversation's events up to a setup_output
+// containing text.
+func waitOutput(t testing.TB, s *stream, text string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		var e agentcore.Event
+		json.Unmarshal(ev.Data, &e)
+		var d struct{ Text, Error string }
+		json.Unmarshal(e.Data, &d)
+		switch {
+		case ev.Type == agentcore.EventSetupOutput && strings.Contains(d.Text, text):
+			return
+		case ev.Type == agentcore.EventSetupFailed || ev.Type == agentcore.EventSetupFinished:
+			t.Fatalf("the setup ended (%s %s) before printing %q", ev.Type, d.Error, text)
+		}
+	}
+}
+
+// A conversation's deletion stops its setup: the script's sandbox is
+// killed at once, unless another conversation (another user's) waits
+// for the same key, which one run of the script serves.
+func TestSetupStopsWithItsConversations(t *testing.T) {
+	needSandbox(t)
+	bare, arg := slowSetupRepo(t)
+	in := newInstance(t, "")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	admin, a, b := p.login("root", pw), p.login("alice", pw), p.login("bob", pw)
+	repo := addSetupRepo(t, admin, "slow", "file://"+bare, "main")
+	start := func(c *client) (string, *stream) {
+		var conv struct{ ID string }
+		c.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		s := c.follow(conv.ID, "")
+		waitOutput(t, s, "tick")
+		return conv.ID, s
+	}
+
+	first, _ := start(a)
+	pidfd := sleeper(t, arg)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+first, nil, nil)
+	if !exited(pidfd, 30*time.Second) {
+		t.Fatal("the deleted conversation's setup still runs")
+	}
+
+	x, _ := start(a)
+	y, sy := start(b)
+	pidfd = sleeper(t, arg) // one run for both
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+x, nil, nil)
+	for range 3 {
+		waitOutput(t, sy, "tick")
+	}
+	if exited(pidfd, 0) {
+		t.Fatal("the setup stopped while another conversation waits for it")
+	}
+	b.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+y, nil, nil)
+	if !exited(pidfd, 30*time.Second) {
+		t.Fatal("the setup no conversation waits for still runs")
+	}
+}
+
+// The two setup slots: deleted conversations' setups give theirs back,
+// and a user holds a second one only while no other user waits; a third
+// user's quick setup then runs, and so does its command.
+func TestSetupSlotsShared(t *testing.T) {
+	needSandbox(t)
+	bare1, arg1 := slowSetupRepo(t)
+	bare2, arg2 := slowSetupRepo(t)
+	quick := setupRepo(t, filepath.Join(t.TempDir(), "marker"), "")
+	script := &llmtest.Script{Steps: []llmtest.Step{shellCall("cat vendor/installed.txt"), {Expect: "lockv1", Text: "Set up."}}}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		in.addUser(u, pw, false)
+	}
+	p := in.start()
+	admin, a, b, c := p.login("root", pw), p.login("alice", pw), p.login("bob", pw), p.login("carol", pw)
+	slow1 := addSetupRepo(t, admin, "slow1", "file://"+bare1, "main")
+	slow2 := addSetupRepo(t, admin, "slow2", "file://"+bare2, "main")
+	quick1 := addSetupRepo(t, admin, "quick1", "file://"+quick, "main")
+	quick2 := addSetupRepo(t, admin, "quick2", "file://"+quick, "main")
+	start := func(cl *client, repo string) (string, *stream) {
+		var conv struct{ ID string }
+		cl.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		return conv.ID, cl.follow(conv.ID, "")
+	}
+	quickSetup := func(repo string) {
+		t.Helper()
+		id, s := start(c, repo)
+		if types, output, end := setupEvents(t, s); end["cached"] != false {
+			t.Fatalf("carol's setup: events %v, end %v\n%s", types, end, output)
+		}
+		c.send(id, "use the setup")
+		turnOK(t, s)
+	}
+
+	// Two users' setups hold both slots, and are deleted.
+	a1, s := start(a, slow1)
+	waitOutput(t, s, "tick")
+	b1, s := start(b, slow2)
+	waitOutput(t, s, "tick")
+	fd1, fd2 := sleeper(t, arg1), sleeper(t, arg2)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a1, nil, nil)
+	b.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+b1, nil, nil)
+	quickSetup(quick1)
+	if !exited(fd1, 30*time.Second) || !exited(fd2, 30*time.Second) {
+		t.Fatal("the deleted conversations' setups still run")
+	}
+
+	// One user's two setups hold both slots: the later gives its slot to
+	// carol's, and runs again after it.
+	a2, s := start(a, slow1)
+	waitOutput(t, s, "tick")
+	a3, s3 := start(a, slow2)
+	waitOutput(t, s3, "tick")
+	fd1, fd2 = sleeper(t, arg1), sleeper(t, arg2)
+	quickSetup(quick2)
+	if !exited(fd2, 30*time.Second) || exited(fd1, 0) {
+		t.Fatal("alice's later setup was not the one to give its slot")
+	}
+	waitOutput(t, s3, "gave its slot to another user's setup")
+	s3.until(agentcore.EventSetupStarted, 90*time.Second)
+	waitOutput(t, s3, "tick")
+	fd2 = sleeper(t, arg2)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a2, nil, nil)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a3, nil, nil)
+	if !exited(fd1, 30*time.Second) || !exited(fd2, 30*time.Second) {
+		t.Fatal("the deleted conversations' setups still run")
 	}
 }
