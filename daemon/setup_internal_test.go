@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -273,7 +274,11 @@ func TestSetupSlots(t *testing.T) {
 		got <- "bob"
 		release()
 	}()
-	<-a2.Done()
+	select {
+	case <-a2.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("alice's second setup kept its slot while bob waits")
+	}
 	if context.Cause(a2) != errSetupPreempted || a1.Err() != nil {
 		t.Fatalf("after bob arrived: alice's first %v, second %v", context.Cause(a1), context.Cause(a2))
 	}
