@@ -68,6 +68,10 @@ const (
 	setupOutputsLine = "# codumentor-setup-outputs:"
 )
 
+// setupKeyFormat separates a layer's repository and digest; layers
+// without it kept the whole upper layer.
+const setupKeyFormat = "-v2-"
+
 // setupScripts are where a setup script is looked for, first match wins.
 var setupScripts = []string{".codumentor/setup.sh", "setup.sh"}
 
@@ -163,6 +167,12 @@ func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setup
 		return nil, err
 	}
 	if err := db.AutoMigrate(&setupRow{}); err != nil {
+		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
+	}
+	// A layer of the whole upper layer may hide files of the commits
+	// sharing it: its conversations' setups run again.
+	if err := db.Model(&setupRow{}).Where("status = ? AND key NOT LIKE ?", setupOK, "%"+setupKeyFormat+"%").
+		Update("status", setupRunning).Error; err != nil {
 		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
 	}
 	s.ctx, s.dir, s.db = ctx, dir, db
@@ -325,7 +335,7 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": ""})
 		return "", nil
 	}
-	key := r.ID + "-" + spec.digest
+	key := r.ID + setupKeyFormat + spec.digest
 	s.db.Model(&setupRow{}).Where("conversation = ?", conversation).Update("key", key)
 	b := s.join(key, conversation, func(bctx context.Context, b *setupBuild) error {
 		// Recorded in the audit log for the conversation that started it.
@@ -665,7 +675,10 @@ func outputsAbsent(root *os.Root, outputs []string) error {
 // each directory by its descriptor. The sandbox has exited: nothing
 // writes upper meanwhile.
 func keepOutputs(upper, layer string, outputs []string) error {
-	up, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err := overlay.RestoreAccess(upper); err != nil { // chmod 000 /workspace
+		return err
+	}
+	up, err := openDirAt(unix.AT_FDCWD, upper)
 	if err != nil {
 		return err
 	}
@@ -721,6 +734,10 @@ func keepOutput(up, ly int, o string) error {
 	case unix.S_IFREG, unix.S_IFLNK:
 		return unix.Renameat(up, name, ly, name)
 	case unix.S_IFDIR:
+		// Moving a directory rewrites its "..": it must be writable.
+		if err := unix.Fchmodat(up, name, st.Mode&0o7777|0o700, 0); err != nil {
+			return err
+		}
 		if err := unix.Renameat(up, name, ly, name); err != nil {
 			return err
 		}
@@ -730,18 +747,31 @@ func keepOutput(up, ly int, o string) error {
 }
 
 // openDirAt opens directory name of dir without following a symlink,
-// giving its owner access first if the sandbox took it away.
+// and gives its owner (us) the access to move and remove its entries
+// that the sandbox may have taken away.
 func openDirAt(dir int, name string) (int, error) {
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(dir, name, flags, 0)
 	if errors.Is(err, unix.EACCES) {
 		var st unix.Stat_t
-		if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			if unix.Fchmodat(dir, name, st.Mode&0o7777|0o700, 0) == nil {
-				fd, err = unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			}
+		if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR &&
+			unix.Fchmodat(dir, name, st.Mode&0o7777|0o700, 0) == nil {
+			fd, err = unix.Openat(dir, name, flags, 0)
 		}
 	}
-	return fd, err
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && st.Mode&0o700 != 0o700 {
+		err = unix.Fchmod(fd, st.Mode&0o7777|0o700)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // cleanOutput removes from directory name of dir (output o's rel) what a

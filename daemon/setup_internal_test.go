@@ -205,7 +205,12 @@ func TestKeepOutputs(t *testing.T) {
 	if err := unix.Setxattr(filepath.Join(upper, "node_modules", "sub"), "user.overlay.opaque", []byte("y"), 0); err != nil {
 		t.Fatalf("setting an overlay xattr: %v", err)
 	}
-	os.Chmod(filepath.Join(upper, "node_modules", "locked"), 0)
+	os.MkdirAll(filepath.Join(upper, "node_modules", "ro"), 0o755)
+	mknod("upper/node_modules/ro/fifo", unix.S_IFIFO)
+	write("upper/node_modules/ro/f", "ok\n")
+	for name, mode := range map[string]os.FileMode{"node_modules/locked": 0, "node_modules/ro": 0o555, "vendor": 0o555, "node_modules": 0o555, ".": 0o555} {
+		os.Chmod(filepath.Join(upper, name), mode)
+	}
 
 	if err := keepOutputs(upper, layer, []string{"node_modules", ".venv", "vendor/bundle", "via/out", "dist", "missing/x"}); err != nil {
 		t.Fatal(err)
@@ -230,6 +235,8 @@ func TestKeepOutputs(t *testing.T) {
 		"node_modules/escape L---------",
 		"node_modules/locked d---------",
 		"node_modules/locked/x ----------",
+		"node_modules/ro d---------",
+		"node_modules/ro/f ----------",
 		"node_modules/sub d---------",
 		"node_modules/tool L---------",
 		"vendor d---------",

@@ -481,6 +481,34 @@ func TestSetupLayerSharedAcrossCommits(t *testing.T) {
 	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(fmt.Sprint(end["error"]), "setup output node_modules is in the repository") {
 		t.Fatalf("a commit tracking the output: events %v, end %v", types, end)
 	}
+
+	// A layer of the format that kept the whole upper layer (its name
+	// without -v2-), with a Makefile: its conversations' setups run again.
+	p.stop()
+	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	key := layers[0].Name()
+	oldKey := strings.Replace(key, "-v2-", "-", 1)
+	if err := os.Rename(filepath.Join(setupsDir, key), filepath.Join(setupsDir, oldKey)); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(setupsDir, oldKey, "Makefile"), []byte("all:\n\techo pwned\n"), 0o644)
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Exec(`UPDATE conversation_setups SET key = ? WHERE key = ?`, oldKey, key).Error
+	store.Close(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = in.start()
+	b = p.login("bob", pw)
+	if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=Makefile", nil, nil); string(got) != "all:\n\techo build\n" {
+		t.Fatalf("the Makefile under a layer of the old format: %q", got)
+	}
+	if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=node_modules/dep/installed.txt", nil, nil); string(got) != "lock1\n" {
+		t.Fatalf("the setup's output after its setup ran again: %q", got)
+	}
 }
 
 // slowSetupRepo makes a bare repository whose setup never ends: it
