@@ -483,6 +483,9 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 			return errors.New("the setup's outputs could not be kept; the server log has the details")
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		return err // stopped: deleted, preempted or the server stops; the caller tells
+	}
 	if err != nil {
 		s.log.Warn("a project setup failed", "repository", r.ID, "key", key, "err", sandboxkit.UnavailableDetail(err))
 		msg := strings.NewReplacer(upper, "/workspace", work, "/workspace", snap, "/workspace", tmp, "(setup layer)").Replace(err.Error())
