@@ -561,11 +561,12 @@ func (t *trees) Lower(ctx context.Context, user, conversation string) (string, e
 	return d, nil
 }
 
-// Remove deletes a deleted conversation's tree.
+// Remove deletes a deleted conversation's tree, and stops its setup.
 func (t *trees) Remove(conversation string) error {
 	if !conversationID.MatchString(conversation) {
 		return fmt.Errorf("not a conversation ID: %q", conversation)
 	}
+	t.setups.Cancel(conversation)
 	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
 }
 

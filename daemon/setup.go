@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
@@ -33,24 +35,42 @@ import (
 // Project setup scripts. A repository with run_setup has its setup.sh
 // (or .codumentor/setup.sh) run in the setup sandbox over the snapshot of
 // a new conversation's commit, in the background from the conversation's
-// creation; the workspace tools wait for it. The script's upper layer is
-// kept under <workspaces>/setups/<repository>-<key> and stacked, read-only
-// and shared, between the snapshot and every later conversation's own
-// upper layer with the same key, so the script runs once per key.
+// creation; the workspace tools wait for it. Of the script's upper layer
+// only the outputs it declares on a comment line
 //
-// The key hashes the script and the files it names on a comment line
+//	# codumentor-setup-outputs: node_modules .venv
+//
+// are kept, under <workspaces>/setups/<repository>-<key>, and stacked,
+// read-only and shared, between the snapshot and every later
+// conversation's own upper layer with the same key, so the script runs
+// once per key. The layer is shared across commits, so it must never
+// hide the repository's files: an output is a path the commit does not
+// have (checked on every commit that stacks it), and nothing else of the
+// upper layer survives (no changed or deleted files, no whiteouts).
+//
+// The key hashes the repository, the script and the files it names on
+// a comment line
 //
 //	# codumentor-setup-inputs: go.sum package-lock.json
 //
 // (paths relative to the repository root; several such lines add up), and
-// the network setting. A failed setup disables the conversation's
-// workspace tools with the reason; nothing ever runs outside a sandbox.
+// the network setting. Conversations whose setups have one key wait for
+// one run of the script, which stops when none waits any more (they were
+// deleted). A failed setup disables the conversation's workspace tools
+// with the reason; nothing ever runs outside a sandbox.
 
 // kindSetupGC is the job collecting unused setup layers.
 const kindSetupGC = "setup_gc"
 
-// setupInputsLine starts the comment line naming a setup's inputs.
-const setupInputsLine = "# codumentor-setup-inputs:"
+// The comment lines naming a setup's inputs and outputs.
+const (
+	setupInputsLine  = "# codumentor-setup-inputs:"
+	setupOutputsLine = "# codumentor-setup-outputs:"
+)
+
+// setupKeyFormat separates a layer's repository and digest; layers
+// without it kept the whole upper layer.
+const setupKeyFormat = "-v2-"
 
 // setupScripts are where a setup script is looked for, first match wins.
 var setupScripts = []string{".codumentor/setup.sh", "setup.sh"}
@@ -60,6 +80,8 @@ const (
 	maxSetupScript    = 1 << 20
 	maxSetupInputs    = 64
 	maxSetupInputSize = 256 << 20
+	maxSetupOutputs   = 64
+	maxSetupDepth     = 256 // directories nested in an output
 	maxSetupOutput    = 1 << 20
 	setupTimeout      = 30 * time.Minute
 	maxSetupsRunning  = 2
@@ -105,22 +127,40 @@ type setups struct {
 	// egressCaps are sandbox.egress's caps of each setup's proxy.
 	egressCaps egress.Options
 	log        hclog.Logger
-	sem        chan struct{}
+	slots      *setupSlots
 
-	mu   sync.Mutex
-	runs map[string]*setupRun // by conversation, while running
+	mu     sync.Mutex
+	runs   map[string]*setupRun   // by conversation, while running
+	builds map[string]*setupBuild // by key, while some conversation waits
+	// scratch counts the setups' scratch directories in use.
+	scratch atomic.Int32
 	// layerMu orders making a layer visible against collecting layers.
 	layerMu sync.Mutex
 }
 
+// setupRun is a conversation's setup while it runs.
 type setupRun struct {
 	done   chan struct{}
 	layers []string
 	err    error
+	cancel context.CancelFunc // the conversation was deleted
+}
+
+// setupBuild is a run of a setup script, for the conversations waiting
+// for its key; it is cancelled when none waits any more.
+type setupBuild struct {
+	done    chan struct{}
+	err     error
+	cancel  context.CancelFunc
+	waiters map[string]bool // conversations, under setups.mu
+	started map[string]any  // its setup_started event, once it runs
 }
 
 // errSetupDisabled prefixes the reason the workspace tools give.
 const errSetupDisabled = "execution tools are disabled in this conversation: "
+
+// errSetupAbandoned ends the setup of a deleted conversation.
+var errSetupAbandoned = errors.New("the conversation was deleted during its project setup")
 
 func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setups, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
@@ -129,9 +169,15 @@ func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setup
 	if err := db.AutoMigrate(&setupRow{}); err != nil {
 		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
 	}
+	// A layer of the whole upper layer may hide files of the commits
+	// sharing it: its conversations' setups run again.
+	if err := db.Model(&setupRow{}).Where("status = ? AND key NOT LIKE ?", setupOK, "%"+setupKeyFormat+"%").
+		Update("status", setupRunning).Error; err != nil {
+		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
+	}
 	s.ctx, s.dir, s.db = ctx, dir, db
-	s.runs = map[string]*setupRun{}
-	s.sem = make(chan struct{}, maxSetupsRunning)
+	s.runs, s.builds = map[string]*setupRun{}, map[string]*setupBuild{}
+	s.slots = newSetupSlots(maxSetupsRunning)
 	return s, nil
 }
 
@@ -162,6 +208,17 @@ func (s *setups) Start(user, conversation string) error {
 	return nil
 }
 
+// Cancel ends the setup of a deleted conversation: its script's sandbox
+// is killed unless another conversation waits for the same key.
+func (s *setups) Cancel(conversation string) {
+	s.mu.Lock()
+	run := s.runs[conversation]
+	s.mu.Unlock()
+	if run != nil {
+		run.cancel()
+	}
+}
+
 // begin starts conversation's setup run unless one runs, and returns it.
 func (s *setups) begin(user, conversation string) *setupRun {
 	s.mu.Lock()
@@ -169,10 +226,12 @@ func (s *setups) begin(user, conversation string) *setupRun {
 	if run := s.runs[conversation]; run != nil {
 		return run
 	}
-	run := &setupRun{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(s.ctx)
+	run := &setupRun{done: make(chan struct{}), cancel: cancel}
 	s.runs[conversation] = run
 	go func() {
-		run.layers, run.err = s.run(user, conversation)
+		defer cancel()
+		run.layers, run.err = s.run(ctx, user, conversation)
 		s.mu.Lock()
 		delete(s.runs, conversation)
 		s.mu.Unlock()
@@ -214,19 +273,18 @@ func (s *setups) Layers(ctx context.Context, user, conversation string) ([]strin
 	}
 }
 
-// run runs (or reuses) conversation's setup and records its end.
-func (s *setups) run(user, conversation string) ([]string, error) {
-	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
-	case <-s.ctx.Done():
-		return nil, errors.New(errSetupDisabled + "the server stopped before the project setup ran")
-	}
-	key, err := s.setup(user, conversation)
+// run runs (or reuses) conversation's setup and records its end; ctx
+// ends when the conversation is deleted.
+func (s *setups) run(ctx context.Context, user, conversation string) ([]string, error) {
+	key, err := s.setup(ctx, user, conversation)
 	if err != nil && s.ctx.Err() != nil {
 		// The server is stopping: the setup runs again after its restart
 		// (its row stays running).
 		return nil, errors.New(errSetupDisabled + "the server stopped during the project setup")
+	}
+	if err != nil && ctx.Err() != nil {
+		// Deleted: nobody to tell, and the collection removes its row.
+		return nil, errors.New(errSetupDisabled + errSetupAbandoned.Error())
 	}
 	status, reason := setupOK, ""
 	switch {
@@ -236,8 +294,8 @@ func (s *setups) run(user, conversation string) ([]string, error) {
 	case key == "":
 		status = setupNone
 	}
-	ctx := context.WithoutCancel(s.ctx)
-	if derr := s.db.WithContext(ctx).Model(&setupRow{}).Where("conversation = ?", conversation).
+	dbctx := context.WithoutCancel(s.ctx)
+	if derr := s.db.WithContext(dbctx).Model(&setupRow{}).Where("conversation = ?", conversation).
 		Updates(map[string]any{"key": key, "status": status, "reason": reason, "updated": time.Now().UTC()}).Error; derr != nil {
 		s.log.Error("recording a setup's end failed", "conversation", conversation, "err", derr)
 	}
@@ -250,57 +308,157 @@ func (s *setups) run(user, conversation string) ([]string, error) {
 	return []string{filepath.Join(s.dir, key)}, nil
 }
 
-// setup returns the layer name of conversation's setup, running the
-// script when no layer of its key exists; "" means no script. Its
-// error's text is shown to the user and the model: no host paths.
-func (s *setups) setup(user, conversation string) (string, error) {
+// setup returns the layer name of conversation's setup, waiting for a
+// run of the script when no layer of its key exists; "" means no script.
+// Its error's text is shown to the user and the model: no host paths.
+func (s *setups) setup(ctx context.Context, user, conversation string) (string, error) {
 	// The snapshot's checkout and the script's sandbox are recorded for
 	// this conversation in the audit log.
-	ctx := audit.ForConversation(s.ctx, user, conversation)
-	c, err := s.convs.Get(ctx, user, conversation)
+	actx := audit.ForConversation(ctx, user, conversation)
+	c, err := s.convs.Get(actx, user, conversation)
 	if err != nil {
 		return "", errors.New("the conversation could not be read; the server log has the details")
 	}
-	r, err := s.repos.Get(ctx, c.Repository)
+	r, err := s.repos.Get(actx, c.Repository)
 	if err != nil {
 		return "", errors.New("the conversation's repository was deleted")
 	}
-	snap, err := s.repos.Snapshot(ctx, r.ID, c.BaseCommit)
+	snap, err := s.repos.Snapshot(actx, r.ID, c.BaseCommit)
 	if err != nil {
 		return "", err // ErrSnapshot's text, with its reason
 	}
-	script, digest, err := setupKey(snap, r.SetupNetwork, r.SetupEgress)
+	spec, err := setupKey(snap, r.ID, r.SetupNetwork, r.SetupEgress)
 	if err != nil {
 		return "", err
 	}
-	if script == "" {
+	if spec.script == "" {
 		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": ""})
 		return "", nil
 	}
-	key := r.ID + "-" + digest
-	dst := filepath.Join(s.dir, key)
+	key := r.ID + setupKeyFormat + spec.digest
 	s.db.Model(&setupRow{}).Where("conversation = ?", conversation).Update("key", key)
-	if st, err := os.Lstat(dst); err == nil && st.IsDir() {
-		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true, "script": script})
+	b := s.join(key, conversation, func(bctx context.Context, b *setupBuild) error {
+		// Recorded in the audit log for the conversation that started it.
+		return s.build(audit.ForConversation(bctx, user, conversation), b, user, r, snap, key, spec)
+	})
+	if b == nil {
+		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true, "script": spec.script})
 		return key, nil
 	}
-	s.publish(conversation, agentcore.EventSetupStarted, map[string]any{"script": script, "network": r.SetupNetwork, "egress": r.SetupEgress})
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		s.leave(key, b, conversation)
+		return "", errSetupAbandoned
+	}
+	s.leave(key, b, conversation)
+	if b.err != nil {
+		return "", b.err
+	}
+	s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": spec.script})
+	return key, nil
+}
+
+// join makes conversation wait for the run of key's script, starting it
+// with build unless one runs; nil means key's layer exists.
+func (s *setups) join(key, conversation string, build func(context.Context, *setupBuild) error) *setupBuild {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.builds[key]; b != nil {
+		b.waiters[conversation] = true
+		if b.started != nil {
+			s.publish(conversation, agentcore.EventSetupStarted, b.started)
+		}
+		return b
+	}
+	// A run ends by making the layer, then leaving s.builds: looked for
+	// under s.mu, the layer is there unless no run made it yet.
+	if st, err := os.Lstat(filepath.Join(s.dir, key)); err == nil && st.IsDir() {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	b := &setupBuild{done: make(chan struct{}), cancel: cancel, waiters: map[string]bool{conversation: true}}
+	s.builds[key] = b
+	go func() {
+		defer cancel()
+		b.err = build(ctx, b)
+		s.mu.Lock()
+		if s.builds[key] == b {
+			delete(s.builds, key)
+		}
+		s.mu.Unlock()
+		close(b.done)
+	}()
+	return b
+}
+
+// leave ends conversation's wait for b; a run none waits for is
+// cancelled, and a later conversation of its key starts another.
+func (s *setups) leave(key string, b *setupBuild, conversation string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(b.waiters, conversation)
+	if len(b.waiters) == 0 {
+		b.cancel()
+		if s.builds[key] == b {
+			delete(s.builds, key)
+		}
+	}
+}
+
+// publishAll publishes an event of b to the conversations waiting for it.
+func (s *setups) publishAll(b *setupBuild, typ string, data map[string]any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if typ == agentcore.EventSetupStarted {
+		b.started = data
+	}
+	for c := range b.waiters {
+		s.publish(c, typ, data)
+	}
+}
+
+// build runs key's script on snap in a setup slot of user's, again when
+// the slot was given to another user's setup, and keeps its outputs as
+// key's layer.
+func (s *setups) build(ctx context.Context, b *setupBuild, user string, r repos.Repository, snap, key string, spec setupSpec) error {
+	for {
+		attempt, release, err := s.slots.acquire(ctx, user)
+		if err != nil {
+			return errSetupAbandoned
+		}
+		err = s.runScript(attempt, b, r, snap, key, spec)
+		preempted := errors.Is(context.Cause(attempt), errSetupPreempted) && ctx.Err() == nil
+		release()
+		if !preempted {
+			return err
+		}
+		s.publishAll(b, agentcore.EventSetupOutput, map[string]any{"text": "(the setup gave its slot to another user's setup; it starts again when a slot is free)\n"})
+	}
+}
+
+// runScript runs spec's script once on snap and keeps its outputs as
+// key's layer.
+func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repository, snap, key string, spec setupSpec) error {
+	s.publishAll(b, agentcore.EventSetupStarted, map[string]any{"script": spec.script, "network": r.SetupNetwork, "egress": r.SetupEgress})
+	s.scratch.Add(1)
+	defer s.scratch.Add(-1)
 	tmp, err := os.MkdirTemp(s.dir, ".tmp-")
 	if err != nil {
 		s.log.Error("making a setup layer failed", "err", err)
-		return "", errors.New("the setup layer could not be made; the server log has the details")
+		return errors.New("the setup layer could not be made; the server log has the details")
 	}
 	defer overlay.RemoveAll(tmp)
-	upper, work := filepath.Join(tmp, "upper"), filepath.Join(tmp, "work")
-	for _, d := range []string{upper, work} {
+	upper, work, layer := filepath.Join(tmp, "upper"), filepath.Join(tmp, "work"), filepath.Join(tmp, "layer")
+	for _, d := range []string{upper, work, layer} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return "", errors.New("the setup layer could not be made; the server log has the details")
+			return errors.New("the setup layer could not be made; the server log has the details")
 		}
 	}
 	var eg *egress.Options
 	if len(r.SetupEgress) > 0 {
 		o := s.egressCaps
-		o.Allow, o.OnEvent = r.SetupEgress, s.egressEvents(conversation)
+		o.Allow, o.OnEvent = r.SetupEgress, s.egressEvents(b)
 		eg = &o
 	}
 	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
@@ -309,9 +467,9 @@ func (s *setups) setup(user, conversation string) (string, error) {
 	})
 	if err == nil {
 		out := &setupOutput{publish: func(text string) {
-			s.publish(conversation, agentcore.EventSetupOutput, map[string]string{"text": text})
+			s.publishAll(b, agentcore.EventSetupOutput, map[string]any{"text": text})
 		}}
-		cmd := sandboxkit.Command(ctx, p, "sh", "/workspace/"+script)
+		cmd := sandboxkit.Command(ctx, p, "sh", "/workspace/"+spec.script)
 		cmd.Dir = "/workspace"
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.OutputLimit = maxSetupOutput
@@ -319,36 +477,49 @@ func (s *setups) setup(user, conversation string) (string, error) {
 		err = cmd.Run()
 		out.flush()
 	}
+	if err == nil {
+		if err = keepOutputs(upper, layer, spec.outputs); err != nil && !errors.As(err, new(*outputError)) {
+			s.log.Error("keeping a setup's outputs failed", "repository", r.ID, "key", key, "err", err)
+			return errors.New("the setup's outputs could not be kept; the server log has the details")
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return err // stopped: deleted, preempted or the server stops; the caller tells
+	}
 	if err != nil {
-		s.log.Warn("a project setup failed", "conversation", conversation, "repository", r.ID, "err", sandboxkit.UnavailableDetail(err))
+		s.log.Warn("a project setup failed", "repository", r.ID, "key", key, "err", sandboxkit.UnavailableDetail(err))
 		msg := strings.NewReplacer(upper, "/workspace", work, "/workspace", snap, "/workspace", tmp, "(setup layer)").Replace(err.Error())
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
-			return "", fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
+			return fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
 		}
 		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
-			return "", fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", script, s.limits.Disk>>20)
+			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, s.limits.Disk>>20)
 		}
-		return "", fmt.Errorf("the setup script %s failed: %s (its output is in the setup_output events)", script, msg)
+		var oe *outputError
+		if errors.As(err, &oe) {
+			return fmt.Errorf("the setup script %s: %s", spec.script, msg)
+		}
+		return fmt.Errorf("the setup script %s failed: %s (its output is in the setup_output events)", spec.script, msg)
 	}
 	s.layerMu.Lock()
 	defer s.layerMu.Unlock()
+	dst := filepath.Join(s.dir, key)
 	if _, err := os.Lstat(dst); err != nil {
-		if err := os.Rename(upper, dst); err != nil {
+		if err := os.Rename(layer, dst); err != nil {
 			s.log.Error("keeping a setup layer failed", "err", err)
-			return "", errors.New("the setup layer could not be kept; the server log has the details")
+			return errors.New("the setup layer could not be kept; the server log has the details")
 		}
 	}
-	s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": script})
-	return key, nil
+	return nil
 }
 
 // maxSetupEgressEvents bounds the egress events one setup records.
 const maxSetupEgressEvents = 200
 
 // egressEvents returns the OnEvent of a setup's egress proxy: each
-// attempt is an egress event of the conversation (the first
-// maxSetupEgressEvents) and counted.
-func (s *setups) egressEvents(conversation string) func(egress.Event) {
+// attempt is an egress event of the conversations waiting for b (the
+// first maxSetupEgressEvents) and counted.
+func (s *setups) egressEvents(b *setupBuild) func(egress.Event) {
 	var n atomic.Int64
 	return func(ev egress.Event) {
 		if s.onEgress != nil {
@@ -357,74 +528,428 @@ func (s *setups) egressEvents(conversation string) func(egress.Event) {
 		if n.Add(1) > maxSetupEgressEvents {
 			return
 		}
-		s.publish(conversation, agentcore.EventEgress, map[string]any{
+		s.publishAll(b, agentcore.EventEgress, map[string]any{
 			"id": "", "name": "setup", "proto": ev.Proto, "host": ev.Host, "port": ev.Port, "addr": ev.Addr,
 			"verdict": ev.Verdict, "reason": ev.Reason, "sent": ev.Sent, "received": ev.Received, "duration_ms": ev.Duration.Milliseconds(),
 		})
 	}
 }
 
-// setupKey finds the setup script in the snapshot and hashes it, the
-// inputs it names and the network setting (host network, or an egress
-// allow-list); script "" means none.
-func setupKey(snap string, network bool, allow []string) (script, digest string, err error) {
+// setupSpec is what a snapshot's setup script asks for.
+type setupSpec struct {
+	script  string // its path in the repository; "" means none
+	digest  string // of the key
+	outputs []string
+}
+
+// setupKey finds the setup script in the snapshot and hashes the
+// repository, the script, the inputs it names and the network setting
+// (host network, or an egress allow-list); script "" means none. It
+// refuses outputs that would hide files of the snapshot.
+func setupKey(snap, repository string, network bool, allow []string) (setupSpec, error) {
 	root, err := os.OpenRoot(snap)
 	if err != nil {
-		return "", "", errors.New("the repository snapshot could not be read")
+		return setupSpec{}, errors.New("the repository snapshot could not be read")
 	}
 	defer root.Close()
+	var spec setupSpec
 	for _, name := range setupScripts {
 		if st, err := root.Lstat(name); err == nil && st.Mode().IsRegular() {
-			script = name
+			spec.script = name
 			break
 		}
 	}
-	if script == "" {
-		return "", "", nil
+	if spec.script == "" {
+		return setupSpec{}, nil
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "codumentor-setup v1\x00network=%t\x00%s\x00", network, script)
+	fmt.Fprintf(h, "codumentor-setup v2\x00repository=%s\x00network=%t\x00%s\x00", repository, network, spec.script)
 	if len(allow) > 0 {
 		fmt.Fprintf(h, "egress=%q\x00", allow)
 	}
-	body, err := readRooted(root, script, maxSetupScript, h)
+	body, err := readRooted(root, spec.script, maxSetupScript, h)
 	if err != nil {
-		return "", "", fmt.Errorf("the setup script %s: %w", script, err)
+		return setupSpec{}, fmt.Errorf("the setup script %s: %w", spec.script, err)
 	}
 	inputs, err := setupInputs(string(body))
+	if err == nil {
+		spec.outputs, err = setupOutputs(string(body))
+	}
+	if err == nil {
+		err = outputsAbsent(root, spec.outputs)
+	}
 	if err != nil {
-		return "", "", fmt.Errorf("the setup script %s: %w", script, err)
+		return setupSpec{}, fmt.Errorf("the setup script %s: %w", spec.script, err)
 	}
 	for _, in := range inputs {
 		fmt.Fprintf(h, "\x00input\x00%s\x00", in)
 		if _, err := readRooted(root, in, maxSetupInputSize, h); errors.Is(err, fs.ErrNotExist) {
 			io.WriteString(h, "missing")
 		} else if err != nil {
-			return "", "", fmt.Errorf("the setup input %s: %w", in, err)
+			return setupSpec{}, fmt.Errorf("the setup input %s: %w", in, err)
 		}
 	}
-	return script, hex.EncodeToString(h.Sum(nil))[:32], nil
+	spec.digest = hex.EncodeToString(h.Sum(nil))[:32]
+	return spec, nil
 }
 
 // setupInputs parses the script's "# codumentor-setup-inputs:" lines.
 func setupInputs(script string) ([]string, error) {
-	var ins []string
+	return setupPaths(script, setupInputsLine, "input", maxSetupInputs)
+}
+
+// setupOutputs parses the script's "# codumentor-setup-outputs:" lines.
+// An output is neither the whole tree nor in .git, and none is inside
+// another.
+func setupOutputs(script string) ([]string, error) {
+	outs, err := setupPaths(script, setupOutputsLine, "output", maxSetupOutputs)
+	if err != nil {
+		return nil, err
+	}
+	for i, o := range outs {
+		if o == "." || o == ".git" || strings.HasPrefix(o, ".git/") {
+			return nil, fmt.Errorf("setup output %q must be a path inside the repository, outside .git", o)
+		}
+		for _, other := range outs[:i] {
+			if o == other || strings.HasPrefix(o, other+"/") || strings.HasPrefix(other, o+"/") {
+				return nil, fmt.Errorf("setup outputs %q and %q overlap", other, o)
+			}
+		}
+	}
+	return outs, nil
+}
+
+// setupPaths parses the script's lines starting with prefix: paths of
+// kind, at most limit.
+func setupPaths(script, prefix, kind string, limit int) ([]string, error) {
+	var ps []string
 	for line := range strings.Lines(script) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), setupInputsLine)
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
 		if !ok {
 			continue
 		}
 		for _, f := range strings.Fields(rest) {
 			if !utf8.ValidString(f) || path.IsAbs(f) || path.Clean(f) != f || f == ".." || strings.HasPrefix(f, "../") {
-				return nil, fmt.Errorf("setup input %q must be a clean path relative to the repository root", f)
+				return nil, fmt.Errorf("setup %s %q must be a clean path relative to the repository root", kind, f)
 			}
-			ins = append(ins, f)
+			ps = append(ps, f)
 		}
 	}
-	if len(ins) > maxSetupInputs {
-		return nil, fmt.Errorf("it names %d setup inputs; at most %d", len(ins), maxSetupInputs)
+	if len(ps) > limit {
+		return nil, fmt.Errorf("it names %d setup %ss; at most %d", len(ps), kind, limit)
 	}
-	return ins, nil
+	return ps, nil
+}
+
+// outputError is a setup output that cannot be kept: the script's
+// fault, told to the user.
+type outputError struct{ msg string }
+
+func (e *outputError) Error() string { return e.msg }
+
+// outputsAbsent checks that the snapshot has none of the outputs, and
+// only directories on their way: a layer stacked over the snapshot then
+// adds files, and hides none.
+func outputsAbsent(root *os.Root, outputs []string) error {
+	for _, o := range outputs {
+		parts := strings.Split(o, "/")
+		for i := range parts {
+			p := strings.Join(parts[:i+1], "/")
+			st, err := root.Lstat(p)
+			if errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("setup output %s cannot be checked against the repository", o)
+			}
+			if i == len(parts)-1 {
+				return fmt.Errorf("setup output %s is in the repository at this commit; outputs must be paths the repository does not have", o)
+			}
+			if !st.IsDir() {
+				return fmt.Errorf("setup output %s: %s is not a directory in the repository", o, p)
+			}
+		}
+	}
+	return nil
+}
+
+// keepOutputs moves the outputs the script made from upper into layer
+// (an empty directory); the rest of upper (the script's changes to the
+// repository, its whiteouts) is left behind. Only directories, regular
+// files and symlinks are kept, without overlayfs's xattrs (opaque
+// directories, xwhiteouts), and no symlink is followed: the walk holds
+// each directory by its descriptor. The sandbox has exited: nothing
+// writes upper meanwhile.
+func keepOutputs(upper, layer string, outputs []string) error {
+	if err := overlay.RestoreAccess(upper); err != nil { // chmod 000 /workspace
+		return err
+	}
+	up, err := openDirAt(unix.AT_FDCWD, upper)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(up)
+	ly, err := unix.Open(layer, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ly)
+	for _, o := range outputs {
+		if err := keepOutput(up, ly, o); err != nil {
+			return fmt.Errorf("keeping setup output %s: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// keepOutput moves output o (if the script made it) from the directory
+// up to ly, making the directories on its way.
+func keepOutput(up, ly int, o string) error {
+	parts := strings.Split(o, "/")
+	var closers []int
+	defer func() {
+		for _, fd := range closers {
+			unix.Close(fd)
+		}
+	}()
+	for _, name := range parts[:len(parts)-1] {
+		var st unix.Stat_t
+		if err := unix.Fstatat(up, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return nil // not made (or not as a directory): nothing to keep
+		}
+		next, err := openDirAt(up, name)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, next)
+		up = next
+		if err := unix.Mkdirat(ly, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		if ly, err = openDirAt(ly, name); err != nil {
+			return err
+		}
+		closers = append(closers, ly)
+	}
+	name := parts[len(parts)-1]
+	var st unix.Stat_t
+	if err := unix.Fstatat(up, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFLNK:
+		return unix.Renameat(up, name, ly, name)
+	case unix.S_IFDIR:
+		// Moving a directory rewrites its "..": it must be writable.
+		if err := unix.Fchmodat(up, name, st.Mode&0o7777|0o700, 0); err != nil {
+			return err
+		}
+		if err := unix.Renameat(up, name, ly, name); err != nil {
+			return err
+		}
+		return cleanOutput(ly, name, o, 0)
+	}
+	return nil // a device, fifo, socket or whiteout
+}
+
+// openDirAt opens directory name of dir without following a symlink,
+// and gives its owner (us) the access to move and remove its entries
+// that the sandbox may have taken away.
+func openDirAt(dir int, name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(dir, name, flags, 0)
+	if errors.Is(err, unix.EACCES) {
+		var st unix.Stat_t
+		if unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR &&
+			unix.Fchmodat(dir, name, st.Mode&0o7777|0o700, 0) == nil {
+			fd, err = unix.Openat(dir, name, flags, 0)
+		}
+	}
+	if err != nil {
+		return -1, err
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && st.Mode&0o700 != 0o700 {
+		err = unix.Fchmod(fd, st.Mode&0o7777|0o700)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// cleanOutput removes from directory name of dir (output o's rel) what a
+// layer must not carry: overlayfs's xattrs, and entries that are not
+// directories, regular files or symlinks.
+func cleanOutput(dir int, name, rel string, depth int) error {
+	if depth > maxSetupDepth {
+		return &outputError{fmt.Sprintf("setup output %s nests directories deeper than %d", rel, maxSetupDepth)}
+	}
+	fd, err := openDirAt(dir, name)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if err := dropOverlayXattrs(fd); err != nil {
+		return fmt.Errorf("xattrs of %s: %w", rel, err)
+	}
+	for {
+		names, err := f.Readdirnames(1024)
+		for _, n := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return err
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG, unix.S_IFLNK:
+			case unix.S_IFDIR:
+				if err := cleanOutput(fd, n, rel+"/"+n, depth+1); err != nil {
+					return err
+				}
+			default:
+				if err := unix.Unlinkat(fd, n, 0); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// dropOverlayXattrs removes the overlay xattrs (user.overlay.opaque and
+// the others) from the directory fd.
+func dropOverlayXattrs(fd int) error {
+	size, err := unix.Flistxattr(fd, nil)
+	if err != nil || size == 0 {
+		return nil // no xattrs, or a file system without them
+	}
+	buf := make([]byte, size)
+	if size, err = unix.Flistxattr(fd, buf); err != nil {
+		return err
+	}
+	for attr := range strings.SplitSeq(string(buf[:size]), "\x00") {
+		if strings.HasPrefix(attr, "user.overlay.") || strings.HasPrefix(attr, "trusted.overlay.") {
+			if err := unix.Fremovexattr(fd, attr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// errSetupPreempted ends a setup's attempt whose slot another user's
+// setup needs.
+var errSetupPreempted = errors.New("the setup's slot went to another user's setup")
+
+// setupSlots shares the setup slots between users: a free slot goes to
+// the longest-waiting setup of the user holding fewest, and a user holds
+// a second slot only while no other user waits. When one arrives, the
+// user's latest setup is preempted: its attempt is cancelled, and once
+// it has released its slot the slot is the newcomer's.
+type setupSlots struct {
+	mu      sync.Mutex
+	n       int
+	held    []*slotClaim // in the order granted
+	waiting []*slotClaim // in the order of arrival
+}
+
+type slotClaim struct {
+	user      string
+	granted   chan struct{} // closed when the slot is the claim's
+	preempt   func()
+	preempted bool
+}
+
+func newSetupSlots(n int) *setupSlots { return &setupSlots{n: n} }
+
+// acquire waits for a slot for a setup of user's; the slot is held until
+// release. The attempt's context ends with ctx, or with cause
+// errSetupPreempted when the slot is wanted for another user's setup.
+func (s *setupSlots) acquire(ctx context.Context, user string) (attempt context.Context, release func(), err error) {
+	attempt, cancel := context.WithCancelCause(ctx)
+	c := &slotClaim{user: user, granted: make(chan struct{}), preempt: func() { cancel(errSetupPreempted) }}
+	s.mu.Lock()
+	s.waiting = append(s.waiting, c)
+	s.schedule()
+	s.mu.Unlock()
+	release = sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.held = slices.DeleteFunc(s.held, func(h *slotClaim) bool { return h == c })
+		s.waiting = slices.DeleteFunc(s.waiting, func(w *slotClaim) bool { return w == c })
+		s.schedule()
+		s.mu.Unlock()
+		cancel(nil)
+	})
+	select {
+	case <-c.granted:
+		return attempt, release, nil
+	case <-ctx.Done():
+		release()
+		return nil, nil, ctx.Err()
+	}
+}
+
+// holds counts the slots user holds, and those not preempted.
+func (s *setupSlots) holds(user string) (all, kept int) {
+	for _, h := range s.held {
+		if h.user == user {
+			all++
+			if !h.preempted {
+				kept++
+			}
+		}
+	}
+	return all, kept
+}
+
+// schedule grants free slots, and preempts a user's second slot for a
+// waiting user who holds none.
+func (s *setupSlots) schedule() {
+	for len(s.waiting) > 0 {
+		best, fewest := 0, -1
+		for i, w := range s.waiting {
+			if n, _ := s.holds(w.user); fewest < 0 || n < fewest {
+				best, fewest = i, n
+			}
+		}
+		if len(s.held) < s.n {
+			c := s.waiting[best]
+			s.waiting = slices.Delete(s.waiting, best, best+1)
+			s.held = append(s.held, c)
+			close(c.granted)
+			continue
+		}
+		// Full: each waiting user who holds no slot is owed one, taken
+		// from the latest setup of a user holding two.
+		owed, pending := map[string]bool{}, 0
+		for _, w := range s.waiting {
+			if n, _ := s.holds(w.user); n == 0 {
+				owed[w.user] = true
+			}
+		}
+		for _, h := range s.held {
+			if h.preempted {
+				pending++
+			}
+		}
+		for i := len(s.held) - 1; i >= 0 && pending < len(owed); i-- {
+			h := s.held[i]
+			if _, kept := s.holds(h.user); !h.preempted && kept > 1 {
+				h.preempted = true
+				h.preempt()
+				pending++
+			}
+		}
+		return
+	}
 }
 
 // readRooted copies regular file name of root (at most limit bytes) to
@@ -512,9 +1037,7 @@ func (s *setups) gc(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	running := len(s.runs) > 0
-	s.mu.Unlock()
+	running := s.scratch.Load() > 0
 	removed := []string{}
 	for _, e := range ents {
 		if used[e.Name()] || strings.HasPrefix(e.Name(), ".tmp-") && running {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
@@ -20,7 +22,8 @@ import (
 )
 
 // setupRepo makes a bare repository whose main has a working setup.sh
-// (naming deps.lock as its input; extra runs before it writes its files)
+// (naming deps.lock as its input, vendor and BUILT as its outputs; extra
+// runs before it writes them)
 // and whose branch broken has a failing one; marker is a host path the
 // script tries to write.
 func setupRepo(t testing.TB, marker, extra string) (bare string) {
@@ -31,7 +34,7 @@ func setupRepo(t testing.TB, marker, extra string) (bare string) {
 	git := func(d string, args ...string) { gitCmd(t, d, args...) }
 	git(dir, "init", "-q", "-b", "main", work)
 	os.WriteFile(filepath.Join(work, "deps.lock"), []byte("lockv1\n"), 0o644)
-	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
+	os.WriteFile(filepath.Join(work, "setup.sh"), []byte("# codumentor-setup-inputs: deps.lock\n# codumentor-setup-outputs: vendor BUILT\nset -e\necho installing deps\n"+extra+"mkdir -p vendor\ncp deps.lock vendor/installed.txt\necho built > BUILT\ntouch "+marker+" 2>/dev/null || echo host not writable\necho interfaces: $(tail -n +3 /proc/net/dev | cut -d: -f1)\n"), 0o644)
 	git(work, "add", "-A")
 	git(work, "commit", "-q", "-m", "initial")
 	git(work, "checkout", "-q", "-b", "broken")
@@ -361,5 +364,328 @@ func TestSetupUnrecordedRefused(t *testing.T) {
 	a.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
 	if len(list.Conversations) != 0 {
 		t.Fatalf("the conversation without its setup record was kept: %+v", list.Conversations)
+	}
+}
+
+// commitRepo makes a bare repository of commits on main (files to
+// write, "" removing one) and returns it with their IDs.
+func commitRepo(t testing.TB, commits ...map[string]string) (bare string, ids []string) {
+	t.Helper()
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	for i, files := range commits {
+		for name, body := range files {
+			p := filepath.Join(work, name)
+			if body == "" {
+				os.Remove(p)
+				continue
+			}
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gitCmd(t, work, "add", "-A")
+		gitCmd(t, work, "commit", "-q", "-m", fmt.Sprintf("commit %d", i))
+		ids = append(ids, gitCmd(t, work, "rev-parse", "HEAD"))
+	}
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	return bare, ids
+}
+
+// turnOK waits for the end of a turn and fails the test if it failed
+// (a scripted step's Expect not met, say).
+func turnOK(t *testing.T, s *stream) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		switch ev.Type {
+		case agentcore.EventTurnFinished:
+			return
+		case agentcore.EventTurnFailed:
+			t.Fatalf("the turn failed: %s", eventData(t, ev))
+		}
+	}
+}
+
+// A setup layer is shared by the commits with its key, so it must never
+// carry the repository's files: a plain user's conversation on an old
+// commit whose setup writes a Makefile, changes a tracked file and
+// deletes README.md leaves only its declared output (node_modules) in
+// the layer; another user's conversation on a newer commit with the same
+// lock file reuses it (cached) and sees its own commit's files, and its
+// diff is its own change. A commit that tracks the output does not stack
+// the layer: its setup fails, saying why.
+func TestSetupLayerSharedAcrossCommits(t *testing.T) {
+	needSandbox(t)
+	setup := "# codumentor-setup-inputs: deps.lock\n# codumentor-setup-outputs: node_modules\nset -e\n" +
+		"mkdir -p node_modules/dep\ncp deps.lock node_modules/dep/installed.txt\n" +
+		"printf 'all:\\n\\techo pwned\\n' > Makefile\necho poisoned > app.txt\nrm README.md\necho evil > evil.txt\n"
+	bare, commits := commitRepo(t,
+		map[string]string{"setup.sh": setup, "deps.lock": "lock1\n", "README.md": "readme\n", "app.txt": "v1\n"},
+		map[string]string{"node_modules/vendored.js": "tracked\n"},
+		map[string]string{"node_modules/vendored.js": "", "app.txt": "v2\n", "Makefile": "all:\n\techo build\n"},
+	)
+	check := "cat app.txt README.md Makefile node_modules/dep/installed.txt; ls evil.txt; echo more >> app.txt"
+	script := &llmtest.Script{Steps: []llmtest.Step{
+		shellCall(check),
+		{Expect: "v2\nreadme\nall:\n\techo build\nlock1\nls: cannot access 'evil.txt'", Text: "Checked."},
+	}}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	in.addUser("mallory", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	admin, m, b := p.login("root", pw), p.login("mallory", pw), p.login("bob", pw)
+	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
+
+	var old struct{ ID string }
+	m.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": commits[0]}, &old)
+	if _, output, end := setupEvents(t, m.follow(old.ID, "")); end["cached"] != false {
+		t.Fatalf("the old commit's setup: %v\n%s", end, output)
+	}
+
+	var conv struct{ ID string }
+	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+	s := b.follow(conv.ID, "")
+	if types, _, end := setupEvents(t, s); end["cached"] != true {
+		t.Fatalf("the new commit's setup: events %v, end %v", types, end)
+	}
+	for name, want := range map[string]string{"app.txt": "v2\n", "README.md": "readme\n", "Makefile": "all:\n\techo build\n", "node_modules/dep/installed.txt": "lock1\n"} {
+		if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
+			t.Fatalf("the new commit's %s: %q, want %q", name, got, want)
+		}
+	}
+	b.send(conv.ID, "check the workspace")
+	turnOK(t, s)
+	diff, _ := b.readDiff(conv.ID)
+	if !strings.Contains(diff, "diff --git a/app.txt b/app.txt") || !strings.Contains(diff, " v2\n+more\n") || strings.Count(diff, "diff --git") != 1 {
+		t.Fatalf("the new commit's diff:\n%s", diff)
+	}
+	layers, _ := os.ReadDir(filepath.Join(in.dir, "workspaces", "setups"))
+	if len(layers) != 1 {
+		t.Fatalf("setup layers: %v", layers)
+	}
+	// The script's changes are not in its own conversation's workspace either.
+	for name, want := range map[string]string{"app.txt": "v1\n", "README.md": "readme\n", "node_modules/dep/installed.txt": "lock1\n"} {
+		if got := m.must(http.StatusOK, "GET", "/api/v1/conversations/"+old.ID+"/workspace/files?path="+name, nil, nil); string(got) != want {
+			t.Errorf("the old commit's %s: %q, want %q", name, got, want)
+		}
+	}
+
+	var tracked struct{ ID string }
+	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo, "ref": commits[1]}, &tracked)
+	types, _, end := setupEvents(t, b.follow(tracked.ID, ""))
+	if types[len(types)-1] != agentcore.EventSetupFailed || !strings.Contains(fmt.Sprint(end["error"]), "setup output node_modules is in the repository") {
+		t.Fatalf("a commit tracking the output: events %v, end %v", types, end)
+	}
+
+	// A layer of the format that kept the whole upper layer (its name
+	// without -v2-), with a Makefile: its conversations' setups run again.
+	p.stop()
+	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	key := layers[0].Name()
+	oldKey := strings.Replace(key, "-v2-", "-", 1)
+	if err := os.Rename(filepath.Join(setupsDir, key), filepath.Join(setupsDir, oldKey)); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(setupsDir, oldKey, "Makefile"), []byte("all:\n\techo pwned\n"), 0o644)
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Exec(`UPDATE conversation_setups SET key = ? WHERE key = ?`, oldKey, key).Error
+	store.Close(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = in.start()
+	b = p.login("bob", pw)
+	if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=Makefile", nil, nil); string(got) != "all:\n\techo build\n" {
+		t.Fatalf("the Makefile under a layer of the old format: %q", got)
+	}
+	if got := b.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=node_modules/dep/installed.txt", nil, nil); string(got) != "lock1\n" {
+		t.Fatalf("the setup's output after its setup ran again: %q", got)
+	}
+}
+
+// slowSetupRepo makes a bare repository whose setup never ends: it
+// starts "sleep <arg>" (arg unique to the repository, to find the
+// process) and, once that runs, prints a tick every 0.2 s.
+func slowSetupRepo(t testing.TB) (bare, arg string) {
+	t.Helper()
+	arg = fmt.Sprintf("1700.%09d", time.Now().UnixNano()%1e9)
+	bare, _ = commitRepo(t, map[string]string{"setup.sh": "# codumentor-setup-outputs: out\nsleep " + arg + " &\nuntil grep -qa " + arg + " /proc/$!/cmdline; do :; done\nwhile :; do echo tick; sleep 0.2; done\n"})
+	return bare, arg
+}
+
+// sleeper returns a pidfd of the one process running "sleep arg".
+func sleeper(t testing.TB, arg string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			var pid int
+			fmt.Sscanf(p, "/proc/%d/cmdline", &pid)
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("processes running sleep %s: %v, want one", arg, pids)
+	}
+	fd, err := unix.PidfdOpen(pids[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// exited waits up to timeout for the process of pidfd to end.
+func exited(pidfd int, timeout time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(timeout); ; {
+		n, err := unix.Poll(fds, int(max(time.Until(deadline), 0).Milliseconds()))
+		if err == unix.EINTR {
+			continue
+		}
+		return n == 1
+	}
+}
+
+// waitOutput reads a conversation's events up to a setup_output
+// containing text.
+func waitOutput(t testing.TB, s *stream, text string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ev := s.next(time.Until(deadline))
+		var e agentcore.Event
+		json.Unmarshal(ev.Data, &e)
+		var d struct{ Text, Error string }
+		json.Unmarshal(e.Data, &d)
+		switch {
+		case ev.Type == agentcore.EventSetupOutput && strings.Contains(d.Text, text):
+			return
+		case ev.Type == agentcore.EventSetupFailed || ev.Type == agentcore.EventSetupFinished:
+			t.Fatalf("the setup ended (%s %s) before printing %q", ev.Type, d.Error, text)
+		}
+	}
+}
+
+// A conversation's deletion stops its setup: the script's sandbox is
+// killed at once, unless another conversation (another user's) waits
+// for the same key, which one run of the script serves.
+func TestSetupStopsWithItsConversations(t *testing.T) {
+	needSandbox(t)
+	bare, arg := slowSetupRepo(t)
+	in := newInstance(t, "")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	admin, a, b := p.login("root", pw), p.login("alice", pw), p.login("bob", pw)
+	repo := addSetupRepo(t, admin, "slow", "file://"+bare, "main")
+	start := func(c *client) (string, *stream) {
+		var conv struct{ ID string }
+		c.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		s := c.follow(conv.ID, "")
+		waitOutput(t, s, "tick")
+		return conv.ID, s
+	}
+
+	first, _ := start(a)
+	pidfd := sleeper(t, arg)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+first, nil, nil)
+	if !exited(pidfd, 30*time.Second) {
+		t.Fatal("the deleted conversation's setup still runs")
+	}
+
+	x, _ := start(a)
+	y, sy := start(b)
+	pidfd = sleeper(t, arg) // one run for both
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+x, nil, nil)
+	for range 3 {
+		waitOutput(t, sy, "tick")
+	}
+	if exited(pidfd, 0) {
+		t.Fatal("the setup stopped while another conversation waits for it")
+	}
+	b.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+y, nil, nil)
+	if !exited(pidfd, 30*time.Second) {
+		t.Fatal("the setup no conversation waits for still runs")
+	}
+}
+
+// The two setup slots: deleted conversations' setups give theirs back,
+// and a user holds a second one only while no other user waits; a third
+// user's quick setup then runs, and so does its command.
+func TestSetupSlotsShared(t *testing.T) {
+	needSandbox(t)
+	bare1, arg1 := slowSetupRepo(t)
+	bare2, arg2 := slowSetupRepo(t)
+	quick := setupRepo(t, filepath.Join(t.TempDir(), "marker"), "")
+	script := &llmtest.Script{Steps: []llmtest.Step{shellCall("cat vendor/installed.txt"), {Expect: "lockv1", Text: "Set up."}}}
+	in := newInstance(t, llmScript(t, script)+"sandbox:\n  shell_always_allow: true\n")
+	in.addUser("root", pw, true)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		in.addUser(u, pw, false)
+	}
+	p := in.start()
+	admin, a, b, c := p.login("root", pw), p.login("alice", pw), p.login("bob", pw), p.login("carol", pw)
+	slow1 := addSetupRepo(t, admin, "slow1", "file://"+bare1, "main")
+	slow2 := addSetupRepo(t, admin, "slow2", "file://"+bare2, "main")
+	quick1 := addSetupRepo(t, admin, "quick1", "file://"+quick, "main")
+	quick2 := addSetupRepo(t, admin, "quick2", "file://"+quick, "main")
+	start := func(cl *client, repo string) (string, *stream) {
+		var conv struct{ ID string }
+		cl.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+		return conv.ID, cl.follow(conv.ID, "")
+	}
+	quickSetup := func(repo string) {
+		t.Helper()
+		id, s := start(c, repo)
+		if types, output, end := setupEvents(t, s); end["cached"] != false {
+			t.Fatalf("carol's setup: events %v, end %v\n%s", types, end, output)
+		}
+		c.send(id, "use the setup")
+		turnOK(t, s)
+	}
+
+	// Two users' setups hold both slots, and are deleted.
+	a1, s := start(a, slow1)
+	waitOutput(t, s, "tick")
+	b1, s := start(b, slow2)
+	waitOutput(t, s, "tick")
+	fd1, fd2 := sleeper(t, arg1), sleeper(t, arg2)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a1, nil, nil)
+	b.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+b1, nil, nil)
+	quickSetup(quick1)
+	if !exited(fd1, 30*time.Second) || !exited(fd2, 30*time.Second) {
+		t.Fatal("the deleted conversations' setups still run")
+	}
+
+	// One user's two setups hold both slots: the later gives its slot to
+	// carol's, and runs again after it.
+	a2, s := start(a, slow1)
+	waitOutput(t, s, "tick")
+	a3, s3 := start(a, slow2)
+	waitOutput(t, s3, "tick")
+	fd1, fd2 = sleeper(t, arg1), sleeper(t, arg2)
+	quickSetup(quick2)
+	if !exited(fd2, 30*time.Second) || exited(fd1, 0) {
+		t.Fatal("alice's later setup was not the one to give its slot")
+	}
+	waitOutput(t, s3, "gave its slot to another user's setup")
+	s3.until(agentcore.EventSetupStarted, 90*time.Second)
+	waitOutput(t, s3, "tick")
+	fd2 = sleeper(t, arg2)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a2, nil, nil)
+	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+a3, nil, nil)
+	if !exited(fd1, 30*time.Second) || !exited(fd2, 30*time.Second) {
+		t.Fatal("the deleted conversations' setups still run")
 	}
 }
