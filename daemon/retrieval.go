@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/retrieval"
@@ -44,6 +46,8 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 	o := retrieval.Options{
 		Backend:      backend,
 		MaxFileBytes: cfg.Retrieval.MaxFileBytes,
+		MaxFiles:     cfg.Retrieval.MaxFiles,
+		MaxBytes:     cfg.Retrieval.MaxRepositoryBytes,
 		Log:          log.Named("retrieval").Info,
 	}
 	if m := cfg.Retrieval.Embeddings.Model; m != "" {
@@ -124,7 +128,13 @@ func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string,
 	if ix.s.search == nil {
 		return fmt.Errorf("the code index is not open")
 	}
-	return ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+	err := ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+	if errors.Is(err, retrieval.ErrTooManyEntries) || errors.Is(err, retrieval.ErrBadCommit) {
+		// The same commit fails the same way again: not retried, nor
+		// taken over by a restarted server.
+		return jobs.Permanent(err)
+	}
+	return err
 }
 
 func (ix codeIndex) drop(ctx context.Context, repoID string) error {
