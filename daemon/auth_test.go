@@ -275,7 +275,11 @@ func TestLoginFlood(t *testing.T) {
 }
 
 // vmHWM is the peak resident set size of process pid, in bytes.
-func vmHWM(t *testing.T, pid int) int64 {
+func vmHWM(t *testing.T, pid int) int64 { return procStatus(t, pid, "VmHWM") }
+
+// procStatus is the size field (VmHWM, VmRSS) of /proc/PID/status, in
+// bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -284,15 +288,15 @@ func vmHWM(t *testing.T, pid int) int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				t.Fatalf("VmHWM %q: %v", v, err)
+				t.Fatalf("%s %q: %v", field, v, err)
 			}
 			return kb << 10
 		}
 	}
-	t.Fatal("no VmHWM in /proc/PID/status")
+	t.Fatalf("no %s in /proc/PID/status", field)
 	return 0
 }
 
