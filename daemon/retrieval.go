@@ -13,6 +13,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/retrieval"
@@ -24,8 +25,9 @@ import (
 // search_code tool. The sync job indexes through s.search.Index.Ingest.
 //
 // search_code searches the conversation's repository by default (Scope);
-// Readable stays nil: every signed-in user may read every repository, as
-// GET /api/v1/repositories shows them.
+// a repository named that is not in table repositories is not found
+// (Exists); Readable stays nil: every signed-in user may read every
+// repository, as GET /api/v1/repositories shows them.
 func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
 	var backend retrieval.Backend
 	switch cfg.Retrieval.Backend {
@@ -67,6 +69,12 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 			return "", err
 		}
 		return c.Repository, nil
+	}, Exists: func(ctx context.Context, repository string) (bool, error) {
+		_, err := s.repos.Get(ctx, repository)
+		if errors.Is(err, repos.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
 	}}
 	return s.engine.Register(s.search.Tool())
 }
