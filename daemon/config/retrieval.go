@@ -14,8 +14,8 @@ type Retrieval struct {
 	Backend string `yaml:"backend"`
 	// MaxFileBytes skips larger files at ingestion (0: 1 MiB).
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
-	// MaxFiles caps the files one sync indexes (0: 200,000); a commit
-	// with more fails its sync with too_many_entries.
+	// MaxFiles caps the files of a commit a sync indexes (0: 200,000);
+	// a commit with more fails its sync with too_many_entries.
 	MaxFiles int `yaml:"max_files"`
 	// MaxRepositoryBytes caps the bytes of the files one sync indexes
 	// (0: 4 GiB); more fail the sync with too_many_entries.

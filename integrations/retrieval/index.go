@@ -83,8 +83,8 @@ type Options struct {
 	// MaxFileBytes skips larger files (retrieval.max_file_bytes, default
 	// 1 MiB); their content is never read into memory.
 	MaxFileBytes int64
-	// MaxFiles caps the files one ingestion lists (added, changed or
-	// removed regular files; retrieval.max_files, default
+	// MaxFiles caps the regular files of the commit an ingestion
+	// indexes, changed or not (retrieval.max_files, default
 	// DefaultMaxFiles): a commit with more fails with ErrTooManyEntries
 	// before anything is read or written.
 	MaxFiles int
@@ -161,7 +161,7 @@ const embedText = 8 << 10
 // full object IDs (ErrBadCommit).
 //
 // Git runs host-side only to read its own object store (ls-tree,
-// diff-tree, cat-file, fixed argv, scrubbed environment); the content is
+// cat-file, fixed argv, scrubbed environment); the content is
 // parsed only by this package's chunker, bounded in memory per file. A
 // commit past Options.MaxFiles or MaxBytes, or past the listing's hard
 // caps, fails with ErrTooManyEntries and leaves the index as it was.
