@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/codumentor/codumentor/daemon/config"
@@ -170,6 +171,12 @@ func instanceChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	if err == nil {
 		add("jwt-secret", jwtSecretStatus(cfg), describeSecret(cfg),
 			"codumentorctl secrets rotate --instance "+inst.Dir)
+		if cfg.Investigation.Enabled {
+			// The server's binary is taken to be beside this one; a
+			// server started with --config also hides that file.
+			exe, _ := os.Executable()
+			add("investigation-masks", nil, "hidden from host read-only investigations: "+strings.Join(config.HostMasks(inst, "", cfg, exe), ", "), "")
+		}
 	}
 
 	db, err := openDatabase(ctx, inst, false)

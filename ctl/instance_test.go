@@ -194,3 +194,31 @@ func TestMistypedInstance(t *testing.T) {
 		}
 	}
 }
+
+// With investigations enabled, check --instance lists what they do not
+// see: the instance directory, its config.yaml and the files it names.
+func TestInstanceCheckInvestigationMasks(t *testing.T) {
+	dir := newInstance(t)
+	if r := (run{args: []string{"users", "add", "--instance", dir, "--password-stdin", "alice"}, stdin: "correct horse\n"}).do(t); r.code != 0 {
+		t.Fatalf("users add: %v", r)
+	}
+	checks, _, _ := instanceChecks(t, dir)
+	if _, ok := checks["investigation-masks"]; ok {
+		t.Errorf("investigation-masks without investigations: %+v", checks["investigation-masks"])
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, []byte("not read by the check"), 0o644)
+	inst := config.Instance{Dir: dir}
+	b, _ := os.ReadFile(inst.ConfigFile())
+	b = append(b, []byte("\nmermaid_render: {script: "+ca+"}\ninvestigation: {enabled: true}\n")...)
+	if err := os.WriteFile(inst.ConfigFile(), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checks, _, _ = instanceChecks(t, dir)
+	c := checks["investigation-masks"]
+	for _, p := range []string{dir, inst.ConfigFile(), ca} {
+		if !c.OK || !strings.Contains(c.Detail, p) {
+			t.Errorf("investigation-masks does not name %s: %+v", p, c)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
-	"path/filepath"
+	"os"
+	"strings"
 
+	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 )
@@ -18,19 +20,20 @@ func hostReadOnly(cfg config.Config, convs *store.Conversations) func(ctx contex
 }
 
 // hostMasks are hidden from an investigation's view besides the
-// profile's own (other users' homes, /root, /run, the service user's
-// home with its ~/.ssh, ~/.gnupg and ~/.config): the instance directory
-// with its database, workspaces and logs, each named in case one is a
-// symlink to elsewhere.
-func hostMasks(inst config.Instance) []string {
-	var out []string
-	for _, d := range []string{inst.Dir, inst.DataDir(), inst.WorkspacesDir(), inst.LogsDir()} {
-		if abs, err := filepath.Abs(d); err == nil {
-			out = append(out, abs)
-			if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
-				out = append(out, real)
-			}
-		}
+// profile's own (config.HostMasks): the instance directory, the
+// configuration file in use (configFile, "" for the instance's), the
+// files it names, and the server binary's directory when it holds more
+// than programs.
+func hostMasks(inst config.Instance, configFile string, cfg config.Config) []string {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = ""
 	}
-	return out
+	return config.HostMasks(inst, configFile, cfg, exe)
+}
+
+// investigationCheck lists what investigations do not see, for GET
+// /api/v1/admin/doctor.
+func investigationCheck(masks []string) api.Check {
+	return api.Check{Name: "investigation/masks", OK: true, Detail: "hidden from host read-only investigations, besides other users' homes, the service user's home, /run and /var/lib: " + strings.Join(masks, ", ")}
 }

@@ -1,11 +1,20 @@
 package daemon_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -178,6 +187,128 @@ func TestInvestigationNetworkExpires(t *testing.T) {
 	for _, out := range outputs {
 		if !strings.Contains(out, "END") || strings.Contains(out, "NET-OK") {
 			t.Errorf("after the question expired: %q; want the command run without the host network", out)
+		}
+	}
+}
+
+// visibleDir is the test user's directory that a host read-only view
+// shows (scripts/install-prereqs makes it): everywhere else the test
+// user can write is masked there anyway.
+const visibleDir = "/opt/codumentor-test"
+
+// selfSigned writes a certificate for 127.0.0.1 and its key (PEM) and
+// returns a pool that trusts it.
+func selfSigned(t *testing.T, certFile, keyFile string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "codumentor test"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+// An investigation cannot read the configuration the server runs with
+// (codumentor api --config, outside the instance), nor the TLS
+// certificate and key and the LDAP CA it names (in a third place), also
+// through a symlink; a file beside them that the configuration does not
+// name stays readable (the view shows that place). The doctor lists them.
+func TestInvestigationHidesConfiguration(t *testing.T) {
+	needSandbox(t)
+	base, err := os.MkdirTemp(visibleDir, "investigation-")
+	if err != nil {
+		sandboxtest.SkipOrFail(t, "no directory of the test user's that the host view shows (scripts/install-prereqs makes %s): %v", visibleDir, err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	etc, tlsDir := filepath.Join(base, "etc"), filepath.Join(base, "tls")
+	os.Mkdir(etc, 0o755)
+	os.Mkdir(tlsDir, 0o755)
+	certFile, keyFile, caFile := filepath.Join(tlsDir, "cert.pem"), filepath.Join(tlsDir, "key.pem"), filepath.Join(tlsDir, "ldap-ca.pem")
+	pool := selfSigned(t, certFile, keyFile)
+	cert, _ := os.ReadFile(certFile)
+	os.WriteFile(caFile, cert, 0o644)
+	keyLink := filepath.Join(base, "key-link.pem") // named by the configuration
+	if err := os.Symlink(keyFile, keyLink); err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(tlsDir, "README")
+	os.WriteFile(control, []byte("CONTROL-VISIBLE\n"), 0o644)
+	configFile := filepath.Join(etc, "config.yaml")
+
+	files := []string{configFile, certFile, keyFile, keyLink, caFile}
+	script := "for f in " + strings.Join(files, " ") + "; do head -c 30 $f 2>/dev/null; echo; done; cat " + control + "; echo END"
+	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" +
+		"  ldap: {url: 'ldap://127.0.0.1:1', bind_dn: 'uid={username},dc=example,dc=org', ca_cert_file: " + caFile + "}\n" +
+		"tls: {cert_file: " + certFile + ", key_file: " + keyLink + "}\n" +
+		llm(t, shellCall(script), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
+	if err := os.WriteFile(configFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := newInstance(t, "")
+	in.args = []string{"--config", configFile}
+	in.addUser("root", pw, true)
+	in.addUser("carol", pw, false)
+
+	tr := http.DefaultTransport.(*http.Transport)
+	saved := tr.TLSClientConfig
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	t.Cleanup(func() { tr.TLSClientConfig = saved })
+	p := in.start()
+	if !strings.HasPrefix(p.URL, "https://") {
+		t.Fatalf("the server does not serve the configuration's TLS: %s", p.URL)
+	}
+	carol := p.login("carol", pw)
+
+	var conv struct{ ID string }
+	carol.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"mode": "host_readonly"}, &conv)
+	s := carol.follow(conv.ID, "")
+	carol.send(conv.ID, "investigate")
+	evs := s.until(agentcore.EventApprovalPending, 60*time.Second)
+	carol.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	evs = s.until(agentcore.EventApprovalPending, 60*time.Second) // the host network: no
+	carol.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "deny"}, nil)
+	evs = s.until(agentcore.EventTurnFinished, 60*time.Second)
+	i := slices.IndexFunc(evs, func(e sseEvent) bool { return e.Type == agentcore.EventToolOutput })
+	if i < 0 {
+		t.Fatalf("no tool output: %v", evs)
+	}
+	var out struct{ Output string }
+	json.Unmarshal(eventData(t, evs[i]), &out)
+	if !strings.Contains(out.Output, "END") || !strings.Contains(out.Output, "CONTROL-VISIBLE") {
+		t.Fatalf("the command did not run, or the view does not show %s:\n%s", tlsDir, out.Output)
+	}
+	for _, bad := range []string{"auth:", "jwt_secret", testSecret[:10], "BEGIN"} {
+		if strings.Contains(out.Output, bad) {
+			t.Errorf("the investigation read %q:\n%s", bad, out.Output)
+		}
+	}
+
+	var doctor struct {
+		Checks []struct{ Name, Detail string }
+	}
+	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/doctor", nil, &doctor)
+	j := slices.IndexFunc(doctor.Checks, func(c struct{ Name, Detail string }) bool { return c.Name == "investigation/masks" })
+	if j < 0 {
+		t.Fatalf("admin/doctor lists no investigation/masks: %+v", doctor.Checks)
+	}
+	for _, f := range append(files, in.dir) {
+		if !strings.Contains(doctor.Checks[j].Detail, f) {
+			t.Errorf("admin/doctor's investigation/masks does not name %s: %s", f, doctor.Checks[j].Detail)
 		}
 	}
 }

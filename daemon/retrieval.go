@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -11,6 +12,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/integrations/retrieval"
@@ -22,8 +25,9 @@ import (
 // search_code tool. The sync job indexes through s.search.Index.Ingest.
 //
 // search_code searches the conversation's repository by default (Scope);
-// Readable stays nil: every signed-in user may read every repository, as
-// GET /api/v1/repositories shows them.
+// a repository named that is not in table repositories is not found
+// (Exists); Readable stays nil: every signed-in user may read every
+// repository, as GET /api/v1/repositories shows them.
 func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
 	var backend retrieval.Backend
 	switch cfg.Retrieval.Backend {
@@ -44,6 +48,8 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 	o := retrieval.Options{
 		Backend:      backend,
 		MaxFileBytes: cfg.Retrieval.MaxFileBytes,
+		MaxFiles:     cfg.Retrieval.MaxFiles,
+		MaxBytes:     cfg.Retrieval.MaxRepositoryBytes,
 		Log:          log.Named("retrieval").Info,
 	}
 	if m := cfg.Retrieval.Embeddings.Model; m != "" {
@@ -63,6 +69,12 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 			return "", err
 		}
 		return c.Repository, nil
+	}, Exists: func(ctx context.Context, repository string) (bool, error) {
+		_, err := s.repos.Get(ctx, repository)
+		if errors.Is(err, repos.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
 	}}
 	return s.engine.Register(s.search.Tool())
 }
@@ -124,7 +136,13 @@ func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string,
 	if ix.s.search == nil {
 		return fmt.Errorf("the code index is not open")
 	}
-	return ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+	err := ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+	if errors.Is(err, retrieval.ErrTooManyEntries) || errors.Is(err, retrieval.ErrBadCommit) {
+		// The same commit fails the same way again: not retried, nor
+		// taken over by a restarted server.
+		return jobs.Permanent(err)
+	}
+	return err
 }
 
 func (ix codeIndex) drop(ctx context.Context, repoID string) error {

@@ -18,15 +18,18 @@ import (
 
 // GET /api/v1/search finds what was ingested into the instance's code
 // index (the shard files beside its database), with paths and lines; bad
-// parameters are 400s.
+// parameters are 400s, a repository that does not exist is 404.
 func TestSearchRoute(t *testing.T) {
 	in := newInstance(t, "")
 	in.addUser("alice", pw, false)
+	in.addUser("root", pw, true)
 	p := in.start()
 
 	// A repository, indexed into the running server's index files as
 	// the sync job does.
 	repo, head := searchRepo(t)
+	var added struct{ ID string }
+	p.login("root", pw).must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "search", "url": "file://" + repo, "branch": "main"}, &added)
 	ctx := context.Background()
 	var dbs []*sql.DB
 	for i := range retrieval.Shards {
@@ -46,7 +49,7 @@ func TestSearchRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix, _ := retrieval.New(retrieval.Options{Backend: be})
-	if err := ix.Ingest(ctx, "repo1", repo, "", head, nil); err != nil {
+	if err := ix.Ingest(ctx, added.ID, repo, "", head, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -59,17 +62,18 @@ func TestSearchRoute(t *testing.T) {
 			Score                     float64
 		}
 	}
-	alice.must(http.StatusOK, "GET", "/api/v1/search?q="+url.QueryEscape("load_settings")+"&repository=repo1&k=3", nil, &res)
+	alice.must(http.StatusOK, "GET", "/api/v1/search?q="+url.QueryEscape("load_settings")+"&repository="+added.ID+"&k=3", nil, &res)
 	if len(res.Results) != 1 {
 		t.Fatalf("results %+v, want conf/load.go", res.Results)
 	}
 	r := res.Results[0]
-	if r.Repository != "repo1" || r.Path != "conf/load.go" || r.StartLine != 1 || r.EndLine != 4 || !strings.Contains(r.Snippet, "func loadSettings()") || r.Score <= 0 {
+	if r.Repository != added.ID || r.Path != "conf/load.go" || r.StartLine != 1 || r.EndLine != 4 || !strings.Contains(r.Snippet, "func loadSettings()") || r.Score <= 0 {
 		t.Errorf("hit %+v", r)
 	}
-	alice.must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings&repository=another", nil, &res)
-	if len(res.Results) != 0 {
-		t.Errorf("another repository: %+v", res.Results)
+	for _, unknown := range []string{"another", "repo_000000000000000000000000", url.QueryEscape(added.ID + "x")} {
+		if b := alice.must(http.StatusNotFound, "GET", "/api/v1/search?q=loadSettings&repository="+unknown, nil, nil); !strings.Contains(string(b), `"code":"not_found"`) {
+			t.Errorf("repository=%s: %s", unknown, b)
+		}
 	}
 	for _, q := range []string{"", "?q=", "?q=%22%22", "?q=xy&k=0", "?q=xy&k=101", "?q=xy&k=ten", "?q=" + strings.Repeat("a", 1025), "?q=the+a+x"} {
 		alice.must(http.StatusBadRequest, "GET", "/api/v1/search"+q, nil, nil)
@@ -121,7 +125,7 @@ func TestSearchRouteIndexInDatabase(t *testing.T) {
 
 	p := in.start()
 	var res struct{ Results []struct{ Path string } }
-	p.login("alice", pw).must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings&repository=repo1", nil, &res)
+	p.login("alice", pw).must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings", nil, &res)
 	if len(res.Results) != 1 || res.Results[0].Path != "conf/load.go" {
 		t.Fatalf("results %+v, want conf/load.go", res.Results)
 	}

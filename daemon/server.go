@@ -162,6 +162,8 @@ type server struct {
 	attach  *api.Attachments
 	search  *retrieval.Searcher // code search; its Index ingests
 	indexDB indexFiles          // the embedded index's files
+	// hostMasks are hidden from host read-only investigations.
+	hostMasks []string
 
 	browsers browsers            // the webretrieve and mermaid_render plugins'
 	diagrams api.DiagramRenderer // set by mermaid_render
@@ -170,7 +172,7 @@ type server struct {
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
-	s := &server{log: log, db: db}
+	s := &server{log: log, db: db, hostMasks: hostMasks(inst, o.ConfigFile, cfg)}
 	s.cfg.Store(&cfg)
 	if err := recordConfig(ctx, db, cfg); err != nil {
 		return nil, err
@@ -269,7 +271,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Programs:         externalAgentPrograms(cfg),
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, convs),
-		HostMasks:        hostMasks(inst),
+		HostMasks:        s.hostMasks,
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
@@ -340,6 +342,9 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 		for _, c := range plugins[name].checks(ctx, s, *cfg) {
 			add(c)
 		}
+	}
+	if cfg.Investigation.Enabled {
+		add(investigationCheck(s.hostMasks))
 	}
 	if cfg.Auth.JWTSecret == "" {
 		r.Warnings = append(r.Warnings, "auth.jwt_secret is not set: secrets are stored in plaintext and tokens die with the process")

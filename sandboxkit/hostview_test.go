@@ -73,7 +73,15 @@ func TestHostReadOnlyView(t *testing.T) {
 	if ents, err := os.ReadDir(exposed); err != nil || len(ents) == 0 {
 		t.Fatalf("%s is not a readable, non-empty directory here: %v", exposed, err)
 	}
-	p, err := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{secretDir, exposed}})
+	// A masked file (a configuration, a key) cannot be read, also
+	// through a symlink to it (Debian's /etc/os-release is one).
+	file := "/etc/os-release"
+	real, _ := filepath.EvalSymlinks(file)
+	content, err := os.ReadFile(file)
+	if err != nil || !bytes.Contains(content, []byte("ID=")) {
+		t.Fatalf("%s is not a readable os-release file here: %v", file, err)
+	}
+	p, err := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{secretDir, exposed, file}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +99,11 @@ func TestHostReadOnlyView(t *testing.T) {
 	out, _ := run(`python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("` + sockPath + `"); print("CONNECTED")' 2>&1`)
 	if strings.Contains(out, "CONNECTED") {
 		t.Errorf("the sandbox reached a host UNIX socket under /run")
+	}
+	for _, f := range []string{file, real} {
+		if out, err := run("cat " + f); err == nil || strings.Contains(out, "ID=") {
+			t.Errorf("a masked file in the view: cat %s: %q %v; want it unreadable", f, out, err)
+		}
 	}
 	for _, d := range []string{home, secretDir, exposed, "/root"} {
 		if out, _ := run("ls -A " + d + " 2>/dev/null"); strings.TrimSpace(out) != "" {

@@ -2,6 +2,8 @@ package sandboxkit
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -286,11 +288,20 @@ func TestProfiles(t *testing.T) {
 			t.Errorf("Profile(%s, %+v) = %v, want error mentioning %q", b.name, b.o, err, b.want)
 		}
 	}
-	p, _ := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{"/srv/codumentor"}})
-	for _, m := range []string{"/home", "/root", "/var/lib", "/srv/codumentor"} {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.yaml")
+	os.WriteFile(file, []byte("secret"), 0o600)
+	p, _ := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{dir, file, filepath.Join(dir, "missing")}})
+	for _, m := range []string{"/home", "/root", "/var/lib", dir} {
 		if !slices.Contains(p.Tmpfs, m) {
 			t.Errorf("host-readonly does not mask %s", m)
 		}
+	}
+	if !slices.Contains(p.ReadOnly, Bind{Src: "/dev/null", Dst: file}) || slices.Contains(p.Tmpfs, file) {
+		t.Errorf("a masked file is not behind /dev/null: %v %v", p.ReadOnly, p.Tmpfs)
+	}
+	if slices.Contains(p.Tmpfs, filepath.Join(dir, "missing")) {
+		t.Errorf("a missing path is masked (bwrap cannot make its mount point in a read-only view): %v", p.Tmpfs)
 	}
 }
 

@@ -2,7 +2,9 @@ package sandboxkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,8 +72,12 @@ type ProfileOptions struct {
 	// Output is the host directory shown read-write at /out (git only,
 	// required there, with Input the mirror shown read-only at /mirror).
 	Output string
-	// Mask lists extra host directories hidden behind empty tmpfs in the
-	// host-readonly view (e.g. the instance dir).
+	// Mask lists extra host paths hidden in the host-readonly view (e.g.
+	// the instance dir, a configuration file): a directory behind an
+	// empty tmpfs, anything else behind /dev/null (on a nodev mount:
+	// opening it fails), a symlink where it leads. A path that does not exist is skipped; one
+	// that cannot be resolved is masked as a directory (the sandbox does
+	// not start if that fails).
 	Mask []string
 	// Seccomp is the filter mode (all profiles); empty means seccomp.Log.
 	// A filter that cannot be loaded makes Profile fail with
@@ -167,7 +173,23 @@ func Profile(name string, o ProfileOptions) (*Policy, error) {
 		p.ShareNet = o.ShareNet
 		// Build mounts a fresh /tmp anyway. The server user's home is
 		// masked too, wherever it is.
-		p.Tmpfs = append(append([]string{}, hostMasks...), o.Mask...)
+		p.Tmpfs = append([]string{}, hostMasks...)
+		for _, m := range o.Mask {
+			// bwrap mounts on no symlink: the path it leads to is masked.
+			real, err := filepath.EvalSymlinks(m)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			fi, serr := os.Stat(real)
+			switch {
+			case err == nil && serr == nil && !fi.IsDir():
+				p.ReadOnly = append(p.ReadOnly, Bind{Src: "/dev/null", Dst: real})
+			case err == nil:
+				p.Tmpfs = append(p.Tmpfs, real)
+			default:
+				p.Tmpfs = append(p.Tmpfs, m)
+			}
+		}
 		if home, err := os.UserHomeDir(); err == nil && home != "/" {
 			p.Tmpfs = append(p.Tmpfs, home)
 		}

@@ -14,6 +14,12 @@ type Retrieval struct {
 	Backend string `yaml:"backend"`
 	// MaxFileBytes skips larger files at ingestion (0: 1 MiB).
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
+	// MaxFiles caps the files of a commit a sync indexes (0: 200,000);
+	// a commit with more fails its sync with too_many_entries.
+	MaxFiles int `yaml:"max_files"`
+	// MaxRepositoryBytes caps the bytes of the files one sync indexes
+	// (0: 4 GiB); more fail the sync with too_many_entries.
+	MaxRepositoryBytes int64 `yaml:"max_repository_bytes"`
 	// Embeddings, when its model is set, embeds chunks and queries with
 	// that model on the LLM endpoint's /v1/embeddings (llm.base_url):
 	// searches are then hybrid (BM25 and vectors, fused).
@@ -57,6 +63,12 @@ func (r Retrieval) validate(llmBaseURL string) []error {
 	}
 	if r.MaxFileBytes < 0 {
 		errs = append(errs, errors.New("retrieval.max_file_bytes must be positive (or 0 for the default, 1 MiB)"))
+	}
+	if r.MaxFiles < 0 {
+		errs = append(errs, errors.New("retrieval.max_files must be positive (or 0 for the default, 200000)"))
+	}
+	if r.MaxRepositoryBytes < 0 {
+		errs = append(errs, errors.New("retrieval.max_repository_bytes must be positive (or 0 for the default, 4 GiB)"))
 	}
 	if r.Embeddings.Model != "" && llmBaseURL == "" {
 		errs = append(errs, errors.New("retrieval.embeddings.model needs llm.base_url: embeddings come from the LLM endpoint's /v1/embeddings"))

@@ -17,6 +17,9 @@ func TestRetrievalConfig(t *testing.T) {
 		{"retrieval: {backend: weaviate}", "retrieval.weaviate.url"},
 		{"retrieval: {backend: weaviate, weaviate: {url: 'ftp://x'}}", "retrieval.weaviate.url"},
 		{"retrieval: {max_file_bytes: -1}", "retrieval.max_file_bytes"},
+		{"retrieval: {max_files: 1000, max_repository_bytes: 1048576}", ""},
+		{"retrieval: {max_files: -1}", "retrieval.max_files"},
+		{"retrieval: {max_repository_bytes: -1}", "retrieval.max_repository_bytes"},
 		{"retrieval: {embeddings: {model: e5}}", "llm.base_url"},
 		{"retrieval: {embedings: {model: e5}}", "embedings"},
 	} {

@@ -289,8 +289,13 @@ func (q *Queue) Get(ctx context.Context, id string) (Job, error) {
 	return j, nil
 }
 
-// Permanent marks err as not worth retrying: a handler returning it fails
-// its job at once. Permanent(nil) is nil.
+// ErrPermanent is matched (errors.Is) by every error Permanent made, and
+// by the errors wrapping one.
+var ErrPermanent = errors.New("jobs: permanent failure")
+
+// Permanent marks err as not worth retrying: a handler returning it (or an
+// error wrapping it) fails its job at once, and no other server takes the
+// job over. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -300,8 +305,9 @@ func Permanent(err error) error {
 
 type permanentError struct{ err error }
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
 
 func (q *Queue) notify() {
 	q.mu.Lock()
@@ -480,9 +486,8 @@ func (q *Queue) run(ctx context.Context, j *Job) {
 		err = nil
 	}
 	if err != nil {
-		var perm *permanentError
 		up["last_error"] = err.Error()
-		if errors.As(err, &perm) || j.Attempts >= j.MaxAttempts {
+		if errors.Is(err, ErrPermanent) || j.Attempts >= j.MaxAttempts {
 			up["status"], up["finished"] = StatusFailed, now
 			log.Error("jobs: job failed", "error", err)
 		} else {

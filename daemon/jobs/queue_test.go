@@ -257,6 +257,9 @@ func TestPermanent(t *testing.T) {
 	if !errors.Is(Permanent(bad), bad) {
 		t.Error("Permanent(err) does not wrap err")
 	}
+	if !errors.Is(fmt.Errorf("x: %w", Permanent(bad)), ErrPermanent) || errors.Is(bad, ErrPermanent) {
+		t.Error("errors.Is(err, ErrPermanent) does not tell Permanent errors")
+	}
 	id := mustEnqueue(t, q, "strict", nil, EnqueueOptions{}).ID
 	start(t, q)
 	j := waitJob(t, q, id, hasStatus(StatusFailed))

@@ -70,7 +70,7 @@ func BenchmarkIngest(b *testing.B) {
 		syscall.Sync()
 		// The baseline: list the tree, read every blob, nothing else.
 		start, cpu0 := time.Now(), cpuTime()
-		list, err := changes(b.Context(), g.dir, "", g.first)
+		list, err := changes(b.Context(), g.dir, "", g.first, capsFor(Options{MaxFiles: DefaultMaxFiles}))
 		if err != nil {
 			b.Fatal(err)
 		}

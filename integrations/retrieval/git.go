@@ -3,6 +3,7 @@ package retrieval
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,44 @@ func gitCmd(ctx context.Context, gitDir string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// ErrTooManyEntries is wrapped by Ingest's error for a commit past one
+// of an ingestion's caps (Options.MaxFiles, Options.MaxBytes, and the
+// hard caps on its tree's listing): such a commit cannot be indexed, and
+// trying again changes nothing. Its text starts with the error code the
+// API shows, too_many_entries.
+var ErrTooManyEntries = errors.New("too_many_entries")
+
+// Hard caps on the listing of a commit's tree, whatever Options say: a
+// few kilobytes of trees that refer to one subtree over and over list
+// billions of paths (a "git bomb").
+const (
+	// maxListed caps the entries read from one tree's listing (files,
+	// symlinks and submodules), or Options.MaxFiles when that is larger.
+	maxListed = 1 << 20
+	// maxListBytes caps the bytes of the changed paths kept, scaled up
+	// with Options.MaxFiles past DefaultMaxFiles.
+	maxListBytes = 64 << 20
+	// maxRecord caps one entry (a path and its mode and ID), which is
+	// read whole in the reader's buffer.
+	maxRecord = 64 << 10
+)
+
+// listCaps bound one listing: the regular files of the new tree, the
+// entries read from each tree and the bytes of the changed paths kept.
+type listCaps struct {
+	files, entries int
+	bytes          int64
+}
+
+// capsFor are the caps of a listing under Options o.
+func capsFor(o Options) listCaps {
+	return listCaps{
+		files:   o.MaxFiles,
+		entries: max(maxListed, o.MaxFiles),
+		bytes:   max(maxListBytes, int64(o.MaxFiles)*(maxListBytes/DefaultMaxFiles)),
+	}
+}
+
 // change is one path that differs between two commits.
 type change struct {
 	path    string
@@ -39,100 +78,191 @@ type change struct {
 // regular files added or modified carry their blob, deleted ones (and
 // files that became symlinks or submodules) none. Renames are a deletion
 // and an addition.
-func changes(ctx context.Context, gitDir, from, to string) ([]change, error) {
+//
+// Both trees are listed by `git ls-tree -r`, which streams (diff-tree
+// first queues every changed path in git's memory), and merged here as
+// they come, in git's order; git is stopped as soon as a listing is past
+// a cap (ErrTooManyEntries). Only the changes are kept.
+func changes(ctx context.Context, gitDir, from, to string, caps listCaps) (list []change, err error) {
 	if !git.IsCommitID(to) || (from != "" && !git.IsCommitID(from)) {
 		return nil, fmt.Errorf("%w: %q..%q", ErrBadCommit, from, to)
 	}
-	var cmd *exec.Cmd
-	if from == "" {
-		cmd = gitCmd(ctx, gitDir, "ls-tree", "-r", "-z", "--full-tree", to+"^{commit}")
-	} else {
-		cmd = gitCmd(ctx, gitDir, "diff-tree", "-r", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", from+"^{commit}", to+"^{commit}")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // stops a listing left unfinished
+	var old *treeWalk
+	if from != "" {
+		if old, err = walkTree(ctx, gitDir, from, caps.entries); err != nil {
+			return nil, err
+		}
+		defer func() { err = cmp.Or(err, old.close()) }()
 	}
-	stderr := &limitedBuffer{n: 4096}
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
+	cur, err := walkTree(ctx, gitDir, to, caps.entries)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("retrieval: starting git: %w", err)
+	defer func() { err = cmp.Or(err, cur.close()) }()
+
+	var files int
+	var size int64
+	add := func(c change) error {
+		if size += int64(len(c.path)); size > caps.bytes {
+			return fmt.Errorf("%w: the changed paths of the commit are longer than %d bytes together", ErrTooManyEntries, caps.bytes)
+		}
+		list = append(list, c)
+		return nil
 	}
-	r := bufio.NewReaderSize(out, 64<<10)
-	var list []change
-	if from == "" {
-		list, err = parseLsTree(r)
-	} else {
-		list, err = parseDiffTree(r)
+	a, b := old.next(), cur.next()
+	for a != nil || b != nil {
+		if err := cmp.Or(old.err(), cur.err()); err != nil {
+			return nil, err // one listing ended early: the other's rest is no change
+		}
+		order := 0
+		switch {
+		case a == nil:
+			order = 1
+		case b == nil:
+			order = -1
+		default:
+			order = bytes.Compare(a.path, b.path)
+		}
+		if order >= 0 && b.regular() {
+			if files++; files > caps.files {
+				return nil, fmt.Errorf("%w: the commit has more than %d files (retrieval.max_files)", ErrTooManyEntries, caps.files)
+			}
+		}
+		switch {
+		case order < 0: // gone
+			if a.regular() {
+				err = add(change{path: string(a.path), oldGone: true})
+			}
+		case order > 0: // new
+			if b.regular() {
+				err = add(change{path: string(b.path), blob: string(b.oid)})
+			}
+		case a.regular() && b.regular() && bytes.Equal(a.oid, b.oid): // unchanged
+		case b.regular():
+			err = add(change{path: string(b.path), blob: string(b.oid), oldGone: a.regular()})
+		case a.regular(): // now a symlink or submodule
+			err = add(change{path: string(a.path), oldGone: true})
+		}
+		if err != nil {
+			return nil, err
+		}
+		if order <= 0 {
+			a = old.next()
+		}
+		if order >= 0 {
+			b = cur.next()
+		}
 	}
-	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
+	if err := cmp.Or(old.err(), cur.err()); err != nil {
 		return nil, err
-	}
-	if err := cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("retrieval: git %s: %v: %s", cmd.Args[1], err, stderr)
 	}
 	return list, nil
 }
 
-// regularFile reports whether a tree entry's mode is a regular file
-// (not a symlink, whose blob is a path, nor a submodule's commit).
-func regularFile(mode string) bool { return mode == "100644" || mode == "100755" }
-
-// parseLsTree reads `git ls-tree -r -z`: "MODE TYPE OID\tPATH\0".
-func parseLsTree(r *bufio.Reader) ([]change, error) {
-	var out []change
-	for {
-		rec, err := r.ReadString(0)
-		if err == io.EOF && rec == "" {
-			return out, nil
-		}
-		if err != nil && err != io.EOF {
-			return nil, err
-		}
-		rec = strings.TrimSuffix(rec, "\x00")
-		meta, path, ok := strings.Cut(rec, "\t")
-		f := strings.Fields(meta)
-		if !ok || len(f) != 3 {
-			return nil, fmt.Errorf("retrieval: unexpected ls-tree line %q", rec)
-		}
-		if f[1] == "blob" && regularFile(f[0]) {
-			out = append(out, change{path: path, blob: f[2]})
-		}
-	}
+// entry is one entry of `git ls-tree -r -z`, its slices valid until the
+// next one is read.
+type entry struct {
+	mode, typ, oid, path []byte
 }
 
-// parseDiffTree reads `git diff-tree -r -z --no-renames`:
-// ":OLDMODE NEWMODE OLDOID NEWOID STATUS\0PATH\0".
-func parseDiffTree(r *bufio.Reader) ([]change, error) {
-	var out []change
-	for {
-		meta, err := r.ReadString(0)
-		if err == io.EOF && meta == "" {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("retrieval: reading diff-tree: %w", err)
-		}
-		path, err := r.ReadString(0)
-		if err != nil {
-			return nil, fmt.Errorf("retrieval: reading diff-tree: %w", err)
-		}
-		f := strings.Fields(strings.TrimSuffix(meta, "\x00"))
-		if len(f) != 5 || !strings.HasPrefix(f[0], ":") {
-			return nil, fmt.Errorf("retrieval: unexpected diff-tree line %q", meta)
-		}
-		oldMode, newMode, newOID := f[0][1:], f[1], f[3]
-		c := change{path: strings.TrimSuffix(path, "\x00"), oldGone: regularFile(oldMode)}
-		if regularFile(newMode) && f[4] != "D" {
-			c.blob = newOID
-		}
-		if c.blob == "" && !c.oldGone {
-			continue // a symlink or submodule came or went: never indexed
-		}
-		out = append(out, c)
+// regular reports whether the entry is a regular file (not a symlink,
+// whose blob is a path, nor a submodule's commit).
+func (e *entry) regular() bool {
+	return string(e.typ) == "blob" && (string(e.mode) == "100644" || string(e.mode) == "100755")
+}
+
+// treeWalk reads the listing of one commit's tree, "MODE TYPE
+// OID\tPATH\0" entries in git's order (bytewise by path), as git writes
+// it.
+type treeWalk struct {
+	cmd     *exec.Cmd
+	r       *bufio.Reader
+	stderr  *limitedBuffer
+	e       entry
+	prev    []byte // the last path, to check the order
+	entries int
+	max     int // entries
+	failed  error
+}
+
+func walkTree(ctx context.Context, gitDir, commit string, max int) (*treeWalk, error) {
+	w := &treeWalk{cmd: gitCmd(ctx, gitDir, "ls-tree", "-r", "-z", "--full-tree", commit+"^{commit}"), stderr: &limitedBuffer{n: 4096}, max: max}
+	w.cmd.Stderr = w.stderr
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("retrieval: starting git ls-tree: %w", err)
+	}
+	w.r = bufio.NewReaderSize(out, maxRecord)
+	return w, nil
+}
+
+// next returns the next entry, or nil at the end or on an error (err).
+// A nil walk has no entries.
+func (w *treeWalk) next() *entry {
+	if w == nil || w.failed != nil {
+		return nil
+	}
+	rec, err := w.r.ReadSlice(0)
+	switch {
+	case err == io.EOF && len(rec) == 0:
+		w.failed = io.EOF
+		return nil
+	case err == io.EOF:
+		w.failed = errors.New("retrieval: git ls-tree's output ends inside an entry")
+		return nil
+	case errors.Is(err, bufio.ErrBufferFull):
+		w.failed = fmt.Errorf("%w: an entry of the commit's tree is longer than %d bytes", ErrTooManyEntries, w.r.Size())
+		return nil
+	case err != nil:
+		w.failed = fmt.Errorf("retrieval: reading git ls-tree: %w", err)
+		return nil
+	}
+	if w.entries++; w.entries > w.max {
+		w.failed = fmt.Errorf("%w: the commit's tree lists more than %d entries", ErrTooManyEntries, w.max)
+		return nil
+	}
+	rec = rec[:len(rec)-1]
+	meta, path, ok := bytes.Cut(rec, []byte{'\t'})
+	mode, rest, ok1 := bytes.Cut(meta, []byte{' '})
+	typ, oid, ok2 := bytes.Cut(rest, []byte{' '})
+	if !ok || !ok1 || !ok2 || len(oid) == 0 || len(path) == 0 || bytes.IndexByte(oid, ' ') >= 0 {
+		w.failed = fmt.Errorf("retrieval: unexpected git ls-tree entry %q", rec)
+		return nil
+	}
+	if w.entries > 1 && bytes.Compare(path, w.prev) <= 0 {
+		// fsck refuses unsorted trees on fetch; the merge depends on it.
+		w.failed = fmt.Errorf("retrieval: git ls-tree listed %q after %q", path, w.prev)
+		return nil
+	}
+	w.prev = append(w.prev[:0], path...)
+	w.e = entry{mode: mode, typ: typ, oid: oid, path: path}
+	return &w.e
+}
+
+// err is what ended the listing early, or nil.
+func (w *treeWalk) err() error {
+	if w == nil || w.failed == io.EOF {
+		return nil
+	}
+	return w.failed
+}
+
+// close ends git: killed if its listing was not read to the end.
+func (w *treeWalk) close() error {
+	if w.failed != io.EOF {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+		return nil
+	}
+	if err := w.cmd.Wait(); err != nil {
+		return fmt.Errorf("retrieval: git ls-tree: %v: %s", err, w.stderr)
+	}
+	return nil
 }
 
 // blobReader reads blobs with `git cat-file --batch`: git reading its own

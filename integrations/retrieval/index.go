@@ -48,6 +48,10 @@ const (
 	MaxQueryBytes = 1024
 	// DefaultMaxFileBytes is retrieval.max_file_bytes' default.
 	DefaultMaxFileBytes = 1 << 20
+	// DefaultMaxFiles is retrieval.max_files' default.
+	DefaultMaxFiles = 200_000
+	// DefaultMaxBytes is retrieval.max_repository_bytes' default.
+	DefaultMaxBytes = 4 << 30
 )
 
 // ErrBadQuery is wrapped by errors about a query that cannot be searched
@@ -79,6 +83,16 @@ type Options struct {
 	// MaxFileBytes skips larger files (retrieval.max_file_bytes, default
 	// 1 MiB); their content is never read into memory.
 	MaxFileBytes int64
+	// MaxFiles caps the regular files of the commit an ingestion
+	// indexes, changed or not (retrieval.max_files, default
+	// DefaultMaxFiles): a commit with more fails with ErrTooManyEntries
+	// before anything is read or written.
+	MaxFiles int
+	// MaxBytes caps the bytes of the files one ingestion reads
+	// (retrieval.max_repository_bytes, default DefaultMaxBytes), counted
+	// from git's headers before anything is read or written: many paths
+	// may name one large blob.
+	MaxBytes int64
 	// Log, when set, receives one line per sync (counts of indexed and
 	// skipped files).
 	Log func(msg string, keyvals ...any)
@@ -96,6 +110,12 @@ func New(o Options) (*Index, error) {
 	}
 	if o.MaxFileBytes <= 0 {
 		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultMaxFiles
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
 	}
 	return &Index{o: o}, nil
 }
@@ -141,8 +161,10 @@ const embedText = 8 << 10
 // full object IDs (ErrBadCommit).
 //
 // Git runs host-side only to read its own object store (ls-tree,
-// diff-tree, cat-file, fixed argv, scrubbed environment); the content is
-// parsed only by this package's chunker, bounded in memory per file.
+// cat-file, fixed argv, scrubbed environment); the content is
+// parsed only by this package's chunker, bounded in memory per file. A
+// commit past Options.MaxFiles or MaxBytes, or past the listing's hard
+// caps, fails with ErrTooManyEntries and leaves the index as it was.
 func (ix *Index) Ingest(ctx context.Context, repository, gitDir, from, to string, progress func(done, total int64)) error {
 	_, err := ix.IngestStats(ctx, repository, gitDir, from, to, progress)
 	return err
@@ -157,7 +179,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	list, err := changes(ctx, gitDir, from, to)
+	list, err := changes(ctx, gitDir, from, to, capsFor(ix.o))
 	if err != nil {
 		return st, err
 	}
@@ -177,11 +199,18 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 	if err != nil {
 		return st, err
 	}
-	var read []string
+	var (
+		read      []string
+		readBytes int64
+	)
 	for _, c := range list {
-		if c.blob != "" && !vendored(c.path) && sizes[c.blob] <= ix.o.MaxFileBytes {
+		if n := sizes[c.blob]; c.blob != "" && !vendored(c.path) && n <= ix.o.MaxFileBytes {
 			read = append(read, c.blob)
+			readBytes += n
 		}
+	}
+	if readBytes > ix.o.MaxBytes {
+		return st, fmt.Errorf("%w: the commit's files to index are %d bytes together, more than %d (retrieval.max_repository_bytes)", ErrTooManyEntries, readBytes, ix.o.MaxBytes)
 	}
 	br, err := newBlobReader(ctx, gitDir, false)
 	if err != nil {

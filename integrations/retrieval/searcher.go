@@ -28,6 +28,10 @@ type Searcher struct {
 	// conversation has a repository. The daemon wires it to the
 	// conversation→repository link.
 	Scope func(ctx context.Context, user, conversation string) (string, error)
+	// Exists reports whether a repository named in a search exists; one
+	// that does not answers ErrNoRepository, as one the user may not
+	// read does. Nil: every name is searched (and finds nothing).
+	Exists func(ctx context.Context, repository string) (bool, error)
 }
 
 // SearchIn searches repository (or, when "", every repository user may
@@ -47,6 +51,15 @@ func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string,
 	if repository != "" {
 		if repos != nil && !slices.Contains(repos, repository) {
 			return nil, fmt.Errorf("%w: %q", ErrNoRepository, repository)
+		}
+		if s.Exists != nil {
+			ok, err := s.Exists(ctx, repository)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, fmt.Errorf("%w: %q", ErrNoRepository, repository)
+			}
 		}
 		repos = []string{repository}
 	}
