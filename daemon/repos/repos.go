@@ -113,7 +113,8 @@ type Options struct {
 	Dir string
 	// Git runs host-side git (its TempDir is set to Dir/tmp).
 	Git git.Git
-	// Sandbox runs checkouts and push commits.
+	// Sandbox runs checkouts, push commits and the server side of local
+	// (file://) remotes.
 	Sandbox git.Sandbox
 	// Indexer is nil unless retrieval is enabled.
 	Indexer Indexer
@@ -156,6 +157,7 @@ func Open(o Options) (*Service, error) {
 		}
 	}
 	o.Git.TempDir = filepath.Join(o.Dir, "tmp")
+	o.Git.Sandbox = o.Sandbox
 	if o.Git.KnownHosts == "" {
 		o.Git.KnownHosts = filepath.Join(o.Dir, "known_hosts")
 	}
