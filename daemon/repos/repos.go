@@ -167,11 +167,35 @@ func Open(o Options) (*Service, error) {
 	if err := audit.Migrate(o.DB); err != nil {
 		return nil, err
 	}
+	if err := stripStoredCredentials(o.DB, o.Log); err != nil {
+		return nil, err
+	}
 	s := &Service{o: o, log: o.Log}
 	if o.Queue != nil {
 		o.Queue.Handle(KindSync, s.sync)
 	}
 	return s, nil
+}
+
+// stripStoredCredentials removes the credentials that URLs stored before
+// git.CheckURL refused them carry (https://TOKEN@host/…): every user could
+// list them, and the logs and pushes showed them.
+func stripStoredCredentials(db *gorm.DB, log hclog.Logger) error {
+	var rs []Repository
+	if err := db.Select("id", "name", "url").Find(&rs).Error; err != nil {
+		return fmt.Errorf("repos: reading the repositories' URLs: %w", err)
+	}
+	for _, r := range rs {
+		u, changed := git.StripUserinfo(r.URL)
+		if !changed {
+			continue
+		}
+		if err := db.Model(&Repository{}).Where("id = ? AND url = ?", r.ID, r.URL).Update("url", u).Error; err != nil {
+			return fmt.Errorf("repos: removing the credential from %s's URL: %w", r.ID, err)
+		}
+		log.Warn("a repository's URL carried a credential: removed; store it as an instance secret (PUT /api/v1/admin/secrets/{name}) and name it as the repository's credential, and revoke the token", "repository", r.ID, "name", r.Name, "url", u)
+	}
+	return nil
 }
 
 // ProtectedBranches are the branches Push refuses.
