@@ -586,8 +586,15 @@ type Push struct {
 	Author       git.Author
 	User         string // ID, for the log
 	Conversation string
-	// Patch is the reviewed patch (its digest checked by the caller).
-	Patch io.Reader
+	// Patch is the reviewed patch (its digest checked by the caller),
+	// read from its start twice: scanned for secrets, then committed.
+	Patch io.ReadSeeker
+	// AllowOutsideLinks is the user's consent to push symlinks that
+	// point outside the tree (OutsideLinks lists them).
+	AllowOutsideLinks bool
+	// OutsideLinks are the patch's symlinks that point outside the tree
+	// (overlay.Patch.OutsideLinks).
+	OutsideLinks []string
 }
 
 // PushResult is the API's answer.
@@ -622,6 +629,22 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	}
 	cred, err := s.credential(ctx, r)
 	if err != nil {
+		return PushResult{}, err
+	}
+	if len(p.OutsideLinks) > 0 && !p.AllowOutsideLinks {
+		return PushResult{}, &OutsideLinksError{Paths: p.OutsideLinks}
+	}
+	if err := s.scanSecrets(ctx, p, r); err != nil {
+		var sd *SecretInDiffError
+		if errors.As(err, &sd) {
+			s.log.Warn("a push was refused: its patch holds a secret's value", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "file", sd.File, "line", sd.Line, "secret", sd.Secret)
+			e := pushEntry(p, r, "", "refused")
+			d := e.Data.(map[string]any)
+			d["reason"], d["file"], d["line"], d["secret"] = "secret_in_diff", sd.File, sd.Line, sd.Secret
+			if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, e); aerr != nil {
+				s.log.Error("recording a refused push in the audit log failed", "repository", r.ID, "err", aerr)
+			}
+		}
 		return PushResult{}, err
 	}
 	mirror := s.Mirror(r.ID)
@@ -661,6 +684,62 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	s.recordPush(ctx, p, r, commit, nil)
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
+
+// scanSecrets refuses p's patch (a *SecretInDiffError) if it adds the
+// value of one of the pushing user's secrets or of r's credential, and
+// rewinds it.
+func (s *Service) scanSecrets(ctx context.Context, p Push, r Repository) error {
+	values := map[string]string{}
+	if p.User != "" {
+		names, err := s.o.Secrets.Names(ctx, p.User)
+		if err != nil {
+			return fmt.Errorf("repos: listing the user's secrets to look for them in the patch: %w", err)
+		}
+		for _, n := range names {
+			v, err := s.o.Secrets.Value(ctx, p.User, n)
+			if err != nil {
+				return fmt.Errorf("repos: reading secret %s to look for it in the patch: %w", n, err)
+			}
+			values[n] = v
+		}
+	}
+	if r.Credential != "" {
+		v, err := s.o.Secrets.Value(ctx, InstanceOwner, r.Credential)
+		if err != nil {
+			return fmt.Errorf("repos: the credential %q of %s: %w", r.Credential, r.Name, err)
+		}
+		name := "the repository's credential " + r.Credential
+		values[name] = v
+		if c := git.ParseCredential(v); c.Password != "" && c.Password != v {
+			values[name+" (its token)"] = c.Password
+		}
+	}
+	if len(values) == 0 {
+		return nil
+	}
+	if _, err := p.Patch.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := scanPatch(p.Patch, agentcore.NewSecretScanner(values), s.o.MaxPatchBytes); err != nil {
+		return err
+	}
+	_, err := p.Patch.Seek(0, io.SeekStart)
+	return err
+}
+
+// ErrOutsideLinks is wrapped by Push's error (an *OutsideLinksError) for
+// a patch with symlinks that point outside the tree, pushed without the
+// user's consent (Push.AllowOutsideLinks).
+var ErrOutsideLinks = errors.New("repos: the patch has symlinks that point outside the tree")
+
+// OutsideLinksError names the symlinks that point outside the tree.
+type OutsideLinksError struct{ Paths []string }
+
+func (e *OutsideLinksError) Error() string {
+	return fmt.Sprintf("%s: %s", ErrOutsideLinks, strings.Join(e.Paths, ", "))
+}
+
+func (e *OutsideLinksError) Unwrap() error { return ErrOutsideLinks }
 
 // pushEntry is the audit record of a push: result is pushing (before it
 // is made), ok or refused (by the remote).

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/codumentor/codumentor/agentcore"
 )
 
 var (
@@ -89,13 +91,12 @@ func CheckURL(raw string) error {
 }
 
 // invisible reports a character that displays as nothing or as something
-// else, so that a reviewer would not see what git gets: C0 and C1 control
-// characters, format characters (bidi controls, zero-width characters,
-// soft hyphen, BOM), line and paragraph separators, and spaces other than
-// ASCII's.
+// else, so that a reviewer would not see what git gets: the control,
+// format (bidi controls, zero-width characters, BOM), separator and other
+// characters agentcore.Invisible names, tab and newline included, and
+// spaces other than ASCII's.
 func invisible(r rune) bool {
-	return r < 0x20 || r == 0x7f || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) ||
-		r > 0x7f && unicode.Is(unicode.Zs, r) || r == utf8.RuneError
+	return r < 0x20 || agentcore.Invisible(r) || r > 0x7f && unicode.Is(unicode.Zs, r)
 }
 
 // StripUserinfo returns raw without the credential it carries, for a URL
