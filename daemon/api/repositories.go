@@ -299,7 +299,10 @@ func (s *Server) push(c *fiber.Ctx) error {
 	switch {
 	case errors.As(err, &sd):
 		where := "in " + sd.File
-		if sd.Line > 0 {
+		switch {
+		case sd.File == "":
+			where = "in the commit message"
+		case sd.Line > 0:
 			where = fmt.Sprintf("at %s line %d", sd.File, sd.Line)
 		}
 		what := "a secret's value"

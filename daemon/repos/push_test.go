@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -74,6 +75,10 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 	if _, err := s.o.Secrets.Put(ctx, user, "LONG", long); err != nil {
 		t.Fatal(err)
 	}
+	pem := "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n-----END OPENSSH PRIVATE KEY-----"
+	if _, err := s.o.Secrets.Put(ctx, user, "PEM", pem); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.o.Secrets.Put(ctx, InstanceOwner, "DEPLOY", "bot:ghp_deploytoken123"); err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +93,9 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrapped := base64.StdEncoding.EncodeToString([]byte(long))
+	message := "m"
 	push := func(f *os.File, links []string, allow bool, branch string) error {
-		_, err := s.Push(ctx, Push{Repository: r.ID, Base: r.Head, Branch: branch, Message: "m", Author: git.Author{Name: "Alice", Email: "a@x"},
+		_, err := s.Push(ctx, Push{Repository: r.ID, Base: r.Head, Branch: branch, Message: message, Author: git.Author{Name: "Alice", Email: "a@x"},
 			User: user, Conversation: "conv_1", Patch: f, OutsideLinks: links, AllowOutsideLinks: allow})
 		return err
 	}
@@ -106,8 +112,13 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 		{"binary", map[string]string{"b.bin": "\x00\x01" + tok + "\x00"}, "b.bin", "MYTOK", 0},
 		{"credential token", map[string]string{"README": "push with ghp_deploytoken123\n"}, "README", "the repository's credential DEPLOY (its token)", 1},
 		{"file name", map[string]string{"keys/" + tok + ".txt": "x\n"}, "keys/[secret:MYTOK].txt", "MYTOK", 0},
+		{"multi-line value", map[string]string{"id_ed25519": "# key\n" + pem + "\n"}, "id_ed25519", "PEM", 2},
+		{"commit message", map[string]string{"ok.txt": "x\n"}, "", "MYTOK", 0},
 	} {
 		f, _ := patchOf(t, s.o.Dir, lower, tt.files, nil)
+		if message = "m"; tt.name == "commit message" {
+			message = "use " + tok
+		}
 		branch := "codumentor/t" + string(rune('a'+i))
 		err := push(f, nil, false, branch)
 		var sd *SecretInDiffError
@@ -131,8 +142,8 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 7 {
-		t.Fatalf("%d push records, want 7 refusals", len(recs))
+	if len(recs) != 9 {
+		t.Fatalf("%d push records, want 9 refusals", len(recs))
 	}
 	var d map[string]any
 	json.Unmarshal(recs[0].Data, &d)
@@ -143,6 +154,7 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 		t.Errorf("the audit record holds the value: %s", recs[0].Data)
 	}
 
+	message = "m"
 	// A symlink leaving the tree: refused without consent, pushed with it.
 	f, links := patchOf(t, s.o.Dir, lower, map[string]string{"ok.txt": "fine\n"}, map[string]string{"passwd": "/etc/passwd", "up": "../../x"})
 	if err := push(f, links, false, "codumentor/links"); !errors.Is(err, ErrOutsideLinks) || !strings.Contains(err.Error(), "passwd -> /etc/passwd") || !strings.Contains(err.Error(), "up -> ../../x") {
@@ -158,5 +170,24 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 	f, _ = patchOf(t, s.o.Dir, lower, map[string]string{"clean.txt": "nothing secret\n"}, nil)
 	if err := push(f, nil, false, "codumentor/clean"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Lines are counted on the new side, across hunks and context lines;
+// removed lines and the patch's comments are not looked at.
+func TestScanPatchLines(t *testing.T) {
+	sc := agentcore.NewSecretScanner(map[string]string{"K": "v4lue-k"})
+	patch := "# codumentor: a note with v4lue-k\n" +
+		"diff --git a/a.txt b/a.txt\nindex 1..2 100644\n--- a/a.txt\n+++ b/a.txt\n" +
+		"@@ -1,2 +1,2 @@\n one\n-v4lue-k was here\n+two\n" +
+		"@@ -10,3 +10,4 @@\n ten\n-old\n+new\n eleven\n+the v4lue-k\n twelve\n"
+	err := scanPatch(strings.NewReader(patch), sc, 1<<20)
+	var sd *SecretInDiffError
+	if !errors.As(err, &sd) || sd.File != "a.txt" || sd.Line != 13 || sd.Secret != "K" {
+		t.Fatalf("scanPatch = %#v, want a.txt line 13", err)
+	}
+	clean := strings.Replace(patch, "+the v4lue-k", "+the value", 1)
+	if err := scanPatch(strings.NewReader(clean), sc, 1<<20); err != nil {
+		t.Fatalf("scanPatch of a patch that only removes the value = %v", err)
 	}
 }

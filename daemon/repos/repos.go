@@ -685,9 +685,9 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
 
-// scanSecrets refuses p's patch (a *SecretInDiffError) if it adds the
-// value of one of the pushing user's secrets or of r's credential, and
-// rewinds it.
+// scanSecrets refuses p (a *SecretInDiffError) if its patch adds, or its
+// message holds, the value of one of the pushing user's secrets or of
+// r's credential, and rewinds the patch.
 func (s *Service) scanSecrets(ctx context.Context, p Push, r Repository) error {
 	values := map[string]string{}
 	if p.User != "" {
@@ -717,10 +717,14 @@ func (s *Service) scanSecrets(ctx context.Context, p Push, r Repository) error {
 	if len(values) == 0 {
 		return nil
 	}
+	sc := agentcore.NewSecretScanner(values)
+	if name, ok := sc.Find(p.Message); ok {
+		return &SecretInDiffError{Secret: name}
+	}
 	if _, err := p.Patch.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	if err := scanPatch(p.Patch, agentcore.NewSecretScanner(values), s.o.MaxPatchBytes); err != nil {
+	if err := scanPatch(p.Patch, sc, s.o.MaxPatchBytes); err != nil {
 		return err
 	}
 	_, err := p.Patch.Seek(0, io.SeekStart)

@@ -23,7 +23,7 @@ var ErrSecretInDiff = errors.New("repos: the patch holds a secret's value")
 // value.
 type SecretInDiffError struct {
 	// File is the path in the new tree, with any secret value in it
-	// redacted.
+	// redacted; "" for the commit message.
 	File string
 	// Line is the line of File in the new tree where the value starts;
 	// 0 for a binary file or the file's name.
@@ -36,6 +36,9 @@ func (e *SecretInDiffError) Error() string {
 	where := e.File
 	if e.Line > 0 {
 		where += " line " + strconv.Itoa(e.Line)
+	}
+	if e.File == "" {
+		where = "the commit message"
 	}
 	what := "a secret"
 	if e.Secret != "" {

@@ -10,7 +10,11 @@
 // reached only through a fixed helper named by GIT_SSH (never
 // GIT_SSH_COMMAND). Credentials reach git for one command through that
 // helper or a fixed GIT_ASKPASS helper, from files in a private directory
-// removed when the command ends; no sandbox can see them.
+// removed when the command ends; no sandbox can see them. A local
+// (file://) remote is no exception to "transport only": git would run
+// its upload-pack or receive-pack host-side with the remote's own hooks
+// and configuration, so that side runs in a sandbox (Git.Sandbox) and
+// the host's git reaches it over pipes, with no credential.
 //
 // Everything that parses a repository's tree (checkout of a snapshot,
 // building a commit from a patch) runs inside a sandbox (Sandbox): git
