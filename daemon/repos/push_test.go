@@ -191,3 +191,18 @@ func TestScanPatchLines(t *testing.T) {
 		t.Fatalf("scanPatch of a patch that only removes the value = %v", err)
 	}
 }
+
+// Protected branches are refused in any case; names git would read as
+// another ref are invalid.
+func TestCheckPushBranch(t *testing.T) {
+	s := &Service{o: Options{ProtectedBranches: []string{"main", "release/1"}}}
+	for b, want := range map[string]error{
+		"main": ErrProtected, "MAIN": ErrProtected, "Release/1": ErrProtected,
+		"refs/heads/main": ErrInvalid, "+main": ErrInvalid, "heads/main": ErrInvalid,
+		"codumentor/x": nil,
+	} {
+		if err := s.CheckPushBranch(b); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Errorf("CheckPushBranch(%q) = %v, want %v", b, err, want)
+		}
+	}
+}

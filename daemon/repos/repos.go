@@ -610,7 +610,9 @@ func (s *Service) CheckPushBranch(branch string) error {
 	if err := git.CheckBranch(branch); err != nil {
 		return fmt.Errorf("%w: branch: %w", ErrInvalid, err)
 	}
-	if slices.Contains(s.o.ProtectedBranches, branch) {
+	// Case-folded: on a remote whose refs live on a case-insensitive
+	// filesystem, refs/heads/MAIN is refs/heads/main.
+	if slices.ContainsFunc(s.o.ProtectedBranches, func(p string) bool { return strings.EqualFold(p, branch) }) {
 		return fmt.Errorf("%w: %q is protected (protected_branches); push to another branch and open a merge request", ErrProtected, branch)
 	}
 	return nil

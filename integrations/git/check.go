@@ -82,8 +82,8 @@ func CheckURL(raw string) error {
 		}
 		return nil
 	case "file":
-		if u.Host != "" || !strings.HasPrefix(raw, "file:///") || !strings.HasPrefix(u.Path, "/") || u.Path != path.Clean(u.Path) {
-			return bad("a file URL is file:///absolute/path (clean: no '..', '.' or '//' parts)")
+		if u.Host != "" || !strings.HasPrefix(raw, "file:///") || !strings.HasPrefix(u.Path, "/") || u.Path != path.Clean(u.Path) || strings.ContainsFunc(u.Path, invisible) {
+			return bad("a file URL is file:///absolute/path (clean: no '..', '.' or '//' parts, no escaped control or invisible characters)")
 		}
 		return nil
 	}
