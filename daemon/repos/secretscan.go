@@ -85,12 +85,27 @@ func scanPatch(r io.Reader, sc *agentcore.SecretScanner, max int64) error {
 		name, _ := sc.Find(strings.Join(block[start:end+1], "\n"))
 		return found(name, starts[start])
 	}
+	// literal checks the forward binary literal read so far.
+	literal := func() error {
+		binary = 3
+		content, err := inflateBase85(data, size)
+		if err != nil {
+			return err
+		}
+		if name, ok := sc.Find(string(content)); ok {
+			return found(name, 0)
+		}
+		return nil
+	}
 	for {
 		raw, err := br.ReadString('\n')
 		if int64(len(raw)) > max {
 			return fmt.Errorf("repos: a line of the patch is longer than %d bytes", max)
 		}
 		if raw == "" && err != nil {
+			if err == io.EOF && binary == 2 {
+				return literal()
+			}
 			if err == io.EOF {
 				return flush()
 			}
@@ -109,13 +124,8 @@ func scanPatch(r io.Reader, sc *agentcore.SecretScanner, max int64) error {
 			data = append(data, l)
 			continue
 		case binary == 2:
-			binary = 3
-			content, derr := inflateBase85(data, size)
-			if derr != nil {
-				return derr
-			}
-			if name, ok := sc.Find(string(content)); ok {
-				return found(name, 0)
+			if err := literal(); err != nil {
+				return err
 			}
 			continue
 		case binary == 3 && !strings.HasPrefix(l, "diff --git "):
