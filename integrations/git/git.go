@@ -271,7 +271,7 @@ func (g *Git) runLocal(ctx context.Context, op, gitDir, dir string, write bool, 
 	}
 	defer os.RemoveAll(empty)
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return &Error{Op: op, Err: fmt.Errorf("the local remote is not a directory (%v)", err)}
+		return &Error{Op: op, Err: errors.New("the file:// URL names no directory")}
 	}
 	toR, toW, err := os.Pipe() // host git → server
 	if err != nil {
