@@ -14,6 +14,11 @@ type InvisibleChar struct {
 	Code string `json:"code"`
 }
 
+// Invisible reports whether r would not be shown as itself, as invisible
+// does: the characters a reviewer of a command, a name or a URL would not
+// see (tab and newline aside).
+func Invisible(r rune) bool { return invisible(r) }
+
 // invisible reports whether r would not be shown as itself: controls
 // other than tab and newline (an escape sequence can rewrite the terminal
 // line), format characters (bidirectional controls, zero-width spaces and

@@ -327,3 +327,36 @@ func (h redactHandler) WithAttrs(as []slog.Attr) slog.Handler {
 func (h redactHandler) WithGroup(name string) slog.Handler {
 	return redactHandler{h.h.WithGroup(name), h.r}
 }
+
+// SecretScanner finds secret values in a text in every form the
+// redaction of tool output recognises (see the forms newRedactor
+// covers), for callers that must refuse such a text rather than show it
+// redacted: the push gateway refuses a patch that holds one.
+type SecretScanner struct {
+	r     *redactor
+	names []string
+}
+
+// NewSecretScanner returns the scanner of secrets (name → value); values
+// shorter than 4 bytes are not looked for.
+func NewSecretScanner(secrets map[string]string) *SecretScanner {
+	return &SecretScanner{r: newRedactor(secrets), names: slices.Sorted(maps.Keys(secrets))}
+}
+
+// Find reports the name of a secret whose value occurs in s, and whether
+// one does.
+func (sc *SecretScanner) Find(s string) (string, bool) {
+	red := sc.r.String(s)
+	if red == s {
+		return "", false
+	}
+	for _, n := range sc.names {
+		if m := "[secret:" + n + "]"; strings.Count(red, m) > strings.Count(s, m) {
+			return n, true
+		}
+	}
+	return "", true // found, though not told apart (a name inside another's value)
+}
+
+// Redact returns s with each value found replaced by [secret:NAME].
+func (sc *SecretScanner) Redact(s string) string { return sc.r.String(s) }

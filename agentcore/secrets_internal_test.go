@@ -231,3 +231,26 @@ func TestSubstituteSecretsQuoting(t *testing.T) {
 		}
 	}
 }
+
+// SecretScanner names the secret it finds, in any form the redaction
+// knows, and finds nothing in a text without one.
+func TestSecretScanner(t *testing.T) {
+	sc := NewSecretScanner(map[string]string{"A": "alpha-value", "B": "bravo-value", "S": "abc"})
+	for in, want := range map[string]string{
+		"x alpha-value y":                     "A",
+		"YnJhdm8tdmFsdWU=":                    "B", // base64
+		"627261766f2d76616c7565":              "B", // hex
+		"bravo%2Dvalue":                       "",  // not an escape url.PathEscape makes
+		"nothing here, [secret:A] as text":    "",
+		"abc is too short to be looked for":   "",
+		"first alpha-val\nue, split: not one": "",
+	} {
+		name, ok := sc.Find(in)
+		if name != want || ok != (want != "") {
+			t.Errorf("Find(%q) = %q, %v; want %q", in, name, ok, want)
+		}
+	}
+	if got := sc.Redact("a alpha-value"); got != "a [secret:A]" {
+		t.Errorf("Redact = %q", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -21,6 +22,9 @@ import (
 var ctlBin string
 
 func TestMain(m *testing.M) {
+	// TestRepos runs the server's sync handler here, whose local remote
+	// is served in a sandbox: the test binary is also the spawner.
+	sandboxkit.Main()
 	dir, err := os.MkdirTemp("", "codumentorctl-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

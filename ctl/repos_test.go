@@ -14,6 +14,8 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // repos add, list and sync --wait: the sync is a job that a server's
@@ -73,7 +75,12 @@ func TestRepos(t *testing.T) {
 		t.Fatalf("list --json: %v", r)
 	}
 
-	// The server's side: its queue with the sync handler.
+	// The server's side: its queue with the sync handler (the local
+	// remote is served in a sandbox).
+	sandboxtest.RequireUnprivileged(t)
+	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
+	}
 	db := openDB(t, dir)
 	q, err := jobs.New(db, jobs.Options{Poll: 50e6})
 	if err != nil {

@@ -79,15 +79,20 @@ mcp:
 				t.Fatal(err)
 			}
 			d["user"] = r.User
-			by[d["profile"].(string)] = append(by[d["profile"].(string)], d)
+			key := d["profile"].(string)
+			if key == "git" && d["conversation"] == "" {
+				key = "git server" // the sync's local remote, served in a sandbox
+			}
+			by[key] = append(by[key], d)
 		}
 		return by
 	}
 	got := launches()
 	for profile, want := range map[string]map[string]any{
-		"git":    {"conversation": conv.ID, "user": alice.ID, "cwd": "/out"},
-		"office": {"conversation": conv.ID, "user": alice.ID, "cwd": "/input"},
-		"mcp":    {"conversation": "", "user": "server"},
+		"git":        {"conversation": conv.ID, "user": alice.ID, "cwd": "/out"},
+		"git server": {"conversation": "", "user": "server"},
+		"office":     {"conversation": conv.ID, "user": alice.ID, "cwd": "/input"},
+		"mcp":        {"conversation": "", "user": "server"},
 	} {
 		if len(got[profile]) != 1 {
 			t.Errorf("%d %s launches recorded: %v", len(got[profile]), profile, got[profile])

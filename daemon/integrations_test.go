@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -195,9 +198,31 @@ func TestFailClosedMatrix(t *testing.T) {
 					t.Errorf("%s: error %q; want a sandbox error naming %s, saying nothing ran, without host paths", tool, e, tc.why)
 				}
 			}
-			// A setup script (its snapshot made while the sandbox worked).
+			// The sync of a local remote fails closed too: its side runs
+			// in the git sandbox.
 			in.addUser("root", pw, true)
-			repo := addSetupRepo(t, p.login("root", pw), "demo", "file://"+setupRepo(t, marker("setup"), ""), "main")
+			root := p.login("root", pw)
+			src := setupRepo(t, marker("setup"), "")
+			var created struct{ ID string }
+			root.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]any{"name": "demo", "url": "file://" + src, "branch": "main", "run_setup": true}, &created)
+			repo := created.ID
+			var sync struct{ Job jobs.Job }
+			root.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo+"/sync", nil, &sync)
+			if j := waitJobDone(t, root, sync.Job.ID); j.Status != jobs.StatusFailed || !strings.Contains(j.LastError, "sandbox") {
+				t.Errorf("sync of a local remote without a sandbox: %s %q", j.Status, j.LastError)
+			}
+			// A setup script (its mirror and snapshot made while the
+			// sandbox worked).
+			gitCmd(t, dir, "--git-dir="+filepath.Join(in.dir, "repos", repo+".git"), "fetch", "-q", src, "+refs/heads/*:refs/heads/*")
+			db, err := store.Open(context.Background(), in.config().Database())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Exec("UPDATE repositories SET head = ?, synced = ? WHERE id = ?", gitCmd(t, src, "rev-parse", "main"), time.Now().UTC(), repo).Error
+			store.Close(db)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var r struct{ Head string }
 			a.must(http.StatusOK, "GET", "/api/v1/repositories/"+repo, nil, &r)
 			snap := filepath.Join(in.dir, "repos", "snapshots", repo+"-"+r.Head)

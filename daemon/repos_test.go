@@ -276,3 +276,86 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 		t.Fatalf("search after the repository was deleted: %+v", found.Results)
 	}
 }
+
+// Through the server: a URL with a token is refused (400) and never
+// listed; a push whose diff holds the user's secret is 409 secret_in_diff
+// naming file and line, not the value, and pushes nothing; symlinks out
+// of the tree need allow_outside_links.
+func TestPushRefusalsEndToEnd(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "README.md"), []byte("hello\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "initial")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	const tok = "tok-9f8e7d6c5b4a"
+	in := newInstance(t, llm(t, shellCall("printf 'a=1\\ntoken=%s\\n' {{secret:MYTOK}} > config.env"), llmtest.Step{Text: "Done."}))
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+
+	status, body, _ := admin.do("POST", "/api/v1/repositories", map[string]string{"name": "tok", "url": "https://ghp_T0KEN@example.com/r.git"})
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "instance secret") {
+		t.Fatalf("a URL with a token: %d %s", status, body)
+	}
+	var repo struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": "file://" + bare}, &repo)
+	var sync struct{ Job jobs.Job }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
+		t.Fatalf("sync: %+v", j)
+	}
+	if list := a.must(http.StatusOK, "GET", "/api/v1/repositories", nil, nil); strings.Contains(string(list), "T0KEN") {
+		t.Fatalf("the list shows a token: %s", list)
+	}
+	a.must(http.StatusOK, "PUT", "/api/v1/secrets/MYTOK", map[string]string{"value": tok}, nil)
+	var conv struct{ ID string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, &conv)
+	s := a.follow(conv.ID, "")
+	a.send(conv.ID, "write the config")
+	evs := s.until(agentcore.EventApprovalPending, 30*time.Second)
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+
+	path := "/api/v1/conversations/" + conv.ID + "/workspace/push"
+	push := func(digest string, allow bool) map[string]any {
+		return map[string]any{"branch": "codumentor/cfg", "message": "config", "diff_sha256": digest, "allow_outside_links": allow}
+	}
+	_, digest := a.readDiff(conv.ID)
+	status, body, _ = a.do("POST", path, push(digest, false))
+	if status != http.StatusConflict || !strings.Contains(string(body), `"code":"secret_in_diff"`) || !strings.Contains(string(body), "config.env line 2") || !strings.Contains(string(body), "MYTOK") || strings.Contains(string(body), tok) {
+		t.Fatalf("push of a secret: %d %s", status, body)
+	}
+	if refs := gitCmd(t, bare, "for-each-ref", "--format=%(refname)"); refs != "refs/heads/main" {
+		t.Fatalf("the refused push reached the remote: %s", refs)
+	}
+	var audited struct {
+		Records []struct{ Data map[string]any }
+	}
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=push", nil, &audited)
+	if len(audited.Records) != 1 || audited.Records[0].Data["result"] != "refused" || audited.Records[0].Data["reason"] != "secret_in_diff" {
+		t.Fatalf("audit of the refused push: %+v", audited.Records)
+	}
+
+	// The secret gone, a link to /etc/passwd instead.
+	upper := filepath.Join(in.dir, "workspaces", "layers", conv.ID, "upper")
+	if err := os.Remove(filepath.Join(upper, "config.env")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(upper, "passwd")); err != nil {
+		t.Fatal(err)
+	}
+	_, digest = a.readDiff(conv.ID)
+	status, body, _ = a.do("POST", path, push(digest, false))
+	if status != http.StatusConflict || !strings.Contains(string(body), `"code":"outside_links"`) || !strings.Contains(string(body), `passwd -\u003e /etc/passwd`) {
+		t.Fatalf("push of an outside link: %d %s", status, body)
+	}
+	var res struct{ Commit string }
+	a.must(http.StatusOK, "POST", path, push(digest, true), &res)
+	if got := gitCmd(t, bare, "cat-file", "-p", res.Commit+":passwd"); got != "/etc/passwd" {
+		t.Fatalf("the pushed link: %q", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
@@ -241,6 +242,10 @@ func (s *Server) push(c *fiber.Ctx) error {
 		Branch     string `json:"branch"`
 		Message    string `json:"message"`
 		DiffSHA256 string `json:"diff_sha256"`
+		// AllowOutsideLinks pushes symlinks that point outside the tree
+		// (the diff's comment lists them); without it such a push is
+		// refused (409 outside_links).
+		AllowOutsideLinks bool `json:"allow_outside_links"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -264,7 +269,7 @@ func (s *Server) push(c *fiber.Ctx) error {
 	if s.d.Engine.Turn(conv.ID) != nil {
 		return apiError(http.StatusConflict, "turn_in_progress", "a turn is running and may still change the workspace; push after its turn_finished event")
 	}
-	f, size, digest, err := s.writePatch(c, conv)
+	f, size, digest, outside, err := s.writePatch(c, conv)
 	if err != nil {
 		return err
 	}
@@ -290,9 +295,27 @@ func (s *Server) push(c *fiber.Ctx) error {
 	res, err := s.d.Repositories.Push(audit.ForConversation(ctx, u.ID, conv.ID), repos.Push{
 		Repository: conv.Repository, Base: conv.BaseCommit, Branch: req.Branch, Message: req.Message,
 		Author: git.Author{Name: name, Email: email}, User: u.ID, Conversation: conv.ID, Patch: f,
+		OutsideLinks: outside, AllowOutsideLinks: req.AllowOutsideLinks,
 	})
 	var gerr *git.Error
+	var sd *repos.SecretInDiffError
+	var ol *repos.OutsideLinksError
 	switch {
+	case errors.As(err, &sd):
+		where := "in " + sd.File
+		switch {
+		case sd.File == "":
+			where = "in the commit message"
+		case sd.Line > 0:
+			where = fmt.Sprintf("at %s line %d", sd.File, sd.Line)
+		}
+		what := "a secret's value"
+		if sd.Secret != "" {
+			what = "the value of " + sd.Secret
+		}
+		return apiError(http.StatusConflict, "secret_in_diff", "nothing was pushed: the patch holds %s %s; remove it from the workspace (commands reach a secret as {{secret:NAME}} at run time: keep it out of files), read the diff again and push", what, where)
+	case errors.As(err, &ol):
+		return apiError(http.StatusConflict, "outside_links", "nothing was pushed: the patch has symlinks that point outside the tree: %s; push with \"allow_outside_links\": true if they are meant", clip(strings.Join(ol.Paths, ", ")))
 	case errors.Is(err, repos.ErrNotFound):
 		return errRepositoryGone
 	case errors.Is(err, repos.ErrInvalid), errors.Is(err, repos.ErrProtected):
@@ -313,35 +336,35 @@ func (s *Server) push(c *fiber.Ctx) error {
 var errPushUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the push could not be recorded in the audit log, so nothing was pushed; the server log has the details"}
 
 // writePatch writes the conversation's patch to a private temporary file,
-// within the push size cap, and returns it (at offset 0), its size and
-// its SHA-256.
-func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, int64, string, error) {
+// within the push size cap, and returns it (at offset 0), its size, its
+// SHA-256 and its symlinks that point outside the tree.
+func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, int64, string, []string, error) {
 	max := s.d.Repositories.MaxPatchBytes()
 	tooLarge := func(err error) error {
 		return apiError(http.StatusRequestEntityTooLarge, "patch_too_large", "the patch is larger than the push limit of %d bytes (repositories.max_push_bytes): %v", max, err)
 	}
 	layer, err := s.d.Layers.Get(conv.ID)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, "", apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
+		return nil, 0, "", nil, apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
 	}
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, "", nil, err
 	}
 	lower, err := s.d.Workspaces.Lower(c.UserContext(), user(c).ID, conv.ID)
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, "", nil, err
 	}
 	p, err := overlay.NewPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
 	if errors.Is(err, overlay.ErrPatchTooLarge) {
-		return nil, 0, "", tooLarge(err)
+		return nil, 0, "", nil, tooLarge(err)
 	}
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, "", nil, err
 	}
 	defer p.Close()
 	f, err := s.d.Repositories.TempFile()
 	if err != nil {
-		return nil, 0, "", err
+		return nil, 0, "", nil, err
 	}
 	h := sha256.New()
 	lw := &capped{w: io.MultiWriter(f, h), left: max}
@@ -353,11 +376,11 @@ func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, in
 		f.Close()
 		os.Remove(f.Name())
 		if lw.over {
-			return nil, 0, "", tooLarge(errors.New("the patch text is over the limit"))
+			return nil, 0, "", nil, tooLarge(errors.New("the patch text is over the limit"))
 		}
-		return nil, 0, "", apiError(http.StatusConflict, "diff_changed", "the workspace changed while its patch was written; try again")
+		return nil, 0, "", nil, apiError(http.StatusConflict, "diff_changed", "the workspace changed while its patch was written; try again")
 	}
-	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+	return f, n, hex.EncodeToString(h.Sum(nil)), p.OutsideLinks(), nil
 }
 
 // capped fails a write past left bytes.

@@ -113,7 +113,8 @@ type Options struct {
 	Dir string
 	// Git runs host-side git (its TempDir is set to Dir/tmp).
 	Git git.Git
-	// Sandbox runs checkouts and push commits.
+	// Sandbox runs checkouts, push commits and the server side of local
+	// (file://) remotes.
 	Sandbox git.Sandbox
 	// Indexer is nil unless retrieval is enabled.
 	Indexer Indexer
@@ -164,6 +165,7 @@ func Open(o Options) (*Service, error) {
 		}
 	}
 	o.Git.TempDir = filepath.Join(o.Dir, "tmp")
+	o.Git.Sandbox = o.Sandbox
 	if o.Git.KnownHosts == "" {
 		o.Git.KnownHosts = filepath.Join(o.Dir, "known_hosts")
 	}
@@ -173,11 +175,35 @@ func Open(o Options) (*Service, error) {
 	if err := audit.Migrate(o.DB); err != nil {
 		return nil, err
 	}
+	if err := stripStoredCredentials(o.DB, o.Log); err != nil {
+		return nil, err
+	}
 	s := &Service{o: o, log: o.Log}
 	if o.Queue != nil {
 		o.Queue.Handle(KindSync, s.sync)
 	}
 	return s, nil
+}
+
+// stripStoredCredentials removes the credentials that URLs stored before
+// git.CheckURL refused them carry (https://TOKEN@host/…): every user could
+// list them, and the logs and pushes showed them.
+func stripStoredCredentials(db *gorm.DB, log hclog.Logger) error {
+	var rs []Repository
+	if err := db.Select("id", "name", "url").Find(&rs).Error; err != nil {
+		return fmt.Errorf("repos: reading the repositories' URLs: %w", err)
+	}
+	for _, r := range rs {
+		u, changed := git.StripUserinfo(r.URL)
+		if !changed {
+			continue
+		}
+		if err := db.Model(&Repository{}).Where("id = ? AND url = ?", r.ID, r.URL).Update("url", u).Error; err != nil {
+			return fmt.Errorf("repos: removing the credential from %s's URL: %w", r.ID, err)
+		}
+		log.Warn("a repository's URL carried a credential: removed; store it as an instance secret (PUT /api/v1/admin/secrets/{name}) and name it as the repository's credential, and revoke the token", "repository", r.ID, "name", r.Name, "url", u)
+	}
+	return nil
 }
 
 // ProtectedBranches are the branches Push refuses.
@@ -586,8 +612,15 @@ type Push struct {
 	Author       git.Author
 	User         string // ID, for the log
 	Conversation string
-	// Patch is the reviewed patch (its digest checked by the caller).
-	Patch io.Reader
+	// Patch is the reviewed patch (its digest checked by the caller),
+	// read from its start twice: scanned for secrets, then committed.
+	Patch io.ReadSeeker
+	// AllowOutsideLinks is the user's consent to push symlinks that
+	// point outside the tree (OutsideLinks lists them).
+	AllowOutsideLinks bool
+	// OutsideLinks are the patch's symlinks that point outside the tree
+	// (overlay.Patch.OutsideLinks).
+	OutsideLinks []string
 }
 
 // PushResult is the API's answer.
@@ -603,7 +636,9 @@ func (s *Service) CheckPushBranch(branch string) error {
 	if err := git.CheckBranch(branch); err != nil {
 		return fmt.Errorf("%w: branch: %w", ErrInvalid, err)
 	}
-	if slices.Contains(s.o.ProtectedBranches, branch) {
+	// Case-folded: on a remote whose refs live on a case-insensitive
+	// filesystem, refs/heads/MAIN is refs/heads/main.
+	if slices.ContainsFunc(s.o.ProtectedBranches, func(p string) bool { return strings.EqualFold(p, branch) }) {
 		return fmt.Errorf("%w: %q is protected (protected_branches); push to another branch and open a merge request", ErrProtected, branch)
 	}
 	return nil
@@ -622,6 +657,22 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	}
 	cred, err := s.credential(ctx, r)
 	if err != nil {
+		return PushResult{}, err
+	}
+	if len(p.OutsideLinks) > 0 && !p.AllowOutsideLinks {
+		return PushResult{}, &OutsideLinksError{Paths: p.OutsideLinks}
+	}
+	if err := s.scanSecrets(ctx, p, r); err != nil {
+		var sd *SecretInDiffError
+		if errors.As(err, &sd) {
+			s.log.Warn("a push was refused: its patch holds a secret's value", "user", p.User, "conversation", p.Conversation, "repository", r.ID, "file", sd.File, "line", sd.Line, "secret", sd.Secret)
+			e := pushEntry(p, r, "", "refused")
+			d := e.Data.(map[string]any)
+			d["reason"], d["file"], d["line"], d["secret"] = "secret_in_diff", sd.File, sd.Line, sd.Secret
+			if aerr := audit.Write(context.WithoutCancel(ctx), s.o.DB, e); aerr != nil {
+				s.log.Error("recording a refused push in the audit log failed", "repository", r.ID, "err", aerr)
+			}
+		}
 		return PushResult{}, err
 	}
 	mirror := s.Mirror(r.ID)
@@ -661,6 +712,66 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	s.recordPush(ctx, p, r, commit, nil)
 	return PushResult{Branch: p.Branch, Commit: commit, Remote: r.URL}, nil
 }
+
+// scanSecrets refuses p (a *SecretInDiffError) if its patch adds, or its
+// message holds, the value of one of the pushing user's secrets or of
+// r's credential, and rewinds the patch.
+func (s *Service) scanSecrets(ctx context.Context, p Push, r Repository) error {
+	values := map[string]string{}
+	if p.User != "" {
+		names, err := s.o.Secrets.Names(ctx, p.User)
+		if err != nil {
+			return fmt.Errorf("repos: listing the user's secrets to look for them in the patch: %w", err)
+		}
+		for _, n := range names {
+			v, err := s.o.Secrets.Value(ctx, p.User, n)
+			if err != nil {
+				return fmt.Errorf("repos: reading secret %s to look for it in the patch: %w", n, err)
+			}
+			values[n] = v
+		}
+	}
+	if r.Credential != "" {
+		v, err := s.o.Secrets.Value(ctx, InstanceOwner, r.Credential)
+		if err != nil {
+			return fmt.Errorf("repos: the credential %q of %s: %w", r.Credential, r.Name, err)
+		}
+		name := "the repository's credential " + r.Credential
+		values[name] = v
+		if c := git.ParseCredential(v); c.Password != "" && c.Password != v {
+			values[name+" (its token)"] = c.Password
+		}
+	}
+	if len(values) == 0 {
+		return nil
+	}
+	sc := agentcore.NewSecretScanner(values)
+	if name, ok := sc.Find(p.Message); ok {
+		return &SecretInDiffError{Secret: name}
+	}
+	if _, err := p.Patch.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := scanPatch(p.Patch, sc, s.o.MaxPatchBytes); err != nil {
+		return err
+	}
+	_, err := p.Patch.Seek(0, io.SeekStart)
+	return err
+}
+
+// ErrOutsideLinks is wrapped by Push's error (an *OutsideLinksError) for
+// a patch with symlinks that point outside the tree, pushed without the
+// user's consent (Push.AllowOutsideLinks).
+var ErrOutsideLinks = errors.New("repos: the patch has symlinks that point outside the tree")
+
+// OutsideLinksError names the symlinks that point outside the tree.
+type OutsideLinksError struct{ Paths []string }
+
+func (e *OutsideLinksError) Error() string {
+	return fmt.Sprintf("%s: %s", ErrOutsideLinks, strings.Join(e.Paths, ", "))
+}
+
+func (e *OutsideLinksError) Unwrap() error { return ErrOutsideLinks }
 
 // pushEntry is the audit record of a push: result is pushing (before it
 // is made), ok or refused (by the remote).

@@ -192,3 +192,45 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("the snapshot is still there: %v", err)
 	}
 }
+
+// A URL with a token, stored before Add refused them, loses it when the
+// service opens; Add refuses it now.
+func TestStoredURLCredentialsStripped(t *testing.T) {
+	s, _ := service(t, Options{})
+	old := []Repository{
+		{ID: newID(), Name: "token", URL: "https://ghp_T0KEN@example.com/org/r.git", Branch: "main"},
+		{ID: newID(), Name: "userpw", URL: "https://bot:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: newID(), Name: "sshpw", URL: "ssh://git:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: newID(), Name: "clean", URL: "ssh://git@example.com/org/r.git", Branch: "main"},
+	}
+	for _, r := range old {
+		r.Created, r.Updated = time.Now(), time.Now()
+		if err := s.o.DB.Create(&r).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := s.o
+	o.Queue = nil
+	s2, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s2.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"token":  "https://example.com/org/r.git",
+		"userpw": "https://example.com/org/r.git",
+		"sshpw":  "ssh://git@example.com/org/r.git",
+		"clean":  "ssh://git@example.com/org/r.git",
+	}
+	for _, r := range rs {
+		if r.URL != want[r.Name] {
+			t.Errorf("%s: stored URL %q, want %q", r.Name, r.URL, want[r.Name])
+		}
+	}
+	if _, err := s2.Add(context.Background(), Add{Name: "new", URL: "https://ghp_T0KEN@example.com/org/r.git"}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "instance secret") {
+		t.Errorf("Add with a token in the URL = %v, want ErrInvalid naming instance secrets", err)
+	}
+}

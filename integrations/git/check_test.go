@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,6 +38,40 @@ func TestCheckURL(t *testing.T) {
 		{"../repo", false},
 		{"-@host:path", false},
 		{"user@-host:path", false},
+		// Credentials: none in an https URL, only a user name in ssh.
+		{"https://TOKEN@example.com/repo.git", false},
+		{"https://@example.com/repo.git", false},
+		{"https://user:@example.com/repo.git", false},
+		{"ssh://git:pw@example.com/repo.git", false},
+		// Spellings git and net/url read differently.
+		{"file:/etc", false},
+		{"file:/srv/git/repo.git", false},
+		{"file:srv/repo.git", false},
+		{"FILE:///srv/repo.git", false},
+		{"HTTPS://example.com/repo.git", false},
+		{"https:example.com/repo.git", false},
+		{"https:/example.com/repo.git", false},
+		{"ssh:/example.com/repo.git", false},
+		{"file:///srv/../etc", false},
+		{"file:///srv//repo.git", false},
+		{"file:///srv/repo.git/", false},
+		{"file:///srv/%2e%2e/etc", false},
+		{"file:///srv/r%00.git", false},
+		{"file:///srv/r%E2%80%AE.git", false},
+		{`https://example.com\@evil.example/repo.git`, false},
+		{"https://example.com/repo.git?x=1", false},
+		{"https://example.com/repo.git#x", false},
+		// Invisible characters.
+		{"https://example.com/\u202erepo.git", false},
+		{"https://example.com/re\u200bpo.git", false},
+		{"https://example.com/re\u2028po.git", false},
+		{"https://example.com/re\u2066po.git", false},
+		{"https://example.com/\ufeffrepo.git", false},
+		{"https://example.com/re\u00a0po.git", false},
+		{"https://example.com/re\u0085po.git", false},
+		{"https://example.com/re\xffpo.git", false},
+		{"git@example.com:org/re\u202epo.git", false},
+		{"https://example.com/d%C3%A9p%C3%B4t.git", true},
 	} {
 		err := CheckURL(tt.url)
 		if (err == nil) != tt.ok {
@@ -80,10 +115,38 @@ func TestCheckBranch(t *testing.T) {
 		{`a\b`, false},
 		{"a\x7f", false},
 		{strings.Repeat("a", 256), false},
+		// Names git would read as something else.
+		{"refs/heads/main", false},
+		{"heads/main", false},
+		{"tags/v1", false},
+		{"remotes/origin/main", false},
+		{"+main", false},
+		{"FETCH_HEAD", false},
+		{"x/HEAD", false},
+		{"deadbeef", false},
+		{strings.Repeat("a", 40), false},
+		// Invisible characters.
+		{"ma\u202ein", false},
+		{"a\u200bb", false},
+		{"a\u2028b", false},
+		{"a\u00a0b", false},
+		{"a\xff", false},
+		// Still fine.
+		{"fix/\u00fcmlaut", true},
+		{"a+b", true},
+		{"cafe", true},
+		{"release/v1.2", true},
+		{"user/refs", true},
 	} {
 		err := CheckBranch(tt.branch)
 		if (err == nil) != tt.ok {
 			t.Errorf("CheckBranch(%q) = %v, want ok=%v", tt.branch, err, tt.ok)
+		}
+		// What we accept, git accepts as a branch name too.
+		if err == nil {
+			if out, err := exec.Command("git", "check-ref-format", "--branch", tt.branch).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != tt.branch {
+				t.Errorf("CheckBranch accepts %q, git check-ref-format --branch says %q (%v)", tt.branch, out, err)
+			}
 		}
 	}
 }
@@ -115,6 +178,11 @@ func TestRefusedBeforeGitRuns(t *testing.T) {
 		{"file:///srv/r.git", "-x"},
 		{"file:///srv/r\x00.git", "main"},
 		{"file:///srv/r.git", "ma\x00in"},
+		{"file:/etc", "main"},
+		{"https://TOKEN@example.com/r.git", "main"},
+		{"https://example.com/\u202er.git", "main"},
+		{"file:///srv/r.git", "refs/heads/main"},
+		{"file:///srv/r.git", "ma\u200bin"},
 	} {
 		if _, err := g.Fetch(ctx, mirror, tt.url, tt.branch, nil, nil); !errors.Is(err, ErrBadURL) && !errors.Is(err, ErrBadBranch) {
 			t.Errorf("Fetch(%q, %q) = %v, want a refusal", tt.url, tt.branch, err)

@@ -10,7 +10,11 @@
 // reached only through a fixed helper named by GIT_SSH (never
 // GIT_SSH_COMMAND). Credentials reach git for one command through that
 // helper or a fixed GIT_ASKPASS helper, from files in a private directory
-// removed when the command ends; no sandbox can see them.
+// removed when the command ends; no sandbox can see them. A local
+// (file://) remote is no exception to "transport only": git would run
+// its upload-pack or receive-pack host-side with the remote's own hooks
+// and configuration, so that side runs in a sandbox (Git.Sandbox) and
+// the host's git reaches it over pipes, with no credential.
 //
 // Everything that parses a repository's tree (checkout of a snapshot,
 // building a commit from a patch) runs inside a sandbox (Sandbox): git
@@ -48,6 +52,13 @@ type Git struct {
 	KnownHosts string
 	// Timeout bounds one command (default 30 minutes).
 	Timeout time.Duration
+	// Sandbox runs the server side of a local (file://) remote: git
+	// upload-pack for a fetch, receive-pack for a push, with hooks off,
+	// in a sandbox that sees only the remote's directory (writable for a
+	// push only) and no credential. The host's git talks to it over two
+	// pipes (git's fd:: transport), so nothing the remote holds (hooks,
+	// its configuration, alternates) runs or is read host-side.
+	Sandbox Sandbox
 }
 
 // Credential is what a remote asks for, given to git for one command.
@@ -150,6 +161,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // --git-dir) and returns its stdout. progress, if set, receives stderr as
 // it comes.
 func (g *Git) run(ctx context.Context, op, gitDir string, cred *Credential, stdin io.Reader, progress io.Writer, args ...string) ([]byte, error) {
+	return g.runFiles(ctx, op, gitDir, cred, stdin, progress, nil, nil, args...)
+}
+
+// runFiles is run with files as git's descriptors 3, 4, ... (closed once
+// git has started, or failed to) and env's entries overriding the
+// scrubbed environment's.
+func (g *Git) runFiles(ctx context.Context, op, gitDir string, cred *Credential, stdin io.Reader, progress io.Writer, files []*os.File, extraEnv []string, args ...string) ([]byte, error) {
+	defer closeFiles(files)
 	timeout := g.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
@@ -201,7 +220,7 @@ func (g *Git) run(ctx context.Context, op, gitDir string, cred *Credential, stdi
 	}
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, path, argv...)
-	cmd.Env = env
+	cmd.Env = append(env, extraEnv...) // os/exec keeps the last of a duplicate
 	cmd.Dir = "/"
 	cmd.Stdin = stdin
 	var stdout bytes.Buffer
@@ -216,7 +235,13 @@ func (g *Git) run(ctx context.Context, op, gitDir string, cred *Credential, stdi
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
+	cmd.ExtraFiles = files
+	err = cmd.Start()
+	closeFiles(files)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (limit %v)", ctx.Err(), timeout)
 		}
@@ -227,6 +252,63 @@ func (g *Git) run(ctx context.Context, op, gitDir string, cred *Credential, stdi
 		return nil, &Error{Op: op, Stderr: msg, Err: err}
 	}
 	return stdout.Bytes(), nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// runLocal runs git with args against the local repository dir, whose
+// server side (upload-pack, or receive-pack if write) runs in a sandbox
+// (Git.Sandbox); the remote's URL in args is fdRemote, the one protocol
+// this command allows. No credential is given to either side.
+func (g *Git) runLocal(ctx context.Context, op, gitDir, dir string, write bool, progress io.Writer, args ...string) error {
+	empty, err := os.MkdirTemp(g.TempDir, "git-local-")
+	if err != nil {
+		return fmt.Errorf("git %s: an empty directory for the local remote's sandbox: %w", op, err)
+	}
+	defer os.RemoveAll(empty)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return &Error{Op: op, Err: errors.New("the file:// URL names no directory")}
+	}
+	toR, toW, err := os.Pipe() // host git → server
+	if err != nil {
+		return err
+	}
+	fromR, fromW, err := os.Pipe() // server → host git
+	if err != nil {
+		closeFiles([]*os.File{toR, toW})
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The server's stderr is the remote's own words (paths of its
+	// alternates, say); git's error says what failed.
+	srv, err := g.Sandbox.serve(ctx, dir, empty, write, toR, fromW, nil)
+	toR.Close()
+	if err != nil {
+		closeFiles([]*os.File{toW, fromR, fromW})
+		return &Error{Op: op, Err: fmt.Errorf("starting the local remote's sandbox: %w", err)}
+	}
+	// The server's output reaches fromW through a copy that ends with
+	// it; host git sees the end of the stream once fromW is closed.
+	served := make(chan error, 1)
+	go func() {
+		err := srv.Wait()
+		fromW.Close()
+		served <- err
+	}()
+	_, err = g.runFiles(ctx, op, gitDir, nil, nil, progress, []*os.File{fromR, toW}, []string{"GIT_ALLOW_PROTOCOL=fd"}, args...)
+	if err != nil {
+		cancel()
+	}
+	serr := <-served
+	if err == nil && serr != nil {
+		err = &Error{Op: op, Err: fmt.Errorf("the local remote's side failed: %w", serr)}
+	}
+	return err
 }
 
 // tail keeps the last max bytes written, trimmed to whole lines.
@@ -322,7 +404,16 @@ func (g *Git) Fetch(ctx context.Context, gitDir, url, branch string, cred *Crede
 		pw = &progressWriter{f: progress}
 	}
 	ref := "refs/heads/" + branch
-	if _, err := g.run(ctx, "fetch", gitDir, cred, nil, pw, "fetch", "--progress", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--", url, "+"+ref+":"+ref); err != nil {
+	fetch := func(remote string) []string {
+		return []string{"fetch", "--progress", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--", remote, "+" + ref + ":" + ref}
+	}
+	var err error
+	if dir := localPath(url); dir != "" {
+		err = g.runLocal(ctx, "fetch", gitDir, dir, false, pw, fetch(fdRemote)...)
+	} else {
+		_, err = g.run(ctx, "fetch", gitDir, cred, nil, pw, fetch(url)...)
+	}
+	if err != nil {
 		return "", err
 	}
 	return g.Commit(ctx, gitDir, ref)
@@ -369,9 +460,19 @@ func (g *Git) Push(ctx context.Context, gitDir, url, commit, branch string, cred
 	if !IsCommitID(commit) {
 		return fmt.Errorf("git push: %q is not a commit ID", commit)
 	}
-	_, err := g.run(ctx, "push", gitDir, cred, nil, nil, "push", "--quiet", "--no-verify", "--", url, commit+":refs/heads/"+branch)
+	push := func(remote string) []string {
+		return []string{"push", "--quiet", "--no-verify", "--", remote, commit + ":refs/heads/" + branch}
+	}
+	if dir := localPath(url); dir != "" {
+		return g.runLocal(ctx, "push", gitDir, dir, true, nil, push(fdRemote)...)
+	}
+	_, err := g.run(ctx, "push", gitDir, cred, nil, nil, push(url)...)
 	return err
 }
+
+// fdRemote is the URL of runLocal's remote: git's fd:: transport on the
+// descriptors it passes (in, out).
+const fdRemote = "fd::3,4"
 
 // FetchBundle fetches the branch head of a bundle file (made by
 // Sandbox.Commit) into ref of gitDir and returns its commit.

@@ -189,3 +189,36 @@ func (sb Sandbox) Commit(ctx context.Context, mirror, base string, patch io.Read
 	}
 	return id, nil
 }
+
+// serverGit are the options of the server side of a local remote: no
+// hooks and no gc. What else the remote's configuration could make it
+// run stays in the sandbox, which sees nothing else of the host.
+var serverGit = []string{"git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "receive.autogc=false"}
+
+// serve starts the server side of a local remote, the repository dir,
+// in a sandbox that sees only dir (read-only unless write) and empty, an
+// empty directory: git upload-pack (a fetch) or git receive-pack (a
+// push, write set) speaking the pack protocol on stdin and stdout. The
+// caller waits for the returned command.
+func (sb Sandbox) serve(ctx context.Context, dir, empty string, write bool, stdin *os.File, stdout io.Writer, stderr io.Writer) (*sandboxkit.Cmd, error) {
+	in, out, service, at := dir, empty, "upload-pack", "/mirror"
+	if write {
+		in, out, service, at = empty, dir, "receive-pack", "/out"
+	}
+	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: in, Output: out, Launching: sb.Launching})
+	if err != nil {
+		return nil, err
+	}
+	p.Env = []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0"}
+	timeout := sb.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	cmd := sandboxkit.Command(ctx, p, append(append([]string{}, serverGit...), service, "--", at)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.Timeout = timeout
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}

@@ -100,7 +100,13 @@ type Patch struct {
 	changes      []Change
 	left         int64 // budget left
 	notes        []string
+	outside      []string // symlinks pointing outside the tree
 }
+
+// OutsideLinks lists the patch's symlinks that point outside the tree
+// (absolute, or above its root), as "path -> target": a caller that
+// applies the patch on a host should ask before it does.
+func (p *Patch) OutsideLinks() []string { return slices.Clone(p.outside) }
 
 // NewPatch finds the changes of upper over lower and checks them against
 // the budget: past it, it fails with an error wrapping ErrPatchTooLarge
@@ -187,6 +193,7 @@ func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
 	p.note("not exportable (a .git path; export the repository another way)", notGit)
 	p.note("not exported: unreadable (its owner has no read permission; chmod u+rX it in the workspace)", unreadable)
 	p.note("symlinks pointing outside the workspace tree (check before applying)", outside)
+	p.outside = outside
 	return p, nil
 }
 
