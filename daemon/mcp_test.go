@@ -363,3 +363,43 @@ mcp:
 		t.Errorf("the model was offered %q; want only mcp__probe__probe", offered)
 	}
 }
+
+// TestWebMCPPage: the admin page shows each server's confinement and
+// marks in words (not by colour alone) the tools not offered, with why.
+func TestWebMCPPage(t *testing.T) {
+	needSandbox(t)
+	probe := buildProbeServer(t)
+	in := newInstance(t, llm(t, llmtest.Step{Text: "Done."})+`plugins: [workspace_isolation, mcp]
+mcp:
+  servers:
+    - {name: probe, command: `+probe+`}
+    - {name: loose, command: `+probe+`, mode: off}
+`)
+	in.addUser("root", pw, true)
+	p := in.start()
+	admin := p.login("root", pw)
+	conv := admin.newConversation()
+	s := admin.follow(conv, "")
+	admin.send(conv, "go") // starts the servers
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+
+	w := newWebUI(t, p.URL)
+	w.signIn("root", pw)
+	const rows = "document.querySelectorAll('#mcp tbody tr')"
+	w.open("/admin/mcp", rows+".length === 2")
+	for i, want := range [][]string{
+		{"probe", "running", "Sandboxed", "Network: none", "Files: its sandbox only", "files.read not offered: its name has characters other than", "not offered: its name as the model would see it"},
+		{"loose", "running", "NOT sandboxed (mode: off)", "Network: the host's", "Files: all of the service user's"},
+	} {
+		got := eval[string](w, fmt.Sprintf("%s[%d].innerText", rows, i))
+		for _, s := range want {
+			if !strings.Contains(got, s) {
+				t.Errorf("row %d lacks %q:\n%s", i, s, got)
+			}
+		}
+	}
+	w.check("mcp-servers", rows+".length === 2")
+	if pr := w.seen(&w.problems); len(pr) > 0 {
+		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
+	}
+}
