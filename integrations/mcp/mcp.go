@@ -364,6 +364,13 @@ func (m *Manager) Status() []Status {
 	return out
 }
 
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 // server is one configured server and its current process.
 type server struct {
 	m    *Manager
@@ -565,7 +572,7 @@ func (s *server) offer(tools []*sdk.Tool) (out []agentcore.Tool, listed []ToolSt
 		spec, reason := s.spec(t)
 		listed = append(listed, ToolStatus{Name: shownName(t.Name), Offered: reason == "", Reason: reason})
 		if reason != "" {
-			s.m.log.Warn("MCP tool not offered", "server", s.cfg.Name, "tool", t.Name, "reason", reason)
+			s.m.log.Warn("MCP tool not offered", "server", s.cfg.Name, "tool", shownName(t.Name), "reason", reason)
 			continue
 		}
 		ct := &callTool{s: s, remote: t.Name, spec: spec}
@@ -589,13 +596,6 @@ func shownName(n string) string {
 }
 
 const maxShownName = 256
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
 
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
