@@ -57,6 +57,45 @@ const (
 	ModeOff       = "off"
 )
 
+// NetworkAllowlist is Status.Network of a sandboxed server with an
+// egress_allowlist: its own network namespace, from which it reaches
+// only those destinations, through the egress proxy.
+const NetworkAllowlist = "egress_allowlist"
+
+// Values of Status.Files: what of the host's files a server can use.
+const (
+	// FilesSandbox: /usr, a curated /etc, its command and its read_only
+	// paths (read-only), an empty HOME; not the service user's files.
+	FilesSandbox = "sandbox"
+	// FilesServiceUser: everything the service user can read and write,
+	// its ~/.ssh and the instance's database and keys too (mode: off).
+	FilesServiceUser = "service_user"
+)
+
+// confinement is what a server's process runs with. spawn builds the
+// sandbox (or runs it unconfined) from it and Status shows it, so what
+// the admin listing says is what the process gets.
+type confinement struct {
+	sandboxed bool
+	network   string // NetworkNone, NetworkHost or NetworkAllowlist
+	files     string // FilesSandbox or FilesServiceUser
+}
+
+func confinementOf(c ServerConfig) confinement {
+	if c.Mode == ModeOff {
+		// Unconfined: the service user's network namespace and files.
+		return confinement{sandboxed: false, network: NetworkHost, files: FilesServiceUser}
+	}
+	cf := confinement{sandboxed: true, network: NetworkNone, files: FilesSandbox}
+	switch {
+	case c.Network == NetworkHost:
+		cf.network = NetworkHost
+	case len(c.EgressAllowlist) > 0:
+		cf.network = NetworkAllowlist
+	}
+	return cf
+}
+
 // ServerConfig is one entry of config.yaml's mcp.servers.
 type ServerConfig struct {
 	// Name names the server in its tools' names: lower-case letters,
@@ -225,7 +264,7 @@ func New(o Options) (*Manager, error) {
 		if c.Mode == ModeOff {
 			m.log.Warn("MCP server runs UNSANDBOXED (mode: off in config.yaml): it can read everything the service user can, including the instance's database and keys, and reach the network", "server", c.Name)
 		}
-		s := &server{m: m, cfg: c, state: StateIdle, backoff: time.Second}
+		s := &server{m: m, cfg: c, conf: confinementOf(c), state: StateIdle, backoff: time.Second}
 		if len(c.EgressAllowlist) > 0 {
 			s.egress = map[string]int64{egress.Allowed: 0, egress.Refused: 0, egress.Failed: 0}
 		}
@@ -273,20 +312,36 @@ const (
 
 // Status is a server as GET /api/v1/admin/mcp shows it.
 type Status struct {
-	Name      string `json:"name"`
-	State     State  `json:"state"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Sandboxed, Network and Files are what its process runs with:
+	// false, NetworkHost and FilesServiceUser for mode: off.
 	Sandboxed bool   `json:"sandboxed"`
 	Network   string `json:"network"`
+	Files     string `json:"files"`
 	// EgressAllowlist and EgressAttempts: the destinations it may reach
 	// through the egress proxy, and its attempts so far by verdict
 	// (allowed, refused, failed).
 	EgressAllowlist []string         `json:"egress_allowlist,omitempty"`
 	EgressAttempts  map[string]int64 `json:"egress_attempts,omitempty"`
-	Tools           []string         `json:"tools"`
+	// Tools is the server's last tool list, those not offered to the
+	// model included.
+	Tools []ToolStatus `json:"tools"`
 	// Restarts counts starts after the first.
 	Restarts  int       `json:"restarts"`
 	LastError string    `json:"last_error,omitempty"`
 	Started   time.Time `json:"started,omitzero"`
+}
+
+// ToolStatus is one tool of a server's list.
+type ToolStatus struct {
+	// Name is the tool's name at the server; the model sees
+	// mcp__<server>__<name>.
+	Name string `json:"name"`
+	// Offered is false for a tool the model is not offered; Reason says
+	// why.
+	Offered bool   `json:"offered"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Status lists the servers in configuration order.
@@ -294,14 +349,14 @@ func (m *Manager) Status() []Status {
 	out := make([]Status, 0, len(m.servers))
 	for _, s := range m.servers {
 		s.mu.Lock()
-		st := Status{Name: s.cfg.Name, State: s.state, Sandboxed: s.cfg.Mode != ModeOff, Network: cmpOr(s.cfg.Network, NetworkNone),
-			Tools: []string{}, Restarts: max(s.starts-1, 0), LastError: s.lastErr, Started: s.started}
+		st := Status{Name: s.cfg.Name, State: s.state, Sandboxed: s.conf.sandboxed, Network: s.conf.network, Files: s.conf.files,
+			Tools: slices.Clone(s.listed), Restarts: max(s.starts-1, 0), LastError: s.lastErr, Started: s.started}
+		if st.Tools == nil {
+			st.Tools = []ToolStatus{}
+		}
 		if len(s.cfg.EgressAllowlist) > 0 {
 			st.EgressAllowlist = slices.Clone(s.cfg.EgressAllowlist)
 			st.EgressAttempts = maps.Clone(s.egress)
-		}
-		for _, t := range s.tools {
-			st.Tools = append(st.Tools, t.Name)
 		}
 		s.mu.Unlock()
 		out = append(out, st)
@@ -318,14 +373,15 @@ func cmpOr(s, def string) string {
 
 // server is one configured server and its current process.
 type server struct {
-	m   *Manager
-	cfg ServerConfig
+	m    *Manager
+	cfg  ServerConfig
+	conf confinement
 
 	mu      sync.Mutex
 	state   State
 	sess    *sdk.ClientSession
 	proc    *process
-	tools   []*sdk.Tool      // the last list; kept while it restarts
+	listed  []ToolStatus     // the last list; kept while it restarts
 	offered []agentcore.Tool // tools as the engine gets them
 	starts  int
 	lastErr string
@@ -383,9 +439,10 @@ func (s *server) start(ctx context.Context) {
 		s.m.log.Error("MCP server did not start", "server", s.cfg.Name, "err", sandboxkit.UnavailableDetail(err))
 		return
 	}
-	s.state, s.sess, s.proc, s.tools, s.err, s.started = StateRunning, sess, p, tools, nil, time.Now()
-	s.offered = s.offer(tools)
-	s.m.log.Info("MCP server started", "server", s.cfg.Name, "tools", len(tools), "sandboxed", s.cfg.Mode != ModeOff)
+	s.state, s.sess, s.proc, s.err, s.started = StateRunning, sess, p, nil, time.Now()
+	s.offered, s.listed = s.offer(tools)
+	s.m.log.Info("MCP server started", "server", s.cfg.Name, "tools", len(tools), "offered", len(s.offered),
+		"sandboxed", s.conf.sandboxed, "network", s.conf.network, "files", s.conf.files)
 	go s.watch(sess, p)
 }
 
@@ -507,14 +564,15 @@ func (s *server) toolList() []agentcore.Tool {
 	return s.offered
 }
 
-// offer turns the server's list into the engine's tools: gated unless
-// auto_approve names them, without those the model cannot be offered.
-func (s *server) offer(tools []*sdk.Tool) []agentcore.Tool {
-	var out []agentcore.Tool
+// offer turns the server's list into the engine's tools (gated unless
+// auto_approve names them) and the admin listing's, which also has
+// those the model cannot be offered and why.
+func (s *server) offer(tools []*sdk.Tool) (out []agentcore.Tool, listed []ToolStatus) {
 	for _, t := range tools {
-		spec, ok := s.spec(t)
-		if !ok {
-			s.m.log.Warn("MCP tool not offered: its name does not fit [A-Za-z0-9_-] (64 with the prefix), or its input schema is not a JSON object schema of at most 16 KiB", "server", s.cfg.Name, "tool", t.Name)
+		spec, reason := s.spec(t)
+		listed = append(listed, ToolStatus{Name: shownName(t.Name), Offered: reason == "", Reason: reason})
+		if reason != "" {
+			s.m.log.Warn("MCP tool not offered", "server", s.cfg.Name, "tool", shownName(t.Name), "reason", reason)
 			continue
 		}
 		ct := &callTool{s: s, remote: t.Name, spec: spec}
@@ -524,28 +582,49 @@ func (s *server) offer(tools []*sdk.Tool) []agentcore.Tool {
 			out = append(out, &gatedTool{ct})
 		}
 	}
-	return out
+	return out, listed
 }
+
+// shownName is a tool's name for the admin listing: valid UTF-8, at
+// most maxShownName bytes (a server's names are not bounded).
+func shownName(n string) string {
+	n = strings.ToValidUTF8(n, "\uFFFD")
+	if len(n) > maxShownName {
+		n = strings.ToValidUTF8(n[:maxShownName], "") + "…"
+	}
+	return n
+}
+
+const maxShownName = 256
 
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// spec is t as the model sees it, or false when its name or schema
-// cannot be offered (too long, odd characters, not an object schema).
-func (s *server) spec(t *sdk.Tool) (agentcore.ToolSpec, bool) {
+// maxToolName bounds the name the model sees (the OpenAI-compatible
+// APIs' limit on a function's name).
+const maxToolName = 64
+
+// spec is t as the model sees it, or why it cannot be offered.
+func (s *server) spec(t *sdk.Tool) (agentcore.ToolSpec, string) {
 	name := "mcp__" + s.cfg.Name + "__" + t.Name
-	if !toolName.MatchString(t.Name) || len(name) > 64 {
-		return agentcore.ToolSpec{}, false
+	switch {
+	case !toolName.MatchString(t.Name):
+		return agentcore.ToolSpec{}, "its name has characters other than A-Z, a-z, 0-9, _ and - (the model's tool names allow no others)"
+	case len(name) > maxToolName:
+		return agentcore.ToolSpec{}, fmt.Sprintf("its name as the model would see it (mcp__%s__<name>) is longer than %d characters", s.cfg.Name, maxToolName)
 	}
 	schema, err := jsonMarshal(t.InputSchema)
-	if err != nil || len(schema) > maxSchema || !isObjectSchema(schema) {
-		return agentcore.ToolSpec{}, false
+	switch {
+	case err == nil && len(schema) > maxSchema:
+		return agentcore.ToolSpec{}, fmt.Sprintf("its input schema is larger than %d KiB", maxSchema>>10)
+	case err != nil || !isObjectSchema(schema):
+		return agentcore.ToolSpec{}, "its input schema is not a JSON object schema"
 	}
 	desc := strings.ToValidUTF8(t.Description, "\uFFFD")
 	if len(desc) > maxDescription {
 		desc = desc[:maxDescription] + "…"
 	}
 	desc = "[MCP server " + s.cfg.Name + "] " + desc
-	return agentcore.ToolSpec{Name: name, Description: desc, Parameters: schema}, true
+	return agentcore.ToolSpec{Name: name, Description: desc, Parameters: schema}, ""
 }
 
 // session is the running server's session, or why there is none.
@@ -592,7 +671,7 @@ func (s *server) spawn() (*process, error) {
 	}
 	ctx, cancel := context.WithCancel(s.m.ctx)
 	p.kill = cancel
-	if c.Mode == ModeOff {
+	if !s.conf.sandboxed {
 		s.m.log.Warn("starting MCP server UNSANDBOXED (mode: off)", "server", c.Name)
 		cmd := exec.CommandContext(ctx, c.Command, c.Args...)
 		home, _ := os.UserHomeDir()
@@ -612,7 +691,7 @@ func (s *server) spawn() (*process, error) {
 		return p, nil
 	}
 	var eg *egress.Options
-	if len(c.EgressAllowlist) > 0 {
+	if s.conf.network == NetworkAllowlist {
 		o := s.m.o.Egress
 		o.Allow, o.OnEvent = c.EgressAllowlist, s.onEgress
 		eg = &o
@@ -621,7 +700,7 @@ func (s *server) spawn() (*process, error) {
 		s.mu.Unlock()
 	}
 	pol, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{
-		Bwrap: s.m.o.Bwrap, ShareNet: c.Network == NetworkHost, Seccomp: s.m.o.Seccomp, Limits: s.m.o.Limits,
+		Bwrap: s.m.o.Bwrap, ShareNet: s.conf.network == NetworkHost, Seccomp: s.m.o.Seccomp, Limits: s.m.o.Limits,
 		Launching: s.m.o.Launching, Egress: eg,
 	})
 	if err == nil {

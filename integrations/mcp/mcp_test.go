@@ -204,7 +204,7 @@ func TestEverythingThroughSandbox(t *testing.T) {
 		}
 	}
 	st := m.Status()
-	if len(st) != 1 || st[0].State != StateRunning || !st[0].Sandboxed || !slices.Contains(st[0].Tools, "echo") || st[0].Restarts != 0 {
+	if len(st) != 1 || st[0].State != StateRunning || !st[0].Sandboxed || !slices.Contains(st[0].Tools, ToolStatus{Name: "echo", Offered: true}) || st[0].Restarts != 0 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -319,7 +319,8 @@ func TestSamplingAndElicitationRefused(t *testing.T) {
 }
 
 // TestNetwork: a server has no network (its own network namespace: the
-// host's loopback listener is out of reach) unless its network is host.
+// host's loopback listener is out of reach) unless its network is host
+// or it runs unconfined (mode: off); its status says which.
 func TestNetwork(t *testing.T) {
 	requireSandbox(t)
 	ctx := t.Context()
@@ -328,18 +329,22 @@ func TestNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", sandboxtest.ServeTCP(t, "127.0.0.1:0", nil))
-	for _, tc := range []struct{ network, want string }{
-		{"", "dial failed"},
-		{NetworkNone, "dial failed"},
-		{NetworkHost, "connected"},
+	for _, tc := range []struct{ network, mode, want, shown string }{
+		{"", "", "dial failed", NetworkNone},
+		{NetworkNone, "", "dial failed", NetworkNone},
+		{NetworkHost, "", "connected", NetworkHost},
+		{"", ModeOff, "connected", NetworkHost},
 	} {
-		m := newManager(t, Options{Servers: []ServerConfig{{Name: "own", Command: exe, Network: tc.network, Env: map[string]string{envTestServer: "1"}, AutoApprove: []string{"dial"}}}})
+		m := newManager(t, Options{Servers: []ServerConfig{{Name: "own", Command: exe, Network: tc.network, Mode: tc.mode, Env: map[string]string{envTestServer: "1"}, AutoApprove: []string{"dial"}}}})
 		dial := toolsByName(ctx, m)["mcp__own__dial"]
 		if dial == nil {
-			t.Fatalf("network %q: no dial tool; status %+v", tc.network, m.Status())
+			t.Fatalf("network %q mode %q: no dial tool; status %+v", tc.network, tc.mode, m.Status())
 		}
 		if out, err := call(ctx, dial, map[string]string{"addr": addr}); err != nil || !strings.HasPrefix(out, tc.want) {
-			t.Errorf("network %q: dial the host's listener = %q, %v; want %q", tc.network, out, err, tc.want)
+			t.Errorf("network %q mode %q: dial the host's listener = %q, %v; want %q", tc.network, tc.mode, out, err, tc.want)
+		}
+		if st := m.Status(); st[0].Network != tc.shown {
+			t.Errorf("network %q mode %q: the status shows network %q; want %q", tc.network, tc.mode, st[0].Network, tc.shown)
 		}
 		m.Close()
 	}

@@ -83,12 +83,43 @@ async function repositories() {
   await load();
 }
 
+// What an MCP server's process has, as the server reports it (the
+// values its sandbox is built from).
+const mcpNetwork = {
+  none: 'Network: none',
+  egress_allowlist: 'Network: only its egress allow-list, through the egress proxy',
+  host: "Network: the host's, its 127.0.0.1 services too",
+};
+const mcpFiles = {
+  sandbox: 'Files: its sandbox only (/usr, a curated /etc, its command and read_only paths, an empty home)',
+  service_user: "Files: all of the service user's (its ~/.ssh, the instance's database and keys)",
+};
+
+function mcpConfinement(s) {
+  return el('ul', { class: 'mcp-list' },
+    s.sandboxed ? el('li', { text: 'Sandboxed' }) : el('li', { class: 'warn-text', text: 'NOT sandboxed (mode: off): runs unconfined as the service user' }),
+    el('li', { text: mcpNetwork[s.network] || 'Network: ' + s.network }),
+    el('li', { text: mcpFiles[s.files] || 'Files: ' + s.files }));
+}
+
+// mcpTools lists every tool, those the model is not offered marked so
+// in words, with why.
+function mcpTools(s) {
+  const ul = el('ul', { class: 'mcp-list' });
+  for (const t of s.tools || []) {
+    ul.append(t.offered
+      ? el('li', {}, el('code', { text: t.name }))
+      : el('li', { class: 'not-offered' }, el('code', { text: t.name }), ' ', el('strong', { class: 'warn-text', text: 'not offered:' }), ' ' + (t.reason || '')));
+  }
+  return ul;
+}
+
 async function mcp() {
   const r = await api('/admin/mcp');
   const tbody = document.querySelector('#mcp tbody');
   const servers = r.data.servers || [];
   document.getElementById('mcp-off').hidden = servers.length > 0;
-  for (const s of servers) tbody.append(row(s.name, s.state, (s.tools || []).join(', '), s.last_error || ''));
+  for (const s of servers) tbody.append(row(s.name, s.state, mcpConfinement(s), mcpTools(s), s.last_error || ''));
 }
 
 async function doctor() {
