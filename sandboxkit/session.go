@@ -42,8 +42,10 @@ const (
 	// command's process group may hold them open for ever.
 	sessionWaitDelay = 2 * time.Second
 	// sessionStartTimeout bounds the start of the sandbox beyond the
-	// caller's context.
-	sessionStartTimeout = 30 * time.Second
+	// caller's context: a supervisor that has not said it serves by then
+	// is stuck, not slow (a start takes well under a second; a loaded
+	// machine makes that seconds).
+	sessionStartTimeout = 5 * time.Minute
 )
 
 // SessionOptions tune a Session.
@@ -191,7 +193,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return nil, ctx.Err()
 	case <-timer.C:
 		s.Close()
-		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v: %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
+		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v (stuck): %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
 	}
 	s.obs = newObserver(s.policy, s.cl)
 	s.mu.Lock()
