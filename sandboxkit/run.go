@@ -62,10 +62,10 @@ type Cmd struct {
 	// sess is set for a command of a Session (Session.Command).
 	sess *sessionCmd
 	// limits are a one-shot sandbox's cgroup; disk watches its
-	// workspace, and diskUsed is the usage that made it kill the sandbox.
-	limits   *sandboxLimits
-	disk     *diskWatch
-	diskUsed atomic.Int64
+	// workspace, and diskHit is what made it kill the sandbox.
+	limits  *sandboxLimits
+	disk    *diskWatch
+	diskHit atomic.Pointer[diskHit]
 	// self runs this program's own binary (Args follow argv[0]),
 	// passed in as a descriptor like the Session supervisor.
 	self bool
@@ -137,6 +137,9 @@ func (c *Cmd) Start() error {
 		return errNoMain
 	}
 	if err := Available(ctx, c.Policy); err != nil {
+		return err
+	}
+	if err := checkReserve(c.Policy.Workspace, c.Policy.Limits); err != nil {
 		return err
 	}
 	return c.launch(ctx)
@@ -229,9 +232,9 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	sl.started()
-	if w, budget := p.Workspace, p.Limits.Disk; w != nil && budget > 0 {
-		c.disk = watchDisk(w, budget, base, func() bool { return true }, func(used int64) {
-			c.diskUsed.Store(used)
+	if w := p.Workspace; w != nil && (p.Limits.Disk > 0 || p.Limits.keepsFree()) {
+		c.disk = watchDisk(w, p.Limits, base, func() bool { return true }, func(h diskHit) {
+			c.diskHit.CompareAndSwap(nil, &h)
 			c.cancel()
 		})
 	}
@@ -324,9 +327,9 @@ func (c *Cmd) wait() error {
 	bwrapSaid := c.stderr.finish(!st.ran)
 	// Read before the group goes with unlock; a fresh group counts from 0.
 	hit := c.limits.hit(cgroup.Events{})
-	used := c.diskUsed.Load()
-	if used > 0 {
-		hit = LimitDisk
+	var used int64
+	if h := c.diskHit.Load(); h != nil {
+		hit, used = h.limit, h.n
 	}
 	var waitErr error
 	if err := c.unlock(); err != nil {

@@ -133,6 +133,9 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	if err := Available(ctx, p); err != nil {
 		return nil, err
 	}
+	if err := checkReserve(p.Workspace, p.Limits); err != nil {
+		return nil, err
+	}
 	pc := *p
 	pc.Env = slices.Clone(p.Env)
 	unlock, err := prepareWorkspace(&pc)
@@ -170,8 +173,12 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return release()
 	}
 	// Before launch: the session's end closes it.
-	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && budget > 0 {
-		s.disk = watchDisk(w, budget, workspaceUsage(w, budget), s.running, s.overDisk)
+	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && (budget > 0 || pc.Limits.keepsFree()) {
+		var base int64
+		if budget > 0 {
+			base = workspaceUsage(w, budget)
+		}
+		s.disk = watchDisk(w, pc.Limits, base, s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
 		s.disk.close()
@@ -427,17 +434,22 @@ func (s *Session) running() bool {
 }
 
 // overDisk kills the running commands and jobs: the workspace crossed
-// its disk budget while they ran, so one of them wrote it full.
-func (s *Session) overDisk(used int64) {
+// its disk budget, or its filesystem's reserve, while they ran, so one of
+// them wrote it full.
+func (s *Session) overDisk(h diskHit) {
 	var ids []uint64
 	s.mu.Lock()
 	for sc := range s.fg {
-		sc.diskUsed = used
+		if sc.disk.limit == "" {
+			sc.disk = h
+		}
 		ids = append(ids, sc.rc.proc.id)
 	}
 	for _, j := range s.jobs {
 		if j.info.Running {
-			j.diskUsed = used
+			if j.disk.limit == "" {
+				j.disk = h
+			}
 			ids = append(ids, j.proc.id)
 		}
 	}
@@ -466,10 +478,10 @@ type sessionCmd struct {
 	s     *Session
 	begun bool
 	rc    *remoteCmd
-	// before are the cgroup's counters at the start; diskUsed, under
-	// Session.mu, is set when the disk budget killed the command.
-	before   cgroup.Events
-	diskUsed int64
+	// before are the cgroup's counters at the start; disk, under
+	// Session.mu, is set when the disk watch killed the command.
+	before cgroup.Events
+	disk   diskHit
 }
 
 // start runs after Cmd.Start's checks of Args and ctx.
@@ -529,11 +541,11 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 	s := sc.s
 	s.mu.Lock()
 	delete(s.fg, sc)
-	used := sc.diskUsed
+	dh := sc.disk
 	s.mu.Unlock()
-	hit := s.limits.hit(sc.before)
-	if used > 0 {
-		hit = LimitDisk
+	hit, used := s.limits.hit(sc.before), dh.n
+	if dh.limit != "" {
+		hit = dh.limit
 	}
 	s.end()
 	lim := s.policy.Limits
@@ -573,12 +585,12 @@ type JobInfo struct {
 }
 
 type job struct {
-	info     JobInfo // guarded by Session.mu
-	out      *tailBuffer
-	proc     *proc
-	exited   chan struct{}
-	before   cgroup.Events
-	diskUsed int64 // guarded by Session.mu
+	info   JobInfo // guarded by Session.mu
+	out    *tailBuffer
+	proc   *proc
+	exited chan struct{}
+	before cgroup.Events
+	disk   diskHit // guarded by Session.mu
 }
 
 // StartBackground starts argv in the session as a background job and
@@ -650,11 +662,11 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		if p.err == nil {
 			j.info.ExitCode = p.code
 		}
-		if j.diskUsed > 0 {
-			hit = LimitDisk
+		if j.disk.limit != "" {
+			hit = j.disk.limit
 		}
 		if hit != "" {
-			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.diskUsed)
+			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.disk.n)
 		}
 		s.mu.Unlock()
 		close(j.exited)
