@@ -401,9 +401,10 @@ func sizeString(n int64) string {
 // calls over when the usage crosses the budget and is still growing: a
 // command started after the budget was reached may delete files (rm
 // shrinks the layer) without being killed, one that writes more is.
-// Likewise for the free space of the layer's filesystem and its reserve:
-// a statfs at every tick, cheap beside the walk, which is paced by its
-// own cost.
+// Likewise below the reserve of free space on the layer's filesystem
+// (a statfs at every tick, cheap beside the walk, which is paced by its
+// own cost): a command is killed there when the layer grew, so that
+// another writer of the filesystem does not get it killed.
 type diskWatch struct {
 	stop chan struct{}
 	done chan struct{}
@@ -425,7 +426,6 @@ func watchDisk(w *Workspace, l Limits, base int64, active func() bool, over func
 	go func() {
 		defer close(d.done)
 		last, wasActive := base, false
-		lastFree := int64(-1)
 		var nextWalk time.Time
 		t := time.NewTimer(0)
 		defer t.Stop()
@@ -436,28 +436,28 @@ func watchDisk(w *Workspace, l Limits, base int64, active func() bool, over func
 			case <-t.C:
 			}
 			if now := active(); now || wasActive {
+				// Below the reserve, the walk says whether this
+				// workspace grew (others share the filesystem), at
+				// once; an rm that frees space is not stopped.
+				free, low := int64(0), false
 				if l.keepsFree() {
-					free, size, err := DiskFree(w.Upper)
-					if err == nil && now && free < l.DiskReserveOf(size) && (lastFree < 0 || free < lastFree) {
-						over(diskHit{LimitDiskFree, free})
-					}
-					if err == nil {
-						lastFree = free
-					}
+					f, size, err := DiskFree(w.Upper)
+					free, low = f, err == nil && f < l.DiskReserveOf(size)
 				}
-				if budget > 0 && (!time.Now().Before(nextWalk) || !now) {
+				if low || (budget > 0 && !time.Now().Before(nextWalk)) || !now {
 					start := time.Now()
 					used := workspaceUsage(w, budget)
 					// The walk is the cost: walk at most a tenth of the time.
 					nextWalk = time.Now().Add(min(max(diskPollMin, 10*time.Since(start)), diskPollMax) - diskPollMin)
-					if now && used > budget && used > last {
+					switch {
+					case now && budget > 0 && used > budget && used > last:
 						over(diskHit{LimitDisk, used})
+					case now && low && used > last:
+						over(diskHit{LimitDiskFree, free})
 					}
 					last = used
 				}
 				wasActive = now
-			} else {
-				lastFree = -1
 			}
 			t.Reset(diskPollMin)
 		}

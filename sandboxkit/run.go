@@ -221,7 +221,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	var base int64 // the workspace before the command wrote
-	if w := p.Workspace; w != nil && p.Limits.Disk > 0 {
+	if w := p.Workspace; w != nil && (p.Limits.Disk > 0 || p.Limits.keepsFree()) {
 		base = workspaceUsage(w, p.Limits.Disk)
 	}
 	c.begin(ctx)

@@ -174,11 +174,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	}
 	// Before launch: the session's end closes it.
 	if w, budget := pc.Workspace, pc.Limits.Disk; w != nil && (budget > 0 || pc.Limits.keepsFree()) {
-		var base int64
-		if budget > 0 {
-			base = workspaceUsage(w, budget)
-		}
-		s.disk = watchDisk(w, pc.Limits, base, s.running, s.overDisk)
+		s.disk = watchDisk(w, pc.Limits, workspaceUsage(w, budget), s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
 		s.disk.close()
