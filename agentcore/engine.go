@@ -440,7 +440,9 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, err
 	}
+	waited := e.sandboxWaiting(call)
 	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
+	waited(err)
 	if err != nil {
 		err = hidePaths(err, lower, layer.Dir)
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
@@ -462,6 +464,59 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		c.wsMu.Unlock()
 	}()
 	return ws, nil
+}
+
+const (
+	// sandboxWaitNotice is how long a call waits for its sandbox to start
+	// before its turn says so; sandboxWaitRepeat how often it says it
+	// again. A start on a loaded machine is slow, not stuck: the turn's
+	// own time budget bounds it.
+	sandboxWaitNotice = 2 * time.Second
+	sandboxWaitRepeat = 15 * time.Second
+)
+
+// sandboxWaiting tells call's turn, with sandbox_waiting events, that it
+// waits for the conversation's sandbox once that takes longer than
+// sandboxWaitNotice. The function it returns ends the wait with the
+// start's error and, if the turn was told, says how it ended.
+func (e *Engine) sandboxWaiting(call *Call) func(error) {
+	t := call.turn
+	if t == nil {
+		return func(error) {}
+	}
+	begin := time.Now()
+	say := func(status string) {
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxWaiting, map[string]any{"id": call.ID, "name": call.Name, "status": status, "waited_ms": time.Since(begin).Milliseconds()})
+	}
+	stop := make(chan struct{})
+	told := make(chan bool, 1)
+	go func() {
+		said := false
+		defer func() { told <- said }()
+		timer := time.NewTimer(sandboxWaitNotice)
+		defer timer.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-timer.C:
+				said = true
+				say("starting")
+				timer.Reset(sandboxWaitRepeat)
+			}
+		}
+	}()
+	return func(err error) {
+		close(stop)
+		if !<-told {
+			return
+		}
+		if err != nil {
+			say("failed")
+			return
+		}
+		say("started")
+	}
 }
 
 // startIn calls start with the conversation's workspace. A session that

@@ -314,6 +314,51 @@ func TestConcurrentConversations(t *testing.T) {
 	}
 }
 
+// A call whose sandbox is slow to start says so in its turn's events,
+// and the turn goes on once it has started: slow is not stuck.
+func TestSandboxWaiting(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, echoScript("echo started", "started"), func(c *agentcore.Config) {
+		c.ShellAlwaysAllow = true
+		c.Launching = func(ctx context.Context, l agentcore.Launch) error {
+			if l.Kind == sandboxkit.LaunchSession {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}
+	})
+	turn := h.start("c", "go")
+	ev := h.event("c", agentcore.EventSandboxWaiting)
+	var d struct {
+		ID, Name, Status string
+		WaitedMS         int64 `json:"waited_ms"`
+	}
+	if err := json.Unmarshal(ev.Data, &d); err != nil || d.ID != "c1" || d.Name != "shell" || d.Status != "starting" || d.WaitedMS < 1000 {
+		t.Fatalf("first sandbox_waiting %s (%v); want call c1 starting", ev.Data, err)
+	}
+	close(release)
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	var statuses []string
+	for _, ev := range h.store.AllEvents("c") {
+		if ev.Type == agentcore.EventSandboxWaiting {
+			json.Unmarshal(ev.Data, &d)
+			statuses = append(statuses, d.Status)
+		}
+	}
+	if len(statuses) < 2 || statuses[len(statuses)-1] != "started" || slices.Contains(statuses[:len(statuses)-1], "started") {
+		t.Errorf("sandbox_waiting statuses %v; want starting ..., then started", statuses)
+	}
+	if res := h.toolResults("c")["c1"]; !strings.Contains(res, "started") {
+		t.Errorf("shell result %q", res)
+	}
+}
+
 // The conversation's sandbox carries the configured seccomp mode: under
 // enforce a nested user namespace is refused by the filter (EPERM), where
 // log lets the call reach the kernel (bwrap's userns limit: ENOSPC).

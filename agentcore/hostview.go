@@ -45,7 +45,9 @@ func (e *Engine) hostWorkspace(ctx context.Context, c *conv, call *Call) (*works
 	if err != nil {
 		return nil, err
 	}
+	waited := e.sandboxWaiting(call)
 	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
+	waited(err)
 	if err != nil {
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return nil, fmt.Errorf("%w; nothing was run", err)

@@ -58,7 +58,8 @@ const (
 	EventSubagentStarted    = "subagent_started"    // {"id","subagent","task","isolation"}: a delegate call (id) started subagent; its tool calls' IDs begin with "<subagent>."
 	EventSubagentFinished   = "subagent_finished"   // {"id","subagent","error"?}
 	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
-	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids or disk)
+	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids, disk or disk_free)
+	EventSandboxWaiting     = "sandbox_waiting"     // {"id","name","status","waited_ms"}: a call waits for the conversation's sandbox to start (status "starting", repeated while it waits), then "started" or "failed"
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"

@@ -187,3 +187,40 @@ func (e *Engine) Forget(conversation string) {
 		e.mu.Unlock()
 	}
 }
+
+// ErrWorkspaceBusy refuses to discard a workspace while something may
+// write to it: a turn runs in the conversation, or a background job in
+// its sandbox. Nothing was changed.
+var ErrWorkspaceBusy = errors.New("agentcore: the workspace is in use")
+
+// DiscardWorkspace drops the conversation's changes to its workspace:
+// its sandbox is closed (which unmounts the overlay, so no process holds
+// the files) and its layer removed, so that their disk space comes back
+// now; the next call starts from the project as it was. It refuses with
+// ErrWorkspaceBusy while a turn or a background job runs.
+func (e *Engine) DiscardWorkspace(conversation string) error {
+	c := e.conv(conversation)
+	c.mu.Lock()
+	turn := c.turn != nil
+	c.mu.Unlock()
+	if turn {
+		return fmt.Errorf("%w: a turn is running; discard after its turn_finished event, or cancel it", ErrWorkspaceBusy)
+	}
+	// Held throughout: no sandbox starts on the layer meanwhile.
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if c.ws != nil {
+		for _, j := range c.ws.sess.Jobs() {
+			if j.Running {
+				return fmt.Errorf("%w: background job %d runs in its sandbox; stop it first", ErrWorkspaceBusy, j.ID)
+			}
+		}
+		c.ws.sess.Close()
+		c.ws = nil
+	}
+	if err := e.cfg.Layers.Remove(conversation); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		e.log.Error("discarding a workspace layer failed", "conversation", conversation, "err", err)
+		return errors.New("the workspace's changes could not be removed; the server log has the details")
+	}
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,9 @@ type instance struct {
 	// cwd, if set, is the server's working directory, and --instance
 	// is given relative to it.
 	cwd string
+	// smallFS, if set, runs the server on a tmpfs of this many bytes
+	// that holds a copy of the instance (see onTmpfs).
+	smallFS int64
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -151,7 +155,16 @@ func (in *instance) run(env ...string) (*proc, error) {
 		}
 		dir = rel
 	}
+	if in.smallFS > 0 {
+		dir = filepath.Join(filepath.Dir(in.dir), "tmpfs")
+		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+	}
 	argv := append([]string{bin, "api", "--instance", dir, "--listen", "127.0.0.1:0"}, in.args...)
+	if in.smallFS > 0 {
+		argv = onTmpfs(in.smallFS, in.dir, dir, argv)
+	}
 	if in.nofile > 0 {
 		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--"}, argv...)
 	}
@@ -172,6 +185,21 @@ func (in *instance) run(env ...string) (*proc, error) {
 	}
 	p.URL = url
 	return p, nil
+}
+
+// onTmpfs is argv run with a tmpfs of size bytes mounted on dir, holding
+// a copy of the instance seed, as the unprivileged user that runs the
+// tests: a user and mount namespace in which the user is root mounts it
+// (the mount lives as long as the server), and a user namespace nested
+// in that one maps the user back, so that the server runs without
+// capabilities, as it does on a host, and its sandboxes nest as usual.
+// What the server writes to the instance stays on the tmpfs: the test
+// sees it through the API only.
+func onTmpfs(size int64, seed, dir string, argv []string) []string {
+	const script = `mount -t tmpfs -o size="$1",mode=0700 tmpfs "$2" && cp -a "$3"/. "$2"/ && shift 3 && exec unshare --user --map-user="$UID_" --map-group="$GID_" -- "$@"`
+	return append([]string{"unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "--", "env",
+		"UID_=" + strconv.Itoa(os.Getuid()), "GID_=" + strconv.Itoa(os.Getgid()),
+		"sh", "-c", script, "sh", strconv.FormatInt(size, 10), dir, seed}, argv...)
 }
 
 // waitListening waits until the server's log (out) says where it listens

@@ -147,6 +147,7 @@ func Run(ctx context.Context, o Options) error {
 // server is one running codumentor api.
 type server struct {
 	log     hclog.Logger
+	inst    config.Instance
 	db      *gorm.DB
 	engine  *agentcore.Engine
 	api     *api.Server
@@ -172,7 +173,7 @@ type server struct {
 }
 
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
-	s := &server{log: log, db: db, hostMasks: hostMasks(inst, o.ConfigFile, cfg)}
+	s := &server{log: log, db: db, inst: inst, hostMasks: hostMasks(inst, o.ConfigFile, cfg)}
 	s.cfg.Store(&cfg)
 	if err := recordConfig(ctx, db, cfg); err != nil {
 		return nil, err
@@ -338,6 +339,7 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 		db.OK, db.Detail = false, err.Error()
 	}
 	add(db)
+	add(storageCheck(s.inst, cfg.Sandbox.SandboxLimits()))
 	for _, name := range cfg.Plugins {
 		for _, c := range plugins[name].checks(ctx, s, *cfg) {
 			add(c)

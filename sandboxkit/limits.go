@@ -59,6 +59,17 @@ type Limits struct {
 	// fails (LimitError{Limit: LimitDisk}). Sparse files count what they
 	// occupy, not their apparent size.
 	Disk int64
+	// DiskReserve and DiskReservePercent set the free space to keep on
+	// the filesystem that holds the workspace's upper layer (what an
+	// unprivileged user may still write: statfs's f_bavail), whatever
+	// Disk says: DiskReserve bytes or DiskReservePercent of the
+	// filesystem's size, the smaller of those set. A command that takes
+	// free space below it is killed (LimitError{Limit: LimitDiskFree}),
+	// and no sandbox with a workspace there starts while it is below
+	// (ErrDiskReserve). It keeps one conversation from filling the disk
+	// that the others, and the caller's own files, live on.
+	DiskReserve        int64
+	DiskReservePercent float64
 
 	// Cgroup is the delegated subtree (cgroup.Options.Path); empty means
 	// this process's own cgroup on v2, codumentor/USER on v1.
@@ -83,6 +94,9 @@ func DefaultLimits() Limits {
 		FileSize:  4 << 30,
 		OpenFiles: 4096,
 		Disk:      5 << 30,
+		// 5 % of the filesystem, at most 2 GiB.
+		DiskReserve:        2 << 30,
+		DiskReservePercent: 5,
 	}
 }
 
@@ -102,7 +116,55 @@ const (
 	// LimitDisk: the workspace crossed Limits.Disk and the command was
 	// killed.
 	LimitDisk Limit = "disk"
+	// LimitDiskFree: free space on the workspace's filesystem fell below
+	// Limits.DiskReserve while the command wrote, and it was killed.
+	LimitDiskFree Limit = "disk_free"
 )
+
+// ErrDiskReserve refuses to start a sandbox whose workspace's filesystem
+// has less free space than Limits.DiskReserve: nothing was run. Deleting
+// files (in a workspace, say) brings it back.
+var ErrDiskReserve = errors.New("sandboxkit: the workspace's filesystem is below its free-space reserve")
+
+// DiskFree returns the space an unprivileged user may still write on the
+// filesystem that holds path, and the filesystem's size, in bytes.
+func DiskFree(path string) (free, size int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("sandboxkit: free space: %w", err)
+	}
+	return int64(st.Bavail) * st.Frsize, int64(st.Blocks) * st.Frsize, nil
+}
+
+// DiskReserveOf is the free space l keeps on a filesystem of size bytes
+// (0: none).
+func (l Limits) DiskReserveOf(size int64) int64 {
+	r := l.DiskReserve
+	if l.DiskReservePercent > 0 {
+		p := int64(float64(size) * l.DiskReservePercent / 100)
+		if r == 0 || p < r {
+			r = p
+		}
+	}
+	return r
+}
+
+func (l Limits) keepsFree() bool { return l.DiskReserve > 0 || l.DiskReservePercent > 0 }
+
+// checkReserve refuses a start while w's filesystem is below l's reserve.
+func checkReserve(w *Workspace, l Limits) error {
+	if w == nil || !l.keepsFree() {
+		return nil
+	}
+	free, size, err := DiskFree(w.Upper)
+	if err != nil {
+		return err
+	}
+	if reserve := l.DiskReserveOf(size); free < reserve {
+		return fmt.Errorf("%w (%s free, %s kept free); nothing was run: delete files to free space", ErrDiskReserve, sizeString(free), sizeString(reserve))
+	}
+	return nil
+}
 
 // LimitError reports a command that failed while one of its sandbox's
 // limits was hit. Err is what the command's end would have been
@@ -124,10 +186,13 @@ func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"Pids", l.Pids}, {"Memory", l.Memory}, {"TmpSize", l.TmpSize}, {"HomeSize", l.HomeSize}, {"FileSize", l.FileSize}, {"OpenFiles", l.OpenFiles}, {"Disk", l.Disk}, {"AddressSpace", l.AddressSpace}, {"CPUTime", int64(l.CPUTime)}} {
+	}{{"Pids", l.Pids}, {"Memory", l.Memory}, {"TmpSize", l.TmpSize}, {"HomeSize", l.HomeSize}, {"FileSize", l.FileSize}, {"OpenFiles", l.OpenFiles}, {"Disk", l.Disk}, {"DiskReserve", l.DiskReserve}, {"DiskReservePercent", int64(l.DiskReservePercent)}, {"AddressSpace", l.AddressSpace}, {"CPUTime", int64(l.CPUTime)}} {
 		if f.v < 0 {
 			return fmt.Errorf("sandboxkit: negative limit %s %d", f.name, f.v)
 		}
+	}
+	if l.DiskReservePercent < 0 || l.DiskReservePercent > 100 || math.IsNaN(l.DiskReservePercent) {
+		return fmt.Errorf("sandboxkit: DiskReservePercent %v is not a percentage from 0 to 100", l.DiskReservePercent)
 	}
 	if l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0) || (l.CPU > 0 && l.CPU*100000 < 1000) {
 		return fmt.Errorf("sandboxkit: CPU limit %v must be at least 0.01 cores (0 means none)", l.CPU)
@@ -289,7 +354,15 @@ func (sl *sandboxLimits) close() error {
 	return sl.group.Close()
 }
 
-// message describes limit l for the model and the person.
+// diskHit is why the disk watch killed a command: the budget (n: the
+// workspace's usage) or the reserve (n: the free space left).
+type diskHit struct {
+	limit Limit
+	n     int64
+}
+
+// message describes limit l for the model and the person; n is the
+// disk watch's reading for LimitDisk and LimitDiskFree.
 func (l Limits) message(hit Limit, used int64) string {
 	switch hit {
 	case LimitMemory:
@@ -298,6 +371,8 @@ func (l Limits) message(hit Limit, used int64) string {
 		return fmt.Sprintf("the sandbox's process limit (%d processes and threads) was reached and a fork failed; run fewer processes at once", l.Pids)
 	case LimitDisk:
 		return fmt.Sprintf("the command was stopped: the workspace's disk budget (%s) is used up (%s used); delete files in the workspace to free space", sizeString(l.Disk), sizeString(used))
+	case LimitDiskFree:
+		return fmt.Sprintf("the command was stopped (disk_free): the server's disk is nearly full (%s free, less than the reserve that must stay free); delete files in the workspace to free space", sizeString(used))
 	}
 	return ""
 }
@@ -328,6 +403,10 @@ func sizeString(n int64) string {
 // calls over when the usage crosses the budget and is still growing: a
 // command started after the budget was reached may delete files (rm
 // shrinks the layer) without being killed, one that writes more is.
+// Likewise below the reserve of free space on the layer's filesystem
+// (a statfs at every tick, cheap beside the walk, which is paced by its
+// own cost): a command is killed there when the layer grew, so that
+// another writer of the filesystem does not get it killed.
 type diskWatch struct {
 	stop chan struct{}
 	done chan struct{}
@@ -343,12 +422,15 @@ const (
 // is compared with it, so a command that crosses the budget at once
 // (fallocate) is stopped too. A reading is also taken when the commands
 // stop running, so the next command is compared with what they left.
-func watchDisk(dirs []string, budget, base int64, active func() bool, over func(used int64)) *diskWatch {
+// With a free-space reserve (Limits.DiskReserve), the filesystem of
+// dirs[0] is watched too.
+func watchDisk(dirs []string, l Limits, base int64, active func() bool, over func(diskHit)) *diskWatch {
+	budget := l.Disk
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
 		last, wasActive := base, false
-		interval := diskPollMin
+		var nextWalk time.Time
 		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
@@ -358,16 +440,30 @@ func watchDisk(dirs []string, budget, base int64, active func() bool, over func(
 			case <-t.C:
 			}
 			if now := active(); now || wasActive {
-				start := time.Now()
-				used := treesUsage(dirs, budget)
-				// The walk is the cost: poll at most a tenth of the time.
-				interval = min(max(diskPollMin, 10*time.Since(start)), diskPollMax)
-				if now && used > budget && used > last {
-					over(used)
+				// Below the reserve, the walk says whether these
+				// trees grew (others share the filesystem), at
+				// once; an rm that frees space is not stopped.
+				free, low := int64(0), false
+				if l.keepsFree() {
+					f, size, err := DiskFree(dirs[0])
+					free, low = f, err == nil && f < l.DiskReserveOf(size)
 				}
-				last, wasActive = used, now
+				if low || (budget > 0 && !time.Now().Before(nextWalk)) || !now {
+					start := time.Now()
+					used := treesUsage(dirs, budget)
+					// The walk is the cost: walk at most a tenth of the time.
+					nextWalk = time.Now().Add(min(max(diskPollMin, 10*time.Since(start)), diskPollMax) - diskPollMin)
+					switch {
+					case now && budget > 0 && used > budget && used > last:
+						over(diskHit{LimitDisk, used})
+					case now && low && used > last:
+						over(diskHit{LimitDiskFree, free})
+					}
+					last = used
+				}
+				wasActive = now
 			}
-			t.Reset(interval)
+			t.Reset(diskPollMin)
 		}
 	}()
 	return d

@@ -619,3 +619,26 @@ func TestDiskUsageHostile(t *testing.T) {
 		t.Errorf("%d of 3000 walks followed the symlink into %s (%d bytes)", followed, target, big)
 	}
 }
+
+func TestDiskReserveOf(t *testing.T) {
+	for _, c := range []struct {
+		l    Limits
+		size int64
+		want int64
+	}{
+		{Limits{}, 100 << 30, 0},
+		{DefaultLimits(), 100 << 30, 2 << 30}, // 5 % is 5 GiB: the cap
+		{DefaultLimits(), 10 << 30, 512 << 20},
+		{Limits{DiskReserve: 1 << 20}, 100 << 30, 1 << 20},
+		{Limits{DiskReservePercent: 10}, 1000, 100},
+	} {
+		if got := c.l.DiskReserveOf(c.size); got != c.want {
+			t.Errorf("%+v of %d: %d, want %d", c.l, c.size, got, c.want)
+		}
+	}
+	for _, p := range []float64{-1, 101} {
+		if err := (Limits{DiskReservePercent: p}).Validate(); err == nil {
+			t.Errorf("DiskReservePercent %v valid", p)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -158,7 +159,9 @@ func runProbeCalls() int {
 const listenProbeFlag = "--sandboxkit-listen-probe"
 
 func runListenProbe() int {
-	l, err := seccomp.Listen()
+	// As the supervisor does (see its ready).
+	runtime.LockOSThread()
+	l, err := seccomp.ListenThread()
 	if err != nil {
 		fmt.Println(err)
 		return 1

@@ -62,11 +62,11 @@ type Cmd struct {
 	// sess is set for a command of a Session (Session.Command).
 	sess *sessionCmd
 	// limits are a one-shot sandbox's cgroup; disk watches its
-	// workspace, and diskUsed is the usage that made it kill the sandbox.
-	limits   *sandboxLimits
-	disk     *diskWatch
-	diskUsed atomic.Int64
-	diskEnd  func() // takes the last reading once the sandbox is gone
+	// workspace, and diskHit is what made it kill the sandbox.
+	limits  *sandboxLimits
+	disk    *diskWatch
+	diskHit atomic.Pointer[diskHit]
+	diskEnd func() // takes the last reading once the sandbox is gone
 	// self runs this program's own binary (Args follow argv[0]),
 	// passed in as a descriptor like the Session supervisor.
 	self bool
@@ -138,6 +138,9 @@ func (c *Cmd) Start() error {
 		return errNoMain
 	}
 	if err := Available(ctx, c.Policy); err != nil {
+		return err
+	}
+	if err := checkReserve(c.Policy.Workspace, c.Policy.Limits); err != nil {
 		return err
 	}
 	return c.launch(ctx)
@@ -219,8 +222,9 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	dirs := diskTrees(&p)
+	watch := len(dirs) > 0 && (p.Limits.Disk > 0 || p.Limits.keepsFree())
 	var base int64 // the writable trees before the command wrote
-	if len(dirs) > 0 && p.Limits.Disk > 0 {
+	if watch {
 		base = treesUsage(dirs, p.Limits.Disk)
 	}
 	c.begin(ctx)
@@ -231,16 +235,20 @@ func (c *Cmd) launch(ctx context.Context) error {
 		return err
 	}
 	sl.started()
-	if budget := p.Limits.Disk; len(dirs) > 0 && budget > 0 {
-		c.disk = watchDisk(dirs, budget, base, func() bool { return true }, func(used int64) {
-			c.diskUsed.Store(used)
+	if watch {
+		budget := p.Limits.Disk
+		c.disk = watchDisk(dirs, p.Limits, base, func() bool { return true }, func(h diskHit) {
+			c.diskHit.CompareAndSwap(nil, &h)
 			c.cancel()
 		})
 		c.diskEnd = func() {
 			// A command that wrote past the budget between two readings
 			// and ended is not let off: its result is over the budget.
-			if used := treesUsage(dirs, budget); c.diskUsed.Load() == 0 && used > budget && used > base {
-				c.diskUsed.Store(used)
+			if budget <= 0 || c.diskHit.Load() != nil {
+				return
+			}
+			if used := treesUsage(dirs, budget); used > budget && used > base {
+				c.diskHit.CompareAndSwap(nil, &diskHit{LimitDisk, used})
 			}
 		}
 	}
@@ -336,9 +344,9 @@ func (c *Cmd) wait() error {
 	bwrapSaid := c.stderr.finish(!st.ran)
 	// Read before the group goes with unlock; a fresh group counts from 0.
 	hit := c.limits.hit(cgroup.Events{})
-	used := c.diskUsed.Load()
-	if used > 0 {
-		hit = LimitDisk
+	var used int64
+	if h := c.diskHit.Load(); h != nil {
+		hit, used = h.limit, h.n
 	}
 	var waitErr error
 	if err := c.unlock(); err != nil {

@@ -42,8 +42,10 @@ const (
 	// command's process group may hold them open for ever.
 	sessionWaitDelay = 2 * time.Second
 	// sessionStartTimeout bounds the start of the sandbox beyond the
-	// caller's context.
-	sessionStartTimeout = 30 * time.Second
+	// caller's context: a supervisor that has not said it serves by then
+	// is stuck, not slow (a start takes well under a second; a loaded
+	// machine makes that seconds).
+	sessionStartTimeout = 5 * time.Minute
 )
 
 // SessionOptions tune a Session.
@@ -131,6 +133,9 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	if err := Available(ctx, p); err != nil {
 		return nil, err
 	}
+	if err := checkReserve(p.Workspace, p.Limits); err != nil {
+		return nil, err
+	}
 	pc := *p
 	pc.Env = slices.Clone(p.Env)
 	unlock, err := prepareWorkspace(&pc)
@@ -168,8 +173,8 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return release()
 	}
 	// Before launch: the session's end closes it.
-	if dirs, budget := diskTrees(&pc), pc.Limits.Disk; len(dirs) > 0 && budget > 0 {
-		s.disk = watchDisk(dirs, budget, treesUsage(dirs, budget), s.running, s.overDisk)
+	if dirs, budget := diskTrees(&pc), pc.Limits.Disk; len(dirs) > 0 && (budget > 0 || pc.Limits.keepsFree()) {
+		s.disk = watchDisk(dirs, pc.Limits, treesUsage(dirs, budget), s.running, s.overDisk)
 	}
 	if err := s.launch(); err != nil {
 		s.disk.close()
@@ -191,7 +196,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return nil, ctx.Err()
 	case <-timer.C:
 		s.Close()
-		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v: %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
+		return nil, fmt.Errorf("sandboxkit: the session supervisor did not start within %v (stuck): %s", sessionStartTimeout, strings.TrimSpace(s.errHead.String()))
 	}
 	s.obs = newObserver(s.policy, s.cl)
 	s.mu.Lock()
@@ -425,17 +430,22 @@ func (s *Session) running() bool {
 }
 
 // overDisk kills the running commands and jobs: the workspace crossed
-// its disk budget while they ran, so one of them wrote it full.
-func (s *Session) overDisk(used int64) {
+// its disk budget, or its filesystem's reserve, while they ran, so one of
+// them wrote it full.
+func (s *Session) overDisk(h diskHit) {
 	var ids []uint64
 	s.mu.Lock()
 	for sc := range s.fg {
-		sc.diskUsed = used
+		if sc.disk.limit == "" {
+			sc.disk = h
+		}
 		ids = append(ids, sc.rc.proc.id)
 	}
 	for _, j := range s.jobs {
 		if j.info.Running {
-			j.diskUsed = used
+			if j.disk.limit == "" {
+				j.disk = h
+			}
 			ids = append(ids, j.proc.id)
 		}
 	}
@@ -464,10 +474,10 @@ type sessionCmd struct {
 	s     *Session
 	begun bool
 	rc    *remoteCmd
-	// before are the cgroup's counters at the start; diskUsed, under
-	// Session.mu, is set when the disk budget killed the command.
-	before   cgroup.Events
-	diskUsed int64
+	// before are the cgroup's counters at the start; disk, under
+	// Session.mu, is set when the disk watch killed the command.
+	before cgroup.Events
+	disk   diskHit
 }
 
 // start runs after Cmd.Start's checks of Args and ctx.
@@ -527,11 +537,11 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 	s := sc.s
 	s.mu.Lock()
 	delete(s.fg, sc)
-	used := sc.diskUsed
+	dh := sc.disk
 	s.mu.Unlock()
-	hit := s.limits.hit(sc.before)
-	if used > 0 {
-		hit = LimitDisk
+	hit, used := s.limits.hit(sc.before), dh.n
+	if dh.limit != "" {
+		hit = dh.limit
 	}
 	s.end()
 	lim := s.policy.Limits
@@ -571,12 +581,12 @@ type JobInfo struct {
 }
 
 type job struct {
-	info     JobInfo // guarded by Session.mu
-	out      *tailBuffer
-	proc     *proc
-	exited   chan struct{}
-	before   cgroup.Events
-	diskUsed int64 // guarded by Session.mu
+	info   JobInfo // guarded by Session.mu
+	out    *tailBuffer
+	proc   *proc
+	exited chan struct{}
+	before cgroup.Events
+	disk   diskHit // guarded by Session.mu
 }
 
 // StartBackground starts argv in the session as a background job and
@@ -648,11 +658,11 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		if p.err == nil {
 			j.info.ExitCode = p.code
 		}
-		if j.diskUsed > 0 {
-			hit = LimitDisk
+		if j.disk.limit != "" {
+			hit = j.disk.limit
 		}
 		if hit != "" {
-			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.diskUsed)
+			j.info.Limit, j.info.LimitMessage = hit, s.policy.Limits.message(hit, j.disk.n)
 		}
 		s.mu.Unlock()
 		close(j.exited)

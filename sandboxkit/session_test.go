@@ -18,6 +18,7 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // sessionPolicy returns a workspace policy over a fresh lower tree.
@@ -435,6 +436,92 @@ func TestSessionConcurrent(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("%d concurrent 0.5 s commands took %v", n, d)
+	}
+}
+
+// Many sessions start at once under the log-mode filter, whose listener
+// the supervisor stacks before the host can serve it: a supervisor
+// thread under it that starts a thread (a cgo runtime does, with clone3)
+// would wait for ever, and with it the ready message that hands the
+// listener over. Rounds of 32 starts made that happen about every other
+// run; the limit is for stuck starts, not slow ones.
+func TestSessionStartsConcurrently(t *testing.T) {
+	requireSandbox(t)
+	f, err := seccomp.Load(seccomp.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds, n = 3, 32
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				p := sessionPolicy(t)
+				p.Seccomp = f.Program
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				s, err := StartSession(ctx, p, SessionOptions{})
+				if err != nil {
+					t.Errorf("round %d, session %d: %v", round, i, err)
+					return
+				}
+				defer s.Close()
+				if err := s.Observing(); err != nil {
+					t.Errorf("round %d, session %d: %v", round, i, err)
+				}
+				var out bytes.Buffer
+				c := s.Command(t.Context(), "sh", "-c", "echo $N")
+				c.Env, c.Stdout = []string{"N=" + strconv.Itoa(i)}, &out
+				if err := c.Run(); err != nil || out.String() != strconv.Itoa(i)+"\n" {
+					t.Errorf("round %d, session %d: %q %v", round, i, out.String(), err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// The observing filter is on the supervisor's serving thread alone (its
+// commands inherit it): the threads the Go runtime creates threads from
+// are not under it.
+func TestSessionListenerOnOneThread(t *testing.T) {
+	requireSandbox(t)
+	f, err := seccomp.Load(seccomp.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sessionPolicy(t)
+	p.Seccomp = f.Program
+	s := startSession(t, p, SessionOptions{})
+	if err := s.Observing(); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := inSession(t, s, "grep -h Seccomp_filters /proc/1/task/*/status; grep Seccomp_filters /proc/self/status")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var counts []int
+	for line := range strings.Lines(out) {
+		n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "Seccomp_filters:")))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		counts = append(counts, n)
+	}
+	if len(counts) < 3 {
+		t.Fatalf("supervisor threads and the command: %v", counts)
+	}
+	command, threads := counts[len(counts)-1], counts[:len(counts)-1]
+	under := 0
+	for _, n := range threads {
+		if n == command {
+			under++
+		} else if n != command-1 {
+			t.Errorf("a supervisor thread has %d filters, the command %d", n, command)
+		}
+	}
+	if under != 1 {
+		t.Errorf("%d of %d supervisor threads under the command's filters (%v); want 1, the one that starts commands", under, len(threads), counts)
 	}
 }
 

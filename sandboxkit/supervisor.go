@@ -197,11 +197,15 @@ func serveControl(ctl int, spawner, observe bool) int {
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 
-	if spawner {
-		// Children's Pdeathsig follows the thread that forked them:
-		// serve forks from this thread, which lives as long as the
-		// process. Never unlocked.
+	if spawner || observe {
+		// The spawner: children's Pdeathsig follows the thread that
+		// forked them. Observing: the listener's filter is on this
+		// thread alone (see ready), and commands inherit it from the
+		// thread that forks them. Either way serve forks from this
+		// thread, which lives as long as the process. Never unlocked.
 		runtime.LockOSThread()
+	}
+	if spawner {
 		if err := dropInheritedCaps(); err != nil {
 			return fail("capabilities: %v", err)
 		}
@@ -582,14 +586,18 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 }
 
 // ready tells the host the supervisor serves. With observe, it first
-// stacks the seccomp listener's filter on itself, before any command
-// exists, and sends the listener with the message; if that fails, the
-// sandbox runs on with its own filter alone, and the host learns why.
+// stacks the seccomp listener's filter on its serving thread (locked by
+// serveControl), before any command exists, and sends the listener with
+// the message; if that fails, the sandbox runs on with its own filter
+// alone, and the host learns why. Only that thread: until the host
+// serves the listener, a filtered thread that creates a thread (the
+// runtime of a cgo binary does, with clone3) waits for ever, and the
+// message that would bring the listener to the host waits with it.
 func (sv *supervisor) ready(observe bool) error {
 	if !observe {
 		return sv.send(ctlReply{Op: "ready"})
 	}
-	l, err := seccomp.Listen()
+	l, err := seccomp.ListenThread()
 	if err != nil {
 		return sv.send(ctlReply{Op: "ready", NoListener: err.Error()})
 	}

@@ -273,6 +273,7 @@ func (s *Server) routes() {
 	conv.Get("/workspace/diff", s.diff)
 	conv.Get("/workspace/files", s.files)
 	conv.Post("/workspace/push", s.push)
+	conv.Post("/workspace/discard", s.discardWorkspace)
 
 	authed.Post("/repositories", s.admin, s.createRepository)
 	authed.Get("/repositories", s.listRepositories)

@@ -104,6 +104,10 @@ const (
 	// {"conversation","name","size","sha256"}. Record it in the
 	// transaction that stores the attachment.
 	KindAttachment = "attachment"
+	// KindWorkspaceDiscard is a conversation's workspace changes
+	// discarded by its owner: {"conversation"}, recorded before they
+	// are removed.
+	KindWorkspaceDiscard = "workspace_discard"
 )
 
 // Entry is what a caller records.

@@ -29,6 +29,12 @@ type Limits struct {
 	OpenFiles int64 `yaml:"open_files"`
 	// Disk is a conversation's budget for its workspace changes (5GiB).
 	Disk Size `yaml:"disk"`
+	// DiskReserve and DiskReservePercent are the free space kept on the
+	// filesystem of the workspaces: the smaller of DiskReserve (2GiB) and
+	// DiskReservePercent of its size (5). A command that takes free space
+	// below it is stopped, and no sandbox starts until files are deleted.
+	DiskReserve        Size    `yaml:"disk_reserve"`
+	DiskReservePercent float64 `yaml:"disk_reserve_percent"`
 	// BackgroundJobs caps a conversation's running background jobs (8).
 	BackgroundJobs int `yaml:"background_jobs"`
 	// Cgroup is the delegated cgroup subtree; empty finds it (the
@@ -41,7 +47,8 @@ func DefaultLimits() Limits {
 	d := sandboxkit.DefaultLimits()
 	return Limits{
 		Processes: d.Pids, Memory: Size(d.Memory), CPU: d.CPU, TmpSize: Size(d.TmpSize), HomeSize: Size(d.HomeSize),
-		FileSize: Size(d.FileSize), OpenFiles: d.OpenFiles, Disk: Size(d.Disk), BackgroundJobs: sandboxkit.DefaultMaxJobs,
+		FileSize: Size(d.FileSize), OpenFiles: d.OpenFiles, Disk: Size(d.Disk), DiskReserve: Size(d.DiskReserve), DiskReservePercent: d.DiskReservePercent,
+		BackgroundJobs: sandboxkit.DefaultMaxJobs,
 	}
 }
 
@@ -50,7 +57,8 @@ func (s Sandbox) SandboxLimits() sandboxkit.Limits {
 	l := s.Limits
 	return sandboxkit.Limits{
 		Pids: l.Processes, Memory: int64(l.Memory), CPU: l.CPU, TmpSize: int64(l.TmpSize), HomeSize: int64(l.HomeSize),
-		FileSize: int64(l.FileSize), OpenFiles: l.OpenFiles, Disk: int64(l.Disk), Cgroup: l.Cgroup, Require: s.RequireLimits,
+		FileSize: int64(l.FileSize), OpenFiles: l.OpenFiles, Disk: int64(l.Disk), DiskReserve: int64(l.DiskReserve), DiskReservePercent: l.DiskReservePercent,
+		Cgroup: l.Cgroup, Require: s.RequireLimits,
 	}
 }
 
@@ -60,13 +68,16 @@ func (l Limits) validate() []error {
 		key string
 		v   int64
 	}{{"processes", l.Processes}, {"memory", int64(l.Memory)}, {"tmp_size", int64(l.TmpSize)}, {"home_size", int64(l.HomeSize)},
-		{"file_size", int64(l.FileSize)}, {"open_files", l.OpenFiles}, {"disk", int64(l.Disk)}, {"background_jobs", int64(l.BackgroundJobs)}} {
+		{"file_size", int64(l.FileSize)}, {"open_files", l.OpenFiles}, {"disk", int64(l.Disk)}, {"disk_reserve", int64(l.DiskReserve)}, {"background_jobs", int64(l.BackgroundJobs)}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("sandbox.limits.%s must not be negative (0 means no limit)", f.key))
 		}
 	}
 	if l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0) {
 		errs = append(errs, errors.New("sandbox.limits.cpu must be a number of cores, 0 for no limit"))
+	}
+	if l.DiskReservePercent < 0 || l.DiskReservePercent > 100 || math.IsNaN(l.DiskReservePercent) {
+		errs = append(errs, errors.New("sandbox.limits.disk_reserve_percent must be a percentage from 0 to 100 (0: no percentage)"))
 	}
 	if len(errs) == 0 {
 		if err := (Sandbox{Limits: l}).SandboxLimits().Validate(); err != nil {

@@ -33,16 +33,38 @@ var ErrNoListener = errors.New("seccomp: no user-notification listener")
 // Listen stacks the observing filter on every thread of this process
 // (and so on everything it starts from now on) and returns the
 // listener's descriptor, close-on-exec, for the host to Watch. It needs
-// Linux 5.7 and no_new_privs (bwrap sets it). Call it inside the
-// sandbox, once, before starting the commands to observe.
+// Linux 5.7 and no_new_privs (bwrap sets it).
+//
+// From then on every thread waits in a blocklisted call until the
+// listener is served, the Go runtime's own included: a cgo program's
+// runtime starts threads with the C library, whose clone3 is
+// blocklisted, and can do so at any moment. So the listener must be
+// served by another process, and this one must not depend on itself
+// until it is: a program that keeps running (a supervisor that hands
+// the listener on, say) wants ListenThread.
 func Listen() (*os.File, error) {
+	return listen(unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
+}
+
+// ListenThread is Listen for the calling thread alone, and the
+// processes it starts from now on: the caller must hold the thread with
+// runtime.LockOSThread (and start from it every process to observe),
+// else the goroutine moves off the filtered thread and the runtime may
+// start threads from it. The runtime's other threads stay unobserved,
+// and a locked thread asks the runtime's template thread, which is not
+// filtered, for new threads: no thread of this program waits for a
+// listener that has no reader yet.
+func ListenThread() (*os.File, error) {
+	return listen(0)
+}
+
+func listen(flags uintptr) (*os.File, error) {
 	prog, err := Generate(runtime.GOARCH, notify)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoListener, err)
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog) / insnSize), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))}
-	flags := uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
-	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|flags, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
 	if e != 0 {
 		return nil, fmt.Errorf("%w: installing the filter (needs Linux 5.7): %v", ErrNoListener, e)

@@ -113,6 +113,7 @@ function apply(type, ev) {
     case 'subagent_finished': notice(`Subagent ${d.subagent || ''} finished${d.error ? ': ' + d.error : ''}`); break;
     case 'sandbox_unavailable': notice('The sandbox is unavailable: ' + (d.error || ''), 'error'); break;
     case 'sandbox_limit': notice(d.message || 'A command hit a sandbox limit.', 'error'); break;
+    case 'sandbox_waiting': turnState.textContent = d.status === 'starting' ? 'Waiting for the sandbox to start…' : 'The assistant is working…'; break;
     case 'seccomp_violation': notice(`A command made a blocked system call (${d.syscall || ''}).`, 'error'); break;
     case 'setup_started': notice('Project setup is running…'); break;
     case 'setup_output': notice(d.text || '', 'setup'); break;
@@ -127,7 +128,7 @@ function apply(type, ev) {
 
 const TYPES = ['turn_started', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
   'tool_finished', 'tool_output_delta', 'subagent_started', 'subagent_finished', 'sandbox_unavailable', 'sandbox_limit',
-  'seccomp_violation', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
+  'sandbox_waiting', 'seccomp_violation', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
 
 function follow() {
   const es = new EventSource(`/api/v1${base}/events`);
