@@ -23,7 +23,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"Delegate": "yes", "User": "codumentor", "StateDirectory": "codumentor", "StateDirectoryMode": "0700",
-		"ExecStart": "/usr/local/bin/codumentor api --instance /var/lib/codumentor", "NoNewPrivileges": "yes",
+		"ExecStart": "/var/lib/codumentor/bin/codumentor api --instance /var/lib/codumentor/instance", "NoNewPrivileges": "yes",
 	} {
 		if set[k] != want {
 			t.Errorf("%s=%q, want %q", k, set[k], want)

@@ -185,15 +185,16 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 	}()
 	if console {
 		// The console's "Failed to load resource" errors for a 4xx are
-		// let through below (the page's refused API calls); a page asset
-		// or the favicon answering 404 is a broken page all the same.
+		// let through below (the page's refused API calls, the pages a
+		// test opens to see a 404); an asset or the favicon answering
+		// 404 is a broken page all the same.
 		go func() {
 			for ev, err := range responses {
 				if err != nil {
 					return
 				}
 				u := ev.Response.URL
-				if ev.Response.Status == http.StatusNotFound && !strings.Contains(u, "/api/") {
+				if ev.Response.Status == http.StatusNotFound && (strings.Contains(u, "/static/") || strings.HasSuffix(u, "/favicon.ico")) {
 					w.note(&w.problems, fmt.Sprintf("404 for %s", u))
 				}
 			}

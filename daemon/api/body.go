@@ -89,7 +89,9 @@ func (s *Server) readBody(c *fiber.Ctx) error {
 	if enc := strings.TrimSpace(string(req.Header.Peek(fiber.HeaderContentEncoding))); enc != "" && !strings.EqualFold(enc, "identity") {
 		// Fiber's c.Body() would inflate it in memory without a bound
 		// (a 2 MiB gzip body of zeros is 2 GiB).
-		c.Context().SetConnectionClose()
+		if !drainSmall(c, declared) {
+			c.Context().SetConnectionClose()
+		}
 		return errCompressedBody
 	}
 	if limit := s.d.uploadLimit(); limit > 0 && isUpload(c) {
@@ -126,6 +128,22 @@ func (s *Server) readBody(c *fiber.Ctx) error {
 	}
 	req.SetBodyRaw(body)
 	return c.Next()
+}
+
+// drainSmall reads and drops a refused body of a declared length of at
+// most bodyChunk, and reports whether it did: the connection can then
+// serve the next request, and a client still writing the body is not
+// reset before it reads the answer (as net/http drains small bodies).
+func drainSmall(c *fiber.Ctx, declared int64) bool {
+	if declared < 0 || declared > bodyChunk {
+		return false
+	}
+	r := c.Context().RequestBodyStream()
+	if r == nil || declared == 0 {
+		return true
+	}
+	_, err := io.CopyN(io.Discard, r, declared)
+	return err == nil
 }
 
 // readAll reads a body of n bytes (-1: unknown, -2: none) of at most
