@@ -41,12 +41,13 @@ func bigBlobRepo(t *testing.T) string {
 
 // hookedRemote is a bare repository whose every hook, and the commands
 // its configuration names, write a marker into spy (outside it) and
-// into the repository itself, were git to run them on the host.
+// into the repository itself (a hook's working directory), were git to
+// run them, on the host or in a sandbox.
 func hookedRemote(t *testing.T, spy string) string {
 	t.Helper()
 	bare := bareRepo(t, map[string]string{"README.md": "hello\n"}, nil)
 	for _, h := range []string{"pre-receive", "update", "post-receive", "post-update", "reference-transaction", "push-to-checkout", "proc-receive", "pre-push", "pre-auto-gc", "post-checkout"} {
-		body := "#!/bin/sh\necho " + h + " >> '" + spy + "/marker'\necho " + h + " >> \"$GIT_DIR/../marker\"\ncat >/dev/null\nexit 0\n"
+		body := "#!/bin/sh\necho " + h + " >> '" + spy + "/marker'\necho " + h + " >> marker\ncat >/dev/null\nexit 0\n"
 		if err := os.WriteFile(filepath.Join(bare, "hooks", h), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func sampleHealth(url string, stop <-chan struct{}) (*healthSamples, *sync.WaitG
 
 // The must-show: each kind of hostile repository is added and
 // synced (and a conversation attempted on those whose harm is in their
-// tree) while another user's conversation on a normal repository runs
+// tree or in the remote's hooks, which a push would run) while another user's conversation on a normal repository runs
 // an approved command to completion; each is refused or defused as its
 // own defence says; /healthz answers throughout with p99 under 50 ms,
 // and the server's peak RSS stays within 300 MB of what it was.
@@ -153,9 +154,22 @@ func TestHostileRepositoriesBesideAWorkingUser(t *testing.T) {
 			}
 			return nil
 		}},
-		{name: "hooked-remote", bare: hooked, check: func(_ *client, j jobs.Job, _ string) error {
+		{name: "hooked-remote", bare: hooked, check: func(c *client, j jobs.Job, repo string) error {
 			if j.Status != jobs.StatusSucceeded {
 				return fmt.Errorf("sync %s: %q; want succeeded", j.Status, j.LastError)
+			}
+			// A change pushed back: receive-pack is where hooks would run.
+			var conv struct{ ID string }
+			c.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
+			s := c.follow(conv.ID, "")
+			defer s.close()
+			c.send(conv.ID, "PUSH: write a file")
+			turnOK(t, s)
+			_, digest := c.readDiff(conv.ID)
+			var res struct{ Branch, Commit string }
+			c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/workspace/push", map[string]string{"branch": "codumentor/hooked", "message": "Add NEW.md", "diff_sha256": digest}, &res)
+			if got := gitCmd(t, hooked, "rev-parse", "codumentor/hooked"); got != res.Commit {
+				return fmt.Errorf("the pushed branch is at %s, the push answered %+v", got, res)
 			}
 			return nil
 		}},
@@ -197,7 +211,9 @@ func TestHostileRepositoriesBesideAWorkingUser(t *testing.T) {
 	for i := range kinds {
 		steps = append(steps, shellCall(fmt.Sprintf("echo bob-turn-%d", i)), llmtest.Step{Expect: fmt.Sprintf("bob-turn-%d", i), Text: "Done."})
 	}
-	in := newInstance(t, llm(t, steps...)+"repositories:\n  max_snapshot_bytes: 64MiB\n")
+	// A conversation whose first message says PUSH writes a file.
+	push := llmtest.Branch{Match: "PUSH", Steps: []llmtest.Step{toolCall("write_file", map[string]string{"path": "NEW.md", "content": "new\n"}), {Text: "Written."}}}
+	in := newInstance(t, llmScript(t, &llmtest.Script{Steps: steps, Branches: []llmtest.Branch{push}})+"repositories:\n  max_snapshot_bytes: 64MiB\n")
 	in.addUser("root", pw, true)
 	in.addUser("bob", pw, false)
 	p := in.start()
