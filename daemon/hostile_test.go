@@ -84,13 +84,15 @@ func poisonRepo(t *testing.T, spy string) string {
 	})
 }
 
-// healthSamples measures GET /healthz on the loopback every 5 ms (at
-// most 20000 times) until stop is closed.
+// healthSamples are the latencies sampleHealth measured.
 type healthSamples struct {
 	lat    []time.Duration
 	failed int
 }
 
+// sampleHealth measures GET /healthz of the server at url (loopback)
+// every 5 ms, at most 20000 times, until stop is closed; the samples
+// are read once the returned WaitGroup is done.
 func sampleHealth(url string, stop <-chan struct{}) (*healthSamples, *sync.WaitGroup) {
 	h := &healthSamples{}
 	var wg sync.WaitGroup
@@ -117,11 +119,12 @@ func sampleHealth(url string, stop <-chan struct{}) (*healthSamples, *sync.WaitG
 }
 
 // The must-show: each kind of hostile repository is added and
-// synced (and a conversation attempted on those whose harm is in their
-// tree or in the remote's hooks, which a push would run) while another user's conversation on a normal repository runs
-// an approved command to completion; each is refused or defused as its
-// own defence says; /healthz answers throughout with p99 under 50 ms,
-// and the server's peak RSS stays within 300 MB of what it was.
+// synced (and a conversation started on those whose harm is in their
+// tree, or in the remote's hooks, which a push would run) while another
+// user's conversation on a normal repository runs an approved command
+// to completion; each is refused or defused as its own defence says;
+// /healthz answers throughout with p99 under 50 ms, and the server's
+// peak RSS stays within 300 MB of what it was.
 func TestHostileRepositoriesBesideAWorkingUser(t *testing.T) {
 	needSandbox(t)
 	spy := t.TempDir()
