@@ -183,7 +183,11 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if cfg.Auth.LDAP.URL != "" {
 		ldapCfg = &cfg.Auth.LDAP
 	}
-	limiter := auth.NewLimiter(auth.LimitOptions{})
+	ll := cfg.Auth.LoginLimits
+	limiter := auth.NewLimiter(auth.LimitOptions{
+		UserFailures: ll.UserFailures, UserDelay: ll.UserDelay.Std(), MaxUserDelay: ll.MaxUserDelay.Std(),
+		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
+	})
 	go limiter.Sweep(ctx, time.Minute)
 	login, err := auth.NewAuthenticator(users, ldapCfg, limiter)
 	if err != nil {

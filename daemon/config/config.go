@@ -158,6 +158,25 @@ type Auth struct {
 	TokenTTL Duration `yaml:"token_ttl"`
 	// LDAP, when its url is set, authenticates users not found locally.
 	LDAP ldap.Config `yaml:"ldap"`
+	// LoginLimits bound failed logins per name and per address.
+	LoginLimits LoginLimits `yaml:"login_limits"`
+}
+
+// LoginLimits is auth.login_limits: how failed logins slow down a name
+// and refuse an address (auth.LimitOptions says how they combine).
+type LoginLimits struct {
+	// UserFailures are the failures of one name within Window before
+	// its attempts from failing addresses are slowed down (default 10).
+	UserFailures int `yaml:"user_failures"`
+	// UserDelay is the first delay, doubling with each further failure
+	// up to MaxUserDelay (defaults 1s and 1m).
+	UserDelay    Duration `yaml:"user_delay"`
+	MaxUserDelay Duration `yaml:"max_user_delay"`
+	// AddressFailures are the failures of one address within Window,
+	// whatever the names, before its logins are refused (default 30).
+	AddressFailures int `yaml:"address_failures"`
+	// Window is the sliding window failures count in (default 15m).
+	Window Duration `yaml:"window"`
 }
 
 // LLM is the OpenAI-compatible endpoint the agent talks to.
@@ -254,8 +273,11 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // isolation on, seccomp in log mode.
 func Default() Config {
 	return Config{
-		Listen:  "127.0.0.1:8080",
-		Auth:    Auth{TokenTTL: Duration(12 * time.Hour)},
+		Listen: "127.0.0.1:8080",
+		Auth: Auth{TokenTTL: Duration(12 * time.Hour), LoginLimits: LoginLimits{
+			UserFailures: 10, UserDelay: Duration(time.Second), MaxUserDelay: Duration(time.Minute),
+			AddressFailures: 30, Window: Duration(15 * time.Minute),
+		}},
 		LLM:     LLM{Timeout: Duration(2 * time.Minute)},
 		Plugins: []string{PluginWorkspaceIsolation},
 		Sandbox: Sandbox{
@@ -314,6 +336,9 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.TokenTTL <= 0 {
 		errs = append(errs, errors.New("auth.token_ttl must be positive"))
+	}
+	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
+		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
 	}
 	if c.Auth.LDAP.URL != "" {
 		if err := c.Auth.LDAP.Validate(); err != nil {
