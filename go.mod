@@ -92,7 +92,7 @@ require (
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
-	modernc.org/sqlite v1.23.1 // indirect
+	modernc.org/sqlite v1.23.1
 )
 
 // The SDK lives in this repository; go.work uses it too, the replace lets

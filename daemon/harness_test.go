@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,6 +62,9 @@ type instance struct {
 	args []string
 	// nofile, if set, is the server's RLIMIT_NOFILE (soft and hard).
 	nofile int
+	// wrap, if set, is the command that runs the server: the server's
+	// argv follows it (it must exec it, so that the pid is the server's).
+	wrap []string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -141,6 +145,9 @@ func (in *instance) run(env ...string) (*proc, error) {
 	argv := append([]string{bin, "api", "--instance", in.dir, "--listen", "127.0.0.1:0"}, in.args...)
 	if in.nofile > 0 {
 		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--"}, argv...)
+	}
+	if len(in.wrap) > 0 {
+		argv = append(slices.Clone(in.wrap), argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)

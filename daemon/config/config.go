@@ -80,6 +80,8 @@ type Config struct {
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
 	Server  Server   `yaml:"server"`
+	// Store configures the instance database.
+	Store Store `yaml:"store"`
 	// ExternalAgents are the external_agent plugin's agents.
 	ExternalAgents []externalagent.Config `yaml:"external_agents"`
 	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
@@ -216,6 +218,14 @@ type Sandbox struct {
 	Egress Egress `yaml:"egress"`
 }
 
+// Store configures the instance database (SQLite).
+type Store struct {
+	// BusyTimeout is how long a write waits for another connection's
+	// write lock (codumentorctl's, a backup's) before the request answers
+	// 503 storage_busy (default 5s).
+	BusyTimeout Duration `yaml:"busy_timeout"`
+}
+
 // Log configures logs/codumentor.log (and stderr).
 type Log struct {
 	// Level is trace, debug, info (default), warn or error.
@@ -289,6 +299,7 @@ func Default() Config {
 			Egress:          DefaultEgress(),
 		},
 		Log:          Log{Level: "info"},
+		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
 		Office:       DefaultOffice(),
 		Server: Server{
@@ -336,6 +347,9 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.TokenTTL <= 0 {
 		errs = append(errs, errors.New("auth.token_ttl must be positive"))
+	}
+	if c.Store.BusyTimeout <= 0 {
+		errs = append(errs, errors.New("store.busy_timeout must be positive"))
 	}
 	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
 		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
