@@ -1,6 +1,7 @@
 package ctl_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/config"
 )
 
 // export writes the instance's audit log as JSON lines and reads it back.
@@ -52,7 +54,7 @@ func TestAuditExportVerify(t *testing.T) {
 		t.Fatalf("export --since 'last week': %v", r)
 	}
 	r := ctl(t, "audit", "verify", "--instance", dir)
-	if r.code != 0 || !strings.Contains(r.stdout, "4 records, chain intact; record 4 has hash "+rs[3].Hash) {
+	if r.code != 0 || !strings.Contains(r.stdout, "4 records, chain intact; head 4:"+rs[3].Hash) {
 		t.Fatalf("verify: %v", r)
 	}
 	// An export verifies on its own, also from the middle.
@@ -76,5 +78,59 @@ func TestAuditExportVerify(t *testing.T) {
 	r = ctl(t, "audit", "verify", "--instance", dir)
 	if r.code != 1 || !strings.Contains(r.stderr, "at record 3: its content does not match its hash (edited)") {
 		t.Fatalf("verify after an edit: %v", r)
+	}
+}
+
+// With auth.jwt_secret the chain is keyed: audit head prints the newest
+// record's SEQ:MAC, and verify --head names what happened since: the
+// newest records deleted, or the log re-chained without the key.
+func TestAuditHead(t *testing.T) {
+	dir := initInstance(t)
+	const secret = "ctl-audit-head-secret-0123456789abcdefghij"
+	if err := os.WriteFile(config.Instance{Dir: dir}.ConfigFile(), []byte("auth:\n  jwt_secret: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"alice", "bob", "carol", "dave"} {
+		if r := ctl(t, "users", "add", "--instance", dir, "--password", name+" password", name); r.code != 0 {
+			t.Fatalf("users add: %v", r)
+		}
+	}
+	r := ctl(t, "audit", "head", "--instance", dir)
+	head, err := audit.ParseHead(r.stdout)
+	if r.code != 0 || err != nil || head.Seq != 4 {
+		t.Fatalf("audit head: %v (%v)", r, err)
+	}
+	if rs := export(t, dir); len(rs) != 4 || rs[3].KeyID == "" || rs[3].Hash != head.MAC {
+		t.Fatalf("export: %+v; want 4 keyed records, the last with the head's MAC", rs)
+	}
+	verify := func(args ...string) result {
+		return ctl(t, append([]string{"audit", "verify", "--instance", dir}, args...)...)
+	}
+	if r := verify("--head", head.String()); r.code != 0 || !strings.Contains(r.stdout, "4 records, chain intact, reaches the 1 head(s) given; head "+head.String()) {
+		t.Fatalf("verify --head: %v", r)
+	}
+	if r := verify("--head", "4:nope"); r.code != 2 {
+		t.Fatalf("verify --head 4:nope: %v, want a usage error", r)
+	}
+
+	db := openDB(t, dir)
+	// The newest two deleted: the chain left is intact, the head shows it.
+	if err := db.Exec(`DELETE FROM audit_log WHERE seq > 2`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if r := verify(); r.code != 0 {
+		t.Fatalf("verify without the head after deleting the newest: %v", r)
+	}
+	if r := verify("--head", head.String()); r.code != 1 || !strings.Contains(r.stderr, "at record 4: it is missing: the log ends at record 2") {
+		t.Fatalf("verify --head after deleting the newest: %v", r)
+	}
+	// Re-written without the key (db has none): named by the chain.
+	for _, name := range []string{"mallory", "trent"} {
+		if err := audit.Write(context.Background(), db, audit.Entry{Kind: audit.KindAdmin, User: "codumentorctl", Data: map[string]string{"action": "user_add", "user": name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := verify(); r.code != 1 || !strings.Contains(r.stderr, "at record 3: it is chained without a key after keyed record 1 (re-chained without the key)") {
+		t.Fatalf("verify after re-chaining without the key: %v", r)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -10,6 +11,34 @@ import (
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit"
 )
+
+// logAuditHeads writes the audit log's head to the server's log every
+// interval until ctx ends, so that a log shipped elsewhere anchors the
+// database (codumentorctl audit verify --head).
+func (s *server) logAuditHeads(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.logAuditHead(ctx)
+		}
+	}
+}
+
+// logAuditHead writes the audit log's head to the server's log: the
+// line "audit head: head=SEQ:MAC".
+func (s *server) logAuditHead(ctx context.Context) {
+	h, err := audit.LastHead(ctx, s.db)
+	switch {
+	case err != nil:
+		s.log.Warn("audit head: cannot be read", "err", err)
+	case h.Seq > 0:
+		s.log.Info("audit head", "head", h.String())
+	}
+}
 
 // recordConfig puts the configuration the server starts with in the
 // audit log, every secret in it masked.

@@ -123,6 +123,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close(db)
+	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return err
+	}
 	s, err := build(ctx, cfg, inst, db, log, o)
 	if err != nil {
 		return err
@@ -373,6 +376,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	queueDone := make(chan error, 1)
 	go func() { queueDone <- s.queue.Run(ctx) }()
 	go s.watchConfig(ctx, inst, o)
+	go s.logAuditHeads(ctx, s.cfg.Load().Audit.HeadInterval.Std())
 
 	served := make(chan error, 1)
 	go func() { served <- s.api.App().Listener(ln) }()
@@ -392,6 +396,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
 		s.log.Warn("job queue", "err", qerr)
 	}
+	s.logAuditHead(context.WithoutCancel(ctx))
 	return err
 }
 
@@ -453,6 +458,9 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 		}
 		s.tokens.Store(tokens)
 		s.secrets.SetKeyring(secrets.NewKeyring(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets))
+		if err := audit.UseKeys(s.db, audit.NewKeys(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets)); err != nil {
+			s.log.Error("the audit log's MAC keys cannot be swapped", "err", err)
+		}
 		updated := *cur
 		updated.Auth.JWTSecret, updated.Auth.PreviousJWTSecrets = next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets
 		s.cfg.Store(&updated)

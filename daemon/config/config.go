@@ -82,6 +82,8 @@ type Config struct {
 	Server  Server   `yaml:"server"`
 	// Store configures the instance database.
 	Store Store `yaml:"store"`
+	// Audit configures the audit log.
+	Audit Audit `yaml:"audit"`
 	// ExternalAgents are the external_agent plugin's agents.
 	ExternalAgents []externalagent.Config `yaml:"external_agents"`
 	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
@@ -218,6 +220,14 @@ type Sandbox struct {
 	Egress Egress `yaml:"egress"`
 }
 
+// Audit configures the audit log.
+type Audit struct {
+	// HeadInterval is how often the server writes the audit log's head
+	// (the newest record's number and MAC) to its log, besides at
+	// shutdown, for codumentorctl audit verify --head (default 15m).
+	HeadInterval Duration `yaml:"head_interval"`
+}
+
 // Store configures the instance database (SQLite).
 type Store struct {
 	// BusyTimeout is how long a write waits for another connection's
@@ -300,6 +310,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info"},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
+		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20},
 		Office:       DefaultOffice(),
 		Server: Server{
@@ -347,6 +358,9 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.TokenTTL <= 0 {
 		errs = append(errs, errors.New("auth.token_ttl must be positive"))
+	}
+	if c.Audit.HeadInterval <= 0 {
+		errs = append(errs, errors.New("audit.head_interval must be positive"))
 	}
 	if c.Store.BusyTimeout <= 0 {
 		errs = append(errs, errors.New("store.busy_timeout must be positive"))
