@@ -57,13 +57,13 @@ func recordConfig(ctx context.Context, db *gorm.DB, cfg config.Config) error {
 // integrations start (office worker, git checkouts and push commits,
 // MCP servers): each start is recorded before it runs, for the
 // conversation that ctx names (audit.ForConversation), if any.
-func launchRecorder(db *gorm.DB) func(context.Context, sandboxkit.LaunchRecord) error {
+func launchRecorder(db *gorm.DB, m *sandboxMetrics) func(context.Context, sandboxkit.LaunchRecord) error {
 	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
 		user, conv := audit.ConversationOf(ctx)
 		if user == "" {
 			user = "server"
 		}
-		return recordLaunch(ctx, db, agentcore.Launch{
+		return recordLaunch(ctx, db, m, agentcore.Launch{
 			User: user, Conversation: conv, Kind: r.Kind, Profile: r.Profile, ArgvSHA256: r.ArgvSHA256(),
 			Cwd: r.Cwd, Seccomp: r.Seccomp, FilterSHA256: r.FilterSHA256,
 		})
@@ -74,7 +74,8 @@ func launchRecorder(db *gorm.DB) func(context.Context, sandboxkit.LaunchRecord) 
 // (agentcore.Config.Launching, launchRecorder), with a use of each
 // secret substituted into the command, in one transaction: nothing
 // starts unless it is recorded.
-func recordLaunch(ctx context.Context, db *gorm.DB, l agentcore.Launch) error {
+func recordLaunch(ctx context.Context, db *gorm.DB, m *sandboxMetrics, l agentcore.Launch) error {
+	m.started(string(l.Kind), l.Profile)
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for _, name := range l.Secrets {
 			if _, err := audit.Append(tx, audit.Entry{Kind: audit.KindSecretUse, User: l.User, Data: map[string]string{"name": name, "conversation": l.Conversation}}); err != nil {

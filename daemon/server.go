@@ -150,9 +150,11 @@ type server struct {
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 	egress  *egressMetrics
-	attach  *api.Attachments
-	search  *retrieval.Searcher // code search; its Index ingests
-	indexDB indexFiles          // the embedded index's files
+	// sandboxes count the sandboxes started, stopped by a limit, running.
+	sandboxes *sandboxMetrics
+	attach    *api.Attachments
+	search    *retrieval.Searcher // code search; its Index ingests
+	indexDB   indexFiles          // the embedded index's files
 
 	browsers browsers            // the webretrieve and mermaid_render plugins'
 	diagrams api.DiagramRenderer // set by mermaid_render
@@ -210,10 +212,12 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	registry := prometheus.NewRegistry()
 	egressCount := newEgressMetrics(registry)
 	s.egress = egressCount
+	s.sandboxes = newSandboxMetrics(registry)
+	convs.Observe(s.sandboxes.observe)
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
-	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex()); err != nil {
+	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex(), s.sandboxes); err != nil {
 		return nil, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
@@ -225,7 +229,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		convs: convs, repos: s.repos, log: log.Named("setup"),
 		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
 		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: new(cfg.Sandbox.SandboxLimits()),
-		launching: launchRecorder(db),
+		launching: launchRecorder(db, s.sandboxes),
 	}); err != nil {
 		return nil, err
 	}
@@ -263,7 +267,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, convs),
 		HostMasks:        hostMasks(inst),
-		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
+		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
 	})
@@ -311,6 +315,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		TrustedProxies: proxies,
 		DB:             db,
 		LLM:            func() config.LLM { return s.cfg.Load().LLM },
+		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
+		MetricsToken:   cfg.Metrics.Token,
 	})
 	return s, nil
 }
@@ -532,11 +538,11 @@ func (t *trees) Remove(conversation string) error {
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex) (*repos.Service, error) {
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sm *sandboxMetrics) (*repos.Service, error) {
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db)},
+		Sandbox:           git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db, sm)},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
 		Log:               log.Named("repos"),

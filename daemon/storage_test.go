@@ -64,6 +64,9 @@ func TestStorageBusy(t *testing.T) {
 	st, b, h = a.do("POST", "/api/v1/conversations/"+conv.ID+"/messages", map[string]string{"content": "hello"})
 	wantStorage(t, "message", "storage_busy", st, b, h)
 
+	if v, ok := sample(p.scrape(""), "codumentor_database_errors_total", "kind", "busy"); v < 3 {
+		t.Errorf("codumentor_database_errors_total{kind=busy} = %v (present %v) after 3 busy answers", v, ok)
+	}
 	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +130,16 @@ exec "$@"`, in.dir}
 	}
 	st, b, h := a.do("POST", "/api/v1/conversations", map[string]string{"title": "during"})
 	wantStorage(t, "new conversation on a full disk", "storage_full", st, b, h)
+	fams := p.scrape("")
+	if v, _ := sample(fams, "codumentor_database_errors_total", "kind", "full"); v < 2 {
+		t.Errorf("codumentor_database_errors_total{kind=full} = %v after 2 storage_full answers", v)
+	}
+	if v, ok := sample(fams, "codumentor_storage_free_bytes", "dir", "data"); !ok || v > 64<<10 {
+		t.Errorf("codumentor_storage_free_bytes{dir=data} = %v (present %v) on the full file system", v, ok)
+	}
+	if v, ok := sample(fams, "codumentor_storage_free_bytes", "dir", "logs"); !ok || v < 1<<20 {
+		t.Errorf("codumentor_storage_free_bytes{dir=logs} = %v (present %v), off the full file system", v, ok)
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

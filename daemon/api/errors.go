@@ -68,7 +68,8 @@ var (
 	errNameTooLong  = &Error{Status: http.StatusBadRequest, Code: "name_too_long", Message: "a name in the path is too long for the file system"}
 	errStorageBusy  = &Error{Status: http.StatusServiceUnavailable, Code: "storage_busy", retryAfter: 5,
 		Message: "the database is busy (another program holds its write lock longer than store.busy_timeout); nothing was changed, try again in a moment"}
-	errStorageFull = &Error{Status: http.StatusServiceUnavailable, Code: "storage_full", retryAfter: 60,
+	errMetricsToken = &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "GET /metrics needs the bearer token metrics.token"}
+	errStorageFull  = &Error{Status: http.StatusServiceUnavailable, Code: "storage_full", retryAfter: 60,
 		Message: "the server's disk is full; nothing was changed. Try again later; the administrator must free space on the instance's file system"}
 )
 
@@ -93,6 +94,22 @@ func storageAnswer(err error) (*Error, bool) {
 		return errStorageFull, true
 	}
 	return nil, false
+}
+
+// dbErrorKind names an error of the database for the metrics: busy,
+// full or other; "" if err is not the database's.
+func dbErrorKind(err error) string {
+	var se *gosqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return "busy"
+	case sqlite3.SQLITE_FULL:
+		return "full"
+	}
+	return "other"
 }
 
 // errorHandler turns every error a handler returns into the JSON body.

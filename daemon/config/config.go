@@ -84,6 +84,8 @@ type Config struct {
 	Store Store `yaml:"store"`
 	// Audit configures the audit log.
 	Audit Audit `yaml:"audit"`
+	// Metrics configures GET /metrics.
+	Metrics Metrics `yaml:"metrics"`
 	// ExternalAgents are the external_agent plugin's agents.
 	ExternalAgents []externalagent.Config `yaml:"external_agents"`
 	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
@@ -218,6 +220,13 @@ type Sandbox struct {
 	RequireLimits bool `yaml:"require_limits"`
 	// Egress caps each egress proxy (see egress.go).
 	Egress Egress `yaml:"egress"`
+}
+
+// Metrics configures GET /metrics.
+type Metrics struct {
+	// Token, if set, is the bearer token a scrape must send; empty:
+	// /metrics is public (restrict it at the proxy, see the README).
+	Token string `yaml:"token"`
 }
 
 // Audit configures the audit log.
