@@ -2,7 +2,11 @@ package ctl_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +14,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
+	"gorm.io/gorm"
 )
 
 // export writes the instance's audit log as JSON lines and reads it back.
@@ -124,13 +129,47 @@ func TestAuditHead(t *testing.T) {
 	if r := verify("--head", head.String()); r.code != 1 || !strings.Contains(r.stderr, "at record 4: it is missing: the log ends at record 2") {
 		t.Fatalf("verify --head after deleting the newest: %v", r)
 	}
-	// Re-written without the key (db has none): named by the chain.
-	for _, name := range []string{"mallory", "trent"} {
-		if err := audit.Write(context.Background(), db, audit.Entry{Kind: audit.KindAdmin, User: "codumentorctl", Data: map[string]string{"action": "user_add", "user": name}}); err != nil {
+	// A writer without the key cannot continue the chain: codumentorctl
+	// without the server's jwt_secret refuses, and records forged without
+	// the key (as anyone can hash them) are named by the chain.
+	os.WriteFile(config.Instance{Dir: dir}.ConfigFile(), nil, 0o600)
+	if r := ctl(t, "users", "add", "--instance", dir, "--password", "eve password", "eve"); r.code == 0 || !strings.Contains(r.stderr, "no auth.jwt_secret") {
+		t.Fatalf("users add without the jwt_secret: %v", r)
+	}
+	if err := audit.Write(context.Background(), db, audit.Entry{Kind: audit.KindAdmin}); !errors.Is(err, audit.ErrNoKey) {
+		t.Fatalf("audit.Write without the key on a keyed chain = %v, want ErrNoKey", err)
+	}
+	os.WriteFile(config.Instance{Dir: dir}.ConfigFile(), []byte("auth:\n  jwt_secret: "+secret+"\n"), 0o600)
+	prev := rs2(t, db)
+	for seq := int64(3); seq <= 4; seq++ {
+		r := audit.Record{Seq: seq, Time: "2026-11-01T00:00:00.000000000Z", Kind: audit.KindAdmin, User: "codumentorctl", Data: []byte(`{"action":"user_add","user":"mallory"}`), Prev: prev}
+		r.Hash = unkeyedHash(r)
+		if err := db.Create(&r).Error; err != nil {
 			t.Fatal(err)
 		}
+		prev = r.Hash
 	}
 	if r := verify(); r.code != 1 || !strings.Contains(r.stderr, "at record 3: it is chained without a key after keyed record 1 (re-chained without the key)") {
 		t.Fatalf("verify after re-chaining without the key: %v", r)
 	}
+}
+
+// rs2 is the hash of record 2.
+func rs2(t *testing.T, db *gorm.DB) string {
+	t.Helper()
+	var h string
+	if err := db.Raw("SELECT hash FROM audit_log WHERE seq = 2").Scan(&h).Error; err != nil || h == "" {
+		t.Fatalf("record 2: %q, %v", h, err)
+	}
+	return h
+}
+
+// unkeyedHash is an unkeyed record's hash as the package documents it
+// (SHA-256 of its length-prefixed fields): what a forger computes.
+func unkeyedHash(r audit.Record) string {
+	h := sha256.New()
+	for _, f := range []string{fmt.Sprint(r.Seq), r.Time, r.Kind, r.User, r.Source, string(r.Data), r.Prev} {
+		fmt.Fprintf(h, "%d:%s\n", len(f), f)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

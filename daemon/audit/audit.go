@@ -214,7 +214,7 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 	}
 	var last Record
 	prev, seq := genesis, int64(1)
-	err = tx.Select("seq", "hash").Order("seq DESC").Limit(1).Take(&last).Error
+	err = tx.Select("seq", "hash", "key_id").Order("seq DESC").Limit(1).Take(&last).Error
 	switch {
 	case err == nil:
 		prev, seq = last.Hash, last.Seq+1
@@ -222,10 +222,14 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 		return Record{}, fmt.Errorf("audit: reading the last record: %w", err)
 	}
 	r := Record{Seq: seq, Time: time.Now().UTC().Format(timeFormat), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
-	if k := keysOf(tx); k != nil && k.current != nil {
+	switch k := keysOf(tx); {
+	case k != nil && k.current != nil:
 		r.KeyID = k.current.id
 		r.Hash = r.mac(k.current.key)
-	} else {
+	case last.KeyID != "":
+		// An unkeyed record would break a keyed chain.
+		return Record{}, fmt.Errorf("%w: recording a %s record", ErrNoKey, e.Kind)
+	default:
 		r.Hash = r.hash()
 	}
 	if err := tx.Create(&r).Error; err != nil {

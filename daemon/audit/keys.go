@@ -30,6 +30,11 @@ const (
 // checked.
 var ErrUnknownKey = errors.New("audit: record MACed under an unknown key")
 
+// ErrNoKey refuses to append to a keyed chain without a key: the
+// writer has no auth.jwt_secret (codumentorctl without
+// CODUMENTOR_JWT_SECRET, where the server has it from there).
+var ErrNoKey = errors.New("audit: the audit log is MACed with a key derived from auth.jwt_secret, and this program has no auth.jwt_secret (set it in config.yaml or $CODUMENTOR_JWT_SECRET as the server has it)")
+
 // Keys are the MAC keys of the audit chain, derived from auth.jwt_secret
 // (which MACs new records) and auth.previous_jwt_secrets (which still
 // verify the records MACed under them). Immutable; safe for concurrent

@@ -58,13 +58,32 @@ func write(t *testing.T, db *gorm.DB, n int, name string) {
 }
 
 // rewrite deletes the records from seq on and appends n new ones
-// through db (which has the attacker's keys, or none).
+// through db, which has the attacker's keys; with none, they are forged
+// as unkeyed records, as anyone can compute them (Append refuses to
+// write them after keyed ones).
 func rewrite(t *testing.T, db *gorm.DB, seq int64, n int) {
 	t.Helper()
 	if err := db.Exec("DELETE FROM audit_log WHERE seq >= ?", seq).Error; err != nil {
 		t.Fatal(err)
 	}
-	write(t, db, n, "mallory")
+	if audit.HasKeys(db) {
+		write(t, db, n, "mallory")
+		return
+	}
+	prev := strings.Repeat("0", 64)
+	if seq > 1 {
+		if err := db.Raw("SELECT hash FROM audit_log WHERE seq = ?", seq-1).Scan(&prev).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range int64(n) {
+		r := audit.Record{Seq: seq + i, Time: "2026-11-01T00:00:00.000000000Z", Kind: audit.KindLogin, User: "u", Data: []byte(`{"name":"mallory"}`), Prev: prev}
+		r.Hash = r.UnkeyedHash()
+		if err := db.Create(&r).Error; err != nil {
+			t.Fatal(err)
+		}
+		prev = r.Hash
+	}
 }
 
 // Every kind of tampering, each after the operator took the head, is
@@ -206,8 +225,7 @@ func TestVerifyUnkeyedThenKeyed(t *testing.T) {
 	// first keyed record no longer follows.
 	rs, _ := audit.List(ctx, db, audit.Filter{})
 	attacker := other(t, db, nil)
-	attacker.Exec("DELETE FROM audit_log WHERE seq >= 2")
-	write(t, attacker, 2, "mallory")
+	rewrite(t, attacker, 2, 2)
 	for _, r := range rs[3:] {
 		attacker.Create(&r)
 	}
@@ -222,5 +240,20 @@ func TestVerifyUnkeyedThenKeyed(t *testing.T) {
 	}
 	if _, err := audit.Verify(ctx, db, head); !errors.As(err, &be) || be.Seq != 5 || !strings.Contains(be.Problem, "not the record of the head") {
 		t.Fatalf("Verify with the head after the log was re-written = %v", err)
+	}
+}
+
+// A writer without the key cannot append to a keyed chain (it would
+// break it); one with a key can continue an unkeyed one.
+func TestAppendWithoutKeyRefused(t *testing.T) {
+	ctx := context.Background()
+	db := keyedDB(t, audit.NewKeys(secretA, nil))
+	write(t, db, 2, "alice")
+	err := audit.Write(ctx, other(t, db, nil), audit.Entry{Kind: audit.KindAdmin, User: "codumentorctl"})
+	if !errors.Is(err, audit.ErrNoKey) {
+		t.Fatalf("appending without the key to a keyed chain = %v, want ErrNoKey", err)
+	}
+	if n, err := audit.Verify(ctx, db); err != nil || n != 2 {
+		t.Fatalf("Verify = %d, %v; want the 2 records intact", n, err)
 	}
 }
