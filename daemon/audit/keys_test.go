@@ -257,3 +257,42 @@ func TestAppendWithoutKeyRefused(t *testing.T) {
 		t.Fatalf("Verify = %d, %v; want the 2 records intact", n, err)
 	}
 }
+
+// A database from before keyed MACs (an audit_log without key_id) is
+// migrated in place: its records keep verifying, and the server's keyed
+// records continue its chain.
+func TestMigrateUnkeyedTable(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, t.TempDir()+"/old.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(db)
+	// The table as the previous release created it.
+	if err := db.Exec("CREATE TABLE `audit_log` (`seq` integer,`time` text NOT NULL,`kind` text NOT NULL,`user` text,`source` text,`data` blob NOT NULL,`prev` text NOT NULL,`hash` text NOT NULL,PRIMARY KEY (`seq`))").Error; err != nil {
+		t.Fatal(err)
+	}
+	prev := strings.Repeat("0", 64)
+	for seq := int64(1); seq <= 3; seq++ {
+		r := audit.Record{Seq: seq, Time: "2026-10-01T00:00:00.000000000Z", Kind: audit.KindLogin, User: "u", Data: []byte(`{"name":"alice"}`), Prev: prev}
+		r.Hash = r.UnkeyedHash()
+		if err := db.Exec("INSERT INTO audit_log (seq, time, kind, user, source, data, prev, hash) VALUES (?, ?, ?, ?, '', ?, ?, ?)", r.Seq, r.Time, r.Kind, r.User, r.Data, r.Prev, r.Hash).Error; err != nil {
+			t.Fatal(err)
+		}
+		prev = r.Hash
+	}
+	if err := audit.Migrate(db); err != nil {
+		t.Fatal(err)
+	}
+	if err := audit.UseKeys(db, audit.NewKeys(secretA, nil)); err != nil {
+		t.Fatal(err)
+	}
+	write(t, db, 2, "bob")
+	if n, err := audit.Verify(ctx, db); err != nil || n != 5 {
+		t.Fatalf("Verify after the migration = %d, %v", n, err)
+	}
+	rs, err := audit.List(ctx, db, audit.Filter{})
+	if err != nil || rs[2].KeyID != "" || rs[3].KeyID == "" || rs[3].Prev != prev {
+		t.Fatalf("records %+v, %v: want 3 unkeyed, then keyed ones chained to them", rs, err)
+	}
+}
