@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
+	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
@@ -143,18 +144,11 @@ func runAuditVerify(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(out, "audit export %s: %d records, chain intact%s%s\n", file, len(rs), anchored, headOf(rs))
 		return nil
 	}
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return err
-	}
-	db, err := openDatabase(ctx, inst, false)
+	inst, db, err := openAuditLog(ctx, cmd)
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
-	if err := audit.Migrate(db); err != nil {
-		return exitWith(exitFailure, err)
-	}
 	n, err := audit.Verify(ctx, db, heads...)
 	if err != nil {
 		return exitWith(exitFailure, err)
@@ -165,6 +159,24 @@ func runAuditVerify(ctx context.Context, cmd *cli.Command) error {
 	}
 	fmt.Fprintf(out, "audit log of %s: %d records, chain intact%s%s\n", inst.Dir, n, anchored, headOf(rs))
 	return nil
+}
+
+// openAuditLog opens cmd's instance database with its audit keys and
+// the audit table migrated; close it with store.Close.
+func openAuditLog(ctx context.Context, cmd *cli.Command) (config.Instance, *gorm.DB, error) {
+	inst, err := openInstance(cmd, false)
+	if err != nil {
+		return inst, nil, err
+	}
+	db, err := openDatabase(ctx, inst, false)
+	if err != nil {
+		return inst, nil, err
+	}
+	if err := audit.Migrate(db); err != nil {
+		store.Close(db)
+		return inst, nil, exitWith(exitFailure, err)
+	}
+	return inst, db, nil
 }
 
 // headOf names the newest record's head, to keep or to compare with a
@@ -195,18 +207,11 @@ func runAuditHead(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return err
-	}
-	db, err := openDatabase(ctx, inst, false)
+	_, db, err := openAuditLog(ctx, cmd)
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
-	if err := audit.Migrate(db); err != nil {
-		return exitWith(exitFailure, err)
-	}
 	h, err := audit.LastHead(ctx, db)
 	if err != nil {
 		return exitWith(exitFailure, err)
