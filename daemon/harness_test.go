@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -108,6 +109,14 @@ func (in *instance) users(f func(context.Context, *auth.Users) error) {
 		in.t.Fatal(err)
 	}
 	defer store.Close(db)
+	// The instance's audit keys, as codumentorctl takes them.
+	cfg, err := in.config().Load("")
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		in.t.Fatal(err)
+	}
 	us, err := auth.NewUsers(db)
 	if err != nil {
 		in.t.Fatal(err)

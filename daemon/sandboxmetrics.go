@@ -31,7 +31,7 @@ func newSandboxMetrics(reg prometheus.Registerer) *sandboxMetrics {
 		}, []string{"limit"}),
 	}
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "codumentor_sandboxes_running", Help: "Sandboxes running now (the server's bwrap children).",
+		Name: "codumentor_sandboxes_running", Help: "Sandboxes running now (one-shot ones and conversations').",
 	}, func() float64 { return float64(bwrapChildren()) })
 	reg.MustRegister(m.starts, m.limits, running)
 	return m
