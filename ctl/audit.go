@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
+	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
@@ -23,9 +24,12 @@ func auditCommand() *cli.Command {
 		Name:  "audit",
 		Usage: "export and verify the tamper-evident audit log",
 		Description: "The server records logins, approvals, sandbox launches, secrets (by name), admin actions\n" +
-			"and its configuration at each start in a hash chain: each record carries the SHA-256\n" +
-			"of the one before. Both commands only read, and are safe while the server runs.",
-		Commands: []*cli.Command{auditExportCommand(), auditVerifyCommand()},
+			"and its configuration at each start in a chain: each record carries a MAC (HMAC-SHA256\n" +
+			"under a key derived from auth.jwt_secret) of its content and of the one before. Keep a\n" +
+			"head (audit head, or the server log's \"audit head\" lines) where the server cannot write:\n" +
+			"verify --head then shows the newest records deleted, or the log rewritten. These commands\n" +
+			"only read, and are safe while the server runs.",
+		Commands: []*cli.Command{auditExportCommand(), auditVerifyCommand(), auditHeadCommand()},
 		Action:   groupAction,
 	}
 }
@@ -90,11 +94,17 @@ func auditVerifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "check the audit log's hash chain",
-		Description: "Reads every record in order and checks that none was edited, deleted or reordered;\n" +
-			"names the first record where the chain breaks and exits 1. With --file, checks an\n" +
-			"export (codumentorctl audit export) instead of the instance's database.",
+		Description: "Reads every record in order and checks that none was edited, deleted, reordered or\n" +
+			"re-chained without the key; names the first record where the chain breaks and exits 1.\n" +
+			"With --head SEQ:MAC (from audit head or the server log's \"audit head\" lines, kept\n" +
+			"elsewhere), also fails when the log no longer reaches that record unchanged: the newest\n" +
+			"records deleted, or the log rewritten. Records MACed under an earlier secret verify with\n" +
+			"auth.previous_jwt_secrets. With --file, checks an export (codumentorctl audit export)\n" +
+			"instead of the instance's database, with the instance's keys.\n\n" +
+			"Example: codumentorctl audit verify --head \"$(ssh logs grep -h 'audit head' codumentor.log | tail -1 | sed 's/.*head=//')\"",
 		Flags: []cli.Flag{instanceFlag(),
 			&cli.StringFlag{Name: "file", Usage: "verify the JSON lines export `FILE` (- for standard input)", TakesFile: true},
+			&cli.StringSliceFlag{Name: "head", Usage: "fail unless the log still reaches the head `SEQ:MAC` unchanged (repeatable)"},
 		},
 		Action: runAuditVerify,
 	}
@@ -102,30 +112,44 @@ func auditVerifyCommand() *cli.Command {
 
 func runAuditVerify(ctx context.Context, cmd *cli.Command) error {
 	out := cmd.Root().Writer
+	var heads []audit.Head
+	for _, v := range cmd.StringSlice("head") {
+		h, err := audit.ParseHead(v)
+		if err != nil {
+			return usageError(cmd, "--head: %v", err)
+		}
+		heads = append(heads, h)
+	}
+	anchored := ""
+	if len(heads) > 0 {
+		anchored = fmt.Sprintf(", reaches the %d head(s) given", len(heads))
+	}
 	if file := cmd.String("file"); file != "" {
 		rs, err := readExport(cmd, file)
 		if err != nil {
 			return exitWith(exitFailure, err)
 		}
-		if err := audit.VerifyRecords(rs); err != nil {
+		// The instance's keys, if there is one: an unkeyed export
+		// verifies without.
+		var keys *audit.Keys
+		if _, cfg, err := openConfig(cmd); err == nil {
+			keys = audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)
+		}
+		if err := audit.VerifyRecords(rs, keys, heads...); err != nil {
+			if errors.Is(err, audit.ErrUnknownKey) && keys == nil {
+				err = fmt.Errorf("%w; give --instance DIR for its auth.jwt_secret", err)
+			}
 			return exitWith(exitFailure, err)
 		}
-		fmt.Fprintf(out, "audit export %s: %d records, chain intact%s\n", file, len(rs), head(rs))
+		fmt.Fprintf(out, "audit export %s: %d records, chain intact%s%s\n", file, len(rs), anchored, headOf(rs))
 		return nil
 	}
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return err
-	}
-	db, err := openDatabase(ctx, inst, false)
+	inst, db, err := openAuditLog(ctx, cmd)
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
-	if err := audit.Migrate(db); err != nil {
-		return exitWith(exitFailure, err)
-	}
-	n, err := audit.Verify(ctx, db)
+	n, err := audit.Verify(ctx, db, heads...)
 	if err != nil {
 		return exitWith(exitFailure, err)
 	}
@@ -133,17 +157,69 @@ func runAuditVerify(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return exitWith(exitFailure, err)
 	}
-	fmt.Fprintf(out, "audit log of %s: %d records, chain intact%s\n", inst.Dir, n, head(rs))
+	fmt.Fprintf(out, "audit log of %s: %d records, chain intact%s%s\n", inst.Dir, n, anchored, headOf(rs))
 	return nil
 }
 
-// head names the newest record's hash, to compare with a kept export.
-func head(rs []audit.Record) string {
+// openAuditLog opens cmd's instance database with its audit keys and
+// the audit table migrated; close it with store.Close.
+func openAuditLog(ctx context.Context, cmd *cli.Command) (config.Instance, *gorm.DB, error) {
+	inst, err := openInstance(cmd, false)
+	if err != nil {
+		return inst, nil, err
+	}
+	db, err := openDatabase(ctx, inst, false)
+	if err != nil {
+		return inst, nil, err
+	}
+	if err := audit.Migrate(db); err != nil {
+		store.Close(db)
+		return inst, nil, exitWith(exitFailure, err)
+	}
+	return inst, db, nil
+}
+
+// headOf names the newest record's head, to keep or to compare with a
+// kept one.
+func headOf(rs []audit.Record) string {
 	if len(rs) == 0 {
 		return ""
 	}
 	r := rs[len(rs)-1]
-	return fmt.Sprintf("; record %d has hash %s", r.Seq, r.Hash)
+	return fmt.Sprintf("; head %v", audit.Head{Seq: r.Seq, MAC: r.Hash})
+}
+
+func auditHeadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "head",
+		Usage: "print the audit log's head: the newest record's number and MAC",
+		Description: "Prints SEQ:MAC of the newest record (nothing for an empty log). Keep it where the server\n" +
+			"cannot write (another host, a ticket, paper): audit verify --head SEQ:MAC later fails if\n" +
+			"records up to it were deleted or rewritten. The server also writes it to its log every\n" +
+			"audit.head_interval and at shutdown (\"audit head: head=SEQ:MAC\").\n\n" +
+			"Example: codumentorctl audit head | ssh logs 'cat >> codumentor-heads'",
+		Flags:  []cli.Flag{instanceFlag()},
+		Action: runAuditHead,
+	}
+}
+
+func runAuditHead(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Present() {
+		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	}
+	_, db, err := openAuditLog(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	h, err := audit.LastHead(ctx, db)
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	if h.Seq > 0 {
+		fmt.Fprintln(cmd.Root().Writer, h)
+	}
+	return nil
 }
 
 // maxExportLine bounds one line of an export read back.
@@ -189,6 +265,9 @@ func recordAdmin(ctx context.Context, inst config.Instance, data map[string]any)
 		return err
 	}
 	defer store.Close(db)
+	if err := useAuditKeys(db, inst); err != nil {
+		return err
+	}
 	if err := audit.Migrate(db); err != nil {
 		return err
 	}

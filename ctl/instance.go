@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -125,7 +126,22 @@ func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm
 	if err != nil {
 		return nil, exitWith(exitFailure, err)
 	}
+	if err := useAuditKeys(db, inst); err != nil {
+		store.Close(db)
+		return nil, exitWith(exitFailure, err)
+	}
 	return db, nil
+}
+
+// useAuditKeys gives db the audit log's MAC keys of inst's
+// configuration, so that the records codumentorctl writes continue the
+// server's chain and verify checks it.
+func useAuditKeys(db *gorm.DB, inst config.Instance) error {
+	cfg, err := inst.Load("")
+	if err != nil {
+		return fmt.Errorf("%w (codumentorctl needs auth.jwt_secret for the audit log's MACs)", err)
+	}
+	return audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets))
 }
 
 // instanceChecks is the check source of `check --instance DIR`: the

@@ -111,6 +111,16 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 		return exitWith(exitFailure, err)
 	}
 	defer store.Close(db)
+	cfg, err := inst.Load("")
+	if err != nil {
+		return exitWith(exitFailure, fmt.Errorf("restored %s, but its configuration cannot be read: %w", dir, err))
+	}
+	if cfg.Auth.JWTSecret == "" && h.KDF != kdfPassphrase {
+		cfg.Auth.JWTSecret = secret // the backup's key, given by environment or standard input
+	}
+	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return exitWith(exitFailure, err)
+	}
 	if err := audit.Migrate(db); err != nil {
 		return exitWith(exitFailure, err)
 	}

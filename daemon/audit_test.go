@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
+	"gorm.io/gorm"
 )
 
 // Every kind of action the server audits lands in one verifiable chain,
@@ -149,12 +152,72 @@ func TestAuditLog(t *testing.T) {
 		t.Fatalf("records from the future: %+v", none.Records)
 	}
 
+	if n, err := audit.Verify(context.Background(), in.auditDB()); err != nil || n < int64(len(page.Records)) {
+		t.Fatalf("Verify = %d, %v", n, err)
+	}
+}
+
+// auditDB opens the instance's database with the audit log's keys of
+// testSecret, as codumentorctl audit verify does.
+func (in *instance) auditDB() *gorm.DB {
+	in.t.Helper()
 	db, err := store.Open(context.Background(), in.config().Database())
 	if err != nil {
+		in.t.Fatal(err)
+	}
+	in.t.Cleanup(func() { store.Close(db) })
+	if err := audit.UseKeys(db, audit.NewKeys(testSecret, nil)); err != nil {
+		in.t.Fatal(err)
+	}
+	return db
+}
+
+var auditHeadLine = regexp.MustCompile(`audit head: head=(\d+:[0-9a-f]{64})`)
+
+// The server writes the audit log's head to its log every
+// audit.head_interval and at shutdown; the last one anchors the
+// database: deleting the records after an earlier head is caught by it.
+func TestAuditHeadLogged(t *testing.T) {
+	in := newInstance(t, "plugins: []\naudit: {head_interval: 100ms}\n")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	p.login("alice", pw)
+	// A head at the interval, taken after the login's record.
+	deadline := time.After(60 * time.Second)
+	var early audit.Head
+	for early.Seq == 0 {
+		for _, m := range auditHeadLine.FindAllStringSubmatch(p.stderr.String(), -1) {
+			if h, err := audit.ParseHead(m[1]); err == nil && h.Seq >= 3 { // user add, config, login
+				early = h
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("no audit head with the login in the log within 60 s:\n%s", p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.login("alice", pw)
+	p.stop()
+	out := p.stderr.String()
+	i := strings.LastIndex(out, "shutting down")
+	ms := auditHeadLine.FindAllStringSubmatchIndex(out, -1)
+	if i < 0 || len(ms) == 0 || ms[len(ms)-1][0] < i {
+		t.Fatalf("no audit head after shutting down:\n%s", out)
+	}
+	last, err := audit.ParseHead(out[ms[len(ms)-1][2]:ms[len(ms)-1][3]])
+	if err != nil || last.Seq <= early.Seq {
+		t.Fatalf("the head at shutdown %v (%v) is not after %v", last, err, early)
+	}
+	db := in.auditDB()
+	if n, err := audit.Verify(context.Background(), db, early, last); err != nil || n != last.Seq {
+		t.Fatalf("Verify with the logged heads = %d, %v", n, err)
+	}
+	if err := db.Exec("DELETE FROM audit_log WHERE seq > ?", early.Seq).Error; err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close(db)
-	if n, err := audit.Verify(context.Background(), db); err != nil || n < int64(len(page.Records)) {
-		t.Fatalf("Verify = %d, %v", n, err)
+	var be *audit.BrokenError
+	if _, err := audit.Verify(context.Background(), db, last); !errors.As(err, &be) || be.Seq != last.Seq || !strings.Contains(be.Problem, "newest records were deleted") {
+		t.Fatalf("Verify with the shutdown head after deleting the newest records = %v", err)
 	}
 }

@@ -365,3 +365,78 @@ func TestLDAPUnavailable(t *testing.T) {
 	}
 	p.login("alice", pw)
 }
+
+// Guessing at a name from one address keeps the name's slowdown going,
+// paced to end each time the slowdown does; meanwhile its owner, from
+// another address, signs in with the right password every few moments
+// and gets in every time, while the guesses stay slowed down. (The
+// limits are the defaults scaled down 20 times: 10 free failures, then
+// 50 ms doubling to 3 s.)
+func TestLoginOwnerDuringGuessing(t *testing.T) {
+	in := newInstance(t, "  login_limits: {user_failures: 10, user_delay: 50ms, max_user_delay: 3s, address_failures: 30, window: 15m}\n"+
+		"plugins: []\ntrusted_proxies: [\"127.0.0.0/8\"]\n")
+	in.addUser("alice", pw, false)
+	p := in.start()
+	const attacker, owner = "198.51.100.66", "192.0.2.10"
+	const delay = 50 * time.Millisecond
+	done, slowed, quit := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer func() { close(quit); <-done }() // the guesser ends before the server
+	var admitted []time.Time               // the guesses that were checked (401)
+	refused := 0
+	go func() {
+		defer close(done)
+		for len(admitted) < 19 {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			status, code, ra := p.loginStatus("alice", "wrong guess", "X-Forwarded-For", attacker)
+			switch {
+			case status == http.StatusUnauthorized:
+				if admitted = append(admitted, time.Now()); len(admitted) == 10 {
+					close(slowed)
+				}
+			case status == http.StatusTooManyRequests && ra != "":
+				refused++
+				time.Sleep(5 * time.Millisecond) // polls for the slowdown's end
+			default:
+				t.Errorf("guess: %d %s (Retry-After %q)", status, code, ra)
+				return
+			}
+		}
+	}()
+	// The owner signs in during the slowdown.
+	select {
+	case <-slowed:
+	case <-done:
+	}
+	signins := 0
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		case <-time.After(100 * time.Millisecond):
+		}
+		if status, code, ra := p.loginStatus("alice", pw, "X-Forwarded-For", owner); status != http.StatusOK {
+			t.Errorf("sign-in %d of the owner, from another address, during the slowdown: %d %s (Retry-After %s), want 200", signins+1, status, code, ra)
+			return
+		}
+		signins++
+	}
+	if t.Failed() {
+		return
+	}
+	// The guesses beyond the free ones came one slowdown apart, and
+	// the owner's sign-ins did not start the guesser over.
+	for i := 10; i < len(admitted); i++ {
+		want := min(delay<<(i-10), 3*time.Second)
+		// Less a little: the times are the answers' arrivals here.
+		if gap := admitted[i].Sub(admitted[i-1]); gap < want*9/10 {
+			t.Errorf("guess %d came %v after the one before, want at least %v: guesses are not slowed down", i+1, gap, want)
+		}
+	}
+	if refused == 0 || signins < 10 {
+		t.Fatalf("%d guesses refused, %d sign-ins: the test did not exercise the slowdown", refused, signins)
+	}
+}

@@ -13,12 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -68,6 +70,9 @@ type instance struct {
 	// smallFS, if set, runs the server on a tmpfs of this many bytes
 	// that holds a copy of the instance (see onTmpfs).
 	smallFS int64
+	// wrap, if set, is the command that runs the server: the server's
+	// argv follows it (it must exec it, so that the pid is the server's).
+	wrap []string
 }
 
 // newInstance creates an instance whose config.yaml has a jwt_secret
@@ -111,6 +116,14 @@ func (in *instance) users(f func(context.Context, *auth.Users) error) {
 		in.t.Fatal(err)
 	}
 	defer store.Close(db)
+	// The instance's audit keys, as codumentorctl takes them.
+	cfg, err := in.config().Load("")
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		in.t.Fatal(err)
+	}
 	us, err := auth.NewUsers(db)
 	if err != nil {
 		in.t.Fatal(err)
@@ -167,6 +180,9 @@ func (in *instance) run(env ...string) (*proc, error) {
 	}
 	if in.nofile > 0 {
 		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", in.nofile, in.nofile), "--"}, argv...)
+	}
+	if len(in.wrap) > 0 {
+		argv = append(slices.Clone(in.wrap), argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = in.cwd

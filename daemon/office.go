@@ -47,7 +47,7 @@ func openAttachments(db *gorm.DB, inst config.Instance, cfg config.Config) (*api
 // is logged; uploads then fail closed.
 func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 	sl := officeLimits(cfg)
-	p := &office.Parser{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Timeout: cfg.Office.Timeout.Std(), Sandbox: &sl, Launching: launchRecorder(s.db)}
+	p := &office.Parser{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Timeout: cfg.Office.Timeout.Std(), Sandbox: &sl, Launching: launchRecorder(s.db, s.sandboxes)}
 	s.attach.Parser = p
 	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: &sl}).Err(); err != nil {
 		s.log.Error("the office plugin is enabled but its sandbox is unavailable: attachments are refused until it is fixed (nothing is parsed outside it)", "err", sandboxkit.UnavailableDetail(err))

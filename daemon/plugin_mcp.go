@@ -27,7 +27,7 @@ func startMCP(ctx context.Context, s *server, cfg config.Config) error {
 		Seccomp: cfg.Sandbox.Seccomp,
 		Limits:  new(cfg.Sandbox.SandboxLimits()),
 		// Started once for every conversation: recorded for none.
-		Launching: launchRecorder(s.db),
+		Launching: launchRecorder(s.db, s.sandboxes),
 		Logger:    slog.New(slogHandler{log: s.log.Named("mcp")}),
 	})
 	if err != nil {

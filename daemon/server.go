@@ -129,11 +129,14 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("llm.base_url is not set: the server runs, but every turn fails until an OpenAI-compatible endpoint is configured in config.yaml (llm.base_url, llm.model)")
 	}
 
-	db, err := store.Open(ctx, inst.Database())
+	db, err := store.OpenOptions(ctx, inst.Database(), store.Options{BusyTimeout: cfg.Store.BusyTimeout.Std()})
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
+	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return err
+	}
 	s, err := build(ctx, cfg, inst, db, log, o)
 	if err != nil {
 		return err
@@ -160,9 +163,11 @@ type server struct {
 	cfg     atomic.Pointer[config.Config]
 	mcp     *mcp.Manager // nil unless the mcp plugin is enabled
 	egress  *egressMetrics
-	attach  *api.Attachments
-	search  *retrieval.Searcher // code search; its Index ingests
-	indexDB indexFiles          // the embedded index's files
+	// sandboxes count the sandboxes started, stopped by a limit, running.
+	sandboxes *sandboxMetrics
+	attach    *api.Attachments
+	search    *retrieval.Searcher // code search; its Index ingests
+	indexDB   indexFiles          // the embedded index's files
 	// hostMasks are hidden from host read-only investigations.
 	hostMasks []string
 
@@ -200,7 +205,11 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if cfg.Auth.LDAP.URL != "" {
 		ldapCfg = &cfg.Auth.LDAP
 	}
-	limiter := auth.NewLimiter(auth.LimitOptions{})
+	ll := cfg.Auth.LoginLimits
+	limiter := auth.NewLimiter(auth.LimitOptions{
+		UserFailures: ll.UserFailures, UserDelay: ll.UserDelay.Std(), MaxUserDelay: ll.MaxUserDelay.Std(),
+		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
+	})
 	go limiter.Sweep(ctx, time.Minute)
 	login, err := auth.NewAuthenticator(users, ldapCfg, limiter)
 	if err != nil {
@@ -220,10 +229,12 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	registry := prometheus.NewRegistry()
 	egressCount := newEgressMetrics(registry)
 	s.egress = egressCount
+	s.sandboxes = newSandboxMetrics(registry)
+	convs.Observe(s.sandboxes.observe)
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
-	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex()); err != nil {
+	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex(), s.sandboxes); err != nil {
 		return nil, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
@@ -235,7 +246,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		convs: convs, repos: s.repos, log: log.Named("setup"),
 		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
 		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: setupLimits(cfg),
-		launching: launchRecorder(db),
+		launching: launchRecorder(db, s.sandboxes),
 	}); err != nil {
 		return nil, err
 	}
@@ -273,7 +284,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, convs),
 		HostMasks:        s.hostMasks,
-		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, l) },
+		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
 	})
@@ -321,6 +332,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		TrustedProxies: proxies,
 		DB:             db,
 		LLM:            func() config.LLM { return s.cfg.Load().LLM },
+		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
+		MetricsToken:   cfg.Metrics.Token,
 	})
 	return s, nil
 }
@@ -414,6 +427,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 		}
 	}()
 	go s.watchConfig(ctx, inst, o, reload)
+	go s.logAuditHeads(ctx, s.cfg.Load().Audit.HeadInterval.Std())
 
 	served := make(chan error, 1)
 	go func() { served <- s.api.App().Listener(ln) }()
@@ -433,6 +447,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
 		s.log.Warn("job queue", "err", qerr)
 	}
+	s.logAuditHead(context.WithoutCancel(ctx))
 	return err
 }
 
@@ -508,6 +523,9 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 		}
 		s.tokens.Store(tokens)
 		s.secrets.SetKeyring(secrets.NewKeyring(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets))
+		if err := audit.UseKeys(s.db, audit.NewKeys(next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets)); err != nil {
+			s.log.Error("the audit log's MAC keys cannot be swapped", "err", err)
+		}
 		updated := *cur
 		updated.Auth.JWTSecret, updated.Auth.PreviousJWTSecrets = next.Auth.JWTSecret, next.Auth.PreviousJWTSecrets
 		s.cfg.Store(&updated)
@@ -591,11 +609,11 @@ func setupLimits(cfg config.Config) *sandboxkit.Limits {
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex) (*repos.Service, error) {
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sm *sandboxMetrics) (*repos.Service, error) {
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db),
+		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db, sm),
 			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes)},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,

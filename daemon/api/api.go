@@ -16,15 +16,14 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
 	"gorm.io/gorm"
@@ -95,6 +94,13 @@ type Deps struct {
 	// LLM is the current llm configuration, read at each use: the
 	// endpoints model profiles may name. nil: none.
 	LLM func() config.LLM
+	// StorageDirs are the instance's directories by name (data,
+	// workspaces, repos, logs), whose file systems' free space /metrics
+	// reports.
+	StorageDirs map[string]string
+	// MetricsToken, if set, is the bearer token GET /metrics needs
+	// (metrics.token); empty: /metrics is public.
+	MetricsToken string
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -181,7 +187,7 @@ func newServer(d Deps, immutable bool) *Server {
 	l.MaxBodyBytes = cmp.Or(l.MaxBodyBytes, defaultMaxBodyBytes)
 	s := &Server{d: d, log: d.Log, streams: streams{perUser: map[string]int{}}, bodies: semaphore.NewWeighted(l.MaxBodyBytes)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.metrics = newMetrics(d.Registry)
+	s.metrics = newMetrics(d.Registry, d)
 	s.app = fiber.New(fiber.Config{
 		AppName:               "codumentor",
 		DisableStartupMessage: true,
@@ -241,7 +247,7 @@ func (s *Server) routes() {
 	app.Use(s.readBody)
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", s.readyz)
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(s.d.Registry, promhttp.HandlerOpts{})))
+	app.Get("/metrics", s.serveMetrics())
 
 	v1 := app.Group("/api/v1")
 	v1.Get("/openapi.json", func(c *fiber.Ctx) error {
@@ -250,7 +256,7 @@ func (s *Server) routes() {
 	})
 	v1.Post("/auth/login", s.login)
 
-	authed := v1.Group("", s.authenticate)
+	authed := chain{r: v1, mw: []fiber.Handler{s.authenticate}}
 	authed.Post("/auth/logout", s.logout)
 	authed.Get("/me", s.me)
 	authed.Post("/admin/users", s.admin, s.createUser)
@@ -262,7 +268,7 @@ func (s *Server) routes() {
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)
-	conv := authed.Group("/conversations/:id", s.owned)
+	conv := authed.group("/conversations/:id", s.owned)
 	conv.Get("", s.getConversation)
 	conv.Delete("", s.deleteConversation)
 	conv.Post("/messages", s.postMessage)
@@ -305,6 +311,35 @@ func (s *Server) routes() {
 	web.Mount(app, s)
 	app.Use(func(c *fiber.Ctx) error { return errNotFound })
 }
+
+// chain registers routes under prefix whose handlers begin with mw, in
+// each route's own handler chain rather than a group's Use: a request
+// that mw refuses (401, 403, 404) is then counted under the route it
+// called, not the group's prefix.
+type chain struct {
+	r      fiber.Router
+	prefix string
+	mw     []fiber.Handler
+}
+
+// group is a chain under ch's prefix plus prefix whose handlers begin
+// with ch's and mw.
+func (ch chain) group(prefix string, mw ...fiber.Handler) chain {
+	return chain{r: ch.r, prefix: ch.prefix + prefix, mw: append(slices.Clone(ch.mw), mw...)}
+}
+
+func (ch chain) add(method, path string, h []fiber.Handler) {
+	ch.r.Add(method, ch.prefix+path, append(slices.Clone(ch.mw), h...)...)
+	if method == fiber.MethodGet {
+		ch.r.Add(fiber.MethodHead, ch.prefix+path, append(slices.Clone(ch.mw), h...)...)
+	}
+}
+
+func (ch chain) Get(path string, h ...fiber.Handler)    { ch.add(fiber.MethodGet, path, h) }
+func (ch chain) Post(path string, h ...fiber.Handler)   { ch.add(fiber.MethodPost, path, h) }
+func (ch chain) Put(path string, h ...fiber.Handler)    { ch.add(fiber.MethodPut, path, h) }
+func (ch chain) Patch(path string, h ...fiber.Handler)  { ch.add(fiber.MethodPatch, path, h) }
+func (ch chain) Delete(path string, h ...fiber.Handler) { ch.add(fiber.MethodDelete, path, h) }
 
 // Routes lists the routes the API serves (method and OpenAPI path), for
 // the document's test; the web UI's pages (package web) are not API.

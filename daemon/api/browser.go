@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -186,6 +187,11 @@ func (s *Server) SignIn(c *fiber.Ctx, username, password string) error {
 	u, err := s.checkLogin(c, username, password)
 	if err != nil {
 		if ae, known := asAPIError(err); known {
+			return ae
+		}
+		if ae, ok := storageAnswer(err); ok {
+			s.log.Warn("sign-in failed", "err", err)
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ae.retryAfter))
 			return ae
 		}
 		return err

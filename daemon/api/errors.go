@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"syscall"
 
+	gosqlite "github.com/glebarez/go-sqlite"
 	"github.com/gofiber/fiber/v2"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Error is an API error: its HTTP status and the JSON body
@@ -24,6 +27,8 @@ type Error struct {
 	// cause holds the errors the message was formatted from, which
 	// asAPIError inspects before the message reaches a client.
 	cause error
+	// retryAfter, if set, is the answer's Retry-After in seconds.
+	retryAfter int
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -61,7 +66,51 @@ var (
 	errForbidden    = &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this needs the admin role"}
 	errInternal     = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; the server log has the details"}
 	errNameTooLong  = &Error{Status: http.StatusBadRequest, Code: "name_too_long", Message: "a name in the path is too long for the file system"}
+	errStorageBusy  = &Error{Status: http.StatusServiceUnavailable, Code: "storage_busy", retryAfter: 5,
+		Message: "the database is busy (another program holds its write lock longer than store.busy_timeout); nothing was changed, try again in a moment"}
+	errMetricsToken = &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "GET /metrics needs the bearer token metrics.token"}
+	errStorageFull  = &Error{Status: http.StatusServiceUnavailable, Code: "storage_full", retryAfter: 60,
+		Message: "the server's disk is full; nothing was changed. Try again later; the administrator must free space on the instance's file system"}
 )
+
+// storageAnswer is the answer to an error of the database or the file
+// system that is the server's state, not the request's fault: the
+// database locked by another connection beyond the busy timeout
+// (SQLITE_BUSY, SQLITE_LOCKED) or no space left (SQLITE_FULL, ENOSPC,
+// EDQUOT). The one place these are told apart, for every route.
+func storageAnswer(err error) (*Error, bool) {
+	var se *gosqlite.Error
+	if errors.As(err, &se) {
+		// Extended result codes (SQLITE_BUSY_SNAPSHOT, …) carry the
+		// primary code in their low byte.
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return errStorageBusy, true
+		case sqlite3.SQLITE_FULL:
+			return errStorageFull, true
+		}
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return errStorageFull, true
+	}
+	return nil, false
+}
+
+// dbErrorKind names an error of the database for the metrics: busy,
+// full or other; "" if err is not the database's.
+func dbErrorKind(err error) string {
+	var se *gosqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return "busy"
+	case sqlite3.SQLITE_FULL:
+		return "full"
+	}
+	return "other"
+}
 
 // errorHandler turns every error a handler returns into the JSON body.
 // Unexpected errors and OS errors are logged and answered without their
@@ -75,18 +124,25 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		}
 		log("request failed", "method", c.Method(), "path", c.Path(), "status", ae.Status, "err", err)
 	}
+	if ae.retryAfter > 0 {
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(ae.retryAfter))
+	}
 	b, _ := json.Marshal(map[string]*Error{"error": ae})
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Status(ae.Status).Send(b)
 }
 
 // asAPIError is the answer to err: an *Error as is, Fiber's own errors
-// (unknown route, body too large) in the same form, anything else a 500
-// without detail (known false: it is worth logging). An error that
+// (unknown route, body too large) in the same form, the database busy
+// or the disk full a 503 that says so (storageAnswer), anything else a
+// 500 without detail (known false: it is worth logging). An error that
 // carries an OS error (its text names host paths: lstat
 // /home/…/upper/x: file name too long) is never shown, also inside an
 // *Error's message: it is answered by its class alone.
 func asAPIError(err error) (ae *Error, known bool) {
+	if pub, ok := storageAnswer(err); ok {
+		return pub, false
+	}
 	if pub, ok := osAnswer(err); ok {
 		return pub, false
 	}

@@ -68,13 +68,16 @@ func (s *Server) checkLogin(c *fiber.Ctx, username, password string) (auth.User,
 			secs = 1
 		}
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(secs))
+		s.metrics.logins.WithLabelValues("rate_limited").Inc()
 		return auth.User{}, apiError(http.StatusTooManyRequests, "rate_limited", "too many failed logins; try again in %d s", secs)
 	case errors.Is(err, auth.ErrBusy):
 		c.Set(fiber.HeaderRetryAfter, "1")
+		s.metrics.logins.WithLabelValues("busy").Inc()
 		return auth.User{}, apiError(http.StatusServiceUnavailable, "busy", "too many logins at once; try again in a moment")
 	case errors.Is(err, ldap.ErrUnavailable):
 		s.log.Warn("login: the LDAP directory is unavailable", "user", clip(username), "err", err)
 		c.Set(fiber.HeaderRetryAfter, "10")
+		s.metrics.logins.WithLabelValues("unavailable").Inc()
 		return auth.User{}, apiError(http.StatusServiceUnavailable, "ldap_unavailable", "the user directory (LDAP) cannot be reached; try again later or ask the administrator")
 	case errors.Is(err, auth.ErrInvalidCredentials), errors.Is(err, auth.ErrUserDisabled):
 		s.log.Info("login refused", "user", clip(username), "ip", ip, "err", err)
@@ -83,6 +86,7 @@ func (s *Server) checkLogin(c *fiber.Ctx, username, password string) (auth.User,
 	case errors.Is(err, auth.ErrInvalidName):
 		return auth.User{}, badRequest("username is longer than %d bytes", auth.MaxNameLength)
 	case err != nil:
+		s.metrics.logins.WithLabelValues("error").Inc()
 		return auth.User{}, err
 	}
 	return u, nil

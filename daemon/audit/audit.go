@@ -1,7 +1,16 @@
 // Package audit is the server's tamper-evident audit log: an
 // append-only table in the instance database where each record carries
-// the SHA-256 of the one before it, so that an edited, deleted or
-// reordered record breaks the chain at a place Verify names.
+// a MAC (HMAC-SHA256 under a key derived from auth.jwt_secret, see
+// Keys) of its content and of the MAC of the one before it, so that an
+// edited, deleted or reordered record breaks the chain at a place Verify
+// names, and someone who can write the database but does not know the
+// secret cannot recompute the chain after an edit. Records MACed under
+// a previous secret verify with auth.previous_jwt_secrets.
+//
+// Records written before keyed MACs (or by a server without
+// auth.jwt_secret) carry the plain SHA-256 of the same content instead
+// and an empty KeyID; they still verify, and the first keyed record
+// pins them. An unkeyed record after a keyed one breaks the chain.
 //
 // A record is written in the same transaction as the action it records
 // (Append with the action's *gorm.DB transaction): the action and its
@@ -18,19 +27,24 @@
 //
 // Records hold names and digests, never a secret's value or a password.
 //
-// What the chain cannot show: the removal of the newest records (the
-// chain that is left is intact) and a rewrite of the whole table by
-// someone who recomputes every hash. Export the log (codumentorctl audit
-// export) to somewhere the server cannot write to pin its head.
+// What the chain alone cannot show is the removal of the newest records
+// (the chain that is left is intact), nor a rewrite by someone who has
+// the key. A Head kept elsewhere shows both: codumentorctl audit head
+// prints it, the server writes it to its log every audit.head_interval
+// and at shutdown, and Verify with a head fails when the log no longer
+// reaches it unchanged.
 package audit
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,8 +148,13 @@ type Record struct {
 	Data   []byte `gorm:"not null" json:"-"`
 	// Prev is the Hash of record Seq-1 (for record 1: 64 zeros).
 	Prev string `gorm:"not null" json:"prev"`
-	// Hash is the SHA-256 of this record's fields and Prev (see hash).
+	// Hash is the MAC of this record's fields, Prev and KeyID under the
+	// key KeyID names (see mac); for a record with no KeyID, their
+	// SHA-256 (see hash).
 	Hash string `gorm:"not null" json:"hash"`
+	// KeyID names the secret whose key MACed the record (as codumentorctl
+	// check names auth.jwt_secret); empty: chained unkeyed.
+	KeyID string `gorm:"not null;default:''" json:"key_id,omitempty"`
 }
 
 // TableName is the audit table.
@@ -199,7 +218,7 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 	}
 	var last Record
 	prev, seq := genesis, int64(1)
-	err = tx.Select("seq", "hash").Order("seq DESC").Limit(1).Take(&last).Error
+	err = tx.Select("seq", "hash", "key_id").Order("seq DESC").Limit(1).Take(&last).Error
 	switch {
 	case err == nil:
 		prev, seq = last.Hash, last.Seq+1
@@ -207,7 +226,16 @@ func Append(tx *gorm.DB, e Entry) (Record, error) {
 		return Record{}, fmt.Errorf("audit: reading the last record: %w", err)
 	}
 	r := Record{Seq: seq, Time: time.Now().UTC().Format(timeFormat), Kind: e.Kind, User: e.User, Source: e.Source, Data: data, Prev: prev}
-	r.Hash = r.hash()
+	switch k := keysOf(tx); {
+	case k != nil && k.current != nil:
+		r.KeyID = k.current.id
+		r.Hash = r.mac(k.current.key)
+	case last.KeyID != "":
+		// An unkeyed record would break a keyed chain.
+		return Record{}, fmt.Errorf("%w: recording a %s record", ErrNoKey, e.Kind)
+	default:
+		r.Hash = r.hash()
+	}
 	if err := tx.Create(&r).Error; err != nil {
 		return Record{}, fmt.Errorf("audit: appending a %s record: %w", e.Kind, err)
 	}
@@ -224,13 +252,20 @@ func Write(ctx context.Context, db *gorm.DB, e Entry) error {
 }
 
 // hash is the SHA-256 of the record's fields and Prev, each
-// length-prefixed so that no two records share an input.
+// length-prefixed so that no two records share an input: an unkeyed
+// record's Hash.
 func (r *Record) hash() string {
 	h := sha256.New()
-	for _, f := range []string{fmt.Sprint(r.Seq), r.Time, r.Kind, r.User, r.Source, string(r.Data), r.Prev} {
-		fmt.Fprintf(h, "%d:%s\n", len(f), f)
-	}
+	r.writeFields(h)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeFields writes the record's fields, Prev and extra to w, each
+// length-prefixed.
+func (r *Record) writeFields(w io.Writer, extra ...string) {
+	for _, f := range append([]string{fmt.Sprint(r.Seq), r.Time, r.Kind, r.User, r.Source, string(r.Data), r.Prev}, extra...) {
+		fmt.Fprintf(w, "%d:%s\n", len(f), f)
+	}
 }
 
 // Filter selects records; zero fields select all.
@@ -285,56 +320,133 @@ func (e *BrokenError) Error() string {
 func (e *BrokenError) Unwrap() error { return ErrBroken }
 
 // Verify reads the whole log in order and checks the chain: sequence
-// numbers 1, 2, 3, … without gaps, each record's hash matching its
-// content and each Prev the hash of the record before. It returns the
-// number of records checked, and a *BrokenError naming the first record
-// where an edit, deletion or reordering shows.
-func Verify(ctx context.Context, db *gorm.DB) (int64, error) {
-	var n int64
-	prev, want := genesis, int64(1)
+// numbers 1, 2, 3, … without gaps, each record's MAC (or, for unkeyed
+// records, hash) matching its content and each Prev the MAC of the
+// record before, with the keys UseKeys gave db. With heads (kept
+// elsewhere, see Head), it also checks that the log still reaches each
+// one unchanged. It returns the number of records checked, and a
+// *BrokenError naming the first record where an edit, deletion,
+// reordering, re-chaining or truncation shows (an error wrapping
+// ErrUnknownKey for a record whose key it does not have).
+func Verify(ctx context.Context, db *gorm.DB, heads ...Head) (int64, error) {
+	v := verifier{keys: keysOf(db), heads: heads}
+	v.start(genesis, 1)
 	var batch []Record
 	err := db.WithContext(ctx).Order("seq").FindInBatches(&batch, 500, func(tx *gorm.DB, _ int) error {
 		for i := range batch {
-			if err := check(&batch[i], &want, &prev); err != nil {
+			if err := v.check(&batch[i]); err != nil {
 				return err
 			}
-			n++
 		}
 		return nil
 	}).Error
-	return n, err
+	if err != nil {
+		return v.n, err
+	}
+	return v.n, v.end()
 }
 
 // VerifyRecords checks records as Verify checks the table, for an
-// export read back. An export that starts after record 1 (--since) is
-// checked from its first record on, trusting that record's Prev.
-func VerifyRecords(rs []Record) error {
-	prev, want := genesis, int64(1)
+// export read back, with keys (nil: none, only unkeyed records verify).
+// An export that starts after record 1 (--since) is checked from its
+// first record on, trusting that record's Prev.
+func VerifyRecords(rs []Record, keys *Keys, heads ...Head) error {
+	v := verifier{keys: keys, heads: heads}
+	v.start(genesis, 1)
 	if len(rs) > 0 && rs[0].Seq > 1 {
-		prev, want = rs[0].Prev, rs[0].Seq
+		v.start(rs[0].Prev, rs[0].Seq)
+		// An export from the middle cannot show a head before it.
+		v.heads = slices.DeleteFunc(slices.Clone(heads), func(h Head) bool { return h.Seq < rs[0].Seq })
 	}
 	for i := range rs {
-		if err := check(&rs[i], &want, &prev); err != nil {
+		if err := v.check(&rs[i]); err != nil {
 			return err
 		}
 	}
+	return v.end()
+}
+
+// verifier walks a chain in order.
+type verifier struct {
+	keys  *Keys
+	heads []Head
+	want  int64  // the next sequence number
+	prev  string // the MAC the next record must follow
+	keyed int64  // the first keyed record seen, 0 before
+	n     int64  // records checked
+}
+
+func (v *verifier) start(prev string, seq int64) { v.prev, v.want = prev, seq }
+
+func (v *verifier) check(r *Record) error {
+	switch {
+	case r.Seq == v.want+1:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("record %d before it is missing (deleted)", v.want)}
+	case r.Seq > v.want:
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("records %d to %d before it are missing (deleted)", v.want, r.Seq-1)}
+	case r.Seq < v.want:
+		return &BrokenError{Seq: r.Seq, Problem: "out of order"}
+	}
+	if r.KeyID == "" {
+		if v.keyed > 0 {
+			return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("it is chained without a key after keyed record %d (re-chained without the key)", v.keyed)}
+		}
+		if r.Hash != r.hash() {
+			return &BrokenError{Seq: r.Seq, Problem: "its content does not match its hash (edited)"}
+		}
+	} else {
+		if err := v.checkMAC(r); err != nil {
+			return err
+		}
+		if v.keyed == 0 {
+			v.keyed = r.Seq
+		}
+	}
+	if r.Prev != v.prev {
+		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("it does not follow record %d (a record was replaced or the records were reordered)", r.Seq-1)}
+	}
+	for _, h := range v.heads {
+		if h.Seq == r.Seq && !hmac.Equal([]byte(h.MAC), []byte(r.Hash)) {
+			return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("it is not the record of the head %v taken earlier (the log was rewritten up to here)", h)}
+		}
+	}
+	v.want, v.prev = r.Seq+1, r.Hash
+	v.n++
 	return nil
 }
 
-func check(r *Record, want *int64, prev *string) error {
-	switch {
-	case r.Seq == *want+1:
-		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("record %d before it is missing (deleted)", *want)}
-	case r.Seq > *want:
-		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("records %d to %d before it are missing (deleted)", *want, r.Seq-1)}
-	case r.Seq < *want:
-		return &BrokenError{Seq: r.Seq, Problem: "out of order"}
-	case r.Hash != r.hash():
-		return &BrokenError{Seq: r.Seq, Problem: "its content does not match its hash (edited)"}
-	case r.Prev != *prev:
-		return &BrokenError{Seq: r.Seq, Problem: fmt.Sprintf("it does not follow record %d (a record was replaced or the records were reordered)", r.Seq-1)}
+// checkMAC checks a keyed record's MAC with every key of its ID (two
+// secrets can share a 32-bit ID).
+func (v *verifier) checkMAC(r *Record) error {
+	found := false
+	if v.keys != nil {
+		for _, k := range v.keys.all {
+			if k.id != r.KeyID {
+				continue
+			}
+			found = true
+			if hmac.Equal([]byte(r.mac(k.key)), []byte(r.Hash)) {
+				return nil
+			}
+		}
 	}
-	*want, *prev = r.Seq+1, r.Hash
+	if !found {
+		return fmt.Errorf("%w: record %d is MACed under key ID %s, which is neither auth.jwt_secret's nor one of auth.previous_jwt_secrets' (put the secret back in previous_jwt_secrets to verify it; if it never was yours, the log was re-chained under another key)", ErrUnknownKey, r.Seq, r.KeyID)
+	}
+	return &BrokenError{Seq: r.Seq, Problem: "its content does not match its MAC (edited, or re-chained without the key)"}
+}
+
+// end checks that the chain reached every head.
+func (v *verifier) end() error {
+	for _, h := range v.heads {
+		if h.Seq >= v.want {
+			last := fmt.Sprintf("the log ends at record %d", v.want-1)
+			if v.want == 1 {
+				last = "the log is empty"
+			}
+			return &BrokenError{Seq: h.Seq, Problem: fmt.Sprintf("it is missing: %s, but the head %v taken earlier is record %d (the newest records were deleted)", last, h, h.Seq)}
+		}
+	}
 	return nil
 }
 

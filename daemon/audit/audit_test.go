@@ -117,7 +117,7 @@ func TestVerifyNamesTheTamperedRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := audit.VerifyRecords(rs); !errors.As(err, &be) || be.Seq != tt.wantSeq {
+			if err := audit.VerifyRecords(rs, nil); !errors.As(err, &be) || be.Seq != tt.wantSeq {
 				t.Fatalf("VerifyRecords = %v, want record %d", err, tt.wantSeq)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,8 +19,14 @@ type LimitOptions struct {
 	// within Window before its logins are slowed down: after that, one
 	// attempt at a time, each UserDelay after the last failure, the delay
 	// doubling with every further failure up to MaxUserDelay. The right
-	// password still gets in after the delay, so guessing at a name
-	// cannot lock its owner out. Default 10.
+	// password still gets in after the delay.
+	//
+	// Attempts from an address that is not failing (no failure within
+	// Window and no attempt in flight, whatever the name) are slowed down
+	// only by the name's failures that came from such addresses, so a
+	// guesser at a few addresses cannot keep the owner out; guessing from
+	// ever new addresses slows those down too, after UserFailures of
+	// them. Default 10.
 	UserFailures int
 	// UserDelay is the first delay beyond UserFailures. Default 1s.
 	UserDelay time.Duration
@@ -92,8 +99,20 @@ const refusedOverflow = "*"
 // attempts are one key's failures within the window, oldest first, and
 // its attempts in flight.
 type attempts struct {
-	failed   []time.Time
+	failed   []failure
 	inFlight int
+	// fresh and freshInFlight are the failures and attempts in flight
+	// (among the above) of a name's attempts from addresses that were
+	// not failing.
+	fresh         []failure
+	freshInFlight int
+}
+
+// failure is one failed login: when, and for a name's failures, from
+// which address (so that a success forgets only its own address's).
+type failure struct {
+	at time.Time
+	ip string
 }
 
 // RateLimitedError refuses a login because of too many recent failures
@@ -160,12 +179,18 @@ func (l *Limiter) Reserve(user, ip string) (*Reservation, error) {
 	if wait := l.ipWait(ip, now); wait > 0 {
 		return nil, &RateLimitedError{RetryAfter: wait, limit: "address"}
 	}
-	if wait := l.userWait(user, now); wait > 0 {
+	// ipWait pruned the address: its key is gone if it is not failing.
+	fresh := ip != "" && l.ips[ip] == nil
+	if wait := l.userWait(user, fresh, now); wait > 0 {
 		return nil, &RateLimitedError{RetryAfter: wait, limit: "name"}
 	}
-	l.entry(l.users, user, now).inFlight++
+	u := l.entry(l.users, user, now)
+	u.inFlight++
+	if fresh {
+		u.freshInFlight++
+	}
 	l.entry(l.ips, ip, now).inFlight++
-	return &Reservation{l: l, user: user, ip: ip}, nil
+	return &Reservation{l: l, user: user, ip: ip, fresh: fresh}, nil
 }
 
 func (l *Limiter) ipWait(ip string, now time.Time) time.Duration {
@@ -176,24 +201,38 @@ func (l *Limiter) ipWait(ip string, now time.Time) time.Duration {
 	if len(a.failed) < l.o.IPFailures {
 		return retrySoon
 	}
-	return a.failed[len(a.failed)-l.o.IPFailures].Add(l.o.Window).Sub(now)
+	return a.failed[len(a.failed)-l.o.IPFailures].at.Add(l.o.Window).Sub(now)
 }
 
-func (l *Limiter) userWait(user string, now time.Time) time.Duration {
+// userWait is how long an attempt on user must wait because of the
+// name's failures: all of them, or for an attempt from a fresh address
+// (one that is not failing) those from fresh addresses.
+func (l *Limiter) userWait(user string, fresh bool, now time.Time) time.Duration {
 	a := l.prune(l.users, user, now)
-	if a == nil || len(a.failed)+a.inFlight < l.o.UserFailures {
+	if a == nil {
 		return 0
 	}
-	if a.inFlight > 0 {
+	if fresh {
+		return l.slowdown(a.fresh, a.freshInFlight, now)
+	}
+	return l.slowdown(a.failed, a.inFlight, now)
+}
+
+// slowdown is the wait that failed and inFlight of one name impose.
+func (l *Limiter) slowdown(failed []failure, inFlight int, now time.Time) time.Duration {
+	if len(failed)+inFlight < l.o.UserFailures {
+		return 0
+	}
+	if inFlight > 0 {
 		return retrySoon
 	}
 	// Beyond the free failures: one at a time, each after a delay that
 	// doubles with every failure.
 	delay := l.o.MaxUserDelay
-	if extra := len(a.failed) - l.o.UserFailures; extra < 30 && l.o.UserDelay<<extra < delay {
+	if extra := len(failed) - l.o.UserFailures; extra < 30 && l.o.UserDelay<<extra < delay {
 		delay = l.o.UserDelay << extra
 	}
-	return a.failed[len(a.failed)-1].Add(delay).Sub(now)
+	return failed[len(failed)-1].at.Add(delay).Sub(now)
 }
 
 // A Reservation is one admitted login attempt. Exactly one of its
@@ -201,24 +240,32 @@ func (l *Limiter) userWait(user string, now time.Time) time.Duration {
 type Reservation struct {
 	l        *Limiter
 	user, ip string
+	fresh    bool // from an address that was not failing
 	done     bool
 }
 
 // Failed records the attempt as a failed login.
 func (r *Reservation) Failed() {
 	r.end(func(l *Limiter, now time.Time) {
-		l.record(l.users, r.user, now)
-		l.record(l.ips, r.ip, now)
+		f := failure{now, r.ip}
+		if a := l.record(l.users, r.user, f); a != nil && r.fresh {
+			a.fresh = l.trim(append(a.fresh, f))
+		}
+		l.record(l.ips, r.ip, failure{at: now})
 	})
 }
 
-// Succeeded ends the attempt and forgets the user's failures. The
-// address's failures stay: one good password must not reset a guesser
-// trying many names.
+// Succeeded ends the attempt and forgets the user's failures from its
+// address (all of them if the address is unknown): the owner who
+// mistyped is not slowed down next time, but a guesser elsewhere stays
+// slowed. The address's failures stay: one good password must not reset
+// a guesser trying many names.
 func (r *Reservation) Succeeded() {
 	r.end(func(l *Limiter, _ time.Time) {
 		if a := l.users[r.user]; a != nil {
-			a.failed = nil
+			own := func(f failure) bool { return r.ip == "" || f.ip == r.ip }
+			a.failed = slices.DeleteFunc(a.failed, own)
+			a.fresh = slices.DeleteFunc(a.fresh, own)
 		}
 	})
 }
@@ -243,6 +290,9 @@ func (r *Reservation) end(f func(*Limiter, time.Time)) {
 			a.inFlight--
 		}
 	}
+	if a := l.users[r.user]; a != nil && r.fresh && a.freshInFlight > 0 {
+		a.freshInFlight--
+	}
 	f(l, l.o.Now())
 }
 
@@ -263,18 +313,25 @@ func (l *Limiter) entry(m map[string]*attempts, key string, now time.Time) *atte
 	return a
 }
 
-func (l *Limiter) record(m map[string]*attempts, key string, now time.Time) {
+// record adds f to key's failures and returns its attempts (nil for the
+// empty key).
+func (l *Limiter) record(m map[string]*attempts, key string, f failure) *attempts {
 	if key == "" {
-		return
+		return nil
 	}
-	a := l.entry(m, key, now)
-	a.failed = append(a.failed, now)
-	// Only the last failures decide (the limit, and for names the
-	// failures that double the delay up to its cap); older ones cannot
-	// matter.
-	if keep := max(l.o.UserFailures+32, l.o.IPFailures); len(a.failed) > keep {
-		a.failed = append(a.failed[:0], a.failed[len(a.failed)-keep:]...)
+	a := l.entry(m, key, f.at)
+	a.failed = l.trim(append(a.failed, f))
+	return a
+}
+
+// trim keeps the failures that can matter: only the last ones decide
+// (the limit, and for names the failures that double the delay up to
+// its cap).
+func (l *Limiter) trim(failed []failure) []failure {
+	if keep := max(l.o.UserFailures+32, l.o.IPFailures); len(failed) > keep {
+		return append(failed[:0], failed[len(failed)-keep:]...)
 	}
+	return failed
 }
 
 // prune drops key's failures that left the window and returns what is
@@ -285,12 +342,15 @@ func (l *Limiter) prune(m map[string]*attempts, key string, now time.Time) *atte
 		return nil
 	}
 	cut := now.Add(-l.o.Window)
-	i := 0
-	for i < len(a.failed) && !a.failed[i].After(cut) {
-		i++
+	inWindow := func(fs []failure) []failure {
+		i := 0
+		for i < len(fs) && !fs[i].at.After(cut) {
+			i++
+		}
+		return fs[i:]
 	}
-	a.failed = a.failed[i:]
-	if len(a.failed) == 0 && a.inFlight == 0 {
+	a.failed, a.fresh = inWindow(a.failed), inWindow(a.fresh)
+	if len(a.failed) == 0 && len(a.fresh) == 0 && a.inFlight == 0 {
 		delete(m, key)
 		return nil
 	}
@@ -308,7 +368,7 @@ func (l *Limiter) evict(m map[string]*attempts, now time.Time) {
 		if a.inFlight > 0 || len(a.failed) == 0 {
 			continue
 		}
-		if last := a.failed[len(a.failed)-1]; oldest == "" || last.Before(oldestT) {
+		if last := a.failed[len(a.failed)-1].at; oldest == "" || last.Before(oldestT) {
 			oldest, oldestT = k, last
 		}
 	}
@@ -322,7 +382,7 @@ func (l *Limiter) evict(m map[string]*attempts, now time.Time) {
 func (l *Limiter) sweepMap(m map[string]*attempts, now time.Time) {
 	cut := now.Add(-l.o.Window)
 	for k, a := range m {
-		if a.inFlight == 0 && (len(a.failed) == 0 || !a.failed[len(a.failed)-1].After(cut)) {
+		if a.inFlight == 0 && (len(a.failed) == 0 || !a.failed[len(a.failed)-1].at.After(cut)) {
 			delete(m, k)
 		}
 	}

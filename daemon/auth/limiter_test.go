@@ -148,8 +148,43 @@ func TestLimiterInFlight(t *testing.T) {
 	for _, r := range append(rs, ip[1:]...) {
 		r.Failed()
 	}
-	// alice: 3 failures, 0 in flight: slowed down now.
+	// alice: 3 failures, 0 in flight: slowed down now, also from a new
+	// address, since the failures came from new addresses.
 	retryAfter(t, try(l, "alice", "10.0.0.50"))
+}
+
+// A guesser at one address keeps a name slowed down; its owner, from an
+// address that is not failing, gets in at every attempt, and the owner's
+// successes do not let the guesser start over.
+func TestLimiterOwnerNotLockedOut(t *testing.T) {
+	c := newClock()
+	l := auth.NewLimiter(auth.LimitOptions{Now: c.Now}) // the defaults: 10, 1s … 1m, 30 per 15m
+	const attacker, owner = "198.51.100.66", "192.0.2.10"
+	guesses, refused := 0, 0
+	var nextOwner time.Time
+	// Four minutes in 100 ms steps: the guesser tries whenever it may,
+	// the owner every 2 s.
+	for end := c.Now().Add(4 * time.Minute); c.Now().Before(end); c.Advance(100 * time.Millisecond) {
+		if r, err := l.Reserve("alice", attacker); err == nil {
+			guesses++
+			r.Failed()
+		} else {
+			retryAfter(t, err)
+			refused++
+		}
+		if !c.Now().Before(nextOwner) {
+			r, err := l.Reserve("alice", owner)
+			if err != nil {
+				t.Fatalf("after %d guesses the owner is refused: %v", guesses, err)
+			}
+			r.Succeeded()
+			nextOwner = c.Now().Add(2 * time.Second)
+		}
+	}
+	// 10 free, then after 1, 2, 4, 8, 16, 32, 60, 60 s: 18 in 4 minutes.
+	if guesses < 10 || guesses > 19 || refused == 0 {
+		t.Fatalf("%d guesses admitted and %d refused in 4 minutes, want at most 19: the guesses are not slowed down", guesses, refused)
+	}
 }
 
 // Simultaneous reservations for one name: exactly the limit get in.

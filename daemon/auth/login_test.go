@@ -113,10 +113,17 @@ func TestLoginRateLimited(t *testing.T) {
 			t.Fatalf("wrong password: %v", err)
 		}
 	}
-	// Slowed down now (the next attempt 1 s after the last failure), even
-	// with the right password and from elsewhere.
-	if err := login("ALICE", "alice-password", "192.0.2.99"); !errors.Is(err, auth.ErrRateLimited) {
+	// Slowed down now (the next attempt 1 s after the last failure) from
+	// the failing address, even with the right password; from an address
+	// that is not failing the right password gets in.
+	if err := login("ALICE", "alice-password", "192.0.2.1"); !errors.Is(err, auth.ErrRateLimited) {
 		t.Fatalf("after 3 failures = %v, want ErrRateLimited", err)
+	}
+	if err := login("ALICE", "alice-password", "192.0.2.99"); err != nil {
+		t.Fatalf("the right password from elsewhere during the slowdown: %v", err)
+	}
+	if err := login("alice", "alice-password", "192.0.2.1"); !errors.Is(err, auth.ErrRateLimited) {
+		t.Fatalf("a success elsewhere ended the slowdown of the failing address: %v", err)
 	}
 	c.Advance(time.Minute)
 	if err := login("alice", "alice-password", "192.0.2.1"); err != nil {

@@ -81,6 +81,12 @@ type Config struct {
 	Plugins []string `yaml:"plugins"`
 	Log     Log      `yaml:"log"`
 	Server  Server   `yaml:"server"`
+	// Store configures the instance database.
+	Store Store `yaml:"store"`
+	// Audit configures the audit log.
+	Audit Audit `yaml:"audit"`
+	// Metrics configures GET /metrics.
+	Metrics Metrics `yaml:"metrics"`
 	// ExternalAgents are the external_agent plugin's agents.
 	ExternalAgents []externalagent.Config `yaml:"external_agents"`
 	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
@@ -169,6 +175,25 @@ type Auth struct {
 	TokenTTL Duration `yaml:"token_ttl"`
 	// LDAP, when its url is set, authenticates users not found locally.
 	LDAP ldap.Config `yaml:"ldap"`
+	// LoginLimits bound failed logins per name and per address.
+	LoginLimits LoginLimits `yaml:"login_limits"`
+}
+
+// LoginLimits is auth.login_limits: how failed logins slow down a name
+// and refuse an address (auth.LimitOptions says how they combine).
+type LoginLimits struct {
+	// UserFailures are the failures of one name within Window before
+	// its attempts from failing addresses are slowed down (default 10).
+	UserFailures int `yaml:"user_failures"`
+	// UserDelay is the first delay, doubling with each further failure
+	// up to MaxUserDelay (defaults 1s and 1m).
+	UserDelay    Duration `yaml:"user_delay"`
+	MaxUserDelay Duration `yaml:"max_user_delay"`
+	// AddressFailures are the failures of one address within Window,
+	// whatever the names, before its logins are refused (default 30).
+	AddressFailures int `yaml:"address_failures"`
+	// Window is the sliding window failures count in (default 15m).
+	Window Duration `yaml:"window"`
 }
 
 // LLM is the OpenAI-compatible endpoint the agent talks to.
@@ -206,6 +231,29 @@ type Sandbox struct {
 	RequireLimits bool `yaml:"require_limits"`
 	// Egress caps each egress proxy (see egress.go).
 	Egress Egress `yaml:"egress"`
+}
+
+// Metrics configures GET /metrics.
+type Metrics struct {
+	// Token, if set, is the bearer token a scrape must send; empty:
+	// /metrics is public (restrict it at the proxy, see the README).
+	Token string `yaml:"token"`
+}
+
+// Audit configures the audit log.
+type Audit struct {
+	// HeadInterval is how often the server writes the audit log's head
+	// (the newest record's number and MAC) to its log, besides at
+	// shutdown, for codumentorctl audit verify --head (default 15m).
+	HeadInterval Duration `yaml:"head_interval"`
+}
+
+// Store configures the instance database (SQLite).
+type Store struct {
+	// BusyTimeout is how long a write waits for another connection's
+	// write lock (codumentorctl's, a backup's) before the request answers
+	// 503 storage_busy (default 5s).
+	BusyTimeout Duration `yaml:"busy_timeout"`
 }
 
 // Log configures logs/codumentor.log (and stderr).
@@ -274,8 +322,11 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // isolation on, seccomp in log mode.
 func Default() Config {
 	return Config{
-		Listen:  "127.0.0.1:8080",
-		Auth:    Auth{TokenTTL: Duration(12 * time.Hour)},
+		Listen: "127.0.0.1:8080",
+		Auth: Auth{TokenTTL: Duration(12 * time.Hour), LoginLimits: LoginLimits{
+			UserFailures: 10, UserDelay: Duration(time.Second), MaxUserDelay: Duration(time.Minute),
+			AddressFailures: 30, Window: Duration(15 * time.Minute),
+		}},
 		LLM:     LLM{Timeout: Duration(2 * time.Minute)},
 		Plugins: []string{PluginWorkspaceIsolation},
 		Sandbox: Sandbox{
@@ -287,6 +338,8 @@ func Default() Config {
 			Egress:          DefaultEgress(),
 		},
 		Log:          Log{Level: "info", Format: LogText},
+		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
+		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30},
 		Office:       DefaultOffice(),
 		Server: Server{
@@ -335,6 +388,15 @@ func (c Config) Validate() error {
 	}
 	if c.Auth.TokenTTL <= 0 {
 		errs = append(errs, errors.New("auth.token_ttl must be positive"))
+	}
+	if c.Audit.HeadInterval <= 0 {
+		errs = append(errs, errors.New("audit.head_interval must be positive"))
+	}
+	if c.Store.BusyTimeout <= 0 {
+		errs = append(errs, errors.New("store.busy_timeout must be positive"))
+	}
+	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
+		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
 	}
 	if c.Auth.LDAP.URL != "" {
 		if err := c.Auth.LDAP.Validate(); err != nil {

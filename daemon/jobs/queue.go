@@ -289,6 +289,24 @@ func (q *Queue) Get(ctx context.Context, id string) (Job, error) {
 	return j, nil
 }
 
+// Count is how many jobs of a kind have a status.
+type Count struct {
+	Kind   string
+	Status Status
+	N      int64
+}
+
+// Counts returns how many jobs of each kind are in each status (kinds
+// are the handlers' names: a bounded set).
+func (q *Queue) Counts(ctx context.Context) ([]Count, error) {
+	var cs []Count
+	err := q.db.WithContext(ctx).Model(&Job{}).Select("kind, status, count(*) AS n").Group("kind, status").Scan(&cs).Error
+	if err != nil {
+		return nil, fmt.Errorf("jobs: counting jobs: %w", err)
+	}
+	return cs, nil
+}
+
 // ErrPermanent is matched (errors.Is) by every error Permanent made, and
 // by the errors wrapping one.
 var ErrPermanent = errors.New("jobs: permanent failure")

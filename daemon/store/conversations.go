@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -85,9 +86,14 @@ func (approvalRow) TableName() string { return "approvals" }
 // conversation read new events without a query each. Only this process
 // appends events to the database while it serves it.
 type Conversations struct {
-	db    *gorm.DB
-	cache *eventCache
+	db      *gorm.DB
+	cache   *eventCache
+	observe atomic.Pointer[func(agentcore.Event)]
 }
+
+// Observe calls f with each event once it is stored (for metrics); f
+// must not block. Set it before the conversations are used.
+func (s *Conversations) Observe(f func(agentcore.Event)) { s.observe.Store(&f) }
 
 var _ agentcore.Store = (*Conversations)(nil)
 
@@ -278,6 +284,9 @@ func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (age
 		return agentcore.Event{}, fmt.Errorf("store: appending an event: %w", err)
 	}
 	s.cache.add(e)
+	if f := s.observe.Load(); f != nil {
+		(*f)(e)
+	}
 	return e, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/glebarez/sqlite"
 	"gorm.io/gorm"
@@ -24,10 +25,30 @@ import (
 // FileName is the database's name inside the instance's data directory.
 const FileName = "codumentor.db"
 
+// DefaultBusyTimeout is how long a statement waits for another
+// connection's write lock before it fails with SQLITE_BUSY.
+const DefaultBusyTimeout = 5 * time.Second
+
+// Options are the settings of OpenOptions; zero fields take the
+// defaults.
+type Options struct {
+	// BusyTimeout is how long a statement waits for the write lock
+	// (default DefaultBusyTimeout).
+	BusyTimeout time.Duration
+}
+
 // Open opens (creating it if needed) the SQLite database at path with
 // write-ahead logging, a 5 s busy timeout and foreign keys on. The file is
 // created 0600: it holds password hashes and encrypted secrets.
 func Open(ctx context.Context, path string) (*gorm.DB, error) {
+	return OpenOptions(ctx, path, Options{})
+}
+
+// OpenOptions is Open with o's settings.
+func OpenOptions(ctx context.Context, path string, o Options) (*gorm.DB, error) {
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = DefaultBusyTimeout
+	}
 	if path == "" {
 		return nil, errors.New("store: no database path")
 	}
@@ -44,7 +65,8 @@ func Open(ctx context.Context, path string) (*gorm.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: "_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"}).String()
+	q := fmt.Sprintf("_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate", max(o.BusyTimeout.Milliseconds(), 1))
+	dsn := (&url.URL{Scheme: "file", Path: abs, RawQuery: q}).String()
 	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true,
