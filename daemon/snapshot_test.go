@@ -136,12 +136,20 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 	if ents, err := os.ReadDir(snaps); err != nil || len(ents) != 0 {
 		t.Fatalf("snapshots left: %v %v", ents, err)
 	}
-	// Refused again, with the reason, without checking it out again.
-	launches := strings.Count(p.stderr.String(), "checking out a repository snapshot failed")
+	// Refused again, with the reason, without checking it out again. The
+	// server's log line may reach its stderr pipe after the answer.
+	const failed = "checking out a repository snapshot failed"
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.stderr.String(), failed) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	launches := strings.Count(p.stderr.String(), failed)
+	if launches == 0 {
+		t.Fatalf("the failed checkout was not logged:\n%s", p.stderr)
+	}
 	if again := refused(); again != msg {
 		t.Errorf("second refusal %q, first %q", again, msg)
 	}
-	if n := strings.Count(p.stderr.String(), "checking out a repository snapshot failed"); n != launches {
+	if n := strings.Count(p.stderr.String(), failed); n != launches {
 		t.Errorf("the second conversation checked out the tree again (%d failures logged, then %d)", launches, n)
 	}
 	var list struct{ Conversations []any }
