@@ -49,7 +49,7 @@ func TestReadLines(t *testing.T) {
 		{name: "budget stops", in: "aaaa\nbbbb\ncccc\n", budget: 20, want: "     1\taaaa\n", first: 1, last: 1, total: 3, known: true},
 		{name: "one line over budget shown", in: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nb\n", budget: 10, want: "     1\taaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", first: 1, last: 1, total: 2, known: true},
 		{name: "huge single line bounded", in: long + "\nnext\n", limit: 1,
-			want: "     1\t" + long[:maxLineShown] + fmt.Sprintf("… [line cut: %s more bytes; use shell, e.g. cut -c, to see them]\n", commas(int64(len(long)-maxLineShown))),
+			want:  "     1\t" + long[:maxLineShown] + fmt.Sprintf("… [line cut: %s more bytes; use shell, e.g. cut -c, to see them]\n", commas(int64(len(long)-maxLineShown))),
 			first: 1, last: 1, total: 2, known: true},
 		{name: "count bounded", in: "a\n" + strings.Repeat("b\n", countBound), limit: 1, want: "     1\ta\n", first: 1, last: 1, total: 1 + countBound/2, known: false,
 			maxRead: 2 + countBound + scanChunk},
