@@ -79,6 +79,13 @@ func (s *lineScanner) consume(n int) {
 func (s *lineScanner) skip(n int) int {
 	done, partial := 0, false
 	for done < n && s.fill() {
+		// Whole chunks short of the line wanted are counted at once.
+		if c := bytes.Count(s.b, nl); done+c < n {
+			done += c
+			partial = s.b[len(s.b)-1] != '\n'
+			s.consume(len(s.b))
+			continue
+		}
 		i := bytes.IndexByte(s.b, '\n')
 		if i < 0 {
 			s.consume(len(s.b))
@@ -96,10 +103,11 @@ func (s *lineScanner) skip(n int) int {
 
 // line consumes one line and returns at most max bytes of it (without
 // its line end), its whole length, whether it ended with "\r\n", and ok
-// false at the end of the file.
-func (s *lineScanner) line(max int) (text []byte, n int64, crlf, ok bool) {
+// false at the end of the file. It stops after bound bytes of the line;
+// n is then more than bound, and the rest of the line is left unread.
+func (s *lineScanner) line(max int, bound int64) (text []byte, n int64, crlf, ok bool) {
 	var prevCR bool
-	for s.fill() {
+	for n <= bound && s.fill() {
 		ok = true
 		i := bytes.IndexByte(s.b, '\n')
 		piece := s.b
@@ -136,7 +144,7 @@ func (s *lineScanner) count(bound int64) (lines int, known bool) {
 	last := byte('\n')
 	for s.off-start < bound && s.fill() {
 		b := s.b[:min(int64(len(s.b)), bound-(s.off-start))]
-		lines += bytes.Count(b, []byte{'\n'})
+		lines += bytes.Count(b, nl)
 		last = b[len(b)-1]
 		s.consume(len(b))
 	}
@@ -145,6 +153,8 @@ func (s *lineScanner) count(bound int64) (lines int, known bool) {
 	}
 	return lines, !s.fill()
 }
+
+var nl = []byte{'\n'}
 
 // errPastEnd is wrapped by readLines' error for an offset past the end.
 var errPastEnd = errors.New("offset is past the end of the file")
@@ -169,11 +179,19 @@ func readLines(ctx context.Context, r io.Reader, offset, limit, budget int) (str
 	var num [24]byte
 	for lr.Last-lr.First+1 < limit {
 		at := s.off
-		text, n, crlf, ok := s.line(maxLineShown)
+		text, n, crlf, ok := s.line(maxLineShown, countBound)
 		if !ok {
 			break
 		}
 		var cut string
+		if n > countBound {
+			// Not read to its end: the lines after it are not counted.
+			text = wholeRunes(text)
+			fmt.Fprintf(&out, "%6d\t%s… [line cut: more than %s bytes; use shell, e.g. cut -c or head -c, to see them]\n", lr.Last+1, strings.ToValidUTF8(string(text), "\uFFFD"), commas(countBound))
+			lr.Last++
+			lr.Total, lr.Known, lr.End = lr.Last, false, s.off
+			return out.String(), lr, s.err
+		}
 		if n > int64(len(text)) {
 			text = wholeRunes(text)
 			cut = fmt.Sprintf("… [line cut: %s more bytes; use shell, e.g. cut -c, to see them]", commas(n-int64(len(text))))

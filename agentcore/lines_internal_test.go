@@ -22,7 +22,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestReadLines(t *testing.T) {
-	long := strings.Repeat("x", 10<<20) // one 10 MiB line
+	long := strings.Repeat("x", 1<<20) // one 1 MiB line
+	var many strings.Builder            // 100,000 lines over many chunks
+	for i := 1; i <= 100000; i++ {
+		fmt.Fprintf(&many, "%d\n", i)
+	}
 	tests := []struct {
 		name          string
 		in            string
@@ -43,6 +47,9 @@ func TestReadLines(t *testing.T) {
 		{name: "lone cr kept", in: "a\rb\n", want: "     1\ta\rb\n", first: 1, last: 1, total: 1, known: true},
 		{name: "range", in: "1\n2\n3\n4\n5\n", offset: 2, limit: 2, want: "     2\t2\n     3\t3\n", first: 2, last: 3, total: 5, known: true},
 		{name: "range to the end", in: "1\n2\n3", offset: 3, limit: 9, want: "     3\t3\n", first: 3, last: 3, total: 3, known: true},
+		{name: "range chunks away", in: many.String(), offset: 90000, limit: 2, want: " 90000\t90000\n 90001\t90001\n", first: 90000, last: 90001, total: 100000, known: true},
+		{name: "range chunks away, no trailing newline", in: strings.TrimSuffix(many.String(), "\n"), offset: 100000, want: "100000\t100000\n", first: 100000, last: 100000, total: 100000, known: true},
+		{name: "past end chunks away", in: strings.TrimSuffix(many.String(), "\n"), offset: 100001, err: errPastEnd},
 		{name: "offset just past end", in: "1\n2\n", offset: 3, err: errPastEnd},
 		{name: "offset past end", in: "1\n2", offset: 30, err: errPastEnd},
 		{name: "offset in empty", in: "", offset: 2, err: errPastEnd},
@@ -51,6 +58,8 @@ func TestReadLines(t *testing.T) {
 		{name: "huge single line bounded", in: long + "\nnext\n", limit: 1,
 			want:  "     1\t" + long[:maxLineShown] + fmt.Sprintf("… [line cut: %s more bytes; use shell, e.g. cut -c, to see them]\n", commas(int64(len(long)-maxLineShown))),
 			first: 1, last: 1, total: 2, known: true},
+		{name: "huge line not read to its end", in: "a\n" + strings.Repeat("y", 3*countBound) + "\nz\n", offset: 2, want: "     2\t" + strings.Repeat("y", maxLineShown) + fmt.Sprintf("… [line cut: more than %s bytes; use shell, e.g. cut -c or head -c, to see them]\n", commas(countBound)),
+			first: 2, last: 2, total: 2, known: false, maxRead: 2 + countBound + 2*scanChunk},
 		{name: "count bounded", in: "a\n" + strings.Repeat("b\n", countBound), limit: 1, want: "     1\ta\n", first: 1, last: 1, total: 1 + countBound/2, known: false,
 			maxRead: 2 + countBound + scanChunk},
 		{name: "cut in a rune", in: strings.Repeat("x", maxLineShown-1) + "é\n", want: "     1\t" + strings.Repeat("x", maxLineShown-1) + "… [line cut: 2 more bytes; use shell, e.g. cut -c, to see them]\n", first: 1, last: 1, total: 1, known: true},
