@@ -23,7 +23,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func TestReadLines(t *testing.T) {
 	long := strings.Repeat("x", 1<<20) // one 1 MiB line
-	var many strings.Builder            // 100,000 lines over many chunks
+	var many strings.Builder           // 100,000 lines over many chunks
 	for i := 1; i <= 100000; i++ {
 		fmt.Fprintf(&many, "%d\n", i)
 	}
