@@ -61,9 +61,12 @@ func (h *headTail) Reset() {
 // lineSlack is how far a cut moves to fall on a line end.
 const lineSlack = 512
 
-// String is all of the output if it fits, else its head and tail, cut
-// at line ends where one is near, and the bytes elided between them.
-func (h *headTail) String() string {
+// text is all of the output if it fits, else its head and tail, cut at
+// line ends where one is near, and the bytes elided between them. The
+// output is redacted after it is cut, so margin bytes more are dropped
+// on each side of the cut: a secret's form (at most margin bytes) that
+// crosses it then leaves no piece of itself to pass redaction.
+func (h *headTail) text(margin int) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var tail []byte
@@ -76,7 +79,8 @@ func (h *headTail) String() string {
 	if kept == h.total {
 		return string(h.head) + string(tail)
 	}
-	head := h.head
+	head := h.head[:max(0, len(h.head)-margin)]
+	tail = tail[min(len(tail), margin):]
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 && len(head)-i-1 <= lineSlack {
 		head = head[:i+1]
 	}

@@ -120,7 +120,7 @@ func TestHeadTail(t *testing.T) {
 				h.Write([]byte(in[:k]))
 				in = in[k:]
 			}
-			got := h.String()
+			got := h.text(0)
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("%q lacks %q", got, w)
@@ -138,6 +138,29 @@ func TestHeadTail(t *testing.T) {
 				t.Errorf("%q does not end as the output did", got)
 			}
 		})
+	}
+}
+
+// TestHeadTailMargin shows a secret crossing either cut leave no piece
+// of itself with the margin (and a piece without it).
+func TestHeadTailMargin(t *testing.T) {
+	const secret = "S3CR3T-VALUE-42"
+	for _, k := range []int{1, 7, len(secret) - 1} { // bytes of it before the cut
+		// The head keeps 100 bytes, the tail the last 100.
+		in := strings.Repeat("a", 100-k) + secret + strings.Repeat("b", 2000) + secret + strings.Repeat("c", 100-len(secret)+k)
+		for _, margin := range []int{0, len(secret)} {
+			h := newHeadTail(100, 100)
+			h.Write([]byte(in))
+			head, tail, _ := strings.Cut(h.text(margin), "\n[…")
+			_, tail, _ = strings.Cut(tail, "…]\n")
+			leaks := strings.HasSuffix(head, secret[:k]) || strings.HasPrefix(tail, secret[k:])
+			if leaks != (margin == 0) {
+				t.Errorf("%d bytes before the cut, margin %d: head %q, tail %q", k, margin, head, tail)
+			}
+			if !strings.HasSuffix(tail, strings.Repeat("c", 50)) {
+				t.Errorf("tail %q lost its end", tail)
+			}
+		}
 	}
 }
 

@@ -112,20 +112,25 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		limit = "\n[" + msg + "]"
 		e.limitHit(c, cmd.State.Limit, msg)
 	}
+	margin := 0
+	if c.turn != nil {
+		margin = c.turn.red.longestSpan()
+	}
+	text = out.text(margin)
 	var ee *sandboxkit.ExitError
 	var le *sandboxkit.LimitError
 	switch {
 	case err == nil:
-		return out.String() + "[exit status 0]" + limit, nil
+		return text + "[exit status 0]" + limit, nil
 	case errors.As(err, &ee):
-		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
+		return text + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
 	case errors.As(err, &le):
 		// Stopped by the disk budget or the timeout, with a limit hit.
-		return out.String() + "[killed]" + limit, nil
+		return text + "[killed]" + limit, nil
 	case ctx.Err() != nil:
-		return out.String(), context.Cause(ctx)
+		return text, context.Cause(ctx)
 	}
-	return out.String(), err
+	return text, err
 }
 
 // limitHit records that a command of call c hit a sandbox limit.
