@@ -34,7 +34,9 @@
 //     (ErrOutsideWorkspace). Reads happen host-side from the layers (the
 //     merged view: upper over lower, whiteouts delete, opaque directories
 //     hide); writes go through the sandbox, so they land in the upper layer
-//     exactly as a command's would, and never through a symlink. Reads and
+//     exactly as a command's would, and never through a symlink. read_file
+//     shows a range of numbered lines, reading no further than the range
+//     plus a bounded count of the lines after it; whole-file reads and
 //     writes are capped (Config.MaxFileSize).
 //   - Secrets are used by name. The model sees names only (listed in the
 //     shell tool's description); {{secret:NAME}} in a command becomes

@@ -85,7 +85,9 @@ type Config struct {
 	// MaxOutput caps the bytes of one tool result sent to the model
 	// (default 32 KiB).
 	MaxOutput int
-	// MaxFileSize caps file tools' reads and writes (default 1 MiB).
+	// MaxFileSize caps the files edit_file and search_files read whole,
+	// and the writes of write_file and edit_file (default 1 MiB).
+	// read_file reads files of any size a range of lines at a time.
 	MaxFileSize int64
 	// MaxToolArguments caps the bytes of one tool call's arguments: a
 	// larger call is refused as it arrives, before an approval or any

@@ -416,30 +416,42 @@ func (v *view) resolve(rel string, followLast bool) (string, error) {
 	return done, nil
 }
 
-// readFile returns the content of the regular file rel (resolved), at
-// most max bytes.
-func (v *view) readFile(rel string, max int64) ([]byte, error) {
+// openFile opens the regular file rel (resolved) for reading and
+// returns it with its size.
+func (v *view) openFile(rel string) (*os.File, int64, error) {
 	e, parent, err := v.find(rel)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer parent.close()
 	if !e.fi.Mode().IsRegular() || parent == nil {
-		return nil, fmt.Errorf("%q is not a regular file", show(rel))
-	}
-	if e.fi.Size() > max {
-		return nil, fmt.Errorf("%q is %d bytes, more than the read limit of %d bytes; use shell (e.g. head, sed -n) to read part of it", show(rel), e.fi.Size(), max)
+		return nil, 0, fmt.Errorf("%q is not a regular file", show(rel))
 	}
 	// Opened relative to the parent's descriptor, never through a
 	// symlink; O_NONBLOCK keeps a FIFO swapped in from blocking us.
 	fd, err := unix.Openat(int(parent.dirs[e.layer].Fd()), path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, wsErr(rel, err)
+		return nil, 0, wsErr(rel, err)
 	}
 	f := os.NewFile(uintptr(fd), show(rel))
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("%q is not a regular file", show(rel))
+	}
+	return f, fi.Size(), nil
+}
+
+// readFile returns the content of the regular file rel (resolved), at
+// most max bytes.
+func (v *view) readFile(rel string, max int64) ([]byte, error) {
+	f, size, err := v.openFile(rel)
+	if err != nil {
+		return nil, err
+	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%q is not a regular file", show(rel))
+	if size > max {
+		return nil, fmt.Errorf("%q is %d bytes, more than the read limit of %d bytes; use shell (e.g. head, sed -n) to read part of it", show(rel), size, max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
@@ -662,19 +674,26 @@ func (e *Engine) fileTools() []Tool {
 	max := e.cfg.MaxFileSize
 	return []Tool{
 		&fileTool{e: e, spec: ToolSpec{
-			Name:        "read_file",
-			Description: fmt.Sprintf("Read a text file of the workspace. Paths are relative to the workspace root (/workspace in shell). At most %d bytes.", max),
-			Parameters:  schema([]string{"path"}, map[string]any{"path": prop("string", "file path relative to the workspace root")}),
+			Name: "read_file",
+			Description: fmt.Sprintf("Read lines of a text file of the workspace, numbered as cat -n numbers them (the number, a tab, the line). Paths are relative to the workspace root (/workspace in shell). "+
+				"Without offset and limit it shows the file from its first line, at most %d lines and about %d bytes; the header says which lines of how many were shown and which offset to send for the next ones. Lines longer than %d bytes are cut.", defaultLines, e.readBudget(), maxLineShown),
+			Parameters: schema([]string{"path"}, map[string]any{
+				"path":   prop("string", "file path relative to the workspace root"),
+				"offset": prop("integer", "the first line to show, counting from 1; default 1"),
+				"limit":  prop("integer", fmt.Sprintf("how many lines to show; default %d", defaultLines)),
+			}),
 		}, run: func(ctx context.Context, ws *workspace, c *Call) (string, error) {
-			var a struct{ Path string }
+			var a struct {
+				Path          string
+				Offset, Limit int
+			}
 			if err := c.Args(&a); err != nil {
 				return "", err
 			}
-			_, b, err := ws.readFile(a.Path, max)
-			if err != nil {
-				return "", err
+			if a.Offset < 0 || a.Limit < 0 {
+				return "", errors.New("offset and limit count lines from 1; they cannot be negative")
 			}
-			return string(b), nil
+			return ws.readLines(ctx, a.Path, a.Offset, a.Limit, e.readBudget())
 		}},
 		&fileTool{e: e, spec: ToolSpec{
 			Name:        "write_file",
@@ -904,6 +923,54 @@ func (ws *workspace) readFile(p string, max int64) (string, []byte, error) {
 		return "", nil, fileErr(p, err)
 	}
 	return rel, b, nil
+}
+
+// readBudget is the bytes of numbered lines one read_file result holds:
+// under MaxOutput, so that the result reaches the model whole.
+func (e *Engine) readBudget() int {
+	return max(e.cfg.MaxOutput-1024, e.cfg.MaxOutput/2)
+}
+
+// readLines resolves the workspace path p and shows lines offset.. of
+// the file it names (see readLines), with a header saying what part of
+// the file that is and how to page on.
+func (ws *workspace) readLines(ctx context.Context, p string, offset, limit, budget int) (string, error) {
+	rel, err := ws.resolve(p, true)
+	if err != nil {
+		return "", err
+	}
+	f, size, err := ws.view.openFile(rel)
+	if err != nil {
+		return "", fileErr(p, err)
+	}
+	defer f.Close()
+	body, lr, err := readLines(ctx, f, offset, limit, budget)
+	if errors.Is(err, errPastEnd) {
+		return "", fmt.Errorf("%s: %w; send a smaller offset", p, err)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+		return "", fileErr(p, wsErr(rel, err))
+	}
+	total := commas(int64(lr.Total))
+	if !lr.Known {
+		total = "at least " + total
+	}
+	ends := ""
+	if lr.CRLF {
+		ends = "; CRLF line ends, shown without the CR"
+	}
+	if lr.Last < lr.First {
+		return fmt.Sprintf("%s: empty file (0 lines, %s bytes)", p, commas(size)), nil
+	}
+	head := fmt.Sprintf("%s: lines %d–%d of %s (bytes %s–%s of %s%s)\n", p, lr.First, lr.Last, total,
+		commas(lr.Start), commas(lr.End), commas(size), ends)
+	if lr.Last < lr.Total || !lr.Known {
+		body += fmt.Sprintf("[more lines follow: send offset %d to read on (with limit for how many)]", lr.Last+1)
+	}
+	return head + body, nil
 }
 
 // writeScript writes stdin to $1, creating its parent directories, and

@@ -34,7 +34,12 @@ func TestFileTools(t *testing.T) {
 		{"read new in opaque dir", "read_file", args{"path": "dir/new.txt"}, []string{"new"}, nil},
 		{"read missing", "read_file", args{"path": "missing.txt"}, []string{"no such file"}, nil},
 		{"read a directory", "read_file", args{"path": "src"}, []string{"not a regular file"}, nil},
-		{"read too big", "read_file", args{"path": "big.txt"}, []string{"read limit"}, []string{"aaaa"}},
+		{"read bigger than MaxFileSize", "read_file", args{"path": "big.txt"}, []string{"big.txt: lines 1–1 of 1 (bytes 0–2,000 of 2,000)\n     1\taaaa"}, nil},
+		{"read a range", "read_file", args{"path": "src/main.go", "offset": 3, "limit": 2}, []string{"lines 3–4 of 5", "     3\tfunc main() {\n     4\t\tprintln", "send offset 5"}, []string{"package"}},
+		{"read past the end", "read_file", args{"path": "src/main.go", "offset": 9}, []string{"past the end", "5 lines"}, nil},
+		{"read negative offset", "read_file", args{"path": "src/main.go", "offset": -1}, []string{"cannot be negative"}, nil},
+		{"read unknown argument", "read_file", args{"path": "README.md", "lines": "1-5"}, []string{`unknown argument "lines"; the arguments are: limit, offset, path`}, []string{"hello world"}},
+		{"shell unknown argument", "shell", args{"command": "echo ran", "timeout": 5}, []string{`unknown argument "timeout"; the arguments are: background, command, cwd`}, []string{"ran"}},
 		{"read no path", "read_file", args{}, []string{"not a regular file"}, nil},
 
 		{"write new in new dir", "write_file", args{"path": "w/deep/new.txt", "content": "hello write\n"}, []string{"wrote 12 bytes"}, nil},
@@ -49,7 +54,7 @@ func TestFileTools(t *testing.T) {
 		{"read the edit", "read_file", args{"path": "src/util.go"}, []string{"return 43"}, nil},
 		{"edit not unique", "edit_file", args{"path": "dup.txt", "old_string": "x", "new_string": "y"}, []string{"occurs 2 times", "nothing changed"}, nil},
 		{"edit all", "edit_file", args{"path": "dup.txt", "old_string": "x", "new_string": "y", "replace_all": true}, []string{"replaced 2"}, nil},
-		{"read edit all", "read_file", args{"path": "dup.txt"}, []string{"y\ny\n"}, nil},
+		{"read edit all", "read_file", args{"path": "dup.txt"}, []string{"     1\ty\n     2\ty\n"}, nil},
 		{"edit absent", "edit_file", args{"path": "src/util.go", "old_string": "nope", "new_string": "x"}, []string{"not found", "nothing changed"}, nil},
 		{"edit missing file", "edit_file", args{"path": "nofile.go", "old_string": "a", "new_string": "b"}, []string{"no such file"}, nil},
 

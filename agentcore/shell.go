@@ -1,7 +1,6 @@
 package agentcore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -88,7 +87,10 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		}
 		return fmt.Sprintf("started background job %d (pid %d in the sandbox); read its output with shell_output, stop it with shell_kill", j.ID, j.Pid), nil
 	}
-	var out bytes.Buffer
+	// The head and the real tail, within MaxOutput with room for the
+	// status lines: all else is read, counted and dropped as it comes.
+	budget := max(e.cfg.MaxOutput-1024, e.cfg.MaxOutput/2)
+	out := newHeadTail(budget*3/8, budget-budget*3/8)
 	var cmd *sandboxkit.Cmd
 	var seen violations
 	err = e.startIn(ctx, c, func(ws *workspace) error {
@@ -96,9 +98,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		seen = violationsOf(ws.sess)
 		cmd = ws.sess.Command(ctx, argv...)
 		cmd.Env, cmd.Dir = env, c.Action.Cwd
-		cmd.Stdout, cmd.Stderr = &out, &out
-		// The engine keeps head and tail of MaxOutput; more is never sent.
-		cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
+		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Timeout = e.cfg.CommandTimeout
 		return cmd.Start()
 	})
@@ -112,20 +112,25 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		limit = "\n[" + msg + "]"
 		e.limitHit(c, cmd.State.Limit, msg)
 	}
+	margin := 0
+	if c.turn != nil {
+		margin = c.turn.red.longestSpan()
+	}
+	text = out.text(margin)
 	var ee *sandboxkit.ExitError
 	var le *sandboxkit.LimitError
 	switch {
 	case err == nil:
-		return out.String() + "[exit status 0]" + limit, nil
+		return text + "[exit status 0]" + limit, nil
 	case errors.As(err, &ee):
-		return out.String() + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
+		return text + fmt.Sprintf("[exit status %d]", ee.Code) + limit, nil
 	case errors.As(err, &le):
 		// Stopped by the disk budget or the timeout, with a limit hit.
-		return out.String() + "[killed]" + limit, nil
+		return text + "[killed]" + limit, nil
 	case ctx.Err() != nil:
-		return out.String(), context.Cause(ctx)
+		return text, context.Cause(ctx)
 	}
-	return out.String(), err
+	return text, err
 }
 
 // limitHit records that a command of call c hit a sandbox limit.

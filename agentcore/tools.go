@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -72,6 +73,38 @@ func (c *Call) Args(v any) error {
 	}
 	if err := json.Unmarshal(args, v); err != nil {
 		return fmt.Errorf("invalid arguments for %s: %v", c.Name, err)
+	}
+	return nil
+}
+
+// checkArgs refuses arguments that are not a JSON object, and names
+// unknown to a schema that says "additionalProperties": false, before any
+// tool sees them: a misspelt argument would otherwise be silently
+// ignored.
+func checkArgs(spec ToolSpec, args json.RawMessage) error {
+	var schema struct {
+		Properties           map[string]json.RawMessage
+		AdditionalProperties *bool
+	}
+	if len(spec.Parameters) == 0 || json.Unmarshal(spec.Parameters, &schema) != nil ||
+		schema.AdditionalProperties == nil || *schema.AdditionalProperties {
+		return nil
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(args, &got); err != nil {
+		return fmt.Errorf("invalid arguments for %s: want a JSON object: %v", spec.Name, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := schema.Properties[name]; !ok {
+			known := "none"
+			if len(schema.Properties) > 0 {
+				known = strings.Join(slices.Sorted(maps.Keys(schema.Properties)), ", ")
+			}
+			return fmt.Errorf("invalid arguments for %s: unknown argument %q; the arguments are: %s", spec.Name, name, known)
+		}
 	}
 	return nil
 }

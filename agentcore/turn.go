@@ -446,6 +446,9 @@ func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, erro
 		}
 		return "", fmt.Errorf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", "))
 	}
+	if err := checkArgs(tool.Spec(), call.Arguments); err != nil {
+		return "", err
+	}
 	if x, ok := tool.(ExecTool); ok {
 		a, err := x.Prepare(ctx, call)
 		if err != nil {

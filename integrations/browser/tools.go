@@ -19,7 +19,7 @@ func (FetchTool) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{
 		Name:        "fetch_urls",
 		Description: fmt.Sprintf("Read web pages: each URL's title, main text (at most %d KiB) and links, as a headless browser shows them. At most %d http or https URLs per call. Requests to internal and metadata addresses are refused.", MaxTextBytes>>10, MaxURLs),
-		Parameters:  json.RawMessage(`{"type":"object","properties":{"urls":{"type":"array","items":{"type":"string"},"description":"http or https URLs"}},"required":["urls"]}`),
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"urls":{"type":"array","items":{"type":"string"},"description":"http or https URLs"}},"required":["urls"],"additionalProperties":false}`),
 	}
 }
 
@@ -80,7 +80,7 @@ func (DiagramTool) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{
 		Name:        "render_diagram",
 		Description: "Render a mermaid diagram. Returns SVG markup (format svg, the default) or a data:image/png;base64 URL (format png) to put in the answer.",
-		Parameters:  json.RawMessage(`{"type":"object","properties":{"source":{"type":"string","description":"mermaid source"},"format":{"type":"string","enum":["svg","png"]}},"required":["source"]}`),
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"source":{"type":"string","description":"mermaid source"},"format":{"type":"string","enum":["svg","png"]}},"required":["source"],"additionalProperties":false}`),
 	}
 }
 
