@@ -270,6 +270,7 @@ func (s *Server) routes() {
 	authed.Get("/conversations", s.listConversations)
 	conv := authed.group("/conversations/:id", s.owned)
 	conv.Get("", s.getConversation)
+	conv.Patch("", s.updateConversation)
 	conv.Delete("", s.deleteConversation)
 	conv.Post("/messages", s.postMessage)
 	conv.Post("/cancel", s.cancelTurn)

@@ -232,6 +232,48 @@ func (s *Server) listConversations(c *fiber.Ctx) error {
 
 func (s *Server) getConversation(c *fiber.Ctx) error { return c.JSON(conversation(c)) }
 
+// updateConversation renames the conversation or changes its model
+// profile. The profile is checked as at creation, and does not change
+// while a turn runs: the turn chose its model as it began.
+func (s *Server) updateConversation(c *fiber.Ctx) error {
+	var req struct {
+		Title        *string `json:"title"`
+		ModelProfile *string `json:"model_profile"`
+	}
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.Title == nil && req.ModelProfile == nil {
+		return badRequest("nothing to change: send title, model_profile or both")
+	}
+	conv := conversation(c)
+	errTurn := apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running: change its model profile once the turn has ended (its turn_finished event), or cancel the turn")
+	if p := req.ModelProfile; p != nil {
+		if *p != "" {
+			if err := s.checkModelProfile(c, *p); err != nil {
+				return err
+			}
+		}
+		// A turn starting holds the engine's slot before it records
+		// turn_started, which the store's condition sees.
+		if *p != conv.ModelProfile && s.d.Engine.Turn(conv.ID) != nil {
+			return errTurn
+		}
+	}
+	conv, err := s.d.Conversations.Update(c.UserContext(), user(c).ID, conv.ID, store.Change{Title: req.Title, ModelProfile: req.ModelProfile})
+	switch {
+	case errors.Is(err, store.ErrBadTitle):
+		return badRequest("%v", err)
+	case errors.Is(err, agentcore.ErrNotFound):
+		return errNotFound // deleted since the ownership check
+	case errors.Is(err, agentcore.ErrTurnInProgress):
+		return errTurn
+	case err != nil:
+		return err
+	}
+	return c.JSON(conv)
+}
+
 func (s *Server) deleteConversation(c *fiber.Ctx) error {
 	conv := conversation(c)
 	s.d.Engine.Forget(conv.ID)

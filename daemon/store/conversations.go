@@ -117,20 +117,34 @@ func newID(prefix string) string {
 // maxTitle bounds a conversation's title, in bytes.
 const maxTitle = 200
 
-// ErrBadTitle is wrapped by Create's error for a title it refuses; the
-// error's text says why, in terms of the title only.
+// ErrBadTitle is wrapped by Create's and Update's error for a title they
+// refuse; the error's text says why, in terms of the title only.
 var ErrBadTitle = errors.New("bad title")
 
-// Create starts a conversation of user.
-func (s *Conversations) Create(ctx context.Context, user, title string) (Conversation, error) {
+// checkTitle returns title trimmed, or an error wrapping ErrBadTitle.
+func checkTitle(title string) (string, error) {
 	title = strings.TrimSpace(title)
 	if len(title) > maxTitle {
-		return Conversation{}, fmt.Errorf("%w: title is %d bytes; the limit is %d", ErrBadTitle, len(title), maxTitle)
+		return "", fmt.Errorf("%w: title is %d bytes; the limit is %d", ErrBadTitle, len(title), maxTitle)
 	}
-	// One line of text: a control character (NUL, an escape sequence,
-	// a newline) would reach every page and terminal that shows it.
-	if !utf8.ValidString(title) || strings.ContainsFunc(title, unicode.IsControl) {
-		return Conversation{}, fmt.Errorf("%w: title must be one line of UTF-8 text without control characters", ErrBadTitle)
+	// One line of text as it is shown: a control character (NUL, an
+	// escape sequence, a newline) or an invisible one (a bidi override,
+	// a zero-width space) would reach every page and terminal that shows
+	// it, or make two titles look alike.
+	if !utf8.ValidString(title) || strings.ContainsFunc(title, hidden) {
+		return "", fmt.Errorf("%w: title must be one line of UTF-8 text without control or invisible characters", ErrBadTitle)
+	}
+	return title, nil
+}
+
+func hidden(r rune) bool { return unicode.IsControl(r) || agentcore.Invisible(r) }
+
+// Create starts a conversation of user; an empty title is proposed from
+// its first message (see AppendMessages).
+func (s *Conversations) Create(ctx context.Context, user, title string) (Conversation, error) {
+	title, err := checkTitle(title)
+	if err != nil {
+		return Conversation{}, err
 	}
 	now := time.Now().UTC()
 	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now}
@@ -205,6 +219,94 @@ func (s *Conversations) Delete(ctx context.Context, user, id string) error {
 	return nil
 }
 
+// Change is what Update changes of a conversation: each field not nil is
+// its new value.
+type Change struct {
+	Title        *string
+	ModelProfile *string
+}
+
+// Update changes user's conversation id and returns it. A title must
+// not be empty (see checkTitle); once set, no proposal replaces it. The
+// model profile does not change while a turn runs (the error wraps
+// agentcore.ErrTurnInProgress): the condition is part of the change's
+// statement, and a turn chooses its model only after its turn_started
+// event set ActiveTurn, so the turn uses either the old profile and the
+// change is refused, or the new one.
+func (s *Conversations) Update(ctx context.Context, user, id string, ch Change) (Conversation, error) {
+	upd := map[string]any{}
+	if ch.Title != nil {
+		title, err := checkTitle(*ch.Title)
+		if err != nil {
+			return Conversation{}, err
+		}
+		if title == "" {
+			return Conversation{}, fmt.Errorf("%w: title is empty", ErrBadTitle)
+		}
+		upd["title"] = title
+	}
+	q := s.db.WithContext(ctx).Model(&Conversation{}).Where("id = ? AND user_id = ?", id, user)
+	if ch.ModelProfile != nil {
+		upd["model_profile"] = *ch.ModelProfile
+		q = q.Where("(active_turn = '' OR model_profile = ?)", *ch.ModelProfile)
+	}
+	if len(upd) > 0 {
+		res := q.Updates(upd)
+		if res.Error != nil {
+			return Conversation{}, fmt.Errorf("store: changing a conversation: %w", res.Error)
+		}
+		if res.RowsAffected == 0 {
+			if _, err := s.Get(ctx, user, id); err != nil {
+				return Conversation{}, err
+			}
+			return Conversation{}, fmt.Errorf("store: changing the model profile of conversation %s: %w", id, agentcore.ErrTurnInProgress)
+		}
+	}
+	return s.Get(ctx, user, id)
+}
+
+// maxProposedTitle bounds a title proposed from a message, in bytes:
+// short enough for a list of conversations.
+const maxProposedTitle = 80
+
+// proposeTitle is the title proposed from a conversation's first
+// message: its first line that has text, without control or invisible
+// characters (invalid UTF-8 too), spaces collapsed, cut on a word boundary to
+// maxProposedTitle bytes ("" if nothing is left).
+func proposeTitle(content string) string {
+	var line string
+	for l := range strings.Lines(content) {
+		l = strings.Join(strings.Fields(strings.Map(func(r rune) rune {
+			switch {
+			case r == '\t':
+				return ' '
+			case hidden(r):
+				return -1
+			}
+			return r
+		}, l)), " ")
+		if l != "" {
+			line = l
+			break
+		}
+	}
+	if len(line) <= maxProposedTitle {
+		return line
+	}
+	const ellipsis = "…"
+	cut := line[:maxProposedTitle-len(ellipsis)+1]
+	if i := strings.LastIndexByte(cut, ' '); i > len(cut)/2 {
+		cut = cut[:i]
+	} else {
+		// A word longer than half the bound: cut inside it, on a rune.
+		cut = cut[:len(cut)-1]
+		for len(cut) > 0 && !utf8.ValidString(cut) {
+			cut = cut[:len(cut)-1]
+		}
+	}
+	return cut + ellipsis
+}
+
 // AppendMessages implements agentcore.Store.
 func (s *Conversations) AppendMessages(ctx context.Context, conversation string, msgs ...agentcore.Message) error {
 	if len(msgs) == 0 {
@@ -225,6 +327,19 @@ func (s *Conversations) AppendMessages(ctx context.Context, conversation string,
 		}
 		if err := tx.Omit(clause.Associations).Create(&rows).Error; err != nil {
 			return fmt.Errorf("store: appending messages: %w", err)
+		}
+		// The first user message names a conversation created without a
+		// title; a title its owner set stays.
+		for _, m := range msgs {
+			if m.Role != agentcore.RoleUser {
+				continue
+			}
+			if title := proposeTitle(m.Content); title != "" {
+				if err := tx.Model(&Conversation{}).Where("id = ? AND title = ''", conversation).Update("title", title).Error; err != nil {
+					return fmt.Errorf("store: proposing a title: %w", err)
+				}
+			}
+			break
 		}
 		return tx.Model(&Conversation{}).Where("id = ?", conversation).Update("updated", time.Now().UTC()).Error
 	})
