@@ -121,6 +121,7 @@ func TestOwnershipIs404(t *testing.T) {
 		c := "/api/v1/conversations/" + conv
 		return [][3]string{
 			{"GET", c, ""},
+			{"PATCH", c, `{"title":"taken over"}`},
 			{"DELETE", c, ""},
 			{"POST", c + "/messages", `{"content":"hello"}`},
 			{"POST", c + "/cancel", ""},

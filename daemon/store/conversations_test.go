@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,5 +171,58 @@ func TestDeleteCascades(t *testing.T) {
 	}
 	if evs, _ := s.Events(ctx, c.ID, 0, 10); len(evs) != 0 {
 		t.Errorf("events still served after delete: %v", evs)
+	}
+}
+
+// The model profile's change is refused while the store records a turn
+// as running, by the same statement that changes it: a turn that began
+// between the API's check and the change is seen.
+func TestUpdateDuringTurn(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTest(t)
+	c, _ := s.Create(ctx, "usr_a", "")
+	work, none, title := "work", "", "renamed"
+	if _, err := s.AppendEvent(ctx, agentcore.Event{Type: agentcore.EventTurnStarted, Conversation: c.ID, Turn: "turn_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "usr_a", c.ID, Change{Title: &title, ModelProfile: &work}); !errors.Is(err, agentcore.ErrTurnInProgress) {
+		t.Fatalf("Update of the model profile during a turn = %v, want ErrTurnInProgress", err)
+	}
+	got, err := s.Update(ctx, "usr_a", c.ID, Change{Title: &title, ModelProfile: &none})
+	if err != nil || got.Title != title || got.ModelProfile != "" {
+		t.Fatalf("Update keeping the model profile during a turn = %+v, %v", got, err)
+	}
+	if _, err := s.Update(ctx, "usr_b", c.ID, Change{Title: &title}); !errors.Is(err, agentcore.ErrNotFound) {
+		t.Fatalf("Update by another user = %v, want ErrNotFound", err)
+	}
+	if _, err := s.AppendEvent(ctx, agentcore.Event{Type: agentcore.EventTurnFinished, Conversation: c.ID, Turn: "turn_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Update(ctx, "usr_a", c.ID, Change{ModelProfile: &work}); err != nil || got.ModelProfile != work || got.Title != title {
+		t.Fatalf("Update after the turn = %+v, %v", got, err)
+	}
+}
+
+func TestProposeTitle(t *testing.T) {
+	long := "Refactor the session store so that tokens are revoked when a user is disabled by an administrator"
+	for _, tc := range []struct{ content, want string }{
+		{"Fix the build", "Fix the build"},
+		{"\n \t\n  Why does   it\tfail?  \nDetails below.", "Why does it fail?"},
+		{"bidi \u202eevil\u202c and zero\u200bwidth\x1b[31m", "bidi evil and zerowidth[31m"},
+		{"\u200b\u2060\n\nsecond line", "second line"},
+		{long, "Refactor the session store so that tokens are revoked when a user is disabled…"},
+		{strings.Repeat("x", 100), strings.Repeat("x", 77) + "…"},
+		{strings.Repeat("日", 30), strings.Repeat("日", 25) + "…"},
+		{"a " + strings.Repeat("y", 90), "a " + strings.Repeat("y", 75) + "…"},
+		{"   \n\t\n", ""},
+		{"bad \xff byte", "bad byte"},
+	} {
+		got := proposeTitle(tc.content)
+		if got != tc.want || len(got) > maxProposedTitle {
+			t.Errorf("proposeTitle(%q) = %q (%d bytes), want %q", tc.content, got, len(got), tc.want)
+		}
+		if _, err := checkTitle(got); err != nil {
+			t.Errorf("proposeTitle(%q) = %q, which checkTitle refuses: %v", tc.content, got, err)
+		}
 	}
 }
