@@ -16,7 +16,7 @@
 //
 //	c, err := llm.New(llm.Config{BaseURL: "http://127.0.0.1:8000/v1", Model: "qwen3-coder"})
 //	s, err := c.Stream(ctx, agentcore.Request{Messages: msgs, Tools: tools})
-//	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason
+//	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason, then a Usage
 package llm
 
 import (
