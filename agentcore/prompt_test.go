@@ -33,8 +33,8 @@ func TestSystemPrompt(t *testing.T) {
 			"R=acme/widgets C=0123abc W=/workspace A=true N=proxy.golang.org:443,pypi.org T=" + tools + " D=" + time.Now().UTC().Format(time.DateOnly)}, nil},
 		{"template, shell_always_allow", func(c *agentcore.Config) { c.SystemPrompt, c.PromptContext, c.ShellAlwaysAllow = tmpl, pc, true }, []string{"A=false"}, nil},
 		{"default, repository and network", func(c *agentcore.Config) { c.PromptContext = pc }, []string{
-			"repository acme/widgets at commit 0123abc", "/workspace", "shell, shell_kill", "waits for the user's approval", "can reach only proxy.golang.org:443, pypi.org"}, []string{"no network"}},
-		{"default, empty workspace", nil, []string{"starts empty (no repository)", "no network access", "waits for the user's approval"}, []string{"at commit"}},
+			"repository acme/widgets at commit 0123abc", "Workspace: /workspace", "shell, shell_kill", "waits for the user's approval", "can reach only proxy.golang.org:443, pypi.org"}, []string{"no network"}},
+		{"default, empty workspace", nil, []string{"the workspace starts empty (no repository)", "no network access", "waits for the user's approval"}, []string{"at commit"}},
 		{"default, shell_always_allow", alwaysAllow, []string{"run without asking"}, []string{"approval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
