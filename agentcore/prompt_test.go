@@ -36,6 +36,9 @@ func TestSystemPrompt(t *testing.T) {
 			"repository acme/widgets at commit 0123abc", "Workspace: /workspace", "shell, shell_kill", "waits for the user's approval", "can reach only proxy.golang.org:443, pypi.org"}, []string{"no network"}},
 		{"default, empty workspace", nil, []string{"the workspace starts empty (no repository)", "no network access", "waits for the user's approval"}, []string{"at commit"}},
 		{"default, shell_always_allow", alwaysAllow, []string{"run without asking"}, []string{"approval"}},
+		{"default, host investigation", func(c *agentcore.Config) {
+			c.HostReadOnly = func(context.Context, string, string) (bool, error) { return true, nil }
+		}, []string{"Host investigation", "filesystem read-only", "unless the user agrees"}, []string{"Workspace: /workspace", "no network access"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, &llmtest.Script{Steps: []llmtest.Step{{Text: "a"}, {Text: "b"}}}, tc.configure)

@@ -41,7 +41,7 @@ func (l LLM) Prompt() (*template.Template, error) {
 	}
 	t, err := agentcore.ParsePrompt(text)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w (the template sees .Repository, .Commit, .Workspace, .Tools, .Approval, .Network and .Date)", key, err)
+		return nil, fmt.Errorf("%s: %w (the template sees .Repository, .Commit, .Workspace, .Tools, .Approval, .Network, .HostReadOnly and .Date)", key, err)
 	}
 	return t, nil
 }
