@@ -30,6 +30,10 @@ type PromptData struct {
 	// Network lists what the sandbox's commands may reach; empty: no
 	// network at all.
 	Network []string
+	// HostReadOnly: a host read-only investigation (Config.HostReadOnly):
+	// commands see the host read-only, there is no workspace, and the
+	// network is shared only if the user agrees when asked.
+	HostReadOnly bool
 	// Date is today's date, UTC, as 2006-01-02.
 	Date string
 }
@@ -60,7 +64,7 @@ func ParsePrompt(text string) (*template.Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, Network: []string{"example.org:443"}, Date: "2006-01-02"}}
+	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, Network: []string{"example.org:443"}, HostReadOnly: true, Date: "2006-01-02"}}
 	for _, d := range samples {
 		if err := t.Execute(io.Discard, d); err != nil {
 			return nil, err
@@ -89,6 +93,13 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 			return "", fmt.Errorf("system prompt: %w", err)
 		}
 		d.Repository, d.Commit, d.Network = pc.Repository, pc.Commit, pc.Network
+	}
+	if e.cfg.HostReadOnly != nil {
+		host, err := e.cfg.HostReadOnly(t.ctx, t.User, t.Conversation)
+		if err != nil {
+			return "", fmt.Errorf("system prompt: reading the conversation's mode: %w", err)
+		}
+		d.HostReadOnly = host
 	}
 	tmpl := e.cfg.SystemPrompt
 	if tmpl == nil {
