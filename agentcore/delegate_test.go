@@ -87,6 +87,30 @@ func TestDelegateShared(t *testing.T) {
 	if types := strings.Join(h.types("c"), " "); !strings.Contains(types, "subagent_started") || !strings.Contains(types, "subagent_finished") {
 		t.Fatalf("events: %s", types)
 	}
+	// Every request has one system message, first: a subagent's joins the
+	// operator's prompt (naming its own tools) with its own.
+	subs := 0
+	for i, req := range h.llm.requests() {
+		systems := 0
+		for _, m := range req.Messages {
+			if m.Role == agentcore.RoleSystem {
+				systems++
+			}
+		}
+		sys := req.Messages[0].Content
+		if systems != 1 || req.Messages[0].Role != agentcore.RoleSystem || !strings.Contains(sys, "You are Codumentor") {
+			t.Errorf("request %d: %d system messages, the first %q", i, systems, req.Messages[0].Role)
+		}
+		if strings.Contains(sys, "You are a subagent") {
+			subs++
+			if _, tools, _ := strings.Cut(sys, "Tools: "); strings.Contains(strings.SplitN(tools, ".", 2)[0], "delegate") {
+				t.Errorf("a subagent's prompt names delegate, which it does not have:\n%s", sys)
+			}
+		}
+	}
+	if subs != 2 {
+		t.Errorf("%d subagent requests with the subagent's prompt, want 2", subs)
+	}
 }
 
 // An isolated subagent sees its parent's workspace but writes only its

@@ -47,10 +47,14 @@
 //     leave the engine. Approvals show the placeholder, never the value.
 //
 // Turns. Engine.StartTurn stores the user's message and runs the turn in a
-// goroutine: stream the model's reply (text_delta events), run its tool
+// goroutine: stream the model's reply (text_delta events, then a usage
+// event with the call's tokens, as reported or estimated), run its tool
 // calls one after another, send the results back, until the model stops
 // or the turn's budget (Config.MaxSteps model calls, Config.TurnTimeout)
-// ends. Turns of different conversations run concurrently; a second turn
+// ends. Every request begins with one system message, rendered from
+// Config.SystemPrompt (DefaultPrompt unless the operator gives one) with
+// the repository, commit, workspace, tools, approval policy, network and
+// date (PromptData). Turns of different conversations run concurrently; a second turn
 // of a conversation is refused with ErrTurnInProgress, not queued. A turn
 // can be cancelled (Turn.Cancel): the model stream and running commands
 // are killed, and turn_cancelled is emitted.

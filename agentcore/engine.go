@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"text/template"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -98,8 +99,13 @@ type Config struct {
 	// the rest are answered with an error, so the next request stays
 	// bounded.
 	MaxToolCalls int
-	// SystemPrompt, if set, is sent first in every request.
-	SystemPrompt string
+	// SystemPrompt is the template of the system message, the first
+	// message of every request, executed with PromptData at each model
+	// call (see ParsePrompt); nil means DefaultPrompt.
+	SystemPrompt *template.Template
+	// PromptContext, if set, tells a conversation's repository, commit
+	// and network for its system prompt; an error fails the turn.
+	PromptContext func(ctx context.Context, user, conversation string) (PromptContext, error)
 	// Programs are host programs shown read-only in every conversation
 	// sandbox (e.g. external coding agents' binaries): whatever runs there
 	// can read and run them.

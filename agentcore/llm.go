@@ -45,12 +45,27 @@ type Request struct {
 	Tools    []ToolSpec
 }
 
-// Chunk is one piece of a streamed reply: text, a complete tool call, or
-// the reason the reply ended. Exactly one field is set.
+// Chunk is one piece of a streamed reply: text, a complete tool call,
+// the reason the reply ended, or what the call used. Exactly one field is
+// set.
 type Chunk struct {
 	Text         string
 	ToolCall     *ToolCall
 	FinishReason string
+	// Usage, if the LLM sends it, follows the FinishReason: the model's
+	// name and, when the endpoint reported them (Reported), the tokens.
+	// Without reported numbers the engine estimates them.
+	Usage *Usage
+}
+
+// Usage is what one model call used: the payload of EventUsage.
+type Usage struct {
+	Model            string `json:"model"`
+	PromptTokens     int    `json:"prompt_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	// Reported: the endpoint reported the numbers; otherwise they are
+	// estimated, generously, as a token per 3 bytes.
+	Reported bool `json:"reported"`
 }
 
 // Stream is a reply being received.

@@ -62,6 +62,7 @@ const (
 	EventSandboxWaiting     = "sandbox_waiting"     // {"id","name","status","waited_ms"}: a call waits for the conversation's sandbox to start (status "starting", repeated while it waits), then "started" or "failed"
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
+	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}

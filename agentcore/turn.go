@@ -220,10 +220,13 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return fmt.Errorf("reading the conversation: %w", err)
 		}
-		if e.cfg.SystemPrompt != "" {
-			msgs = append([]Message{{Role: RoleSystem, Content: e.cfg.SystemPrompt}}, msgs...)
+		specs := e.specs(t)
+		sys, err := e.systemPrompt(t, specs)
+		if err != nil {
+			return err
 		}
-		reply, refused, err := e.stream(t, Request{Messages: msgs, Tools: e.specs(t)})
+		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
+		reply, refused, err := e.stream(t, req)
 		if err != nil {
 			return err
 		}
@@ -297,6 +300,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 	refused := map[string]error{}
 	defer s.Close()
 	reply := Message{Role: RoleAssistant}
+	var usage Usage
 	var text strings.Builder
 	deltas := deltaWriter{red: t.red}
 	emitText := func(s string) {
@@ -343,6 +347,8 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 			return Message{}, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
+		case ch.Usage != nil:
+			usage = *ch.Usage
 		case ch.Text != "":
 			text.WriteString(ch.Text)
 			if d, ok := deltas.write(ch.Text, time.Now()); ok {
@@ -380,7 +386,27 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 	}
 	emitText(deltas.flush())
 	reply.Content = t.red.String(text.String())
+	if !usage.Reported {
+		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
+	}
+	e.emit(t.c, t.ID, t.red, t.log, EventUsage, usage)
 	return reply, refused, nil
+}
+
+// estimateTokens over-estimates the tokens of msgs and tools as one per 3
+// bytes, rounded up: tokenizers of code average 3 to 4 bytes a token.
+func estimateTokens(msgs []Message, tools []ToolSpec) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Role) + len(m.Content) + len(m.ToolCallID)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.ID) + len(tc.Name) + len(tc.Arguments)
+		}
+	}
+	for _, s := range tools {
+		n += len(s.Name) + len(s.Description) + len(s.Parameters)
+	}
+	return (n + 2) / 3
 }
 
 // specs lists the tools for the model; shell's description names the

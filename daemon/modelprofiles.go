@@ -40,6 +40,23 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 		if err != nil {
 			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
 		}
-		return llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std()})
+		return llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling)})
+	}
+}
+
+// promptContext is the engine's Config.PromptContext: the repository's
+// name and the commit a conversation's workspace shows. Its sandbox has
+// no network (commands with an allow-list run in sandboxes of their own).
+func (s *server) promptContext(convs *store.Conversations) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
+	return func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
+		c, err := convs.Get(ctx, user, conversation)
+		if err != nil || c.Repository == "" {
+			return agentcore.PromptContext{}, err
+		}
+		r, err := s.repos.Get(ctx, c.Repository)
+		if err != nil {
+			return agentcore.PromptContext{}, fmt.Errorf("the conversation's repository: %w", err)
+		}
+		return agentcore.PromptContext{Repository: r.Name, Commit: c.BaseCommit}, nil
 	}
 }

@@ -257,11 +257,15 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), kindSetupGC, nil)
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
-		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std()})
+		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling})
 		if err != nil {
 			return nil, err
 		}
 		model = c
+	}
+	prompt, err := cfg.LLM.Prompt()
+	if err != nil {
+		return nil, err
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
 	trees.setups.onEgress, trees.setups.egressCaps = egressCount.observer("setup"), cfg.Sandbox.Egress.Options()
@@ -277,6 +281,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Seccomp:          cfg.Sandbox.Seccomp,
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
+		SystemPrompt:     prompt,
+		PromptContext:    s.promptContext(convs),
 		NoWorkspaceTools: !isolation,
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,

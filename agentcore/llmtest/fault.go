@@ -54,6 +54,9 @@ type Fault struct {
 	InvalidChunk bool
 	// NoFinish ends the stream with [DONE] but without a finish_reason.
 	NoFinish bool
+	// NoUsage sends no usage chunk even when the request asks for one
+	// (stream_options.include_usage), as servers that ignore it do.
+	NoUsage bool
 }
 
 // bigPiece is the size of the writes and text deltas of LineBytes,

@@ -353,18 +353,57 @@ func TestServerStream(t *testing.T) {
 	}
 }
 
+// A usage chunk (empty choices, then [DONE]) comes exactly when the
+// request asks for it, as from vLLM, and not from an endpoint that
+// ignores the option (NoUsage); Bodies records what was sent.
 func TestServerStreamUsage(t *testing.T) {
-	srv := NewServer(&Script{Steps: []Step{{Text: "hello"}}})
-	defer srv.Close()
-	body := chatBody(true, msg("user", "hi"))
-	body["stream_options"] = map[string]any{"include_usage": true}
-	chunks, done := readSSE(t, post(t, srv.URL()+"/chat/completions", "", body).Body)
-	last := chunks[len(chunks)-1]
-	if !done || len(last.Choices) != 0 || last.Usage == nil || last.Usage.TotalTokens == 0 {
-		t.Errorf("last chunk %+v (done %v), want a usage chunk without choices", last, done)
-	}
-	if f := chunks[len(chunks)-2].Choices[0].FinishReason; f == nil || *f != "stop" {
-		t.Errorf("finish_reason %v, want stop", f)
+	for _, tc := range []struct {
+		name      string
+		options   any
+		fault     Fault
+		wantUsage bool
+	}{
+		{"asked", map[string]any{"include_usage": true}, Fault{}, true},
+		{"not asked", nil, Fault{}, false},
+		{"asked false", map[string]any{"include_usage": false}, Fault{}, false},
+		{"ignored", map[string]any{"include_usage": true}, Fault{NoUsage: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := NewServer(&Script{Steps: []Step{{Text: "hello"}}})
+			defer srv.Close()
+			srv.Inject(tc.fault)
+			body := chatBody(true, msg("user", "hi"))
+			if tc.options != nil {
+				body["stream_options"] = tc.options
+			}
+			chunks, done := readSSE(t, post(t, srv.URL()+"/chat/completions", "", body).Body)
+			if !done {
+				t.Fatal("no [DONE]")
+			}
+			usage := 0
+			for _, c := range chunks {
+				if c.Usage != nil {
+					usage++
+				}
+			}
+			last := chunks[len(chunks)-1]
+			if tc.wantUsage {
+				// One token a message and a word; one a streamed piece.
+				if usage != 1 || len(last.Choices) != 0 || last.Usage == nil || *last.Usage != (wireUsage{PromptTokens: 2, CompletionTokens: 2, TotalTokens: 4}) {
+					t.Errorf("last chunk %+v (%d usage chunks), want one usage chunk without choices, last", last, usage)
+				}
+				last = chunks[len(chunks)-2]
+			} else if usage != 0 {
+				t.Errorf("%d usage chunks, want none", usage)
+			}
+			if f := last.Choices[0].FinishReason; f == nil || *f != "stop" {
+				t.Errorf("finish_reason %v, want stop", f)
+			}
+			var sent map[string]any
+			if b := srv.Bodies(); len(b) != 1 || json.Unmarshal(b[0], &sent) != nil || !reflect.DeepEqual(sent["stream_options"], tc.options) {
+				t.Errorf("Bodies() = %s; want the request's body", b)
+			}
+		})
 	}
 }
 

@@ -51,6 +51,7 @@ type Server struct {
 	closed     bool
 	active     sync.WaitGroup // handlers running; Add only under mu while !closed
 	requests   []agentcore.Request
+	bodies     []json.RawMessage
 	failN      int
 	failStatus int
 	faults     []Fault // for the next chat requests, see Inject
@@ -131,6 +132,15 @@ func (srv *Server) Requests() []agentcore.Request {
 	return append([]agentcore.Request(nil), srv.requests...)
 }
 
+// Bodies returns the JSON bodies of the requests Requests returns, as
+// sent: for assertions on what Request does not hold (sampling settings,
+// stream_options).
+func (srv *Server) Bodies() []json.RawMessage {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return append([]json.RawMessage(nil), srv.bodies...)
+}
+
 // FailNext makes the next n chat or embeddings requests fail with status
 // and an OpenAI-style error body, for tests of a client's retries.
 // Status 0 drops the connection without answering.
@@ -186,8 +196,13 @@ func (srv *Server) injected(w http.ResponseWriter) bool {
 }
 
 func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
 	var wr wireRequest
-	if err := json.NewDecoder(r.Body).Decode(&wr); err != nil {
+	if err := json.Unmarshal(body, &wr); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
@@ -198,6 +213,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	srv.mu.Lock()
 	srv.requests = append(srv.requests, req)
+	srv.bodies = append(srv.bodies, body)
 	srv.mu.Unlock()
 	if srv.injected(w) {
 		return
@@ -223,7 +239,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if wr.Stream && !f.NonStreaming {
-		srv.stream(w, r, id, model, st, f, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage)
+		srv.stream(w, r, id, model, st, f, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage && !f.NoUsage)
 		return
 	}
 	if st.Stall {
@@ -248,7 +264,9 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 // stream sends st the way OpenAI streams: a role delta, content deltas,
 // each tool call as a first delta (index, id, type, name, the first bytes
 // of the arguments) followed by deltas of only index and more arguments,
-// a last chunk with the finish_reason, an optional usage chunk, [DONE].
+// a last chunk with the finish_reason, [DONE]. Asked for include_usage,
+// it sends, as vLLM does, a chunk with empty choices and the usage before
+// [DONE].
 // f's stream faults change that on the way.
 func (srv *Server) stream(rw http.ResponseWriter, r *http.Request, id, model string, st Step, f Fault, usage wireUsage, includeUsage bool) {
 	flusher, _ := rw.(http.Flusher)

@@ -19,18 +19,21 @@ import (
 // ModelProfile is a model profile as the API shows it: its API key is
 // write-only, so only whether it has one.
 type ModelProfile struct {
-	Name      string    `json:"name"`
-	Endpoint  string    `json:"endpoint"`
-	Model     string    `json:"model"`
-	HasAPIKey bool      `json:"has_api_key"`
-	Updated   time.Time `json:"updated"`
+	Name      string `json:"name"`
+	Endpoint  string `json:"endpoint"`
+	Model     string `json:"model"`
+	HasAPIKey bool   `json:"has_api_key"`
+	// Sampling are the profile's own settings (temperature, top_p,
+	// max_tokens, stop); unset ones are the server's.
+	llm.Sampling
+	Updated time.Time `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
 	// neither its endpoint nor its key can be read; store it again.
 	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
-	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Updated: m.Updated}
+	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, Updated: m.Updated}
 }
 
 // maxModelName bounds a profile's model name, in bytes.
@@ -107,6 +110,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		Endpoint string `json:"endpoint"`
 		Model    string `json:"model"`
 		APIKey   string `json:"api_key"`
+		llm.Sampling
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -147,10 +151,10 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	}
 	// The client the turns will build, built now: a key with whitespace
 	// or a "Bearer " prefix is refused here rather than at the turn.
-	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key}); err != nil {
-		return badRequest("%s", strings.ReplaceAll(err.Error(), "llm.api_key", "api_key"))
+	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}); err != nil {
+		return badRequest("%s", profileKeys.Replace(err.Error()))
 	}
-	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key}
+	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)
@@ -160,6 +164,10 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	}
 	return c.JSON(profileView(m, p))
 }
+
+// profileKeys names a profile's fields in llm.New's errors, which name
+// the server's configuration keys.
+var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop")
 
 func (s *Server) deleteModelProfile(c *fiber.Ctx) error {
 	err := s.d.Secrets.DeleteProfile(c.UserContext(), user(c).ID, c.Params("name"))

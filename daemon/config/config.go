@@ -27,6 +27,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
+	"github.com/codumentor/codumentor/integrations/llm"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -205,6 +206,14 @@ type LLM struct {
 	// AllowedEndpoints are the base URLs users' model profiles may name
 	// (see endpoints.go); empty: no profiles, only base_url.
 	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// SystemPrompt is the template of the system message of every model
+	// request (Go text/template over agentcore.PromptData); SystemPromptFile
+	// names a file holding it instead. Neither: agentcore's default.
+	SystemPrompt     string `yaml:"system_prompt"`
+	SystemPromptFile string `yaml:"system_prompt_file"`
+	// Sampling (temperature, top_p, max_tokens, stop): unset ones are not
+	// sent. A model profile's own replace them.
+	Sampling llm.Sampling `yaml:",inline"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
@@ -417,6 +426,12 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Office.validate()...)
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	errs = append(errs, c.LLM.validateEndpoints()...)
+	if err := c.LLM.Sampling.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.LLM.Prompt(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, p := range c.Plugins {
 		if !slices.Contains(knownPlugins, p) {
 			errs = append(errs, fmt.Errorf("plugins: unknown plugin %q (known: %s)", p, strings.Join(knownPlugins, ", ")))

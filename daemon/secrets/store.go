@@ -33,6 +33,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/integrations/llm"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -110,6 +111,8 @@ type ModelProfile struct {
 	BaseURL string `json:"base_url"`
 	Model   string `json:"model"`
 	APIKey  string `json:"api_key"`
+	// Sampling replaces the server's llm sampling settings that it sets.
+	llm.Sampling
 }
 
 // Stats is what Reencrypt did.

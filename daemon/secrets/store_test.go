@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -356,7 +357,7 @@ func TestForeignUser(t *testing.T) {
 	if v, err := s.Value(ctx, "bob", "TOKEN"); !errors.Is(err, ErrNotFound) || v != "" {
 		t.Errorf("bob's Value of alice's secret = %q, %v; want ErrNotFound", v, err)
 	}
-	if p, err := s.Profile(ctx, "bob", "p"); !errors.Is(err, ErrNotFound) || p != (ModelProfile{}) {
+	if p, err := s.Profile(ctx, "bob", "p"); !errors.Is(err, ErrNotFound) || !reflect.DeepEqual(p, ModelProfile{}) {
 		t.Errorf("bob's Profile of alice's = %+v, %v; want ErrNotFound", p, err)
 	}
 	if err := s.Delete(ctx, "bob", "TOKEN"); !errors.Is(err, ErrNotFound) {
@@ -381,7 +382,7 @@ func TestPurposesSeparate(t *testing.T) {
 	if err != nil || m.KeyID != kr.KeyID() {
 		t.Fatalf("PutProfile = %+v, %v", m, err)
 	}
-	if got, err := s.Profile(ctx, "alice", "work"); err != nil || got != want {
+	if got, err := s.Profile(ctx, "alice", "work"); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("Profile = %+v, %v; want %+v", got, err, want)
 	}
 	// A profile and a secret share the name space of the table but not

@@ -44,6 +44,8 @@ type guard struct {
 	hc       *http.Client // follows no redirects, see refuseRedirects
 	maxLine  int
 	maxReply int
+	// sampling are written into each chat request (see withSampling).
+	sampling map[string]json.RawMessage
 }
 
 // refuseRedirects makes a copy of hc that returns a redirect as the
@@ -57,6 +59,9 @@ func refuseRedirects(hc *http.Client) *http.Client {
 }
 
 func (g guard) Do(req *http.Request) (*http.Response, error) {
+	if err := withSampling(req, g.sampling); err != nil {
+		return nil, err
+	}
 	resp, err := g.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@
 //
 //	c, err := llm.New(llm.Config{BaseURL: "http://127.0.0.1:8000/v1", Model: "qwen3-coder"})
 //	s, err := c.Stream(ctx, agentcore.Request{Messages: msgs, Tools: tools})
-//	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason
+//	// s.Next() until io.EOF: Text chunks, then each complete ToolCall, then the FinishReason, then a Usage
 package llm
 
 import (
@@ -84,6 +84,9 @@ type Config struct {
 	// refusal), counted as they arrive, and at 8 times that the body of
 	// a whole JSON answer (embeddings). Default DefaultMaxReplyBytes.
 	MaxReplyBytes int
+	// Sampling are the chat requests' sampling settings; unset ones are
+	// not sent, so the endpoint's defaults apply.
+	Sampling Sampling
 	// HTTPClient, when set, sends the requests (custom TLS or proxy); its
 	// own Timeout must be zero or it cuts streams off, see Timeout. Its
 	// CheckRedirect is replaced: redirects are refused.
@@ -186,6 +189,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxLineBytes < 0 || cfg.MaxReplyBytes < 0 {
 		return nil, fmt.Errorf("%w: the line and reply limits must not be negative", ErrConfig)
 	}
+	if err := cfg.Sampling.Check(); err != nil {
+		return nil, err
+	}
 	if cfg.MaxRetries < -1 {
 		return nil, fmt.Errorf("%w: llm.max_retries must be -1 (none), 0 (default %d) or more, got %d", ErrConfig, DefaultMaxRetries, cfg.MaxRetries)
 	}
@@ -215,7 +221,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
-	oc.HTTPClient = guard{hc: refuseRedirects(hc), maxLine: cmp.Or(cfg.MaxLineBytes, DefaultMaxLineBytes), maxReply: c.maxReply}
+	sampling, err := cfg.Sampling.fields()
+	if err != nil {
+		return nil, err
+	}
+	oc.HTTPClient = guard{hc: refuseRedirects(hc), maxLine: cmp.Or(cfg.MaxLineBytes, DefaultMaxLineBytes), maxReply: c.maxReply, sampling: sampling}
 	c.oa = openai.NewClientWithConfig(oc)
 	return c, nil
 }
@@ -514,7 +524,9 @@ func truncate(s string, n int) string {
 
 // chatRequest is req in go-openai's terms.
 func (c *Client) chatRequest(req agentcore.Request) openai.ChatCompletionRequest {
-	cr := openai.ChatCompletionRequest{Model: c.model, Stream: true}
+	// include_usage: the endpoint reports the call's tokens in a last
+	// chunk (vLLM, llama.cpp and OpenAI do).
+	cr := openai.ChatCompletionRequest{Model: c.model, Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
 	for _, m := range req.Messages {
 		om := openai.ChatCompletionMessage{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID}
 		if m.Role == agentcore.RoleTool && m.Content == "" {

@@ -48,20 +48,39 @@ type reply struct {
 }
 
 // read calls Next until io.EOF or an error, and checks the chunk order
-// agentcore.Stream promises: text, then tool calls, then the finish reason.
+// agentcore.Stream promises: text, then tool calls, then the finish reason,
+// then at most one Usage.
 func read(t *testing.T, s agentcore.Stream) (reply, error) {
 	t.Helper()
+	r, _, err := readUsage(t, s)
+	return r, err
+}
+
+// readUsage is read that also returns the Usage chunk, if one came.
+func readUsage(t *testing.T, s agentcore.Stream) (reply, *agentcore.Usage, error) {
+	t.Helper()
 	var r reply
+	var usage *agentcore.Usage
 	for {
 		c, err := s.Next()
 		if err == io.EOF {
 			if r.finish == "" {
 				t.Error("io.EOF before a FinishReason")
 			}
-			return r, nil
+			return r, usage, nil
 		}
 		if err != nil {
-			return r, err
+			return r, usage, err
+		}
+		if usage != nil {
+			t.Errorf("chunk %+v after the Usage", c)
+		}
+		if c.Usage != nil {
+			if r.finish == "" || c.Text != "" || c.ToolCall != nil || c.FinishReason != "" {
+				t.Errorf("usage chunk %+v before the FinishReason or with another field", c)
+			}
+			usage = c.Usage
+			continue
 		}
 		if r.finish != "" {
 			t.Errorf("chunk %+v after the FinishReason", c)

@@ -22,8 +22,10 @@ var (
 // Stream sends req to the chat model and returns its reply as it
 // arrives: Text chunks as the model writes, then, when the reply is
 // complete, each tool call in index order (an empty ID becomes
-// "call_<index>", empty arguments "{}"), then the FinishReason, then
-// io.EOF. Failures before the reply begins are retried, see Config.
+// "call_<index>", empty arguments "{}"), then the FinishReason, then a
+// Usage (the configured model; Reported when the endpoint sent its token
+// counts, as include_usage asks), then io.EOF. Failures before the reply
+// begins are retried, see Config.
 func (c *Client) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
 	s := &stream{c: c, parent: ctx, req: c.chatRequest(req), endpoint: c.base + "/chat/completions"}
 	if err := s.open(); err != nil {
@@ -51,8 +53,9 @@ type stream struct {
 	size      int           // bytes of text and tool calls so far, see Config.MaxReplyBytes
 	pending   []agentcore.Chunk
 	finish    string
-	done      bool  // every chunk is in pending
-	err       error // sticky: returned by every later Next
+	usage     agentcore.Usage // the endpoint's report, once it came
+	done      bool            // every chunk is in pending
+	err       error           // sticky: returned by every later Next
 }
 
 // callSize is what a tool call counts towards Config.MaxReplyBytes
@@ -85,7 +88,7 @@ func (s *stream) open() error {
 
 // resetCalls forgets the tool calls of an earlier attempt.
 func (s *stream) resetCalls() {
-	s.calls, s.finish, s.size = map[int]*call{}, "", 0
+	s.calls, s.finish, s.size, s.usage = map[int]*call{}, "", 0, agentcore.Usage{}
 }
 
 // timedOut is err, or ErrTimeout when the idle timer caused it.
@@ -170,6 +173,11 @@ func (s *stream) fail(err error) {
 // call deltas are assembled by index until the reply is complete. It
 // fails when the reply outgrows Config.MaxReplyBytes.
 func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) error {
+	if u := resp.Usage; u != nil {
+		// The last chunk of an include_usage stream (vLLM's has no
+		// choices; some servers put it on the finish_reason chunk).
+		s.usage = agentcore.Usage{PromptTokens: max(u.PromptTokens, 0), CompletionTokens: max(u.CompletionTokens, 0), Reported: true}
+	}
 	for _, ch := range resp.Choices {
 		if ch.Index != 0 { // only one choice is asked for
 			continue
@@ -252,6 +260,9 @@ func (s *stream) complete() {
 		s.pending = append(s.pending, agentcore.Chunk{ToolCall: &tc})
 	}
 	s.pending = append(s.pending, agentcore.Chunk{FinishReason: s.finish})
+	u := s.usage
+	u.Model = s.req.Model
+	s.pending = append(s.pending, agentcore.Chunk{Usage: &u})
 	s.done = true
 }
 

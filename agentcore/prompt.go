@@ -1,0 +1,128 @@
+package agentcore
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit"
+)
+
+// PromptData is what a system prompt template is executed with, once per
+// model call.
+type PromptData struct {
+	// Repository is the name of the repository the workspace shows, and
+	// Commit its commit; both "" for an empty workspace.
+	Repository string
+	Commit     string
+	// Workspace is where the workspace is inside the sandbox.
+	Workspace string
+	// Tools are the names of the tools of the request, sorted.
+	Tools []string
+	// Approval: shell commands wait for their owner's approval
+	// (Config.ShellAlwaysAllow is off).
+	Approval bool
+	// Network lists what the sandbox's commands may reach; empty: no
+	// network at all.
+	Network []string
+	// HostReadOnly: a host read-only investigation (Config.HostReadOnly):
+	// commands see the host read-only, there is no workspace, and the
+	// network is shared only if the user agrees when asked.
+	HostReadOnly bool
+	// Date is today's date, UTC, as 2006-01-02.
+	Date string
+}
+
+// PromptContext is what only the caller knows of a conversation, for its
+// system prompt (see Config.PromptContext).
+type PromptContext struct {
+	Repository, Commit string
+	Network            []string
+}
+
+//go:embed prompt.tmpl
+var defaultPrompt string
+
+// DefaultPrompt is the system prompt template used when Config.SystemPrompt
+// is nil.
+func DefaultPrompt() string { return defaultPrompt }
+
+// promptFuncs are the functions a system prompt template may call.
+var promptFuncs = template.FuncMap{"join": strings.Join}
+
+// ParsePrompt parses a system prompt template (Go text/template, executed
+// with PromptData; the function join is strings.Join) and executes it once
+// on sample data, so that a template naming a field PromptData does not
+// have fails here, not at a turn.
+func ParsePrompt(text string) (*template.Template, error) {
+	t, err := template.New("system_prompt").Funcs(promptFuncs).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, Network: []string{"example.org:443"}, HostReadOnly: true, Date: "2006-01-02"}}
+	for _, d := range samples {
+		if err := t.Execute(io.Discard, d); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// maxPrompt bounds a rendered system prompt: it is sent with every
+// request, so a runaway template must not fill the model's context.
+const maxPrompt = 64 << 10
+
+var parsedDefault = template.Must(ParsePrompt(defaultPrompt))
+
+// systemPrompt renders the turn's system message for a request offering
+// tools.
+func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
+	d := PromptData{Workspace: sandboxkit.WorkspaceDir, Approval: !e.cfg.ShellAlwaysAllow, Date: time.Now().UTC().Format(time.DateOnly)}
+	for _, s := range tools {
+		d.Tools = append(d.Tools, s.Name)
+	}
+	slices.Sort(d.Tools)
+	if e.cfg.PromptContext != nil {
+		pc, err := e.cfg.PromptContext(t.ctx, t.User, t.Conversation)
+		if err != nil {
+			return "", fmt.Errorf("system prompt: %w", err)
+		}
+		d.Repository, d.Commit, d.Network = pc.Repository, pc.Commit, pc.Network
+	}
+	if e.cfg.HostReadOnly != nil {
+		host, err := e.cfg.HostReadOnly(t.ctx, t.User, t.Conversation)
+		if err != nil {
+			return "", fmt.Errorf("system prompt: reading the conversation's mode: %w", err)
+		}
+		d.HostReadOnly = host
+	}
+	tmpl := e.cfg.SystemPrompt
+	if tmpl == nil {
+		tmpl = parsedDefault
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, d); err != nil {
+		return "", fmt.Errorf("system prompt: %w", err)
+	}
+	if b.Len() > maxPrompt {
+		return "", fmt.Errorf("system prompt: %d bytes rendered; the limit is %d", b.Len(), maxPrompt)
+	}
+	return b.String(), nil
+}
+
+// withSystem puts the system message first in msgs, joined with a system
+// message msgs already starts with (a subagent's): some chat templates
+// accept only one, and only first.
+func withSystem(sys string, msgs []Message) []Message {
+	if len(msgs) > 0 && msgs[0].Role == RoleSystem {
+		out := slices.Clone(msgs)
+		out[0].Content = sys + "\n\n" + msgs[0].Content
+		return out
+	}
+	return append([]Message{{Role: RoleSystem, Content: sys}}, msgs...)
+}

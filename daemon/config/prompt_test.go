@@ -1,0 +1,55 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The system prompt template and the sampling settings are checked as
+// the configuration loads; each error names its key.
+func TestPromptAndSamplingValidated(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.tmpl")
+	os.WriteFile(good, []byte("Repo {{.Repository}} at {{.Commit}}; tools {{join .Tools \", \"}}."), 0o600)
+	bad := filepath.Join(dir, "bad.tmpl")
+	os.WriteFile(bad, []byte("{{.Repo}}"), 0o600)
+	big := filepath.Join(dir, "big.tmpl")
+	os.WriteFile(big, make([]byte, maxPromptFile+1), 0o600)
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+	}{
+		{"defaults", "", ""},
+		{"inline", "llm:\n  system_prompt: \"You work on {{.Repository}}{{if .Approval}}, asking first{{end}}.\"\n", ""},
+		{"file", "llm:\n  system_prompt_file: " + good + "\n", ""},
+		{"does not parse", "llm:\n  system_prompt: \"{{if .Approval}}unclosed\"\n", "llm.system_prompt:"},
+		{"unknown field", "llm:\n  system_prompt: \"{{.Repo}}\"\n", "llm.system_prompt:"},
+		{"unknown function", "llm:\n  system_prompt: \"{{shout .Repository}}\"\n", "llm.system_prompt:"},
+		{"unknown field in file", "llm:\n  system_prompt_file: " + bad + "\n", "llm.system_prompt_file:"},
+		{"missing file", "llm:\n  system_prompt_file: " + filepath.Join(dir, "none") + "\n", "llm.system_prompt_file:"},
+		{"file too large", "llm:\n  system_prompt_file: " + big + "\n", "llm.system_prompt_file:"},
+		{"both", "llm:\n  system_prompt: x\n  system_prompt_file: " + good + "\n", "both set"},
+		{"sampling in range", "llm:\n  temperature: 0\n  top_p: 1\n  max_tokens: 1\n  stop: [\"\\n\\n\"]\n", ""},
+		{"temperature too high", "llm:\n  temperature: 2.5\n", "llm.temperature"},
+		{"temperature negative", "llm:\n  temperature: -0.1\n", "llm.temperature"},
+		{"top_p zero", "llm:\n  top_p: 0\n", "llm.top_p"},
+		{"top_p above 1", "llm:\n  top_p: 1.5\n", "llm.top_p"},
+		{"max_tokens zero", "llm:\n  max_tokens: 0\n", "llm.max_tokens"},
+		{"empty stop", "llm:\n  stop: [\"\"]\n", "llm.stop[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("Parse: %v; want no error", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("Parse: %v; want an error naming %q", err, tc.wantErr)
+			}
+		})
+	}
+	c, err := Parse([]byte("llm:\n  temperature: 0\n"))
+	if err != nil || c.LLM.Sampling.Temperature == nil || *c.LLM.Sampling.Temperature != 0 || c.LLM.Sampling.TopP != nil {
+		t.Errorf("temperature 0: %+v, %v; want it set to 0 and top_p unset", c.LLM.Sampling, err)
+	}
+}

@@ -1,0 +1,153 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+)
+
+// What the model gets with every request, as the endpoint receives it:
+// a system message first that names the repository, its commit, the
+// tools, the approval policy and the network; exactly the configured
+// sampling settings (a model profile's replacing the server's, unset
+// ones absent); and a usage event per model call with the endpoint's
+// numbers, or an estimate marked reported:false when it sent none.
+func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "README.md"), []byte("one\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "one")
+	commit := gitCmd(t, work, "rev-parse", "HEAD")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "Done here."}}}, llmtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	in := newInstance(t, fmt.Sprintf(`llm:
+  base_url: %[1]s
+  model: test
+  allowed_endpoints: [%[1]s]
+  temperature: 0
+  max_tokens: 512
+  stop: ["</done>"]
+`, srv.URL()))
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	var repo struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo-repo", "url": "file://" + bare, "branch": "main"}, &repo)
+	var sync struct{ Job struct{ ID string } }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	waitJobDone(t, admin, sync.Job.ID)
+
+	// turn runs one turn in a new conversation (of body) and returns its
+	// usage event and the request and body the endpoint received.
+	turn := func(body map[string]any) (agentcore.Usage, agentcore.Request, map[string]json.RawMessage) {
+		t.Helper()
+		before := len(srv.Requests())
+		var conv struct{ ID string }
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", body, &conv)
+		s := a.follow(conv.ID, "")
+		defer s.close()
+		a.send(conv.ID, "hello there")
+		var usage []agentcore.Usage
+		for _, ev := range s.until(agentcore.EventTurnFinished, 60*time.Second) {
+			if ev.Type == agentcore.EventUsage {
+				var u agentcore.Usage
+				if err := json.Unmarshal(eventData(t, ev), &u); err != nil {
+					t.Fatal(err)
+				}
+				usage = append(usage, u)
+			}
+		}
+		reqs, bodies := srv.Requests(), srv.Bodies()
+		if len(reqs) != before+1 || len(usage) != 1 {
+			t.Fatalf("%d model requests, %d usage events; want one each", len(reqs)-before, len(usage))
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(bodies[before], &fields); err != nil {
+			t.Fatal(err)
+		}
+		return usage[0], reqs[before], fields
+	}
+
+	u, req, body := turn(map[string]any{"repository": repo.ID})
+	if len(req.Messages) != 2 || req.Messages[0].Role != agentcore.RoleSystem || req.Messages[1].Content != "hello there" {
+		t.Fatalf("messages %+v; want the system message, then the user's", req.Messages)
+	}
+	sys := req.Messages[0].Content
+	for _, want := range []string{"demo-repo", "at commit " + commit, "/workspace", "shell, shell_kill, shell_output", "waits for the user's approval", "no network access", time.Now().UTC().Format(time.DateOnly)[:7]} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("the system message lacks %q:\n%s", want, sys)
+		}
+	}
+	sampling := map[string]string{"temperature": "0", "max_tokens": "512", "stop": `["</done>"]`, "top_p": ""}
+	check := func(body map[string]json.RawMessage, want map[string]string) {
+		t.Helper()
+		for k, v := range want {
+			got, ok := body[k]
+			if v == "" {
+				if ok {
+					t.Errorf("request %s = %s; want it absent (unset)", k, got)
+				}
+				continue
+			}
+			var g, w any
+			json.Unmarshal(got, &g)
+			json.Unmarshal([]byte(v), &w)
+			if !reflect.DeepEqual(g, w) || !ok {
+				t.Errorf("request %s = %s; want %s", k, got, v)
+			}
+		}
+		if got := string(body["stream_options"]); got != `{"include_usage":true}` {
+			t.Errorf("stream_options = %s; want include_usage", got)
+		}
+	}
+	check(body, sampling)
+	// The scripted server's numbers: a token per word and message, a
+	// token per streamed piece.
+	if want := (agentcore.Usage{Model: "test", PromptTokens: promptWords(req), CompletionTokens: 3, Reported: true}); u != want {
+		t.Errorf("usage %+v; want %+v", u, want)
+	}
+
+	// A profile's settings replace the server's; a wrong one is refused,
+	// naming it.
+	if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 2.5}); status != http.StatusBadRequest || !strings.Contains(string(b), "temperature must be 0 to 2") {
+		t.Errorf("PUT with temperature 2.5: %d %s; want 400 naming temperature", status, b)
+	}
+	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 0.7, "top_p": 0.95}, nil)
+	srv.Inject(llmtest.Fault{NoUsage: true}) // an endpoint that ignores include_usage
+	u, req, body = turn(map[string]any{"model_profile": "hot"})
+	check(body, map[string]string{"temperature": "0.7", "top_p": "0.95", "max_tokens": "512", "stop": `["</done>"]`})
+	sys = req.Messages[0].Content
+	if !strings.Contains(sys, "starts empty (no repository)") || strings.Contains(sys, "demo-repo") {
+		t.Errorf("an empty workspace's system message:\n%s", sys)
+	}
+	if u.Reported || u.Model != "other" || u.PromptTokens < len(sys)/3 || u.CompletionTokens != (len("assistant")+len("Done here.")+2)/3 {
+		t.Errorf("usage without a report %+v; want reported:false, model other, an estimate of bytes/3", u)
+	}
+}
+
+// promptWords is the scripted server's prompt token count of req.
+func promptWords(req agentcore.Request) int {
+	n := 0
+	for _, m := range req.Messages {
+		n += len(strings.Fields(m.Content)) + 1
+	}
+	return n
+}
