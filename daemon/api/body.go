@@ -89,9 +89,11 @@ func (s *Server) readBody(c *fiber.Ctx) error {
 	if enc := strings.TrimSpace(string(req.Header.Peek(fiber.HeaderContentEncoding))); enc != "" && !strings.EqualFold(enc, "identity") {
 		// Fiber's c.Body() would inflate it in memory without a bound
 		// (a 2 MiB gzip body of zeros is 2 GiB).
-		if !drainSmall(c, declared) {
-			c.Context().SetConnectionClose()
-		}
+		// Drained, a client still writing it reads the answer instead of
+		// a reset; closed all the same, since fasthttp does not take a
+		// streamed body's connection back for the next request.
+		drainSmall(c, declared)
+		c.Context().SetConnectionClose()
 		return errCompressedBody
 	}
 	if limit := s.d.uploadLimit(); limit > 0 && isUpload(c) {
@@ -131,9 +133,9 @@ func (s *Server) readBody(c *fiber.Ctx) error {
 }
 
 // drainSmall reads and drops a refused body of a declared length of at
-// most bodyChunk, and reports whether it did: the connection can then
-// serve the next request, and a client still writing the body is not
-// reset before it reads the answer (as net/http drains small bodies).
+// most bodyChunk, and reports whether it did: a client still writing the
+// body is then not reset before it reads the answer (net/http drains
+// small bodies for the same reason).
 func drainSmall(c *fiber.Ctx, declared int64) bool {
 	if declared < 0 || declared > bodyChunk {
 		return false
