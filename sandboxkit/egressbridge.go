@@ -173,6 +173,12 @@ func runEgressBridge(args []string) int {
 		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 			return fail(2, "egress bridge: PR_SET_DUMPABLE: %v", err)
 		}
+		// Tell the launcher, which starts the command only then.
+		ready := os.NewFile(4, "egress-bridge-ready")
+		if _, err := ready.Write([]byte{1}); err != nil {
+			return fail(2, "egress bridge: %v", err)
+		}
+		ready.Close()
 		ln, err := net.FileListener(os.NewFile(3, "egress-bridge"))
 		if err != nil {
 			return fail(2, "egress bridge: %v", err)
@@ -198,14 +204,26 @@ func runEgressBridge(args []string) int {
 	// The bridge becomes a sibling of the command (CLONE_PARENT: a child
 	// of bwrap's init, which reaps it), not its child: nothing the
 	// command waits for, and it dies with the sandbox.
+	// The command starts once the bridge is not dumpable any more
+	// (ready): before, it could read the bridge's /proc entries.
+	rr, rw, err := os.Pipe()
+	if err != nil {
+		return fail(2, "egress bridge: %v", err)
+	}
 	b := exec.Command("/proc/self/exe", egressBridgeFlag, "serve")
-	b.ExtraFiles = []*os.File{f}
+	b.ExtraFiles = []*os.File{f, rw}
 	b.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_PARENT}
 	if err := b.Start(); err != nil {
 		return fail(2, "egress bridge: %v", err)
 	}
 	f.Close()
 	ln.Close()
+	rw.Close()
+	var one [1]byte
+	if n, _ := rr.Read(one[:]); n != 1 {
+		return fail(2, "egress bridge: it did not start")
+	}
+	rr.Close()
 	// Whatever is still open (this program's descriptor, bwrap's status
 	// pipe) must not reach the command.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {

@@ -91,23 +91,29 @@ func TestEgressAllowlist(t *testing.T) {
 	}
 	// An attempt is reported when its connection ends (the server keeps
 	// none alive), which may be after the fetch returned: in any order.
-	deadline := time.Now().Add(10 * time.Second)
+	// The counters and the events are reported one after the other: wait
+	// for both.
+	refusedEvents := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var hosts []string
+		for _, e := range events {
+			if e.Verdict == egress.Refused {
+				hosts = append(hosts, e.Host)
+			}
+		}
+		return hosts
+	}
+	deadline := time.Now().Add(30 * time.Second)
 	st := m.Status()[0]
-	for (st.EgressAttempts[egress.Allowed] < 2 || st.EgressAttempts[egress.Refused] < 2) && time.Now().Before(deadline) {
+	for (st.EgressAttempts[egress.Allowed] < 2 || st.EgressAttempts[egress.Refused] < 2 || len(refusedEvents()) < 2) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 		st = m.Status()[0]
 	}
 	if st.EgressAllowlist[0] != "allowed.test" || st.EgressAttempts[egress.Allowed] != 2 || st.EgressAttempts[egress.Refused] != 2 {
 		t.Errorf("status = %+v, want 2 allowed and 2 refused attempts", st)
 	}
-	mu.Lock()
-	var refused []string
-	for _, e := range events {
-		if e.Verdict == egress.Refused {
-			refused = append(refused, e.Host)
-		}
-	}
-	mu.Unlock()
+	refused := refusedEvents()
 	slices.Sort(refused)
 	if strings.Join(refused, " ") != "192.0.2.1 other.test" {
 		t.Errorf("refused events for %q, want other.test and 192.0.2.1", refused)
