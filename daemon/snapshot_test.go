@@ -5,9 +5,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -78,19 +76,7 @@ func diskBlocks(dir string) int64 {
 // snapshot_failed, no host path), again without another checkout.
 func TestSnapshotOverCapRefused(t *testing.T) {
 	needSandbox(t)
-	bare := bareRepo(t, nil, func(work string) {
-		gitCmd(t, work, "config", "core.compression", "1")
-		hash := exec.Command("sh", "-c", "yes codumentor | head -c 20M | git hash-object -w --stdin")
-		hash.Dir = work
-		out, err := hash.Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blob := strings.TrimSpace(string(out))
-		for i := range 10 {
-			gitCmd(t, work, "update-index", "--add", "--cacheinfo", "100644,"+blob+",copy"+strconv.Itoa(i)+".bin")
-		}
-	})
+	bare := bigBlobRepo(t)
 
 	in := newInstance(t, "repositories:\n  max_snapshot_bytes: 64MiB\n")
 	in.addUser("root", pw, true)
