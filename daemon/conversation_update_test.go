@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"os"
 	"strconv"
@@ -218,17 +217,6 @@ func TestChangeModelProfile(t *testing.T) {
 	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/work", map[string]string{"endpoint": prof.URL(), "model": "m", "api_key": key}, nil)
 	b.must(http.StatusOK, "PUT", "/api/v1/model-profiles/bobs", map[string]string{"endpoint": prof.URL(), "model": "m", "api_key": key}, nil)
 
-	reply := func(evs []sseEvent) string {
-		var out strings.Builder
-		for _, ev := range evs {
-			if ev.Type == agentcore.EventTextDelta {
-				var d struct{ Text string }
-				json.Unmarshal(eventData(t, ev), &d)
-				out.WriteString(d.Text)
-			}
-		}
-		return out.String()
-	}
 	conv := a.newConversation()
 	path := "/api/v1/conversations/" + conv
 	profile := func() string {
@@ -237,7 +225,7 @@ func TestChangeModelProfile(t *testing.T) {
 		a.must(http.StatusOK, "GET", path, nil, &c)
 		return c.ModelProfile
 	}
-	if got := reply(a.turnUntil(conv, "hello", agentcore.EventTurnFinished)); got != "default 0" {
+	if got := replyText(t, a.turnUntil(conv, "hello", agentcore.EventTurnFinished)); got != "default 0" {
 		t.Fatalf("first turn: %q", got)
 	}
 
@@ -258,7 +246,7 @@ func TestChangeModelProfile(t *testing.T) {
 	if got.ModelProfile != "work" || got.Title != "test" {
 		t.Fatalf("PATCH model_profile: %+v", got)
 	}
-	if got := reply(a.turnUntil(conv, "again", agentcore.EventTurnFinished)); got != "profile 1" {
+	if got := replyText(t, a.turnUntil(conv, "again", agentcore.EventTurnFinished)); got != "profile 1" {
 		t.Fatalf("turn after the change to the profile: %q", got)
 	}
 	if n, m := len(prof.Requests()), len(def.Requests()); n != 1 || m != 1 {
@@ -270,7 +258,7 @@ func TestChangeModelProfile(t *testing.T) {
 	if got.ModelProfile != "" {
 		t.Fatalf("PATCH model_profile \"\": %+v", got)
 	}
-	if got := reply(a.turnUntil(conv, "once more", agentcore.EventTurnFinished)); got != "default 2" {
+	if got := replyText(t, a.turnUntil(conv, "once more", agentcore.EventTurnFinished)); got != "default 2" {
 		t.Fatalf("turn after the change back: %q", got)
 	}
 

@@ -163,27 +163,16 @@ func TestModelProfiles(t *testing.T) {
 		}
 		return evs
 	}
-	text := func(evs []sseEvent) string {
-		var out strings.Builder
-		for _, ev := range evs {
-			if ev.Type == agentcore.EventTextDelta {
-				var d struct{ Text string }
-				json.Unmarshal(eventData(t, ev), &d)
-				out.WriteString(d.Text)
-			}
-		}
-		return out.String()
-	}
 	// The profile's endpoint answers, and only a request with its key
 	// counts (llmtest answers others 401 and does not record them).
-	if got := text(turn(a, conv.ID, agentcore.EventTurnFinished)); got != "from the profile" {
+	if got := replyText(t, turn(a, conv.ID, agentcore.EventTurnFinished)); got != "from the profile" {
 		t.Fatalf("reply %q, want the profile endpoint's", got)
 	}
 	if n, m := len(prof.Requests()), len(def.Requests()); n != 1 || m != 0 {
 		t.Fatalf("%d requests with the key at the profile's endpoint, %d at the default; want 1, 0", n, m)
 	}
 	// A conversation without a profile uses the server's model.
-	if got := text(turn(a, a.newConversation(), agentcore.EventTurnFinished)); got != "from the default" || len(def.Requests()) != 1 {
+	if got := replyText(t, turn(a, a.newConversation(), agentcore.EventTurnFinished)); got != "from the default" || len(def.Requests()) != 1 {
 		t.Fatalf("reply without a profile %q (%d requests at the default)", got, len(def.Requests()))
 	}
 
@@ -214,7 +203,7 @@ func TestModelProfiles(t *testing.T) {
 	}
 	var conv2 struct{ ID string }
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"model_profile": "work"}, &conv2)
-	if got := text(turn(a, conv2.ID, agentcore.EventTurnFinished)); got != "from the profile" || len(prof.Requests()) != 2 {
+	if got := replyText(t, turn(a, conv2.ID, agentcore.EventTurnFinished)); got != "from the profile" || len(prof.Requests()) != 2 {
 		t.Fatalf("after rotation: reply %q, %d requests with the key", got, len(prof.Requests()))
 	}
 

@@ -88,6 +88,20 @@ func approvalID(t *testing.T, ev sseEvent) string {
 	return a.ID
 }
 
+// replyText is the model's reply in evs: its text deltas joined.
+func replyText(t *testing.T, evs []sseEvent) string {
+	t.Helper()
+	var out strings.Builder
+	for _, ev := range evs {
+		if ev.Type == agentcore.EventTextDelta {
+			var d struct{ Text string }
+			json.Unmarshal(eventData(t, ev), &d)
+			out.WriteString(d.Text)
+		}
+	}
+	return out.String()
+}
+
 // eventData is the data object of an SSE event's Event.
 func eventData(t *testing.T, ev sseEvent) json.RawMessage {
 	t.Helper()
