@@ -202,11 +202,11 @@ func (d *delegateTool) Run(ctx context.Context, c *Call) (string, error) {
 			return "", fmt.Errorf("the isolated subagent needs its own sandbox: %w", err)
 		}
 	}
-	e.emit(t.c, t.ID, t.red, t.log, EventSubagentStarted, map[string]string{"id": c.ID, "subagent": sub.id, "task": a.Task, "isolation": mode})
+	e.emit(t.c, t.ID, t.red, t.log, EventSubagentStarted, SubagentStarted{ID: c.ID, Subagent: sub.id, Task: a.Task, Isolation: mode})
 	err := e.loop(t)
-	fin := map[string]string{"id": c.ID, "subagent": sub.id}
+	fin := SubagentFinished{ID: c.ID, Subagent: sub.id}
 	if err != nil {
-		fin["error"] = capError(err.Error(), maxErrorText)
+		fin.Error = capError(err.Error(), maxErrorText)
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventSubagentFinished, fin)
 	if ctx.Err() != nil {

@@ -494,7 +494,7 @@ func (e *Engine) sandboxWaiting(call *Call) func(error) {
 	}
 	begin := time.Now()
 	say := func(status string) {
-		e.emit(t.c, t.ID, t.red, t.log, EventSandboxWaiting, map[string]any{"id": call.ID, "name": call.Name, "status": status, "waited_ms": time.Since(begin).Milliseconds()})
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxWaiting, SandboxWaiting{ID: call.ID, Name: call.Name, Status: status, WaitedMS: time.Since(begin).Milliseconds()})
 	}
 	stop := make(chan struct{})
 	told := make(chan bool, 1)

@@ -186,7 +186,7 @@ func (o *outputStream) emit(s string) {
 		s += fmt.Sprintf("\n[output streaming stopped after %d bytes; the tool result has the end]", o.sent)
 	}
 	t := o.c.turn
-	o.e.emit(t.c, t.ID, t.red, t.log, EventToolOutputDelta, map[string]string{"id": o.c.ID, "name": o.c.Name, "text": s})
+	o.e.emit(t.c, t.ID, t.red, t.log, EventToolOutputDelta, ToolOutputDelta{ID: o.c.ID, Name: o.c.Name, Text: s})
 }
 
 type nopWriteCloser struct{ io.Writer }
@@ -254,13 +254,10 @@ func (e *Engine) egressEvents(c *Call) func(egress.Event) {
 		if over {
 			return
 		}
-		reason := ev.Reason
+		d := NewEgress(c.ID, c.Name, ev)
 		if last {
-			reason = strings.TrimPrefix(reason+"; ", "; ") + fmt.Sprintf("further attempts of this call are not recorded (%d at most)", maxEgressEvents)
+			d.Reason = strings.TrimPrefix(d.Reason+"; ", "; ") + fmt.Sprintf("further attempts of this call are not recorded (%d at most)", maxEgressEvents)
 		}
-		e.emit(t.c, t.ID, t.red, t.log, EventEgress, map[string]any{
-			"id": c.ID, "name": c.Name, "proto": ev.Proto, "host": ev.Host, "port": ev.Port, "addr": ev.Addr,
-			"verdict": ev.Verdict, "reason": reason, "sent": ev.Sent, "received": ev.Received, "duration_ms": ev.Duration.Milliseconds(),
-		})
+		e.emit(t.c, t.ID, t.red, t.log, EventEgress, d)
 	}
 }

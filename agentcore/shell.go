@@ -139,7 +139,7 @@ func (e *Engine) limitHit(c *Call, l sandboxkit.Limit, msg string) {
 	if t == nil {
 		return
 	}
-	e.emit(t.c, t.ID, t.red, t.log, EventSandboxLimit, map[string]string{"id": c.ID, "name": c.Name, "limit": string(l), "message": msg})
+	e.emit(t.c, t.ID, t.red, t.log, EventSandboxLimit, SandboxLimit{ID: c.ID, Name: c.Name, Limit: l, Message: msg})
 }
 
 // jobTool is shell_output or shell_kill.

@@ -45,32 +45,34 @@ type Store interface {
 	Approvals(ctx context.Context, conversation string) ([]Approval, error)
 }
 
-// Event types. They are a contract with the UI: add, never rename.
+// Event types. They are a contract with the UI: add, never rename. The
+// comment of each names the type of its data (Event.Data), where its
+// schema is written.
 const (
-	EventTurnStarted        = "turn_started"        // {"user","content"}
-	EventTextDelta          = "text_delta"          // {"text"}
-	EventToolCallRequested  = "tool_call_requested" // {"id","name","arguments"}
+	EventTurnStarted        = "turn_started"        // TurnStarted
+	EventTextDelta          = "text_delta"          // TextDelta
+	EventToolCallRequested  = "tool_call_requested" // ToolCallRequested
 	EventApprovalPending    = "approval_pending"    // an Approval
 	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
-	EventToolOutput         = "tool_output"         // {"id","name","output"}
-	EventToolFinished       = "tool_finished"       // {"id","name","error"?}
-	EventToolOutputDelta    = "tool_output_delta"   // {"id","name","text"}: output of a running tool (an external agent), redacted, before its tool_output
-	EventSubagentStarted    = "subagent_started"    // {"id","subagent","task","isolation"}: a delegate call (id) started subagent; its tool calls' IDs begin with "<subagent>."
-	EventSubagentFinished   = "subagent_finished"   // {"id","subagent","error"?}
-	EventSandboxUnavailable = "sandbox_unavailable" // {"error"}: why shell and file tools refuse
-	EventSandboxLimit       = "sandbox_limit"       // {"id","name","limit","message"}: a resource limit hit by a command (limit: memory, pids, disk or disk_free)
-	EventSandboxWaiting     = "sandbox_waiting"     // {"id","name","status","waited_ms"}: a call waits for the conversation's sandbox to start (status "starting", repeated while it waits), then "started" or "failed"
-	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
-	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
+	EventToolOutput         = "tool_output"         // ToolOutput
+	EventToolFinished       = "tool_finished"       // ToolFinished
+	EventToolOutputDelta    = "tool_output_delta"   // ToolOutputDelta: output of a running tool (an external agent) before its tool_output
+	EventSubagentStarted    = "subagent_started"    // SubagentStarted: a delegate call started a subagent; its tool calls' IDs begin with "<subagent>."
+	EventSubagentFinished   = "subagent_finished"   // SubagentFinished
+	EventSandboxUnavailable = "sandbox_unavailable" // SandboxUnavailable: why shell and file tools refuse
+	EventSandboxLimit       = "sandbox_limit"       // SandboxLimit: a resource limit hit by a command
+	EventSandboxWaiting     = "sandbox_waiting"     // SandboxWaiting: a call waits for the conversation's sandbox to start
+	EventSeccompViolation   = "seccomp_violation"   // SeccompViolation: blocklisted calls a command made, let through in seccomp log mode
+	EventEgress             = "egress"              // Egress: a connection attempt through the egress proxy
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
-	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
-	EventTurnFailed         = "turn_failed"         // {"error"}
-	EventTurnCancelled      = "turn_cancelled"      // {}
+	EventTurnFinished       = "turn_finished"       // TurnFinished
+	EventTurnFailed         = "turn_failed"         // TurnFailed
+	EventTurnCancelled      = "turn_cancelled"      // TurnCancelled
 	// Project setup events, outside any turn (see Engine.Publish).
-	EventSetupStarted  = "setup_started"  // {"script","network"}: the repository's setup script runs
-	EventSetupOutput   = "setup_output"   // {"text"}: its output, in order
-	EventSetupFinished = "setup_finished" // {"cached","script"}: its result is the workspace's; cached: reused, the script did not run; script "": the repository has none
-	EventSetupFailed   = "setup_failed"   // {"error"}: why the workspace tools are disabled
+	EventSetupStarted  = "setup_started"  // SetupStarted: the repository's setup script runs
+	EventSetupOutput   = "setup_output"   // SetupOutput: its output, in order
+	EventSetupFinished = "setup_finished" // SetupFinished: its result is the workspace's
+	EventSetupFailed   = "setup_failed"   // SetupFailed: why the workspace tools are disabled
 )
 
 // Event is one step of a conversation, as persisted and streamed.

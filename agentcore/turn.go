@@ -141,7 +141,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	tctx, cancelTimeout := context.WithTimeoutCause(e.ctx, e.cfg.TurnTimeout, fmt.Errorf("%w: the turn ran longer than %v", ErrBudget, e.cfg.TurnTimeout))
 	t.ctx, t.cancel = context.WithCancelCause(tctx)
 	started = true
-	e.emit(c, t.ID, t.red, t.log, EventTurnStarted, map[string]string{"user": r.User, "content": content})
+	e.emit(c, t.ID, t.red, t.log, EventTurnStarted, TurnStarted{User: r.User, Content: content})
 	go func() {
 		defer e.wg.Done()
 		defer cancelTimeout()
@@ -178,22 +178,22 @@ func (e *Engine) run(t *Turn) {
 	t.cancel(nil)
 	switch {
 	case err == nil:
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "stop"})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "stop"})
 	case errors.Is(err, ErrBudget) && cause == nil:
 		// Step budget.
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "max_steps"})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "max_steps"})
 	case errors.Is(cause, errCancelled):
 		err = context.Canceled
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, map[string]string{})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, TurnCancelled{})
 	case cause != nil && errors.Is(e.ctx.Err(), context.Canceled):
 		err = ErrClosed
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, map[string]string{"reason": "server shutting down"})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, TurnCancelled{Reason: "server shutting down"})
 	default:
 		if cause != nil {
 			err = cause // the time budget
 		}
 		t.log.Warn("turn failed", "err", err)
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, map[string]string{"error": capError(t.red.String(err.Error()), maxErrorText)})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, TurnFailed{Error: capError(t.red.String(err.Error()), maxErrorText)})
 	}
 	t.err = err
 	t.c.mu.Lock()
@@ -305,7 +305,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 	deltas := deltaWriter{red: t.red}
 	emitText := func(s string) {
 		if s != "" {
-			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, map[string]string{"text": s})
+			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, TextDelta{Text: s})
 		}
 	}
 	// Next runs in its own goroutine so that text held for coalescing
@@ -379,7 +379,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 				// Not run (see loop): neither stored nor announced.
 				tc.Arguments = "{}"
 			} else {
-				e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, map[string]string{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments})
+				e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, ToolCallRequested{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
 			}
 			reply.ToolCalls = append(reply.ToolCalls, tc)
 		}
@@ -442,7 +442,7 @@ func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 		errText = capError(err.Error(), maxErrorText)
 	}
 	if err != nil && errors.Is(err, sandboxkit.ErrUnavailable) {
-		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, map[string]string{"error": errText})
+		e.emit(t.c, t.ID, t.red, t.log, EventSandboxUnavailable, SandboxUnavailable{Error: errText})
 		// The text names no host path; the log keeps what the check found.
 		t.log.Warn("sandbox unavailable", "tool", tc.Name, "detail", capError(sandboxkit.UnavailableDetail(err), maxErrorText))
 	}
@@ -454,12 +454,8 @@ func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
 		out += "error: " + errText
 	}
 	out = capOutput(t.red.String(out), e.cfg.MaxOutput)
-	e.emit(t.c, t.ID, t.red, t.log, EventToolOutput, map[string]string{"id": tc.ID, "name": tc.Name, "output": out})
-	fin := map[string]string{"id": tc.ID, "name": tc.Name}
-	if err != nil {
-		fin["error"] = errText
-	}
-	e.emit(t.c, t.ID, t.red, t.log, EventToolFinished, fin)
+	e.emit(t.c, t.ID, t.red, t.log, EventToolOutput, ToolOutput{ID: tc.ID, Name: tc.Name, Output: out})
+	e.emit(t.c, t.ID, t.red, t.log, EventToolFinished, ToolFinished{ID: tc.ID, Name: tc.Name, Error: errText})
 	return out
 }
 

@@ -31,8 +31,8 @@ func (e *Engine) reportViolations(c *Call, seen violations) {
 		if n <= 0 {
 			continue
 		}
-		e.emit(t.c, t.ID, t.red, t.log, EventSeccompViolation, map[string]any{
-			"id": c.ID, "name": c.Name, "syscall": v.Syscall, "command": v.Command, "args": v.Args, "refusal": v.Refusal, "count": n,
+		e.emit(t.c, t.ID, t.red, t.log, EventSeccompViolation, SeccompViolation{
+			ID: c.ID, Name: c.Name, Syscall: v.Syscall, Command: v.Command, Args: v.Args, Refusal: v.Refusal, Count: n,
 		})
 	}
 }

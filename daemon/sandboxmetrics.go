@@ -49,9 +49,9 @@ func (m *sandboxMetrics) observe(e agentcore.Event) {
 	if m == nil || e.Type != agentcore.EventSandboxLimit {
 		return
 	}
-	var d struct{ Limit string }
+	var d agentcore.SandboxLimit
 	if json.Unmarshal(e.Data, &d) == nil && d.Limit != "" && len(d.Limit) <= 32 {
-		m.limits.WithLabelValues(d.Limit).Inc()
+		m.limits.WithLabelValues(string(d.Limit)).Inc()
 	}
 }
 

@@ -152,8 +152,8 @@ type setupBuild struct {
 	done    chan struct{}
 	err     error
 	cancel  context.CancelFunc
-	waiters map[string]bool // conversations, under setups.mu
-	started map[string]any  // its setup_started event, once it runs
+	waiters map[string]bool         // conversations, under setups.mu
+	started *agentcore.SetupStarted // its setup_started event, once it runs
 }
 
 // errSetupDisabled prefixes the reason the workspace tools give.
@@ -290,7 +290,7 @@ func (s *setups) run(ctx context.Context, user, conversation string) ([]string, 
 	switch {
 	case err != nil:
 		status, reason = setupFailed, err.Error()
-		s.publish(conversation, agentcore.EventSetupFailed, map[string]string{"error": reason})
+		s.publish(conversation, agentcore.EventSetupFailed, agentcore.SetupFailed{Error: reason})
 	case key == "":
 		status = setupNone
 	}
@@ -332,7 +332,7 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 		return "", err
 	}
 	if spec.script == "" {
-		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": ""})
+		s.publish(conversation, agentcore.EventSetupFinished, agentcore.SetupFinished{})
 		return "", nil
 	}
 	key := r.ID + setupKeyFormat + spec.digest
@@ -342,7 +342,7 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 		return s.build(audit.ForConversation(bctx, user, conversation), b, user, r, snap, key, spec)
 	})
 	if b == nil {
-		s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": true, "script": spec.script})
+		s.publish(conversation, agentcore.EventSetupFinished, agentcore.SetupFinished{Cached: true, Script: spec.script})
 		return key, nil
 	}
 	select {
@@ -355,7 +355,7 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 	if b.err != nil {
 		return "", b.err
 	}
-	s.publish(conversation, agentcore.EventSetupFinished, map[string]any{"cached": false, "script": spec.script})
+	s.publish(conversation, agentcore.EventSetupFinished, agentcore.SetupFinished{Script: spec.script})
 	return key, nil
 }
 
@@ -367,7 +367,7 @@ func (s *setups) join(key, conversation string, build func(context.Context, *set
 	if b := s.builds[key]; b != nil {
 		b.waiters[conversation] = true
 		if b.started != nil {
-			s.publish(conversation, agentcore.EventSetupStarted, b.started)
+			s.publish(conversation, agentcore.EventSetupStarted, *b.started)
 		}
 		return b
 	}
@@ -407,11 +407,11 @@ func (s *setups) leave(key string, b *setupBuild, conversation string) {
 }
 
 // publishAll publishes an event of b to the conversations waiting for it.
-func (s *setups) publishAll(b *setupBuild, typ string, data map[string]any) {
+func (s *setups) publishAll(b *setupBuild, typ string, data any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if typ == agentcore.EventSetupStarted {
-		b.started = data
+	if d, ok := data.(agentcore.SetupStarted); ok {
+		b.started = &d
 	}
 	for c := range b.waiters {
 		s.publish(c, typ, data)
@@ -433,14 +433,14 @@ func (s *setups) build(ctx context.Context, b *setupBuild, user string, r repos.
 		if !preempted {
 			return err
 		}
-		s.publishAll(b, agentcore.EventSetupOutput, map[string]any{"text": "(the setup gave its slot to another user's setup; it starts again when a slot is free)\n"})
+		s.publishAll(b, agentcore.EventSetupOutput, agentcore.SetupOutput{Text: "(the setup gave its slot to another user's setup; it starts again when a slot is free)\n"})
 	}
 }
 
 // runScript runs spec's script once on snap and keeps its outputs as
 // key's layer.
 func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repository, snap, key string, spec setupSpec) error {
-	s.publishAll(b, agentcore.EventSetupStarted, map[string]any{"script": spec.script, "network": r.SetupNetwork, "egress": r.SetupEgress})
+	s.publishAll(b, agentcore.EventSetupStarted, agentcore.SetupStarted{Script: spec.script, Network: r.SetupNetwork, Egress: r.SetupEgress})
 	s.scratch.Add(1)
 	defer s.scratch.Add(-1)
 	tmp, err := os.MkdirTemp(s.dir, ".tmp-")
@@ -467,7 +467,7 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 	})
 	if err == nil {
 		out := &setupOutput{publish: func(text string) {
-			s.publishAll(b, agentcore.EventSetupOutput, map[string]any{"text": text})
+			s.publishAll(b, agentcore.EventSetupOutput, agentcore.SetupOutput{Text: text})
 		}}
 		cmd := sandboxkit.Command(ctx, p, "sh", "/workspace/"+spec.script)
 		cmd.Dir = "/workspace"
@@ -528,10 +528,7 @@ func (s *setups) egressEvents(b *setupBuild) func(egress.Event) {
 		if n.Add(1) > maxSetupEgressEvents {
 			return
 		}
-		s.publishAll(b, agentcore.EventEgress, map[string]any{
-			"id": "", "name": "setup", "proto": ev.Proto, "host": ev.Host, "port": ev.Port, "addr": ev.Addr,
-			"verdict": ev.Verdict, "reason": ev.Reason, "sent": ev.Sent, "received": ev.Received, "duration_ms": ev.Duration.Milliseconds(),
-		})
+		s.publishAll(b, agentcore.EventEgress, agentcore.NewEgress("", "setup", ev))
 	}
 }
 

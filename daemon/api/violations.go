@@ -44,10 +44,7 @@ func (s *Server) violations(c *fiber.Ctx) error {
 	out := Violations{Violations: []Violation{}}
 	at := map[[2]string]int{}
 	for _, ev := range evs {
-		var d struct {
-			Syscall, Command, Args, Refusal string
-			Count                           int64
-		}
+		var d agentcore.SeccompViolation
 		if json.Unmarshal(ev.Data, &d) != nil {
 			continue
 		}

@@ -527,7 +527,7 @@ func (s *Conversations) Recover(ctx context.Context, reason string) ([]string, e
 				return ids, err
 			}
 		}
-		data, _ := json.Marshal(map[string]string{"error": reason})
+		data, _ := json.Marshal(agentcore.TurnFailed{Error: reason})
 		if _, err := s.AppendEvent(ctx, agentcore.Event{Type: agentcore.EventTurnFailed, Conversation: c.ID, Turn: c.ActiveTurn, Time: now, Data: data}); err != nil {
 			return ids, err
 		}
