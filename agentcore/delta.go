@@ -24,8 +24,7 @@ const (
 // deltaWriter turns the text pieces of a model reply into the texts of
 // text_delta events, redacted as one text: between pieces it holds back
 // the tail that could be the beginning of a secret's form (at most the
-// longest form minus one byte), so a value split across pieces is
-// redacted whole.
+// longest form), so a value split across pieces is redacted whole.
 type deltaWriter struct {
 	red  *redactor
 	buf  []byte    // received, not yet emitted
@@ -123,13 +122,14 @@ func (r *redactor) longestSpan() int {
 
 // formStart is the length of the longest tail of b that is the beginning
 // (not the whole) of a text r replaces, also of a wrapped form with line
-// breaks in it.
+// breaks in it; or the whole of a short form, which the next byte may
+// put inside a word (see redactor.whole).
 func (r *redactor) formStart(b []byte) int {
 	w := r.wrappedStart(b)
-	for k := min(len(b), r.longestForm()-1); k > w; k-- {
+	for k := min(len(b), r.longestForm()); k > w; k-- {
 		tail := string(b[len(b)-k:])
 		for _, f := range r.forms {
-			if len(f) > k && strings.HasPrefix(f, tail) {
+			if (len(f) > k || len(f) == k && k < minAnywhere) && strings.HasPrefix(f, tail) {
 				return k
 			}
 		}

@@ -23,9 +23,16 @@ var secretRef = regexp.MustCompile(`\{\{secret:([A-Za-z0-9_]+)\}\}`)
 // values into a command.
 const secretEnvPrefix = "CODUMENTOR_SECRET_"
 
-// minRedact is the shortest secret value (and encoded form) that is
-// redacted: shorter ones would blank out ordinary output.
-const minRedact = 4
+// Redaction by length: a form (a secret's value, or an encoding of it)
+// of minAnywhere bytes or more is replaced wherever it occurs; a shorter
+// one only where it stands alone (see isWordByte), since as a part of
+// words it would blank out ordinary output ("test" in "latest"). The
+// encodings of values shorter than minRedact are not looked for: each
+// would be a short, common word (the hex of "ab" is "6162").
+const (
+	minRedact   = 4
+	minAnywhere = 8
+)
 
 // substituteSecrets turns the placeholders of command into quoted
 // variable references (see placeSecrets) and returns the environment entries that carry
@@ -68,8 +75,15 @@ func nameList(names []string) string {
 // redactor replaces every secret value of a user, and its common
 // encodings, with [secret:NAME].
 type redactor struct {
-	r     *strings.Replacer // nil: nothing to redact
-	forms []string          // the texts r replaces, longest first
+	r *strings.Replacer // the long forms; nil: none
+	// forms are the texts replaced, long and short (and, with short
+	// ones, the markers), longest first: what the delta writer holds.
+	forms []string
+	// short are the forms shorter than minAnywhere, by their first
+	// byte, longest first: replaced only where they stand alone; nil:
+	// none.
+	short *[256][]redactForm
+	names map[string]bool // of the secrets, for their [secret:NAME] markers
 	// wrapped are the forms that encoders wrap into lines (base64 and
 	// base32 at 76 or 64 columns, hex at 60), looked for again with
 	// the line breaks between their characters taken out.
@@ -81,6 +95,10 @@ type redactor struct {
 type redactForm struct{ s, name string }
 
 // newRedactor builds the redactor for secrets (name → value).
+//
+// A value (or form) shorter than minAnywhere is redacted only where it
+// stands alone, not inside a word: "pw=hunter2;" is redacted, "hunter22"
+// is not, and a one-byte value "x" leaves "maximum" alone.
 //
 // It is best effort: it catches the value and the encodings a command is
 // likely to print, not every transformation (reversed, split, partial,
@@ -97,7 +115,7 @@ func newRedactor(secrets map[string]string) *redactor {
 	var forms, wrapped []redactForm
 	seen := map[string]bool{}
 	add1 := func(s, name string) {
-		if len(s) < minRedact || seen[s] {
+		if s == "" || seen[s] {
 			return
 		}
 		seen[s] = true
@@ -108,7 +126,7 @@ func newRedactor(secrets map[string]string) *redactor {
 		}
 	}
 	add := func(s, name string) {
-		if len(s) < minRedact || seen[s] {
+		if s == "" || seen[s] {
 			return
 		}
 		add1(s, name)
@@ -127,15 +145,17 @@ func newRedactor(secrets map[string]string) *redactor {
 	// addWrapped adds an encoding that may come wrapped into lines.
 	addWrapped := func(s, name string) {
 		add(s, name)
-		if len(s) >= minRedact {
+		if len(s) >= minAnywhere {
 			wrapped = append(wrapped, redactForm{s, name})
 		}
 	}
+	names := map[string]bool{}
 	for name, v := range secrets {
+		names[name] = true
+		add(v, name)
 		if len(v) < minRedact {
 			continue
 		}
-		add(v, name)
 		for _, esc := range []string{url.QueryEscape(v), url.PathEscape(v)} {
 			add(esc, name)
 			add(lowerPercent.ReplaceAllStringFunc(esc, strings.ToLower), name)
@@ -172,17 +192,141 @@ func newRedactor(secrets map[string]string) *redactor {
 	// one that it contains.
 	slices.SortFunc(forms, func(a, b redactForm) int { return len(b.s) - len(a.s) })
 	slices.SortFunc(wrapped, func(a, b redactForm) int { return len(b.s) - len(a.s) })
-	args := make([]string, 0, 2*len(forms))
-	texts := make([]string, 0, len(forms))
+	red := &redactor{names: names, wrapped: wrapped}
+	var args, wargs []string
 	for _, f := range forms {
-		args = append(args, f.s, "[secret:"+f.name+"]")
-		texts = append(texts, f.s)
+		red.forms = append(red.forms, f.s)
+		if len(f.s) >= minAnywhere {
+			args = append(args, f.s, "[secret:"+f.name+"]")
+			continue
+		}
+		if red.short == nil {
+			red.short = new([256][]redactForm)
+		}
+		red.short[f.s[0]] = append(red.short[f.s[0]], f)
 	}
-	var wargs []string
+	if red.short != nil {
+		// A marker next to a short form decides it (see whole): the
+		// delta writer holds back their beginnings too.
+		for name := range names {
+			red.forms = append(red.forms, "[secret:"+name+"]")
+		}
+		slices.SortFunc(red.forms, func(a, b string) int { return len(b) - len(a) })
+	}
+	if len(args) > 0 {
+		red.r = strings.NewReplacer(args...)
+	}
 	for _, f := range wrapped {
 		wargs = append(wargs, f.s, "")
 	}
-	return &redactor{r: strings.NewReplacer(args...), forms: texts, wrapped: wrapped, w: strings.NewReplacer(wargs...)}
+	red.w = strings.NewReplacer(wargs...)
+	return red
+}
+
+// isWordByte reports a byte that makes a form next to it part of a word:
+// an ASCII letter or digit, '_', or a byte of a non-ASCII character.
+func isWordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c >= 0x80
+}
+
+// whole replaces the short forms in s where they stand alone: neither
+// the byte before nor the one after is a word byte or a [secret:NAME]
+// marker of the secrets (which stood for a value, part of the word).
+// Markers are left as they are, so redacting twice changes nothing.
+func (r *redactor) whole(s string) string {
+	if r.short == nil {
+		return s
+	}
+	var out strings.Builder
+	last := 0
+	glued := false // the byte before i is a word byte or ends a marker
+	for i := 0; i < len(s); {
+		if n := r.marker(s[i:]); n > 0 {
+			i, glued = i+n, true
+			continue
+		}
+		found := false
+		for _, f := range r.short[s[i]] {
+			if glued {
+				break
+			}
+			end := i + len(f.s)
+			if strings.HasPrefix(s[i:], f.s) && (end == len(s) || !isWordByte(s[end]) && r.marker(s[end:]) == 0) {
+				out.WriteString(s[last:i])
+				out.WriteString("[secret:" + f.name + "]")
+				last, i, found = end, end, true
+				break
+			}
+		}
+		if !found {
+			glued = isWordByte(s[i])
+			i++
+		}
+	}
+	if last == 0 {
+		return s
+	}
+	out.WriteString(s[last:])
+	return out.String()
+}
+
+// marker is the length of the [secret:NAME] marker of a secret that s
+// begins with, or 0.
+func (r *redactor) marker(s string) int {
+	const prefix = "[secret:"
+	if !strings.HasPrefix(s, prefix) {
+		return 0
+	}
+	j := strings.IndexByte(s, ']')
+	if j < 0 || !r.names[s[len(prefix):j]] {
+		return 0
+	}
+	return j + 1
+}
+
+// wholeJSON applies whole to the string values of the JSON document b:
+// not to its keys (the schema's names) nor to its numbers and literals,
+// which a short value such as "1" would break.
+func (r *redactor) wholeJSON(b []byte) []byte {
+	if r.short == nil {
+		return b
+	}
+	var out []byte
+	last := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if b[j] == '\\' {
+				j++
+			}
+			j++
+		}
+		if j >= len(b) {
+			break // not JSON: left as it is
+		}
+		k := j + 1
+		for k < len(b) && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r') {
+			k++
+		}
+		var s string
+		if (k == len(b) || b[k] != ':') && json.Unmarshal(b[i:j+1], &s) == nil {
+			if red := r.whole(s); red != s {
+				enc, err := json.Marshal(red)
+				if err == nil {
+					out = append(append(out, b[last:i]...), enc...)
+					last = j + 1
+				}
+			}
+		}
+		i = j
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[last:]...)
 }
 
 var lowerPercent = regexp.MustCompile(`%[0-9A-F]{2}`)
@@ -200,10 +344,13 @@ func spacedHex(h string) string {
 }
 
 func (r *redactor) String(s string) string {
-	if r == nil || r.r == nil {
+	if r == nil || len(r.forms) == 0 {
 		return s
 	}
-	return r.unwrap(r.r.Replace(s))
+	if r.r != nil {
+		s = r.unwrap(r.r.Replace(s))
+	}
+	return r.whole(s)
 }
 
 // isEncodingChar reports a character of base64 (both alphabets), base32
@@ -271,14 +418,17 @@ func (r *redactor) unwrap(s string) string {
 // (a value that is also JSON syntax), it returns a placeholder object
 // rather than the document.
 func (r *redactor) JSON(b []byte) json.RawMessage {
-	if r == nil || r.r == nil {
+	if r == nil || len(r.forms) == 0 {
 		return b
 	}
-	out := r.r.Replace(string(b))
-	if out != string(b) && !json.Valid([]byte(out)) {
-		return json.RawMessage(`{"redacted":true}`)
+	if r.r != nil {
+		out := r.r.Replace(string(b))
+		if out != string(b) && !json.Valid([]byte(out)) {
+			return json.RawMessage(`{"redacted":true}`)
+		}
+		b = []byte(out)
 	}
-	return json.RawMessage(out)
+	return r.wholeJSON(b)
 }
 
 // redactHandler passes log records on with every string redacted.
@@ -338,9 +488,13 @@ type SecretScanner struct {
 }
 
 // NewSecretScanner returns the scanner of secrets (name → value); values
-// shorter than 4 bytes are not looked for.
+// shorter than 4 bytes are not looked for (a patch is refused for a
+// secret's value, and "x" is no secret worth refusing every patch with
+// an x for), shorter than 8 only where they stand alone.
 func NewSecretScanner(secrets map[string]string) *SecretScanner {
-	return &SecretScanner{r: newRedactor(secrets), names: slices.Sorted(maps.Keys(secrets))}
+	looked := maps.Clone(secrets)
+	maps.DeleteFunc(looked, func(_, v string) bool { return len(v) < minRedact })
+	return &SecretScanner{r: newRedactor(looked), names: slices.Sorted(maps.Keys(looked))}
 }
 
 // Find reports the name of a secret whose value occurs in s, and whether

@@ -106,6 +106,52 @@ func TestRedactor(t *testing.T) {
 	}
 }
 
+// A short secret (under minAnywhere bytes) is redacted where it stands
+// alone, never inside a word; a long one wherever it is; JSON keys and
+// numbers stay.
+func TestRedactShortSecrets(t *testing.T) {
+	r := newRedactor(map[string]string{"PIN": "x", "ONE": "1", "PW": "hunter2", "WORD": "secret", "KEY": "sk-0123456789abcdef"})
+	tests := []struct{ in, want string }{
+		{"maximum context length is 12000 tokens", "maximum context length is 12000 tokens"},
+		{"Authorization: Bearer x", "Authorization: Bearer [secret:PIN]"},
+		{"x", "[secret:PIN]"},
+		{"(x) x. x,x", "([secret:PIN]) [secret:PIN]. [secret:PIN],[secret:PIN]"},
+		{"xx x_ _x 0x ünïx", "xx x_ _x 0x ünïx"},
+		{"pw=hunter2;\nhunter2", "pw=[secret:PW];\n[secret:PW]"},
+		{"hunter22 xhunter2 latest_hunter2", "hunter22 xhunter2 latest_hunter2"},
+		{"page 1 of 10", "page [secret:ONE] of 10"},
+		// The encodings of a short value that are 8 bytes or longer are
+		// found anywhere, as its long forms.
+		{"b64:aHVudGVyMg== hex:68756e74657232", "b64:[secret:PW] hex:[secret:PW]"},
+		// A long value, also inside a word.
+		{"keysk-0123456789abcdefx", "key[secret:KEY]x"},
+		// The markers are not redacted again.
+		{"the secret is secret", "the [secret:WORD] is [secret:WORD]"},
+	}
+	for _, tt := range tests {
+		got := r.String(tt.in)
+		if got != tt.want {
+			t.Errorf("String(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		if again := r.String(got); again != got {
+			t.Errorf("String(%q) again = %q", got, again)
+		}
+	}
+	for _, tt := range []struct{ in, want string }{
+		{`{"x":1,"count":1,"text":"a x b\nx","id":"xx"}`, `{"x":1,"count":1,"text":"a [secret:PIN] b\n[secret:PIN]","id":"xx"}`},
+		{`{"output":"hunter2","n":[1,"1"]}`, `{"output":"[secret:PW]","n":[1,"[secret:ONE]"]}`},
+		{`{"arguments":"{\"command\":\"echo x\"}"}`, `{"arguments":"{\"command\":\"echo [secret:PIN]\"}"}`},
+	} {
+		got := r.JSON([]byte(tt.in))
+		if string(got) != tt.want {
+			t.Errorf("JSON(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+	// Deltas split anywhere redact as the whole text does.
+	text := "x ax xa x. hunter2 hunter22 (hunter2)\nx 1 12 secret [secret:WORD] x"
+	splits(t, r, text, r.String(text), []int{1, 2, 3, 4, 5, 7, 8, 11})
+}
+
 func TestRedactLogs(t *testing.T) {
 	var buf bytes.Buffer
 	r := newRedactor(map[string]string{"K": "hunter22hunter"})

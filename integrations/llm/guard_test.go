@@ -72,6 +72,30 @@ func TestClean(t *testing.T) {
 	}
 }
 
+// A short API key ("x", as the setup instructions show) is redacted only
+// where it stands alone; a real-looking one wherever it is.
+func TestCleanKeys(t *testing.T) {
+	tests := []struct{ key, in, want string }{
+		{"x", "maximum context length is 12000 tokens. However, you requested 18476 tokens", "maximum context length is 12000 tokens. However, you requested 18476 tokens"},
+		{"x", "invalid key x", "invalid key [redacted]"},
+		{"x", "Authorization: Bearer x (key 'x', x-request-id 7)", "Authorization: Bearer [redacted] (key '[redacted]', [redacted]-request-id 7)"},
+		{"x", "x", "[redacted]"},
+		{"x", "xx ax x_ ünïx", "xx ax x_ ünïx"},
+		{"sk-abc", "key sk-abc. sk-abcd sk-abc", "key [redacted]. sk-abcd [redacted]"},
+		{"sk-0123456789abcdef", "bad key sk-0123456789abcdef, prefixsk-0123456789abcdefsuffix", "bad key [redacted], prefix[redacted]suffix"},
+		{"sk-0123456789abcdef", "cut off: sk-01234", "cut off: [redacted]"},
+		// A word that ends like the key's beginning is no cut-off key.
+		{"test-key-0123456789", "unknown model latest", "unknown model latest"},
+		{"test-key-0123456789", "unknown model test", "unknown model [redacted]"},
+	}
+	for _, tt := range tests {
+		c := &Client{apiKey: tt.key}
+		if got := c.clean(tt.in); got != tt.want {
+			t.Errorf("key %q: clean(%q) = %q, want %q", tt.key, tt.in, got, tt.want)
+		}
+	}
+}
+
 // A huge OpenAI error JSON, cut at maxErrorBody, still gives its message.
 func TestCutMessage(t *testing.T) {
 	body := []byte(`{"error":{"message":"model \"x\" overloaded ` + strings.Repeat("\\u00e9", maxErrorBody))[:maxErrorBody]

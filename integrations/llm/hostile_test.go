@@ -98,6 +98,24 @@ func TestErrorTextIsSanitized(t *testing.T) {
 	checkErrorText(t, err)
 }
 
+// With a placeholder key ("x"), an endpoint's error reaches the user
+// whole: only the key standing alone is redacted.
+func TestShortKeyErrorText(t *testing.T) {
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "never"}}}, llmtest.Options{APIKey: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.Inject(llmtest.Fault{Status: 400, Message: "This model's maximum context length is 12000 tokens. However, you requested 18476 tokens (key x)"})
+	cfg := fast(srv.URL())
+	cfg.APIKey, cfg.MaxRetries = "x", -1
+	_, err = newClient(t, cfg).Stream(t.Context(), userReq("hi"))
+	const want = "This model's maximum context length is 12000 tokens. However, you requested 18476 tokens (key [redacted])"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v\nwant it to contain %q", err, want)
+	}
+}
+
 // Item 4: one endless line or an endless reply ends the reply with
 // ErrTooLarge at the limit, not after the endpoint stops, and is not
 // retried.

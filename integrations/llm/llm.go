@@ -495,17 +495,57 @@ func (c *Client) clean(s string) string {
 		}
 	}
 	s = b.String()
-	if c.apiKey != "" {
-		s = strings.ReplaceAll(s, c.apiKey, "[redacted]")
-		for n := len(c.apiKey) - 1; n >= 4; n-- {
-			if t, ok := strings.CutSuffix(s, c.apiKey[:n]); ok {
+	if k := c.apiKey; len(k) >= minKeyAnywhere {
+		s = strings.ReplaceAll(s, k, "[redacted]")
+		for n := len(k) - 1; n >= 4; n-- {
+			if t, ok := strings.CutSuffix(s, k[:n]); ok && (t == "" || !isWordByte(t[len(t)-1])) {
 				s = t + "[redacted]"
 				break
 			}
 		}
+	} else if k != "" {
+		s = replaceWhole(s, k, "[redacted]")
 	}
 	s = bearer.ReplaceAllString(s, "Bearer [redacted]")
 	return truncate(strings.TrimSpace(s), maxMessage)
+}
+
+// minKeyAnywhere is the shortest API key redacted wherever it occurs in
+// an endpoint's text. A shorter one (a placeholder such as "x", which a
+// server run without a key ignores) is redacted only where it stands
+// alone: inside words it would blank out their letters ("maximum").
+const minKeyAnywhere = 8
+
+// isWordByte reports a byte that makes a key next to it part of a word:
+// an ASCII letter or digit, '_', or a byte of a non-ASCII character.
+func isWordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c >= 0x80
+}
+
+// replaceWhole replaces each occurrence of old in s that stands alone
+// (neither neighbour a word byte) with repl.
+func replaceWhole(s, old, repl string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i+len(old) <= len(s); {
+		k := strings.Index(s[i:], old)
+		if k < 0 {
+			break
+		}
+		at, end := i+k, i+k+len(old)
+		if (at == 0 || !isWordByte(s[at-1])) && (end == len(s) || !isWordByte(s[end])) {
+			b.WriteString(s[last:at])
+			b.WriteString(repl)
+			last, i = end, end
+			continue
+		}
+		i = at + 1
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // truncate cuts s to at most n bytes, on a character boundary, marking
