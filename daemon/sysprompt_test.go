@@ -44,6 +44,7 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
   temperature: 0
   max_tokens: 512
   stop: ["</done>"]
+  extra_body: {chat_template_kwargs: {enable_thinking: false}, top_k: 20}
 `, srv.URL()))
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
@@ -96,7 +97,8 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
 			t.Errorf("the system message lacks %q:\n%s", want, sys)
 		}
 	}
-	sampling := map[string]string{"temperature": "0", "max_tokens": "512", "stop": `["</done>"]`, "top_p": ""}
+	sampling := map[string]string{"temperature": "0", "max_tokens": "512", "stop": `["</done>"]`, "top_p": "",
+		"chat_template_kwargs": `{"enable_thinking":false}`, "top_k": "20"}
 	check := func(body map[string]json.RawMessage, want map[string]string) {
 		t.Helper()
 		for k, v := range want {
@@ -130,10 +132,14 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
 	if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 2.5}); status != http.StatusBadRequest || !strings.Contains(string(b), "temperature must be 0 to 2") {
 		t.Errorf("PUT with temperature 2.5: %d %s; want 400 naming temperature", status, b)
 	}
-	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 0.7, "top_p": 0.95}, nil)
+	if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "extra_body": map[string]any{"stream": false}}); status != http.StatusBadRequest || !strings.Contains(string(b), `extra_body must not set \"stream\"`) {
+		t.Errorf("PUT with extra_body.stream: %d %s; want 400 naming extra_body", status, b)
+	}
+	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 0.7, "top_p": 0.95, "extra_body": map[string]any{"top_k": 40}}, nil)
 	srv.Inject(llmtest.Fault{NoUsage: true}) // an endpoint that ignores include_usage
 	u, req, body = turn(map[string]any{"model_profile": "hot"})
-	check(body, map[string]string{"temperature": "0.7", "top_p": "0.95", "max_tokens": "512", "stop": `["</done>"]`})
+	check(body, map[string]string{"temperature": "0.7", "top_p": "0.95", "max_tokens": "512", "stop": `["</done>"]`,
+		"chat_template_kwargs": `{"enable_thinking":false}`, "top_k": "40"})
 	sys = req.Messages[0].Content
 	if !strings.Contains(sys, "starts empty (no repository)") || strings.Contains(sys, "demo-repo") {
 		t.Errorf("an empty workspace's system message:\n%s", sys)

@@ -24,7 +24,7 @@ type ModelProfile struct {
 	Model     string `json:"model"`
 	HasAPIKey bool   `json:"has_api_key"`
 	// Sampling are the profile's own settings (temperature, top_p,
-	// max_tokens, stop); unset ones are the server's.
+	// max_tokens, stop, extra_body); unset ones are the server's.
 	llm.Sampling
 	Updated time.Time `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
@@ -167,7 +167,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 
 // profileKeys names a profile's fields in llm.New's errors, which name
 // the server's configuration keys.
-var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop")
+var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop", "llm.extra_body", "extra_body")
 
 func (s *Server) deleteModelProfile(c *fiber.Ctx) error {
 	err := s.d.Secrets.DeleteProfile(c.UserContext(), user(c).ID, c.Params("name"))

@@ -37,6 +37,10 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 		{"top_p above 1", "llm:\n  top_p: 1.5\n", "llm.top_p"},
 		{"max_tokens zero", "llm:\n  max_tokens: 0\n", "llm.max_tokens"},
 		{"empty stop", "llm:\n  stop: [\"\"]\n", "llm.stop[0]"},
+		{"extra_body", "llm:\n  extra_body:\n    chat_template_kwargs: {enable_thinking: false}\n    top_k: 20\n", ""},
+		{"extra_body not a mapping", "llm:\n  extra_body: [top_k]\n", "llm.extra_body must be a mapping"},
+		{"extra_body sets model", "llm:\n  extra_body: {model: other}\n", `llm.extra_body must not set "model"`},
+		{"extra_body sets stream_options", "llm:\n  extra_body: {stream_options: {include_usage: false}}\n", `llm.extra_body must not set "stream_options"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))

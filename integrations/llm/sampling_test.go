@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/integrations/llm"
@@ -107,5 +109,107 @@ func TestStreamUsage(t *testing.T) {
 				t.Errorf("usage %+v; want %+v", u, tc.want)
 			}
 		})
+	}
+}
+
+// llm.extra_body's members reach every chat request exactly as
+// configured, a profile's replacing the server's of the same name, and
+// the client's own members stay the client's.
+func TestExtraBodySent(t *testing.T) {
+	var server, profile llm.Sampling
+	if err := yaml.Unmarshal([]byte(`
+temperature: 0.2
+extra_body:
+  chat_template_kwargs: {enable_thinking: false}
+  top_k: 20
+  repetition_penalty: 1.05
+  seed: 9007199254740993
+  guided_choice: ["a", "b"]
+`), &server); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"extra_body": {"top_k": 40, "cache_prompt": true}}`), &profile); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    llm.Sampling
+		want map[string]string
+	}{
+		{"server", server, map[string]string{"chat_template_kwargs": `{"enable_thinking":false}`, "top_k": "20", "repetition_penalty": "1.05",
+			"seed": "9007199254740993", "guided_choice": `["a","b"]`, "temperature": "0.2", "cache_prompt": ""}},
+		{"profile over server", server.Over(profile), map[string]string{"chat_template_kwargs": `{"enable_thinking":false}`, "top_k": "40",
+			"repetition_penalty": "1.05", "seed": "9007199254740993", "guided_choice": `["a","b"]`, "temperature": "0.2", "cache_prompt": "true"}},
+		{"none", llm.Sampling{}, map[string]string{"chat_template_kwargs": "", "top_k": "", "cache_prompt": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := llmtest.NewServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "one"}, {Text: "two"}}})
+			defer srv.Close()
+			cfg := fast(srv.URL())
+			cfg.Sampling = tc.s
+			c := newClient(t, cfg)
+			for range 2 {
+				s, err := c.Stream(t.Context(), agentcore.Request{Messages: []agentcore.Message{{Role: agentcore.RoleUser, Content: "hi"}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := read(t, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bodies := srv.Bodies()
+			if len(bodies) != 2 {
+				t.Fatalf("%d requests, want 2", len(bodies))
+			}
+			for i, b := range bodies {
+				var body map[string]json.RawMessage
+				if err := json.Unmarshal(b, &body); err != nil {
+					t.Fatal(err)
+				}
+				for k, want := range tc.want {
+					got, ok := body[k]
+					if want == "" && ok || want != "" && string(got) != want {
+						t.Errorf("request %d: %s = %s (present %v); want %q", i, k, got, ok, want)
+					}
+				}
+				if string(body["model"]) != `"test-model"` || string(body["stream"]) != "true" || string(body["stream_options"]) != `{"include_usage":true}` {
+					t.Errorf("request %d: model %s, stream %s, stream_options %s", i, body["model"], body["stream"], body["stream_options"])
+				}
+			}
+		})
+	}
+}
+
+// An extra_body that is not an object, sets a member the client writes,
+// or is too large is refused at load, naming what is wrong.
+func TestExtraBodyRefused(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"extra_body: 5", "llm.extra_body must be a mapping"},
+		{"extra_body: [a]", "llm.extra_body must be a mapping"},
+		{"extra_body: {model: other}", `llm.extra_body must not set "model"`},
+		{"extra_body: {messages: []}", `llm.extra_body must not set "messages"`},
+		{"extra_body: {tools: []}", `llm.extra_body must not set "tools"`},
+		{"extra_body: {stream: false}", `llm.extra_body must not set "stream"`},
+		{"extra_body: {stream_options: {include_usage: false}}", `llm.extra_body must not set "stream_options"`},
+		{"extra_body: {temperature: 1}", `llm.extra_body must not set "temperature": set llm.temperature instead`},
+		{"extra_body: {a: {1: x}}", "llm.extra_body.a is not JSON"},
+		{"extra_body: {big: " + strings.Repeat("x", 17<<10) + "}", "llm.extra_body is 17"},
+	} {
+		var s llm.Sampling
+		err := yaml.Unmarshal([]byte(tc.yaml), &s)
+		if err == nil {
+			cfg := fast("http://127.0.0.1:1/v1")
+			cfg.Sampling = s
+			_, err = llm.New(cfg)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.60s: %v; want an error containing %q", tc.yaml, err, tc.want)
+		}
+	}
+	for _, in := range []string{`{"extra_body": 5}`, `{"extra_body": "x"}`, `{"extra_body": [1]}`} {
+		var s llm.Sampling
+		if err := json.Unmarshal([]byte(in), &s); err == nil || !strings.Contains(err.Error(), "llm.extra_body must be a JSON object") {
+			t.Errorf("%s: %v", in, err)
+		}
 	}
 }
