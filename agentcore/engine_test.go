@@ -627,3 +627,41 @@ func TestSandboxLimitReported(t *testing.T) {
 		t.Errorf("sandbox_limit events %v, want c1:disk [k1:disk] [w1:disk] o1:disk", limits)
 	}
 }
+
+// A short secret (a PIN) is redacted where it stands alone in what a
+// command prints, and leaves the numbers it is part of, and every
+// event's schema, alone.
+func TestShortSecret(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("c1", `echo pin={{secret:PIN}}; echo 1423 4242 42x x42; echo {{secret:PIN}}`)}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) {
+		c.Secrets = secrets{"alice": {"PIN": "42"}}
+	})
+	turn := h.start("c", "use the pin")
+	a, _ := h.pendingApproval("c", 0)
+	if err := h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionApprove); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.toolResults("c")["c1"], "pin=[secret:PIN]\n1423 4242 42x x42\n[secret:PIN]\n"; !strings.HasPrefix(got, want) {
+		t.Errorf("output %q; want it to begin %q", got, want)
+	}
+	for _, ev := range h.store.AllEvents("c") {
+		if ev.Type == agentcore.EventApprovalPending || ev.Type == agentcore.EventApprovalDecided {
+			var a agentcore.Approval
+			if err := json.Unmarshal(ev.Data, &a); err != nil || a.Created.IsZero() || a.Expires.IsZero() || a.ID == "" {
+				t.Errorf("%s: %s (%v)", ev.Type, ev.Data, err)
+			}
+		}
+		if ev.Type == agentcore.EventUsage {
+			var u agentcore.Usage
+			if err := json.Unmarshal(ev.Data, &u); err != nil || u.PromptTokens == 0 {
+				t.Errorf("%s: %s (%v)", ev.Type, ev.Data, err)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // secretRef matches a secret placeholder in a shell command.
@@ -241,17 +242,20 @@ func (r *redactor) whole(s string) string {
 	last := 0
 	glued := false // the byte before i is a word byte or ends a marker
 	for i := 0; i < len(s); {
-		if n := r.marker(s[i:]); n > 0 {
-			i, glued = i+n, true
-			continue
+		c := s[i]
+		if c == '[' {
+			if n := r.marker(s[i:]); n > 0 {
+				i, glued = i+n, true
+				continue
+			}
 		}
 		found := false
-		for _, f := range r.short[s[i]] {
+		for _, f := range r.short[c] {
 			if glued {
 				break
 			}
 			end := i + len(f.s)
-			if strings.HasPrefix(s[i:], f.s) && (end == len(s) || !isWordByte(s[end]) && r.marker(s[end:]) == 0) {
+			if strings.HasPrefix(s[i:], f.s) && (end == len(s) || !isWordByte(s[end]) && (s[end] != '[' || r.marker(s[end:]) == 0)) {
 				out.WriteString(s[last:i])
 				out.WriteString("[secret:" + f.name + "]")
 				last, i, found = end, end, true
@@ -259,7 +263,7 @@ func (r *redactor) whole(s string) string {
 			}
 		}
 		if !found {
-			glued = isWordByte(s[i])
+			glued = isWordByte(c)
 			i++
 		}
 	}
@@ -268,6 +272,16 @@ func (r *redactor) whole(s string) string {
 	}
 	out.WriteString(s[last:])
 	return out.String()
+}
+
+// isTimestamp reports an RFC 3339 time, as encoding/json writes a
+// time.Time.
+func isTimestamp(s string) bool {
+	if len(s) < len("2006-01-02T15:04:05Z") || len(s) > len(time.RFC3339Nano) || s[4] != '-' || s[10] != 'T' {
+		return false
+	}
+	_, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil
 }
 
 // marker is the length of the [secret:NAME] marker of a secret that s
@@ -285,8 +299,9 @@ func (r *redactor) marker(s string) int {
 }
 
 // wholeJSON applies whole to the string values of the JSON document b:
-// not to its keys (the schema's names) nor to its numbers and literals,
-// which a short value such as "1" would break.
+// not to its keys (the schema's names), its numbers and literals, nor
+// timestamps (an approval's "expires"), which a short value such as "1"
+// or "42" would break.
 func (r *redactor) wholeJSON(b []byte) []byte {
 	if r.short == nil {
 		return b
@@ -312,7 +327,7 @@ func (r *redactor) wholeJSON(b []byte) []byte {
 			k++
 		}
 		var s string
-		if (k == len(b) || b[k] != ':') && json.Unmarshal(b[i:j+1], &s) == nil {
+		if (k == len(b) || b[k] != ':') && json.Unmarshal(b[i:j+1], &s) == nil && !isTimestamp(s) {
 			if red := r.whole(s); red != s {
 				enc, err := json.Marshal(red)
 				if err == nil {

@@ -110,7 +110,7 @@ func TestRedactor(t *testing.T) {
 // alone, never inside a word; a long one wherever it is; JSON keys and
 // numbers stay.
 func TestRedactShortSecrets(t *testing.T) {
-	r := newRedactor(map[string]string{"PIN": "x", "ONE": "1", "PW": "hunter2", "WORD": "secret", "KEY": "sk-0123456789abcdef"})
+	r := newRedactor(map[string]string{"PIN": "x", "ONE": "1", "MIN": "01", "PW": "hunter2", "WORD": "secret", "KEY": "sk-0123456789abcdef"})
 	tests := []struct{ in, want string }{
 		{"maximum context length is 12000 tokens", "maximum context length is 12000 tokens"},
 		{"Authorization: Bearer x", "Authorization: Bearer [secret:PIN]"},
@@ -141,6 +141,8 @@ func TestRedactShortSecrets(t *testing.T) {
 		{`{"x":1,"count":1,"text":"a x b\nx","id":"xx"}`, `{"x":1,"count":1,"text":"a [secret:PIN] b\n[secret:PIN]","id":"xx"}`},
 		{`{"output":"hunter2","n":[1,"1"]}`, `{"output":"[secret:PW]","n":[1,"[secret:ONE]"]}`},
 		{`{"arguments":"{\"command\":\"echo x\"}"}`, `{"arguments":"{\"command\":\"echo [secret:PIN]\"}"}`},
+		{`{"created":"2026-12-01T13:01:01Z","expires":"2026-12-01T13:11:01.5+01:00","text":"at 13:01:01"}`,
+			`{"created":"2026-12-01T13:01:01Z","expires":"2026-12-01T13:11:01.5+01:00","text":"at 13:[secret:MIN]:[secret:MIN]"}`},
 	} {
 		got := r.JSON([]byte(tt.in))
 		if string(got) != tt.want {
