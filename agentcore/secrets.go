@@ -83,8 +83,9 @@ type redactor struct {
 	// short are the forms shorter than minAnywhere, by their first
 	// byte, longest first: replaced only where they stand alone; nil:
 	// none.
-	short *[256][]redactForm
-	names map[string]bool // of the secrets, for their [secret:NAME] markers
+	short       *[256][]redactForm
+	names       map[string]bool // of the secrets, for their [secret:NAME] markers
+	longestName int
 	// wrapped are the forms that encoders wrap into lines (base64 and
 	// base32 at 76 or 64 columns, hex at 60), looked for again with
 	// the line breaks between their characters taken out.
@@ -150,9 +151,9 @@ func newRedactor(secrets map[string]string) *redactor {
 			wrapped = append(wrapped, redactForm{s, name})
 		}
 	}
-	names := map[string]bool{}
+	names, longestName := map[string]bool{}, 0
 	for name, v := range secrets {
-		names[name] = true
+		names[name], longestName = true, max(longestName, len(name))
 		add(v, name)
 		if len(v) < minRedact {
 			continue
@@ -193,7 +194,7 @@ func newRedactor(secrets map[string]string) *redactor {
 	// one that it contains.
 	slices.SortFunc(forms, func(a, b redactForm) int { return len(b.s) - len(a.s) })
 	slices.SortFunc(wrapped, func(a, b redactForm) int { return len(b.s) - len(a.s) })
-	red := &redactor{names: names, wrapped: wrapped}
+	red := &redactor{names: names, longestName: longestName, wrapped: wrapped}
 	var args, wargs []string
 	for _, f := range forms {
 		red.forms = append(red.forms, f.s)
@@ -291,11 +292,14 @@ func (r *redactor) marker(s string) int {
 	if !strings.HasPrefix(s, prefix) {
 		return 0
 	}
-	j := strings.IndexByte(s, ']')
-	if j < 0 || !r.names[s[len(prefix):j]] {
+	name := s[len(prefix):]
+	// Bounded: a text of many "[secret:" without a "]" costs no more
+	// than the longest name per one.
+	j := strings.IndexByte(name[:min(len(name), r.longestName+1)], ']')
+	if j < 0 || !r.names[name[:j]] {
 		return 0
 	}
-	return j + 1
+	return len(prefix) + j + 1
 }
 
 // wholeJSON applies whole to the string values of the JSON document b:

@@ -149,6 +149,13 @@ func TestRedactShortSecrets(t *testing.T) {
 			t.Errorf("JSON(%s) = %s, want %s", tt.in, got, tt.want)
 		}
 	}
+	// Many beginnings of a marker without its end are ordinary text
+	// (each is looked at for the longest name's length only: searching
+	// to the end for each "]" made this 50 times slower).
+	flood := strings.Repeat("[secret:", 1<<17) + " x"
+	if got := newRedactor(map[string]string{"PIN": "x"}).String(flood); got != flood[:len(flood)-1]+"[secret:PIN]" {
+		t.Errorf("the flood's end: %q", got[len(got)-20:])
+	}
 	// Deltas split anywhere redact as the whole text does.
 	text := "x ax xa x. hunter2 hunter22 (hunter2)\nx 1 12 secret [secret:WORD] x"
 	splits(t, r, text, r.String(text), []int{1, 2, 3, 4, 5, 7, 8, 11})
