@@ -49,6 +49,7 @@ type Store interface {
 const (
 	EventTurnStarted        = "turn_started"        // {"user","content"}
 	EventTextDelta          = "text_delta"          // {"text"}
+	EventReasoningDelta     = "reasoning_delta"     // a ReasoningDelta: a reasoning model's thinking, coalesced like text_delta
 	EventToolCallRequested  = "tool_call_requested" // {"id","name","arguments"}
 	EventApprovalPending    = "approval_pending"    // an Approval
 	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
@@ -63,7 +64,7 @@ const (
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
-	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
+	EventTurnFinished       = "turn_finished"       // {"reason","message"?}: "stop", "max_steps" or "repeating" (the same tool call Config.RepeatLimit times in a row); message says why it stopped
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}
 	// Project setup events, outside any turn (see Engine.Publish).
