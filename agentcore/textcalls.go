@@ -239,7 +239,7 @@ func textHistory(msgs []Message) []Message {
 					Name      string          `json:"name"`
 					Arguments json.RawMessage `json:"arguments"`
 				}{tc.Name, args})
-				if b.Len() > 0 {
+				if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
 					b.WriteByte('\n')
 				}
 				fmt.Fprintf(&b, "%s\n%s\n%s", callOpen, call, callClose)
