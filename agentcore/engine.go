@@ -103,9 +103,9 @@ type Config struct {
 	// the rest are answered with an error, so the next request stays
 	// bounded.
 	MaxToolCalls int
-	// RepeatLimit stops a turn, before the call runs, when the model
-	// makes the same tool call with the same arguments this many times
-	// in a row (default 3; at least 2).
+	// RepeatLimit stops a turn, before the calls run, when the model
+	// makes the same tool calls with the same arguments (whitespace
+	// aside) in this many steps in a row (default 3; at least 2).
 	RepeatLimit int
 	// ToolCalls is how the model calls tools (see ToolCallMode); empty
 	// means ToolCallsNative. WithToolCalls sets a model's own.

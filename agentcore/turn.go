@@ -221,7 +221,8 @@ func (e *Engine) loop(t *Turn) error {
 			t.mode = m.mode
 		}
 	}
-	// The last call's key and how often it came in a row (RepeatLimit).
+	// The last step's calls' key and how often they came in a row
+	// (RepeatLimit).
 	var last callKey
 	repeats := 0
 	for step := 0; ; step++ {
@@ -252,6 +253,30 @@ func (e *Engine) loop(t *Turn) error {
 		if len(reply.ToolCalls) == 0 {
 			return nil
 		}
+		// A step repeats the last one when it makes the same calls with
+		// the same arguments, in the same order.
+		h := sha256.New()
+		for _, c := range reply.ToolCalls {
+			k := keys[c.ID]
+			h.Write(k[:])
+		}
+		var k callKey
+		h.Sum(k[:0])
+		if repeats > 0 && k == last {
+			repeats++
+		} else {
+			last, repeats = k, 1
+		}
+		if repeats >= e.cfg.RepeatLimit {
+			var answers []Message
+			for _, c := range reply.ToolCalls {
+				answers = append(answers, Message{Role: RoleTool, ToolCallID: c.ID, Content: fmt.Sprintf("error: not run: the same call with the same arguments %d times in a row; the turn is stopped", repeats)})
+			}
+			if err := t.hist.append(ctx, answers...); err != nil {
+				return fmt.Errorf("storing a tool result: %w", err)
+			}
+			return fmt.Errorf("%w: the model called %s with the same arguments %d times in a row", ErrRepeating, capError(reply.ToolCalls[0].Name, maxToolName), repeats)
+		}
 		for i, call := range reply.ToolCalls {
 			if i == e.cfg.MaxToolCalls {
 				// The rest are answered, not run, in one write.
@@ -263,21 +288,6 @@ func (e *Engine) loop(t *Turn) error {
 					return fmt.Errorf("storing a tool result: %w", err)
 				}
 				break
-			}
-			if k := keys[call.ID]; repeats > 0 && k == last {
-				repeats++
-			} else {
-				last, repeats = k, 1
-			}
-			if repeats >= e.cfg.RepeatLimit {
-				var answers []Message
-				for _, rest := range reply.ToolCalls[i:] {
-					answers = append(answers, Message{Role: RoleTool, ToolCallID: rest.ID, Content: fmt.Sprintf("error: not run: the same call with the same arguments %d times in a row; the turn is stopped", repeats)})
-				}
-				if err := t.hist.append(ctx, answers...); err != nil {
-					return fmt.Errorf("storing a tool result: %w", err)
-				}
-				return fmt.Errorf("%w: the model called %s with the same arguments %d times in a row", ErrRepeating, capError(call.Name, maxToolName), repeats)
 			}
 			result := e.runTool(t, call, refused[call.ID])
 			if ctx.Err() != nil {

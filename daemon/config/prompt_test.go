@@ -37,6 +37,10 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 		{"top_p above 1", "llm:\n  top_p: 1.5\n", "llm.top_p"},
 		{"max_tokens zero", "llm:\n  max_tokens: 0\n", "llm.max_tokens"},
 		{"empty stop", "llm:\n  stop: [\"\"]\n", "llm.stop[0]"},
+		{"tool call modes", "llm:\n  tool_calls: text\n  max_steps: 5\n  repeat_limit: 2\n", ""},
+		{"tool call mode misspelt", "llm:\n  tool_calls: txt\n", "llm.tool_calls"},
+		{"repeat_limit 1", "llm:\n  repeat_limit: 1\n", "llm.repeat_limit"},
+		{"max_steps 0", "llm:\n  max_steps: 0\n", "llm.max_steps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
