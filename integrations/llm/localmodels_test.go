@@ -242,6 +242,9 @@ func TestTextToolCallsOverHTTP(t *testing.T) {
 			json.Unmarshal(ev.Data, &a)
 			break
 		}
+		if ev.Type == agentcore.EventTurnFinished || ev.Type == agentcore.EventTurnFailed {
+			t.Fatalf("the turn ended (%s %s) without asking for an approval", ev.Type, ev.Data)
+		}
 	}
 	if a.Command != "echo out-$((6*7))" || a.Tool != "shell" {
 		t.Fatalf("approval %+v; want the text call's shell command waiting", a)
