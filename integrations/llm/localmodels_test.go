@@ -346,3 +346,39 @@ func TestRepeatedCallStopsTurn(t *testing.T) {
 		t.Errorf("turn_finished %v; want reason max_steps and a message", fin)
 	}
 }
+
+// In auto mode the tools are offered natively and a call the model
+// writes as text anyway is run too, its history sent back natively; a
+// model's own mode (WithToolCalls, a profile's) replaces the engine's.
+func TestAutoToolCalls(t *testing.T) {
+	srv := llmtest.NewServer(&llmtest.Script{Steps: []llmtest.Step{
+		{Text: `<tool_call>{"name": "list_files", "arguments": {"path": "."}}</tool_call>`},
+		{Expect: "README.md", Text: "There is a README."},
+	}})
+	defer srv.Close()
+	e, store := engineOver(t, srv, func(c *agentcore.Config) {
+		c.ToolCalls = agentcore.ToolCallsNative
+		c.LLM = agentcore.WithToolCalls(c.LLM, agentcore.ToolCallsAuto)
+	})
+	if err := runTurn(t, e, "c1", "what is there?"); err != nil {
+		t.Fatal(err)
+	}
+	bodies := srv.Bodies()
+	if len(bodies) != 2 {
+		t.Fatalf("%d requests, want 2", len(bodies))
+	}
+	var first map[string]json.RawMessage
+	json.Unmarshal(bodies[0], &first)
+	if _, ok := first["tools"]; !ok {
+		t.Error("auto mode sent no tools field")
+	}
+	msgs := bodyMessages(t, bodies[1])
+	var role string
+	json.Unmarshal(msgs[len(msgs)-1]["role"], &role)
+	if _, ok := msgs[len(msgs)-2]["tool_calls"]; !ok || role != "tool" {
+		t.Errorf("the second request ends with %v, %v; want the call and its result as native messages", msgs[len(msgs)-2], msgs[len(msgs)-1])
+	}
+	if out := eventsOf[map[string]string](t, store, "c1", agentcore.EventToolOutput); len(out) != 1 || !strings.Contains(out[0]["output"], "README.md") {
+		t.Errorf("tool outputs %v; want list_files run", out)
+	}
+}
