@@ -277,7 +277,8 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wireCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model, Choices: []wireCompletionChoice{c}, Usage: usage})
 }
 
-// stream sends st the way OpenAI streams: a role delta, content deltas,
+// stream sends st the way OpenAI streams: a role delta, reasoning deltas
+// (without content, as vLLM's reasoning parsers send them), content deltas,
 // each tool call as a first delta (index, id, type, name, the first bytes
 // of the arguments) followed by deltas of only index and more arguments,
 // a last chunk with the finish_reason, [DONE]. Asked for include_usage,
