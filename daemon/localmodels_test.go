@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 )
@@ -44,10 +46,20 @@ func TestLocalModelOutputInTheWebUI(t *testing.T) {
 	if status, b, _ := a.do("PUT", "/api/v1/model-profiles/local", map[string]any{"endpoint": srv.URL(), "model": "qwen", "tool_calls": "txt"}); status != http.StatusBadRequest || !strings.Contains(string(b), "tool_calls") {
 		t.Errorf("PUT with tool_calls txt: %d %s; want 400 naming tool_calls", status, b)
 	}
+	w := newWebUI(t, p.URL)
+	w.signIn("alice", pw)
+	// Set on the profiles page.
+	w.open("/profiles", "document.querySelector('#profile-endpoint option')")
+	w.fill("#profile-name", "local")
+	w.fill("#profile-model", "qwen")
+	eval[chromedp.Void](w, "document.getElementById('profile-tool-calls').value = 'text'")
+	w.click("#profile-form button[type=submit]")
+	w.until("document.getElementById('profiles').innerText.includes('qwen at "+srv.URL()+", tool calls: text')", 20*time.Second)
+	w.check("profiles-tool-calls", "document.querySelector('#profiles li')")
 	var prof struct {
 		ToolCalls string `json:"tool_calls"`
 	}
-	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/local", map[string]any{"endpoint": srv.URL(), "model": "qwen", "tool_calls": "text"}, &prof)
+	a.must(http.StatusOK, "GET", "/api/v1/model-profiles/local", nil, &prof)
 	if prof.ToolCalls != "text" {
 		t.Errorf("the stored profile's tool_calls is %q", prof.ToolCalls)
 	}
@@ -67,8 +79,6 @@ func TestLocalModelOutputInTheWebUI(t *testing.T) {
 		t.Errorf("a text-mode profile's request has a tools field, or no tools in its system prompt:\n%.2000s", bodies[len(bodies)-1])
 	}
 
-	w := newWebUI(t, p.URL)
-	w.signIn("alice", pw)
 	var conv struct{ ID string }
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"title": "Thinking"}, &conv)
 	w.open("/c/"+conv.ID, "window.codumentor && codumentor.opens > 0")
