@@ -179,12 +179,13 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 func (e *Engine) run(t *Turn) {
 	err := e.loop(t)
 	cause := context.Cause(t.ctx)
+	var rep repeating
 	t.cancel(nil)
 	switch {
 	case err == nil:
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "stop"})
-	case errors.Is(err, ErrRepeating) && cause == nil:
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "repeating", "message": "Stopped: " + strings.TrimPrefix(err.Error(), ErrRepeating.Error()+": ") + ". Send a message to tell the assistant what to do instead."})
+	case errors.As(err, &rep) && cause == nil:
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "repeating", "message": "Stopped: " + rep.what() + ". Send a message to tell the assistant what to do instead."})
 	case errors.Is(err, ErrBudget) && cause == nil:
 		// Step budget.
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "max_steps", "message": fmt.Sprintf("Stopped after %d model calls, the most one turn may make. Send a message to let the assistant go on.", e.cfg.MaxSteps)})
@@ -275,7 +276,7 @@ func (e *Engine) loop(t *Turn) error {
 			if err := t.hist.append(ctx, answers...); err != nil {
 				return fmt.Errorf("storing a tool result: %w", err)
 			}
-			return fmt.Errorf("%w: the model called %s with the same arguments %d times in a row", ErrRepeating, capError(reply.ToolCalls[0].Name, maxToolName), repeats)
+			return repeating{capError(reply.ToolCalls[0].Name, maxToolName), repeats}
 		}
 		for i, call := range reply.ToolCalls {
 			if i == e.cfg.MaxToolCalls {
@@ -328,6 +329,18 @@ func (e *Engine) model(t *Turn) (LLM, error) {
 
 // maxToolName bounds a tool call's name: no tool has a longer one.
 const maxToolName = 128
+
+// repeating ends a turn stopped by Config.RepeatLimit.
+type repeating struct {
+	name string // of the first call repeated
+	n    int
+}
+
+func (r repeating) what() string {
+	return fmt.Sprintf("the model called %s with the same arguments %d times in a row", r.name, r.n)
+}
+func (r repeating) Error() string { return ErrRepeating.Error() + ": " + r.what() }
+func (r repeating) Unwrap() error { return ErrRepeating }
 
 // callKey identifies a tool call by its name and arguments as the model
 // wrote them (whitespace aside), for Config.RepeatLimit.
@@ -393,11 +406,6 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 		if tc.ID == "" || len(tc.ID) > maxToolName {
 			tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
 		}
-		if refusal != nil {
-			// Written as text: the model gave no ID, and its next
-			// reply's would repeat.
-			tc.ID = newID("call_")
-		}
 		if t.sub != nil {
 			tc.ID = t.sub.id + "." + tc.ID
 		}
@@ -437,13 +445,11 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 	scanned := func(parts []scanned) {
 		for _, p := range parts {
 			if p.call != nil {
-				if p.err != nil {
-					addCall(*p.call, p.err)
-				} else {
-					c := *p.call
-					c.ID = newID("call_")
-					addCall(c, nil)
-				}
+				// Its own ID: a model writing calls as text gives none,
+				// and an index would repeat in its next reply.
+				c := *p.call
+				c.ID = newID("call_")
+				addCall(c, p.err)
 				continue
 			}
 			addText(p.text)
