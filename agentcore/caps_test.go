@@ -89,3 +89,54 @@ func toolChunks(calls []agentcore.ToolCall) []agentcore.Chunk {
 	}
 	return cs
 }
+
+// Calls written as text get the caps native calls get: past MaxToolCalls
+// they are answered and not run, arguments over MaxToolArguments are
+// refused before anything runs, and invalid arguments stored as {}.
+func TestTextToolCallCaps(t *testing.T) {
+	block := func(name, args string) string {
+		return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>\n"
+	}
+	var reply strings.Builder
+	reply.WriteString("Reading.\n")
+	for i := range 20 {
+		reply.WriteString(block("read_file", fmt.Sprintf(`{"path": "README.md", "limit": %d}`, i+1)))
+	}
+	model := &chunkLLM{replies: [][]agentcore.Chunk{
+		textPieces(reply.String()),
+		textPieces(block("shell", `{"command": "echo `+strings.Repeat("x", 200<<10)+`"}`), block("shell", `{"command": 1`)),
+	}}
+	h := newHarness(t, nil, func(c *agentcore.Config) {
+		c.LLM, c.MaxToolCalls, c.MaxToolArguments, c.ToolCalls = model, 0, 100<<10, agentcore.ToolCallsText
+	})
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := h.store.Messages(t.Context(), "c")
+	ran, capped := 0, 0
+	for _, m := range msgs {
+		switch {
+		case m.Role != agentcore.RoleTool:
+		case strings.Contains(m.Content, "# demo"):
+			ran++
+		case strings.Contains(m.Content, "16 tool calls"):
+			capped++
+		}
+	}
+	if ran != 16 || capped != 4 {
+		t.Errorf("%d text calls ran and %d were capped; want 16 and 4", ran, capped)
+	}
+	second := msgs[len(msgs)-4] // the second reply, its two results, the last reply
+	if second.Role != agentcore.RoleAssistant || len(second.ToolCalls) != 2 || second.ToolCalls[0].Arguments != "{}" || second.ToolCalls[1].Arguments != "{}" {
+		t.Fatalf("second reply %+v; want two calls stored with {}", second)
+	}
+	if r := msgs[len(msgs)-3].Content; !hasAll(r, "limit", "nothing was run") {
+		t.Errorf("the oversized text call was answered %q", r)
+	}
+	if r := msgs[len(msgs)-2].Content; !strings.Contains(r, "block is not a valid call") && !strings.Contains(r, "invalid arguments") {
+		t.Errorf("the invalid text call was answered %q", r)
+	}
+	if as, _ := h.store.Approvals(t.Context(), "c"); len(as) != 0 {
+		t.Errorf("approvals %d; want none", len(as))
+	}
+}

@@ -47,11 +47,13 @@
 //     leave the engine. Approvals show the placeholder, never the value.
 //
 // Turns. Engine.StartTurn stores the user's message and runs the turn in a
-// goroutine: stream the model's reply (text_delta events, then a usage
-// event with the call's tokens, as reported or estimated), run its tool
-// calls one after another, send the results back, until the model stops
-// or the turn's budget (Config.MaxSteps model calls, Config.TurnTimeout)
-// ends. Every request begins with one system message, rendered from
+// goroutine: stream the model's reply (reasoning_delta events of its
+// thinking, if any, which is never sent back; text_delta events; then a
+// usage event with the call's tokens, as reported or estimated), run its
+// tool calls one after another (native ones, or calls written as text,
+// see ToolCallMode), send the results back, until the model stops, the
+// turn's budget (Config.MaxSteps model calls, Config.TurnTimeout) ends, or
+// the model repeats its calls (Config.RepeatLimit). Every request begins with one system message, rendered from
 // Config.SystemPrompt (DefaultPrompt unless the operator gives one) with
 // the repository, commit, workspace, tools, approval policy, network and
 // date (PromptData). Turns of different conversations run concurrently; a second turn

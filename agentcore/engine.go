@@ -30,6 +30,10 @@ var (
 	ErrApprovalDecided = errors.New("agentcore: approval already decided")
 	// ErrBudget ends a turn that used up its step or time budget.
 	ErrBudget = errors.New("agentcore: turn budget used up")
+	// ErrRepeating ends a turn whose model made the same tool call with
+	// the same arguments Config.RepeatLimit times in a row: a model in a
+	// loop would otherwise spend the whole step budget on it.
+	ErrRepeating = errors.New("agentcore: the model repeats a tool call")
 	// ErrClosed is returned once Close was called.
 	ErrClosed = errors.New("agentcore: engine closed")
 )
@@ -99,6 +103,18 @@ type Config struct {
 	// the rest are answered with an error, so the next request stays
 	// bounded.
 	MaxToolCalls int
+	// RepeatLimit stops a turn, before the calls run, when the model
+	// makes the same tool calls with the same arguments (whitespace
+	// aside) in this many steps in a row (default 3; at least 2).
+	RepeatLimit int
+	// ToolCalls is how the model calls tools (see ToolCallMode); empty
+	// means ToolCallsNative. WithToolCalls sets a model's own.
+	ToolCalls ToolCallMode
+	// MaxReasoning caps the bytes of a reasoning model's thinking stored
+	// (as reasoning_delta events) per reply (default 256 KiB); the rest
+	// is counted, and the reply's last reasoning_delta says how much
+	// was not kept.
+	MaxReasoning int
 	// SystemPrompt is the template of the system message, the first
 	// message of every request, executed with PromptData at each model
 	// call (see ParsePrompt); nil means DefaultPrompt.
@@ -238,6 +254,20 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxToolCalls <= 0 {
 		cfg.MaxToolCalls = 16
 	}
+	if cfg.RepeatLimit <= 0 {
+		cfg.RepeatLimit = 3
+	}
+	if cfg.RepeatLimit < 2 {
+		return nil, fmt.Errorf("agentcore: Config.RepeatLimit is %d; a call repeats from its second time, so it must be at least 2", cfg.RepeatLimit)
+	}
+	if cfg.MaxReasoning <= 0 {
+		cfg.MaxReasoning = 256 << 10
+	}
+	mode, err := ParseToolCallMode(string(cfg.ToolCalls))
+	if err != nil {
+		return nil, fmt.Errorf("agentcore: Config.ToolCalls: %w", err)
+	}
+	cfg.ToolCalls = mode
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

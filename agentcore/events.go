@@ -138,7 +138,8 @@ func NewEgress(id, name string, ev egress.Event) Egress {
 // TurnFinished is the data of EventTurnFinished: Reason is "stop" (the
 // model ended its reply) or "max_steps" (the step budget ran out).
 type TurnFinished struct {
-	Reason string `json:"reason"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"` // why it stopped, for people: set for max_steps and repeating
 }
 
 // TurnFailed is the data of EventTurnFailed: what failed, redacted.
@@ -179,4 +180,17 @@ type SetupFinished struct {
 // are disabled.
 type SetupFailed struct {
 	Error string `json:"error"`
+}
+
+// ReasoningDelta is the payload of EventReasoningDelta: a piece of a
+// reasoning model's thinking (DeepSeek-R1, Qwen3 and others stream it
+// before their answer), redacted and coalesced like text deltas. It is
+// shown and stored, at most Config.MaxReasoning bytes of a reply, and
+// never sent back to the model.
+type ReasoningDelta struct {
+	Text string `json:"text"`
+	// Omitted, set on the reply's last reasoning_delta (whose Text is
+	// empty), counts the bytes of thinking past Config.MaxReasoning that
+	// were not kept.
+	Omitted int `json:"omitted,omitempty"`
 }

@@ -45,11 +45,15 @@ type Request struct {
 	Tools    []ToolSpec
 }
 
-// Chunk is one piece of a streamed reply: text, a complete tool call,
-// the reason the reply ended, or what the call used. Exactly one field is
-// set.
+// Chunk is one piece of a streamed reply: text, a reasoning model's
+// thinking, a complete tool call, the reason the reply ended, or what the
+// call used. Exactly one field is set.
 type Chunk struct {
-	Text         string
+	Text string
+	// Reasoning is a piece of a reasoning model's thinking before its
+	// answer (reasoning_content or reasoning in OpenAI-compatible
+	// streams): shown and stored, never sent back to the model.
+	Reasoning    string
 	ToolCall     *ToolCall
 	FinishReason string
 	// Usage, if the LLM sends it, follows the FinishReason: the model's

@@ -51,6 +51,7 @@ type Store interface {
 const (
 	EventTurnStarted        = "turn_started"        // TurnStarted
 	EventTextDelta          = "text_delta"          // TextDelta
+	EventReasoningDelta     = "reasoning_delta"     // ReasoningDelta: a reasoning model's thinking, coalesced like text_delta
 	EventToolCallRequested  = "tool_call_requested" // ToolCallRequested
 	EventApprovalPending    = "approval_pending"    // an Approval
 	EventApprovalDecided    = "approval_decided"    // an Approval, decided or expired
@@ -65,7 +66,7 @@ const (
 	EventSeccompViolation   = "seccomp_violation"   // SeccompViolation: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // Egress: a connection attempt through the egress proxy
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
-	EventTurnFinished       = "turn_finished"       // TurnFinished
+	EventTurnFinished       = "turn_finished"       // TurnFinished: reason "stop", "max_steps" or "repeating" (the same tool calls Config.RepeatLimit times in a row)
 	EventTurnFailed         = "turn_failed"         // TurnFailed
 	EventTurnCancelled      = "turn_cancelled"      // TurnCancelled
 	// Project setup events, outside any turn (see Engine.Publish).

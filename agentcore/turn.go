@@ -1,7 +1,10 @@
 package agentcore
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +43,7 @@ type Turn struct {
 	sub     *subagent
 	secrets map[string]string // the user's secrets, name → value
 	llm     LLM               // the turn's model, chosen as it begins (Config.Model)
+	mode    ToolCallMode      // how llm calls tools
 	red     *redactor
 	log     *slog.Logger
 }
@@ -175,13 +179,16 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 func (e *Engine) run(t *Turn) {
 	err := e.loop(t)
 	cause := context.Cause(t.ctx)
+	var rep repeating
 	t.cancel(nil)
 	switch {
 	case err == nil:
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "stop"})
+	case errors.As(err, &rep) && cause == nil:
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "repeating", Message: "Stopped: " + rep.what() + ". Send a message to tell the assistant what to do instead."})
 	case errors.Is(err, ErrBudget) && cause == nil:
 		// Step budget.
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "max_steps"})
+		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "max_steps", Message: fmt.Sprintf("Stopped after %d model calls, the most one turn may make. Send a message to let the assistant go on.", e.cfg.MaxSteps)})
 	case errors.Is(cause, errCancelled):
 		err = context.Canceled
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, TurnCancelled{})
@@ -210,8 +217,15 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return err
 		}
-		t.llm = llm
+		t.llm, t.mode = llm, e.cfg.ToolCalls
+		if m, ok := llm.(modeLLM); ok && m.mode != "" {
+			t.mode = m.mode
+		}
 	}
+	// The last step's calls' key and how often they came in a row
+	// (RepeatLimit).
+	var last callKey
+	repeats := 0
 	for step := 0; ; step++ {
 		if step == e.cfg.MaxSteps {
 			return fmt.Errorf("%w: %d model calls", ErrBudget, e.cfg.MaxSteps)
@@ -225,8 +239,12 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return err
 		}
+		if t.mode == ToolCallsText {
+			sys += toolsInText(specs)
+			msgs, specs = textHistory(msgs), nil
+		}
 		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
-		reply, refused, err := e.stream(t, req)
+		reply, refused, keys, err := e.stream(t, req)
 		if err != nil {
 			return err
 		}
@@ -235,6 +253,30 @@ func (e *Engine) loop(t *Turn) error {
 		}
 		if len(reply.ToolCalls) == 0 {
 			return nil
+		}
+		// A step repeats the last one when it makes the same calls with
+		// the same arguments, in the same order.
+		h := sha256.New()
+		for _, c := range reply.ToolCalls {
+			k := keys[c.ID]
+			h.Write(k[:])
+		}
+		var k callKey
+		h.Sum(k[:0])
+		if repeats > 0 && k == last {
+			repeats++
+		} else {
+			last, repeats = k, 1
+		}
+		if repeats >= e.cfg.RepeatLimit {
+			var answers []Message
+			for _, c := range reply.ToolCalls {
+				answers = append(answers, Message{Role: RoleTool, ToolCallID: c.ID, Content: fmt.Sprintf("error: not run: the same call with the same arguments %d times in a row; the turn is stopped", repeats)})
+			}
+			if err := t.hist.append(ctx, answers...); err != nil {
+				return fmt.Errorf("storing a tool result: %w", err)
+			}
+			return repeating{capError(reply.ToolCalls[0].Name, maxToolName), repeats}
 		}
 		for i, call := range reply.ToolCalls {
 			if i == e.cfg.MaxToolCalls {
@@ -288,24 +330,129 @@ func (e *Engine) model(t *Turn) (LLM, error) {
 // maxToolName bounds a tool call's name: no tool has a longer one.
 const maxToolName = 128
 
-// stream receives one model reply, emitting its text as it arrives. It
-// returns the calls refused before anything about them is stored (their
-// arguments over MaxToolArguments, or a name no tool can have) by ID:
-// their arguments are dropped.
-func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error) {
+// repeating ends a turn stopped by Config.RepeatLimit.
+type repeating struct {
+	name string // of the first call repeated
+	n    int
+}
+
+func (r repeating) what() string {
+	return fmt.Sprintf("the model called %s with the same arguments %d times in a row", r.name, r.n)
+}
+func (r repeating) Error() string { return ErrRepeating.Error() + ": " + r.what() }
+func (r repeating) Unwrap() error { return ErrRepeating }
+
+// callKey identifies a tool call by its name and arguments as the model
+// wrote them (whitespace aside), for Config.RepeatLimit.
+type callKey [sha256.Size]byte
+
+func keyOf(name, args string) callKey {
+	h := sha256.New()
+	io.WriteString(h, name)
+	h.Write([]byte{0})
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(args)) == nil {
+		h.Write(b.Bytes())
+	} else {
+		io.WriteString(h, args)
+	}
+	var k callKey
+	h.Sum(k[:0])
+	return k
+}
+
+// stream receives one model reply, emitting its text and reasoning as
+// they arrive. It returns the calls refused before anything about them
+// is stored (their arguments over MaxToolArguments or not a JSON object,
+// a name no tool can have, a call written as text that is not one) by
+// ID: their arguments are stored as {}. keys are the calls' callKeys.
+func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[string]callKey, error) {
 	s, err := t.llm.Stream(t.ctx, req)
 	if err != nil {
-		return Message{}, nil, fmt.Errorf("model: %w", err)
+		return Message{}, nil, nil, fmt.Errorf("model: %w", err)
 	}
 	refused := map[string]error{}
+	keys := map[string]callKey{}
 	defer s.Close()
 	reply := Message{Role: RoleAssistant}
 	var usage Usage
 	var text strings.Builder
 	deltas := deltaWriter{red: t.red}
+	thoughts := deltaWriter{red: t.red}
+	kept, omitted := 0, 0 // reasoning bytes stored and not
 	emitText := func(s string) {
 		if s != "" {
 			e.emit(t.c, t.ID, t.red, t.log, EventTextDelta, TextDelta{Text: s})
+		}
+	}
+	emitThought := func(s string) {
+		if s != "" {
+			e.emit(t.c, t.ID, t.red, t.log, EventReasoningDelta, ReasoningDelta{Text: s})
+		}
+	}
+	flush := func() {
+		emitThought(thoughts.flush())
+		emitText(deltas.flush())
+	}
+	addText := func(s string) {
+		emitThought(thoughts.flush()) // in order
+		text.WriteString(s)
+		if d, ok := deltas.write(s, time.Now()); ok {
+			emitText(d)
+		}
+	}
+	addCall := func(tc ToolCall, refusal error) {
+		flush()
+		if tc.ID == "" || len(tc.ID) > maxToolName {
+			tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
+		}
+		if t.sub != nil {
+			tc.ID = t.sub.id + "." + tc.ID
+		}
+		keys[tc.ID] = keyOf(tc.Name, tc.Arguments)
+		switch {
+		case refusal != nil:
+			refused[tc.ID] = refusal
+			tc.Arguments = "{}"
+		case len(tc.Name) > maxToolName:
+			refused[tc.ID] = fmt.Errorf("a tool name of %d bytes: no tool has a name longer than %d", len(tc.Name), maxToolName)
+			tc.Name, tc.Arguments = capError(tc.Name, maxToolName), "{}"
+		case len(tc.Arguments) > e.cfg.MaxToolArguments:
+			refused[tc.ID] = fmt.Errorf("the arguments are %d bytes; the limit is %d: nothing was run. Split the work into smaller calls (e.g. write a large file in parts)", len(tc.Arguments), e.cfg.MaxToolArguments)
+			tc.Arguments = "{}"
+		default:
+			if err := checkObject(tc.Arguments); err != nil {
+				// Stored as {}: endpoints that parse the history's
+				// arguments (older vLLM) would fail every later request.
+				refused[tc.ID] = fmt.Errorf("invalid arguments for %s: want a JSON object: %v", tc.Name, err)
+				tc.Arguments = "{}"
+			}
+		}
+		tc.Arguments = t.red.String(tc.Arguments)
+		if len(reply.ToolCalls) >= e.cfg.MaxToolCalls {
+			// Not run (see loop): neither stored nor announced.
+			tc.Arguments = "{}"
+		} else {
+			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, ToolCallRequested{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		reply.ToolCalls = append(reply.ToolCalls, tc)
+	}
+	var scan *callScanner
+	if t.mode == ToolCallsText || t.mode == ToolCallsAuto {
+		// A block's body: a call's arguments and a little more.
+		scan = &callScanner{max: e.cfg.MaxToolArguments + 4<<10}
+	}
+	scanned := func(parts []scanned) {
+		for _, p := range parts {
+			if p.call != nil {
+				// Its own ID: a model writing calls as text gives none,
+				// and an index would repeat in its next reply.
+				c := *p.call
+				c.ID = newID("call_")
+				addCall(c, p.err)
+				continue
+			}
+			addText(p.text)
 		}
 	}
 	// Next runs in its own goroutine so that text held for coalescing
@@ -334,6 +481,9 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 		case n := <-chunks:
 			ch, err = n.ch, n.err
 		case <-pause.C:
+			if d, ok := thoughts.write("", time.Now()); ok {
+				emitThought(d)
+			}
 			if d, ok := deltas.write("", time.Now()); ok {
 				emitText(d)
 			}
@@ -343,54 +493,53 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 			break
 		}
 		if err != nil {
-			emitText(deltas.flush())
-			return Message{}, nil, fmt.Errorf("model: %w", err)
+			flush()
+			return Message{}, nil, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
 		case ch.Usage != nil:
 			usage = *ch.Usage
+		case ch.Reasoning != "":
+			emitText(deltas.flush()) // in order
+			p := ch.Reasoning
+			if room := e.cfg.MaxReasoning - kept; len(p) > room {
+				cut := max(room, 0)
+				for cut > 0 && !utf8.RuneStart(p[cut]) {
+					cut--
+				}
+				omitted += len(p) - cut
+				p = p[:cut]
+			}
+			kept += len(p)
+			if p != "" {
+				if d, ok := thoughts.write(p, time.Now()); ok {
+					emitThought(d)
+				}
+			}
+		case ch.Text != "" && scan != nil:
+			scanned(scan.write(ch.Text))
 		case ch.Text != "":
-			text.WriteString(ch.Text)
-			if d, ok := deltas.write(ch.Text, time.Now()); ok {
-				emitText(d)
-			}
-			if deltas.waiting() {
-				pause.Reset(deltaInterval)
-			}
+			addText(ch.Text)
 		case ch.ToolCall != nil:
-			emitText(deltas.flush())
-			tc := *ch.ToolCall
-			if tc.ID == "" || len(tc.ID) > maxToolName {
-				tc.ID = fmt.Sprintf("call_%s_%d", t.ID, len(reply.ToolCalls))
-			}
-			if t.sub != nil {
-				tc.ID = t.sub.id + "." + tc.ID
-			}
-			switch {
-			case len(tc.Name) > maxToolName:
-				refused[tc.ID] = fmt.Errorf("a tool name of %d bytes: no tool has a name longer than %d", len(tc.Name), maxToolName)
-				tc.Name, tc.Arguments = capError(tc.Name, maxToolName), "{}"
-			case len(tc.Arguments) > e.cfg.MaxToolArguments:
-				refused[tc.ID] = fmt.Errorf("the arguments are %d bytes; the limit is %d: nothing was run. Split the work into smaller calls (e.g. write a large file in parts)", len(tc.Arguments), e.cfg.MaxToolArguments)
-				tc.Arguments = "{}"
-			}
-			tc.Arguments = t.red.String(tc.Arguments)
-			if len(reply.ToolCalls) >= e.cfg.MaxToolCalls {
-				// Not run (see loop): neither stored nor announced.
-				tc.Arguments = "{}"
-			} else {
-				e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, ToolCallRequested{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
-			}
-			reply.ToolCalls = append(reply.ToolCalls, tc)
+			addCall(*ch.ToolCall, nil)
+		}
+		if deltas.waiting() || thoughts.waiting() {
+			pause.Reset(deltaInterval)
 		}
 	}
-	emitText(deltas.flush())
+	if scan != nil {
+		scanned(scan.end())
+	}
+	flush()
+	if omitted > 0 {
+		e.emit(t.c, t.ID, t.red, t.log, EventReasoningDelta, ReasoningDelta{Omitted: omitted})
+	}
 	reply.Content = t.red.String(text.String())
 	if !usage.Reported {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventUsage, usage)
-	return reply, refused, nil
+	return reply, refused, keys, nil
 }
 
 // estimateTokens over-estimates the tokens of msgs and tools as one per 3

@@ -198,6 +198,7 @@ until [ $# -le $k ]; do set -- /proc/[0-9]*; done; done`
 	model := &fifoLLM{swap: swap, writes: writes}
 	h := newHarness(t, nil, func(c *agentcore.Config) {
 		c.LLM, c.ShellAlwaysAllow, c.CommandTimeout = model, true, 500*time.Millisecond
+		c.RepeatLimit = writes + 1 // the same write, each once f is a file again
 	})
 	model.file = filepath.Join(h.upper("conv1"), "f")
 	start := time.Now()

@@ -40,7 +40,14 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 		if err != nil {
 			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
 		}
-		return llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling)})
+		client, err := llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling)})
+		switch {
+		case err != nil:
+			return nil, err
+		case p.ToolCalls != "":
+			return agentcore.WithToolCalls(client, p.ToolCalls), nil
+		}
+		return client, nil
 	}
 }
 

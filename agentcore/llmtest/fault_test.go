@@ -67,7 +67,7 @@ func TestInject(t *testing.T) {
 			var reasoning, text strings.Builder
 			for _, c := range chunks {
 				if len(c.Choices) > 0 {
-					reasoning.WriteString(c.Choices[0].Delta.Reasoning)
+					reasoning.WriteString(c.Choices[0].Delta.ReasoningContent)
 					if c.Choices[0].Delta.Content != nil {
 						text.WriteString(*c.Choices[0].Delta.Content)
 					}

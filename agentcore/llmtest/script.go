@@ -38,6 +38,12 @@ import (
 type Step struct {
 	// Text is the reply's text, streamed in small pieces.
 	Text string `json:"text,omitempty"`
+	// Reasoning is a reasoning model's thinking, streamed before the
+	// text in small pieces the way vLLM's reasoning parsers and
+	// llama.cpp's --reasoning-format stream it: deltas of
+	// reasoning_content (or the field Options.ReasoningField names)
+	// without content. Clients must not send it back.
+	Reasoning string `json:"reasoning,omitempty"`
 	// ToolCalls are the calls the reply makes, after the text. An empty ID
 	// becomes "call_<step>_<i>"; empty Arguments become "{}".
 	ToolCalls []agentcore.ToolCall `json:"tool_calls,omitempty"`
@@ -208,7 +214,8 @@ const (
 )
 
 // LLM returns the in-process face of the script: the same step choice and
-// errors as the Server, without HTTP. Text arrives in several Text chunks,
+// errors as the Server, without HTTP. Reasoning arrives in several
+// Reasoning chunks, text in several Text chunks,
 // then each tool call as one chunk, then the FinishReason.
 func (s *Script) LLM() agentcore.LLM { return scriptLLM{s} }
 
@@ -223,6 +230,9 @@ func (l scriptLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore
 		return nil, fmt.Errorf("llmtest: %w", err)
 	}
 	var chunks []agentcore.Chunk
+	for _, p := range pieces(st.Reasoning, textPiece) {
+		chunks = append(chunks, agentcore.Chunk{Reasoning: p})
+	}
 	for _, p := range pieces(st.Text, textPiece) {
 		chunks = append(chunks, agentcore.Chunk{Text: p})
 	}

@@ -31,6 +31,10 @@ type Options struct {
 	// ChunkDelay paces streamed text pieces as a real model's tokens
 	// arrive (default: as fast as possible).
 	ChunkDelay time.Duration
+	// ReasoningField is the delta field a Step's Reasoning streams in:
+	// "reasoning_content" (the default: DeepSeek's API, llama.cpp, vLLM
+	// before 0.11) or "reasoning" (vLLM since).
+	ReasoningField string
 }
 
 // Server is an OpenAI-compatible HTTP endpoint that answers from a Script:
@@ -77,6 +81,13 @@ func StartServer(s *Script, opts Options) (*Server, error) {
 	}
 	if opts.Dimensions <= 0 {
 		opts.Dimensions = 64
+	}
+	switch opts.ReasoningField {
+	case "":
+		opts.ReasoningField = "reasoning_content"
+	case "reasoning_content", "reasoning":
+	default:
+		return nil, fmt.Errorf("llmtest: Options.ReasoningField %q is not reasoning_content or reasoning", opts.ReasoningField)
 	}
 	ln, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
@@ -236,7 +247,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 		model = srv.opts.Model
 	}
 	id := fmt.Sprintf("chatcmpl-llmtest-%d", srv.seq.Add(1))
-	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
+	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Reasoning, textPiece)) + len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if wr.Stream && !f.NonStreaming {
 		srv.stream(w, r, id, model, st, f, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage && !f.NoUsage)
@@ -251,6 +262,11 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	var c wireCompletionChoice
 	c.Message.Role = "assistant"
+	if srv.opts.ReasoningField == "reasoning" {
+		c.Message.Reasoning = st.Reasoning
+	} else {
+		c.Message.ReasoningContent = st.Reasoning
+	}
 	if st.Text != "" || len(st.ToolCalls) == 0 {
 		c.Message.Content = &st.Text
 	}
@@ -261,7 +277,8 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wireCompletion{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: model, Choices: []wireCompletionChoice{c}, Usage: usage})
 }
 
-// stream sends st the way OpenAI streams: a role delta, content deltas,
+// stream sends st the way OpenAI streams: a role delta, reasoning deltas
+// (without content, as vLLM's reasoning parsers send them), content deltas,
 // each tool call as a first delta (index, id, type, name, the first bytes
 // of the arguments) followed by deltas of only index and more arguments,
 // a last chunk with the finish_reason, [DONE]. Asked for include_usage,
@@ -300,7 +317,17 @@ func (srv *Server) stream(rw http.ResponseWriter, r *http.Request, id, model str
 		if r.Context().Err() != nil {
 			return
 		}
-		send(wireDelta{Reasoning: piece[:min(n, bigPiece)]}, nil)
+		send(wireDelta{ReasoningContent: piece[:min(n, bigPiece)]}, nil)
+	}
+	for _, p := range pieces(st.Reasoning, textPiece) {
+		if srv.opts.ChunkDelay > 0 {
+			select {
+			case <-time.After(srv.opts.ChunkDelay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		send(srv.reasoning(p), nil)
 	}
 	text := pieces(st.Text, textPiece)
 	if f.ReplyBytes > 0 {
@@ -353,6 +380,14 @@ func (srv *Server) stream(rw http.ResponseWriter, r *http.Request, id, model str
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// reasoning is a delta of reasoning p, in the configured field.
+func (srv *Server) reasoning(p string) wireDelta {
+	if srv.opts.ReasoningField == "reasoning" {
+		return wireDelta{Reasoning: p}
+	}
+	return wireDelta{ReasoningContent: p}
 }
 
 // stall waits until the client gives up or the Server closes.

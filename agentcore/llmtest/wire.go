@@ -113,10 +113,11 @@ type wireChunkChoice struct {
 }
 
 type wireDelta struct {
-	Role      string         `json:"role,omitempty"`
-	Content   *string        `json:"content,omitempty"`
-	Reasoning string         `json:"reasoning_content,omitempty"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent string         `json:"reasoning_content,omitempty"`
+	Reasoning        string         `json:"reasoning,omitempty"` // newer vLLM's name
+	ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type wireCompletion struct {
@@ -131,9 +132,11 @@ type wireCompletion struct {
 type wireCompletionChoice struct {
 	Index   int `json:"index"`
 	Message struct {
-		Role      string         `json:"role"`
-		Content   *string        `json:"content"` // null when the reply only calls tools
-		ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+		Role             string         `json:"role"`
+		Content          *string        `json:"content"` // null when the reply only calls tools
+		ReasoningContent string         `json:"reasoning_content,omitempty"`
+		Reasoning        string         `json:"reasoning,omitempty"`
+		ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
 	} `json:"message"`
 	FinishReason string `json:"finish_reason"`
 }

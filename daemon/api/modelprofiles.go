@@ -26,14 +26,17 @@ type ModelProfile struct {
 	// Sampling are the profile's own settings (temperature, top_p,
 	// max_tokens, stop, extra_body); unset ones are the server's.
 	llm.Sampling
-	Updated time.Time `json:"updated"`
+	// ToolCalls is the profile's own tool call mode (native, text or
+	// auto); empty: the server's llm.tool_calls.
+	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
+	Updated   time.Time              `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
 	// neither its endpoint nor its key can be read; store it again.
 	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
-	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, Updated: m.Updated}
+	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ToolCalls: p.ToolCalls, Updated: m.Updated}
 }
 
 // maxModelName bounds a profile's model name, in bytes.
@@ -111,6 +114,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		Model    string `json:"model"`
 		APIKey   string `json:"api_key"`
 		llm.Sampling
+		ToolCalls string `json:"tool_calls"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -124,6 +128,11 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		return badRequest("model is required: the model's name at the endpoint")
 	case len(req.Model) > maxModelName || !utf8.ValidString(req.Model) || strings.ContainsFunc(req.Model, unicode.IsControl):
 		return badRequest("model must be at most %d bytes of text without control characters", maxModelName)
+	}
+	if req.ToolCalls != "" {
+		if _, err := agentcore.ParseToolCallMode(req.ToolCalls); err != nil {
+			return badRequest("tool_calls: %v", err)
+		}
 	}
 	endpoint, err := s.llmConfig().AllowedEndpoint(req.Endpoint)
 	if errors.Is(err, config.ErrEndpointNotAllowed) {
@@ -154,7 +163,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}); err != nil {
 		return badRequest("%s", profileKeys.Replace(err.Error()))
 	}
-	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}
+	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ToolCalls: agentcore.ToolCallMode(req.ToolCalls)}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)

@@ -214,6 +214,14 @@ type LLM struct {
 	// Sampling (temperature, top_p, max_tokens, stop): unset ones are not
 	// sent. A model profile's own replace them.
 	Sampling llm.Sampling `yaml:",inline"`
+	// ToolCalls is how the model calls tools: native (default), text or
+	// auto (agentcore.ToolCallMode); a model profile may set its own.
+	ToolCalls agentcore.ToolCallMode `yaml:"tool_calls"`
+	// MaxSteps bounds a turn's model calls (default 50).
+	MaxSteps int `yaml:"max_steps"`
+	// RepeatLimit stops a turn at the same tool call with the same
+	// arguments this many times in a row (default 3, at least 2).
+	RepeatLimit int `yaml:"repeat_limit"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
@@ -336,7 +344,7 @@ func Default() Config {
 			UserFailures: 10, UserDelay: Duration(time.Second), MaxUserDelay: Duration(time.Minute),
 			AddressFailures: 30, Window: Duration(15 * time.Minute),
 		}},
-		LLM:     LLM{Timeout: Duration(2 * time.Minute)},
+		LLM:     LLM{Timeout: Duration(2 * time.Minute), ToolCalls: agentcore.ToolCallsNative, MaxSteps: 50, RepeatLimit: 3},
 		Plugins: []string{PluginWorkspaceIsolation},
 		Sandbox: Sandbox{
 			Seccomp:         seccomp.Log,
@@ -431,6 +439,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.LLM.Prompt(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := agentcore.ParseToolCallMode(string(c.LLM.ToolCalls)); err != nil {
+		errs = append(errs, fmt.Errorf("llm.tool_calls: %w", err))
+	}
+	if c.LLM.MaxSteps < 1 {
+		errs = append(errs, fmt.Errorf("llm.max_steps must be at least 1, got %d", c.LLM.MaxSteps))
+	}
+	if c.LLM.RepeatLimit < 2 {
+		errs = append(errs, fmt.Errorf("llm.repeat_limit must be at least 2 (a call repeats from its second time), got %d", c.LLM.RepeatLimit))
 	}
 	for _, p := range c.Plugins {
 		if !slices.Contains(knownPlugins, p) {

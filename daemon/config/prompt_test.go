@@ -41,6 +41,10 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 		{"extra_body not a mapping", "llm:\n  extra_body: [top_k]\n", "llm.extra_body must be a mapping"},
 		{"extra_body sets model", "llm:\n  extra_body: {model: other}\n", `llm.extra_body must not set "model"`},
 		{"extra_body sets stream_options", "llm:\n  extra_body: {stream_options: {include_usage: false}}\n", `llm.extra_body must not set "stream_options"`},
+		{"tool call modes", "llm:\n  tool_calls: text\n  max_steps: 5\n  repeat_limit: 2\n", ""},
+		{"tool call mode misspelt", "llm:\n  tool_calls: txt\n", "llm.tool_calls"},
+		{"repeat_limit 1", "llm:\n  repeat_limit: 1\n", "llm.repeat_limit"},
+		{"max_steps 0", "llm:\n  max_steps: 0\n", "llm.max_steps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))

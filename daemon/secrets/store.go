@@ -113,6 +113,8 @@ type ModelProfile struct {
 	APIKey  string `json:"api_key"`
 	// Sampling replaces the server's llm sampling settings that it sets.
 	llm.Sampling
+	// ToolCalls, if set, replaces llm.tool_calls.
+	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
 }
 
 // Stats is what Reencrypt did.

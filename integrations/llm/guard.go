@@ -132,9 +132,20 @@ func (g guard) asStream(body io.Reader) ([]byte, error) {
 	if err := json.Unmarshal(data, &cr); err != nil || len(cr.Choices) == 0 {
 		return nil, &replyError{msg: "the endpoint answered a streaming request with JSON that is not a chat completion"}
 	}
+	var alt struct {
+		Choices []struct {
+			Message struct {
+				Reasoning string `json:"reasoning"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	json.Unmarshal(data, &alt) // it decoded as a completion just above
 	sr := openai.ChatCompletionStreamResponse{ID: cr.ID, Object: "chat.completion.chunk", Created: cr.Created, Model: cr.Model}
-	for _, ch := range cr.Choices {
-		d := openai.ChatCompletionStreamChoiceDelta{Role: ch.Message.Role, Content: ch.Message.Content}
+	for n, ch := range cr.Choices {
+		d := openai.ChatCompletionStreamChoiceDelta{Role: ch.Message.Role, Content: ch.Message.Content, ReasoningContent: ch.Message.ReasoningContent}
+		if d.ReasoningContent == "" && len(alt.Choices) == len(cr.Choices) {
+			d.ReasoningContent = alt.Choices[n].Message.Reasoning
+		}
 		for i, tc := range ch.Message.ToolCalls {
 			tc.Index = &i
 			d.ToolCalls = append(d.ToolCalls, tc)

@@ -1,7 +1,9 @@
 package llm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +22,8 @@ var (
 )
 
 // Stream sends req to the chat model and returns its reply as it
-// arrives: Text chunks as the model writes, then, when the reply is
+// arrives: Reasoning chunks (a reasoning model's reasoning_content or
+// reasoning deltas) and Text chunks as the model writes, then, when the reply is
 // complete, each tool call in index order (an empty ID becomes
 // "call_<index>", empty arguments "{}"), then the FinishReason, then a
 // Usage (the configured model; Reported when the endpoint sent its token
@@ -130,7 +133,7 @@ func (s *stream) Next() (agentcore.Chunk, error) {
 			return agentcore.Chunk{}, io.EOF
 		}
 		s.idle.Reset(s.c.timeout) // only the endpoint's silence counts, not the caller's pace
-		resp, err := s.oas.Recv()
+		resp, err := s.recv()
 		s.idle.Stop()
 		if err == io.EOF && s.finish != "" {
 			s.release()
@@ -169,6 +172,39 @@ func (s *stream) fail(err error) {
 	}
 }
 
+// recv reads the next chunk of the stream. go-openai reads a delta's
+// reasoning_content (DeepSeek, llama.cpp, older vLLM) but not reasoning
+// (vLLM since 0.11), which is taken into ReasoningContent here.
+func (s *stream) recv() (openai.ChatCompletionStreamResponse, error) {
+	var resp openai.ChatCompletionStreamResponse
+	raw, err := s.oas.RecvRaw()
+	if err != nil {
+		return resp, err
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return resp, err
+	}
+	if !bytes.Contains(raw, []byte(`"reasoning"`)) {
+		return resp, nil
+	}
+	var alt struct {
+		Choices []struct {
+			Delta struct {
+				Reasoning string `json:"reasoning"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &alt); err != nil || len(alt.Choices) != len(resp.Choices) {
+		return resp, err
+	}
+	for i, c := range alt.Choices {
+		if d := &resp.Choices[i].Delta; d.ReasoningContent == "" {
+			d.ReasoningContent = c.Delta.Reasoning
+		}
+	}
+	return resp, nil
+}
+
 // absorb takes one chunk of the reply: text becomes pending chunks, tool
 // call deltas are assembled by index until the reply is complete. It
 // fails when the reply outgrows Config.MaxReplyBytes.
@@ -194,6 +230,9 @@ func (s *stream) absorb(resp openai.ChatCompletionStreamResponse) error {
 		}
 		if s.size > s.c.maxReply {
 			return &replyError{err: ErrTooLarge, msg: "reply longer than " + size(s.c.maxReply)}
+		}
+		if ch.Delta.ReasoningContent != "" {
+			s.pending = append(s.pending, agentcore.Chunk{Reasoning: ch.Delta.ReasoningContent})
 		}
 		if ch.Delta.Content != "" {
 			s.pending = append(s.pending, agentcore.Chunk{Text: ch.Delta.Content})

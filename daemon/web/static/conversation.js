@@ -17,11 +17,27 @@ const probe = { last: 0, applied: 0, dups: 0, gaps: 0, latencies: [], opens: 0 }
 window.codumentor = probe;
 
 let text = null; // the assistant text being streamed: {box, body, raw}
+let thought = null; // the reasoning being streamed: {box, body}
 const tools = new Map();
 
 function finishText() {
   if (text) render(text.body, text.raw);
   text = null;
+  thought = null;
+}
+
+// A reasoning model's thinking, before its answer: collapsed, as plain
+// text (it is never Markdown the model meant to show).
+function reasoning(d) {
+  if (!thought) {
+    finishText();
+    const body = el('div', { class: 'reasoning-text' });
+    const box = el('details', { class: 'reasoning' }, el('summary', { text: 'Reasoning' }), body);
+    transcript.append(box);
+    thought = { box, body };
+  }
+  if (d.text) thought.body.append(d.text);
+  if (d.omitted) thought.box.append(el('p', { class: 'hint', text: `${d.omitted} more bytes of reasoning were not kept.` }));
 }
 
 function assistantText(s, serverTime) {
@@ -102,7 +118,8 @@ function apply(type, ev) {
       running(true);
       break;
     }
-    case 'text_delta': assistantText(d.text || '', ev.time); break;
+    case 'reasoning_delta': reasoning(d); break;
+    case 'text_delta': thought = null; assistantText(d.text || '', ev.time); break;
     case 'tool_call_requested': finishText(); toolCard(d); break;
     case 'tool_output_delta': toolCard(d).out.append(d.text || ''); break;
     case 'tool_output': { const t = toolCard(d); t.out.textContent = d.output || ''; break; }
@@ -119,14 +136,14 @@ function apply(type, ev) {
     case 'setup_output': notice(d.text || '', 'setup'); break;
     case 'setup_finished': notice(d.cached ? 'Project setup reused.' : 'Project setup finished.'); break;
     case 'setup_failed': notice('Project setup failed: ' + (d.error || ''), 'error'); break;
-    case 'turn_finished': finishText(); running(false); break;
+    case 'turn_finished': if (d.message) notice(d.message, d.reason === 'stop' ? 'notice' : 'notice stopped'); finishText(); running(false); break;
     case 'turn_failed': notice('The turn failed: ' + (d.error || ''), 'error'); running(false); break;
     case 'turn_cancelled': notice('Stopped.'); running(false); break;
     default: break;
   }
 }
 
-const TYPES = ['turn_started', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
+const TYPES = ['turn_started', 'reasoning_delta', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
   'tool_finished', 'tool_output_delta', 'subagent_started', 'subagent_finished', 'sandbox_unavailable', 'sandbox_limit',
   'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
 

@@ -110,7 +110,7 @@ async function profiles() {
     for (const p of r.data.model_profiles || []) {
       const what = p.unreadable
         ? el('span', { class: 'notice', text: 'unreadable (stored under a secret the server no longer has): save it again with its API key' })
-        : el('span', { text: `${p.model} at ${p.endpoint}` });
+        : el('span', { text: `${p.model} at ${p.endpoint}${p.tool_calls ? `, tool calls: ${p.tool_calls}` : ''}` });
       ul.append(el('li', {}, el('strong', { text: p.name }), ' ', what, ' ',
         el('span', { class: 'hint', text: p.has_api_key ? 'key stored' : 'no key' }), ' ',
         confirmButton('Delete', async () => { await api('/model-profiles/' + encodeURIComponent(p.name), { method: 'DELETE' }); say('Deleted.'); load(); })));
@@ -121,6 +121,7 @@ async function profiles() {
     guard(async () => {
       const body = { endpoint: form.endpoint.value, model: form.model.value };
       if (form.api_key.value) body.api_key = form.api_key.value;
+      if (form.tool_calls.value) body.tool_calls = form.tool_calls.value;
       await api('/model-profiles/' + encodeURIComponent(form.elements.name.value), { method: 'PUT', body });
       form.reset();
       say('Saved.');
