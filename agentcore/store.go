@@ -63,6 +63,7 @@ const (
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
+	EventTurnUsage          = "turn_usage"          // a TurnUsage: the tokens of all the turn's model calls, just before its last event (turn_finished, turn_failed or turn_cancelled); none if it made no call
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}

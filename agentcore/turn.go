@@ -42,6 +42,7 @@ type Turn struct {
 	llm     LLM               // the turn's model, chosen as it begins (Config.Model)
 	red     *redactor
 	log     *slog.Logger
+	usage   *turnUsage // shared with its subagents
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -113,7 +114,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		e.wg.Done()
 		return nil, ErrTurnInProgress
 	}
-	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{})}
+	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{}), usage: &turnUsage{}}
 	t.hist = storeHistory{e.cfg.Store, r.Conversation}
 	c.turn = t
 	c.mu.Unlock()
@@ -128,6 +129,12 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 			e.wg.Done()
 		}
 	}()
+	if e.cfg.Usage != nil {
+		// Before the message is stored: a refused turn leaves no trace.
+		if err := e.cfg.Usage.Allow(ctx, r.User); err != nil {
+			return nil, err
+		}
+	}
 	secrets, err := e.loadSecrets(ctx, r.User)
 	if err != nil {
 		return nil, err
@@ -176,6 +183,7 @@ func (e *Engine) run(t *Turn) {
 	err := e.loop(t)
 	cause := context.Cause(t.ctx)
 	t.cancel(nil)
+	e.emitTurnUsage(t)
 	switch {
 	case err == nil:
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, map[string]string{"reason": "stop"})
@@ -226,6 +234,11 @@ func (e *Engine) loop(t *Turn) error {
 			return err
 		}
 		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
+		if step > 0 || t.sub != nil { // StartTurn asked for the first
+			if err := e.allowCall(t); err != nil {
+				return err
+			}
+		}
 		reply, refused, err := e.stream(t, req)
 		if err != nil {
 			return err
@@ -344,6 +357,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 		}
 		if err != nil {
 			emitText(deltas.flush())
+			e.cutUsage(t, req, text.String(), reply.ToolCalls, usage)
 			return Message{}, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
@@ -389,7 +403,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 	if !usage.Reported {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
-	e.emit(t.c, t.ID, t.red, t.log, EventUsage, usage)
+	e.recordUsage(t, usage)
 	return reply, refused, nil
 }
 
