@@ -274,7 +274,9 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 	}
 	conv := a.newConversation()
 	code, b, h := a.do("POST", "/api/v1/conversations/"+conv+"/messages", map[string]string{"content": "again"})
-	var e struct{ Error struct{ Code, Message string } }
+	var e struct {
+		Error struct{ Code, Message string }
+	}
 	json.Unmarshal(b, &e)
 	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	retry, _ := strconv.Atoi(h.Get("Retry-After"))
