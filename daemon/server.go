@@ -234,7 +234,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if s.usage, err = store.NewUsage(db); err != nil {
 		return nil, err
 	}
-	s.usage.SetDefaultQuota(cfg.Quotas.DailyTokens)
+	s.usage.SetDefaultQuota(int64(cfg.Quotas.DailyTokens))
 	s.egress = egressCount
 	s.sandboxes = newSandboxMetrics(registry)
 	convs.Observe(s.sandboxes.observe)
@@ -534,7 +534,7 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 			updated.Quotas = next.Quotas
 			s.cfg.Store(&updated)
 			cur = &updated
-			s.usage.SetDefaultQuota(next.Quotas.DailyTokens)
+			s.usage.SetDefaultQuota(int64(next.Quotas.DailyTokens))
 			s.log.Info("quotas reloaded from config.yaml", "daily_tokens", next.Quotas.DailyTokens)
 		}
 		if next.Auth.JWTSecret == cur.Auth.JWTSecret && slices.Equal(next.Auth.PreviousJWTSecrets, cur.Auth.PreviousJWTSecrets) {

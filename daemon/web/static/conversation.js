@@ -128,7 +128,7 @@ function apply(type, ev) {
 
 const TYPES = ['turn_started', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
   'tool_finished', 'tool_output_delta', 'subagent_started', 'subagent_finished', 'sandbox_unavailable', 'sandbox_limit',
-  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
+  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_usage', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
 
 function follow() {
   const es = new EventSource(`/api/v1${base}/events`);
