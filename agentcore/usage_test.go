@@ -185,3 +185,34 @@ func TestUsageRecordFailureStopsTurn(t *testing.T) {
 		t.Errorf("%d model requests; want 1", n)
 	}
 }
+
+// A subagent's calls are recorded under its parent's turn with the
+// subagent's ID, asked about before each (its first too), and counted
+// in the parent turn's total.
+func TestUsageOfSubagent(t *testing.T) {
+	rec := &recorder{}
+	h := newHarness(t, &llmtest.Script{
+		Steps: []llmtest.Step{
+			{ToolCalls: []agentcore.ToolCall{{Name: "delegate", Arguments: `{"task":"SUBTASK-U: say hi"}`}}},
+			{Text: "Done."},
+		},
+		Branches: []llmtest.Branch{{Match: "SUBTASK-U", Steps: []llmtest.Step{{Text: "hi"}}}},
+	}, func(c *agentcore.Config) { c.Subagents, c.Usage = agentcore.SubagentsShared, rec })
+	turn := h.start("c", "delegate it")
+	if err := h.wait(turn); err != nil {
+		t.Fatal(err)
+	}
+	rs, allows := rec.get()
+	if len(rs) != 3 || allows != 3 {
+		t.Fatalf("%d records, %d Allow calls; want 3 and 3", len(rs), allows)
+	}
+	if rs[0].Agent != "" || !strings.HasPrefix(rs[1].Agent, "sub_") || rs[2].Agent != "" || rs[1].Turn != turn.ID {
+		t.Errorf("records' agents and turns: %+v; want the subagent's second, under turn %s", rs, turn.ID)
+	}
+	evs := h.events("c")
+	var tu agentcore.TurnUsage
+	json.Unmarshal(evs[len(evs)-2].Data, &tu)
+	if evs[len(evs)-2].Type != agentcore.EventTurnUsage || tu.Calls != 3 {
+		t.Errorf("turn_usage %s %+v; want 3 calls", evs[len(evs)-2].Type, tu)
+	}
+}
