@@ -20,9 +20,9 @@ import (
 // would otherwise be undone by deleting the conversations that used it).
 type usageRow struct {
 	ID               int64  `gorm:"primaryKey"`
-	UserID           string `gorm:"not null;index:idx_model_usage_user_day,priority:1"`
-	Day              string `gorm:"not null;index:idx_model_usage_user_day,priority:2;index:idx_model_usage_day"` // YYYY-MM-DD, UTC
-	Time             string `gorm:"not null;index"`                                                               // usageTimeFormat, UTC
+	UserID           string `gorm:"not null;index:idx_model_usage_user_time,priority:1"`
+	Day              string `gorm:"not null"`                                                  // YYYY-MM-DD, UTC
+	Time             string `gorm:"not null;index;index:idx_model_usage_user_time,priority:2"` // usageTimeFormat, UTC
 	ConversationID   string `gorm:"not null"`
 	Turn             string `gorm:"not null"`
 	Agent            string `gorm:"not null;default:''"`
@@ -46,6 +46,16 @@ type quotaRow struct {
 
 func (quotaRow) TableName() string { return "user_quotas" }
 
+// usageDayRow is a user's tokens of one UTC day, kept with each record so
+// that a quota check reads one row, however many calls the day had.
+type usageDayRow struct {
+	UserID string `gorm:"primaryKey"`
+	Day    string `gorm:"primaryKey"`
+	Tokens int64  `gorm:"not null"`
+}
+
+func (usageDayRow) TableName() string { return "user_usage_days" }
+
 // usageTimeFormat has all nine digits of the nanoseconds, so that the
 // text sorts as the time does and since= compares in SQL.
 const usageTimeFormat = "2006-01-02T15:04:05.000000000Z"
@@ -64,7 +74,7 @@ type Usage struct {
 
 // NewUsage migrates the usage and quota tables of db.
 func NewUsage(db *gorm.DB) (*Usage, error) {
-	if err := db.AutoMigrate(&usageRow{}, &quotaRow{}); err != nil {
+	if err := db.AutoMigrate(&usageRow{}, &quotaRow{}, &usageDayRow{}); err != nil {
 		return nil, fmt.Errorf("store: migrating usage: %w", err)
 	}
 	if err := audit.Migrate(db); err != nil {
@@ -88,7 +98,17 @@ func (u *Usage) Record(ctx context.Context, r agentcore.UsageRecord) error {
 		ConversationID: r.Conversation, Turn: r.Turn, Agent: r.Agent, Model: r.Model, Endpoint: r.Endpoint,
 		PromptTokens: int64(max(r.PromptTokens, 0)), CompletionTokens: int64(max(r.CompletionTokens, 0)), Reported: r.Reported,
 	}
-	if err := u.db.WithContext(ctx).Create(&row).Error; err != nil {
+	day := usageDayRow{UserID: row.UserID, Day: row.Day, Tokens: row.PromptTokens + row.CompletionTokens}
+	err := u.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return tx.Clauses(clause.OnConflict{
+			Columns:   []clause.Column{{Name: "user_id"}, {Name: "day"}},
+			DoUpdates: clause.Assignments(map[string]any{"tokens": gorm.Expr("user_usage_days.tokens + ?", day.Tokens)}),
+		}).Create(&day).Error
+	})
+	if err != nil {
 		return fmt.Errorf("store: recording usage: %w", err)
 	}
 	return nil
@@ -222,6 +242,12 @@ func (e *QuotaError) Unwrap() error { return agentcore.ErrQuotaExceeded }
 
 // Quota returns user's quota and what they used of it on now's day.
 func (u *Usage) Quota(ctx context.Context, user string, now time.Time) (Quota, error) {
+	return u.quota(ctx, user, now, true)
+}
+
+// quota is Quota; without used, UsedToday is read only if there is a
+// quota.
+func (u *Usage) quota(ctx context.Context, user string, now time.Time, used bool) (Quota, error) {
 	now = now.UTC()
 	day := now.Truncate(24 * time.Hour)
 	q := Quota{DailyTokens: u.def.Load(), Source: QuotaDefault, Day: day.Format(dayFormat), Resets: day.Add(24 * time.Hour)}
@@ -233,12 +259,15 @@ func (u *Usage) Quota(ctx context.Context, user string, now time.Time) (Quota, e
 	case !errors.Is(err, gorm.ErrRecordNotFound):
 		return Quota{}, fmt.Errorf("store: reading a quota: %w", err)
 	}
-	var used struct{ N int64 }
-	if err := u.db.WithContext(ctx).Model(&usageRow{}).Select("COALESCE(SUM(prompt_tokens + completion_tokens), 0) AS n").
-		Where("user_id = ? AND day = ?", user, q.Day).Scan(&used).Error; err != nil {
-		return Quota{}, fmt.Errorf("store: summing today's usage: %w", err)
+	if !used && q.DailyTokens == 0 {
+		return q, nil
 	}
-	q.UsedToday = used.N
+	var today usageDayRow
+	err = u.db.WithContext(ctx).Where("user_id = ? AND day = ?", user, q.Day).Take(&today).Error
+	if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+		return Quota{}, fmt.Errorf("store: reading today's usage: %w", err)
+	}
+	q.UsedToday = today.Tokens
 	return q, nil
 }
 
@@ -246,7 +275,7 @@ func (u *Usage) Quota(ctx context.Context, user string, now time.Time) (Quota, e
 // now, nil if they have not or have none. Without a quota it reads only
 // the user's own quota row.
 func (u *Usage) Allow(ctx context.Context, user string, now time.Time) error {
-	q, err := u.Quota(ctx, user, now)
+	q, err := u.quota(ctx, user, now, false)
 	if err != nil {
 		return err
 	}
