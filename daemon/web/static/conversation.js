@@ -119,6 +119,7 @@ function apply(type, ev) {
     case 'setup_output': notice(d.text || '', 'setup'); break;
     case 'setup_finished': notice(d.cached ? 'Project setup reused.' : 'Project setup finished.'); break;
     case 'setup_failed': notice('Project setup failed: ' + (d.error || ''), 'error'); break;
+    case 'turn_usage': notice(`${(d.prompt_tokens + d.completion_tokens).toLocaleString()} tokens, ${d.calls} model call${d.calls === 1 ? '' : 's'}${d.estimated ? ' (estimated in part)' : ''}`, 'usage'); break;
     case 'turn_finished': finishText(); running(false); break;
     case 'turn_failed': notice('The turn failed: ' + (d.error || ''), 'error'); running(false); break;
     case 'turn_cancelled': notice('Stopped.'); running(false); break;
