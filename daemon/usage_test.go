@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -352,6 +354,20 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 	}
 	turnEvents(t, a, "again", agentcore.EventTurnFinished)
 
+	// quotas.daily_tokens is re-read from config.yaml while the server runs.
+	admin.must(http.StatusOK, "PUT", path, map[string]any{"daily_tokens": nil}, &q)
+	wantError(t, a, http.StatusTooManyRequests, "quota_exceeded", "POST", "/api/v1/conversations/"+a.newConversation()+"/messages", map[string]string{"content": "again"})
+	yaml := fmt.Sprintf("auth:\n  jwt_secret: %s\nllm:\n  base_url: %s\n  model: test-model\nplugins: []\nquotas:\n  daily_tokens: 100000\n", testSecret, srv.URL())
+	if err := os.WriteFile(in.config().ConfigFile(), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitFile(t, in.config().LogFile(), "quotas reloaded from config.yaml")
+	if admin.must(http.StatusOK, "GET", path, nil, &q); q.DailyTokens != 100000 || q.Source != store.QuotaDefault {
+		t.Errorf("after the reload: %+v; want the new default", q)
+	}
+	turnEvents(t, a, "again", agentcore.EventTurnFinished)
+
 	// Each change is in the audit log.
 	var page api.AuditPage
 	admin.must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=admin", nil, &page)
@@ -361,7 +377,7 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 			n++
 		}
 	}
-	if n != 4 {
-		t.Errorf("%d user_quota audit records, want 4", n)
+	if n != 5 {
+		t.Errorf("%d user_quota audit records, want 5", n)
 	}
 }
