@@ -282,7 +282,7 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 	json.Unmarshal(b, &e)
 	midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
 	retry, _ := strconv.Atoi(h.Get("Retry-After"))
-	if code != http.StatusTooManyRequests || e.Error.Code != "quota_exceeded" || !strings.Contains(e.Error.Message, midnight.Format(time.RFC3339)) || !strings.Contains(e.Error.Message, "210 of 200") {
+	if code != http.StatusTooManyRequests || e.Error.Code != "quota_exceeded" || !strings.Contains(e.Error.Message, midnight.Format(time.RFC3339)) || !strings.HasPrefix(e.Error.Message, "your daily token quota is used up: 210 of 200 tokens used today") {
 		t.Errorf("a message past the quota: %d %s; want 429 quota_exceeded naming the use and %s", code, b, midnight.Format(time.RFC3339))
 	}
 	if left := time.Until(midnight).Seconds(); retry <= 0 || float64(retry) < left-60 || float64(retry) > left+60 {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -193,5 +194,6 @@ func (s *Server) answerQuota(c *fiber.Ctx, user string) error {
 func quotaAnswer(qe *store.QuotaError) *Error {
 	wait := math.Ceil(time.Until(qe.Quota.Resets).Seconds())
 	return &Error{Status: http.StatusTooManyRequests, Code: "quota_exceeded", retryAfter: int(max(wait, 1)),
-		Message: "your " + qe.Error() + "; nothing was stored: send the message again then (an administrator can raise your quota)"}
+		Message: fmt.Sprintf("your daily token quota is used up: %d of %d tokens used today (UTC); it resets at %s. Nothing was stored: send the message again then (an administrator can raise your quota)",
+			qe.Quota.UsedToday, qe.Quota.DailyTokens, qe.Quota.Resets.Format(time.RFC3339))}
 }
