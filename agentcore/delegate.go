@@ -175,7 +175,7 @@ func (d *delegateTool) Run(ctx context.Context, c *Call) (string, error) {
 	}
 	sub := &subagent{id: newID("sub_"), isolated: e.cfg.Subagents == SubagentsIsolated}
 	t := &Turn{ID: parent.ID, User: parent.User, Conversation: parent.Conversation, c: parent.c, sub: sub,
-		secrets: parent.secrets, llm: parent.llm, mode: parent.mode, red: parent.red, log: parent.log.With("subagent", sub.id), done: make(chan struct{})}
+		secrets: parent.secrets, llm: parent.llm, mode: parent.mode, red: parent.red, log: parent.log.With("subagent", sub.id), done: make(chan struct{}), usage: parent.usage}
 	t.ctx, t.cancel = context.WithCancelCause(ctx)
 	defer t.cancel(nil)
 	t.hist = &memHistory{msgs: []Message{{Role: RoleSystem, Content: subagentPrompt}, {Role: RoleUser, Content: t.red.String(a.Task)}}}

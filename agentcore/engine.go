@@ -59,6 +59,9 @@ type Config struct {
 	Approver Approver
 	// Logger may be nil: no logs. Everything logged is redacted.
 	Logger *slog.Logger
+	// Usage, if set, records what every model call used and may refuse
+	// turns and model calls (a quota); see UsageRecorder.
+	Usage UsageRecorder
 
 	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
 	Bwrap string

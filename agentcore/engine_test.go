@@ -66,7 +66,7 @@ func TestTurnApproved(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.lower, "f.txt")); err == nil {
 		t.Error("f.txt written to the lower tree")
 	}
-	want := []string{"turn_started", "text_delta", "tool_call_requested", "usage", "approval_pending", "approval_decided", "tool_output", "tool_finished", "text_delta", "usage", "turn_finished"}
+	want := []string{"turn_started", "text_delta", "tool_call_requested", "usage", "approval_pending", "approval_decided", "tool_output", "tool_finished", "text_delta", "usage", "turn_usage", "turn_finished"}
 	if got := slices.Compact(h.types("conv1")); !slices.Equal(got, want) {
 		t.Errorf("events %v\nwant %v", got, want)
 	}

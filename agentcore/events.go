@@ -194,3 +194,14 @@ type ReasoningDelta struct {
 	// were not kept.
 	Omitted int `json:"omitted,omitempty"`
 }
+
+// TurnUsage is the payload of EventTurnUsage: what all model calls of a
+// turn used, its subagents' included.
+type TurnUsage struct {
+	Calls            int `json:"calls"`
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	// Estimated is how many of the calls have estimated numbers (the
+	// endpoint reported none).
+	Estimated int `json:"estimated"`
+}

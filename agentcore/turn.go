@@ -46,6 +46,7 @@ type Turn struct {
 	mode    ToolCallMode      // how llm calls tools
 	red     *redactor
 	log     *slog.Logger
+	usage   *turnUsage // shared with its subagents
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -117,7 +118,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		e.wg.Done()
 		return nil, ErrTurnInProgress
 	}
-	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{})}
+	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{}), usage: &turnUsage{}}
 	t.hist = storeHistory{e.cfg.Store, r.Conversation}
 	c.turn = t
 	c.mu.Unlock()
@@ -132,6 +133,12 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 			e.wg.Done()
 		}
 	}()
+	if e.cfg.Usage != nil {
+		// Before the message is stored: a refused turn leaves no trace.
+		if err := e.cfg.Usage.Allow(ctx, r.User); err != nil {
+			return nil, err
+		}
+	}
 	secrets, err := e.loadSecrets(ctx, r.User)
 	if err != nil {
 		return nil, err
@@ -181,6 +188,7 @@ func (e *Engine) run(t *Turn) {
 	cause := context.Cause(t.ctx)
 	var rep repeating
 	t.cancel(nil)
+	e.emitTurnUsage(t)
 	switch {
 	case err == nil:
 		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "stop"})
@@ -244,6 +252,11 @@ func (e *Engine) loop(t *Turn) error {
 			msgs, specs = textHistory(msgs), nil
 		}
 		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
+		if step > 0 || t.sub != nil { // StartTurn asked for the first
+			if err := e.allowCall(t); err != nil {
+				return err
+			}
+		}
 		reply, refused, keys, err := e.stream(t, req)
 		if err != nil {
 			return err
@@ -494,6 +507,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 		}
 		if err != nil {
 			flush()
+			e.cutUsage(t, req, text.String(), reply.ToolCalls, usage)
 			return Message{}, nil, nil, fmt.Errorf("model: %w", err)
 		}
 		switch {
@@ -538,7 +552,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 	if !usage.Reported {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
-	e.emit(t.c, t.ID, t.red, t.log, EventUsage, usage)
+	e.recordUsage(t, usage)
 	return reply, refused, keys, nil
 }
 

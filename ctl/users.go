@@ -16,12 +16,13 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
+	"gorm.io/gorm"
 )
 
 func usersCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "users",
-		Usage: "add, list, disable and enable users, change passwords",
+		Usage: "add, list, disable and enable users, change passwords, set token quotas",
 		Description: "Works on the database in the instance directory; safe while the server runs\n" +
 			"(the server looks users up on every request).",
 		Commands: []*cli.Command{
@@ -30,6 +31,7 @@ func usersCommand() *cli.Command {
 			usersSetDisabledCommand("disable", true),
 			usersSetDisabledCommand("enable", false),
 			usersPasswdCommand(),
+			usersQuotaCommand(),
 		},
 		Action: groupAction,
 	}
@@ -185,6 +187,96 @@ func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(cmd.Root().Writer, "changed the password of user %s\n", name)
 		return nil
 	})
+}
+
+func usersQuotaCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "quota",
+		Usage:     "show or set a user's daily token quota",
+		ArgsUsage: "NAME",
+		Description: "Without flags, prints user NAME's daily quota of model tokens (prompt and completion,\n" +
+			"per UTC day) and what they used of it today. --daily-tokens N sets the user's own\n" +
+			"quota (0: none for this user), --default removes it so that quotas.daily_tokens of\n" +
+			"config.yaml applies again. A turn past the quota is refused before the model is\n" +
+			"called. The change is in the audit log. Safe while the server runs (it reads the\n" +
+			"quota at every model call).",
+		Flags: []cli.Flag{
+			instanceFlag(),
+			&cli.Int64Flag{Name: "daily-tokens", Usage: "set the user's own quota to `N` tokens a day (0: no quota)"},
+			&cli.BoolFlag{Name: "default", Usage: "remove the user's own quota: quotas.daily_tokens applies"},
+		},
+		Action: runUsersQuota,
+	}
+}
+
+func runUsersQuota(ctx context.Context, cmd *cli.Command) error {
+	name, err := oneName(cmd)
+	if err != nil {
+		return err
+	}
+	set, def := cmd.IsSet("daily-tokens"), cmd.Bool("default")
+	if set && def {
+		return usageError(cmd, "give --daily-tokens or --default, not both")
+	}
+	if n := cmd.Int64("daily-tokens"); set && n < 0 {
+		return usageError(cmd, "--daily-tokens must be 0 (no quota) or a positive number of tokens, not %d", n)
+	}
+	inst, cfg, err := openConfig(cmd)
+	if err != nil {
+		return err
+	}
+	db, err := openDatabase(ctx, inst, false)
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	if err := showQuota(ctx, cmd, db, name, int64(cfg.Quotas.DailyTokens)); err != nil {
+		return exitWith(exitFailure, err)
+	}
+	return nil
+}
+
+// showQuota sets user name's quota as cmd's flags say, then prints it.
+func showQuota(ctx context.Context, cmd *cli.Command, db *gorm.DB, name string, def int64) error {
+	us, err := auth.NewUsers(db)
+	if err != nil {
+		return err
+	}
+	u, err := us.ByName(ctx, strings.ToLower(name))
+	if errors.Is(err, auth.ErrUserNotFound) {
+		return fmt.Errorf("there is no user %s (codumentorctl users list shows them)", name)
+	}
+	if err != nil {
+		return err
+	}
+	usage, err := store.NewUsage(db)
+	if err != nil {
+		return err
+	}
+	usage.SetDefaultQuota(def)
+	if cmd.IsSet("daily-tokens") || cmd.Bool("default") {
+		var n *int64
+		if cmd.IsSet("daily-tokens") {
+			n = new(cmd.Int64("daily-tokens"))
+		}
+		if err := usage.SetQuota(ctx, auth.CommandLine, u.ID, n); err != nil {
+			return err
+		}
+	}
+	q, err := usage.Quota(ctx, u.ID, time.Now())
+	if err != nil {
+		return err
+	}
+	limit := "none"
+	if q.DailyTokens > 0 {
+		limit = fmt.Sprintf("%d tokens a day", q.DailyTokens)
+	}
+	from := "the user's own"
+	if q.Source == store.QuotaDefault {
+		from = "quotas.daily_tokens"
+	}
+	fmt.Fprintf(cmd.Root().Writer, "user %s: quota %s (%s); used today (%s UTC): %d tokens; resets at %s\n", u.Name, limit, from, q.Day, q.UsedToday, formatTime(q.Resets))
+	return nil
 }
 
 // withUsers opens the users table of cmd's instance for f, creating the

@@ -171,6 +171,9 @@ type server struct {
 	// hostMasks are hidden from host read-only investigations.
 	hostMasks []string
 
+	// usage is the model calls' usage and the users' quotas.
+	usage *store.Usage
+
 	browsers browsers            // the webretrieve and mermaid_render plugins'
 	diagrams api.DiagramRenderer // set by mermaid_render
 
@@ -228,6 +231,10 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 
 	registry := prometheus.NewRegistry()
 	egressCount := newEgressMetrics(registry)
+	if s.usage, err = store.NewUsage(db); err != nil {
+		return nil, err
+	}
+	s.usage.SetDefaultQuota(int64(cfg.Quotas.DailyTokens))
 	s.egress = egressCount
 	s.sandboxes = newSandboxMetrics(registry)
 	convs.Observe(s.sandboxes.observe)
@@ -276,6 +283,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Workspaces:       trees,
 		Layers:           s.layers,
 		Secrets:          s.secrets,
+		Usage:            newAccounting(s.usage, registry),
 		Logger:           slog.New(slogHandler{log: log.Named("agent")}),
 		Bwrap:            cfg.Sandbox.Bwrap,
 		Seccomp:          cfg.Sandbox.Seccomp,
@@ -334,6 +342,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		MCP:           s.mcp,
 		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
 		Attachments:   s.attach,
+		Usage:         s.usage,
 		Search:        s.search,
 		Diagrams:      s.diagrams,
 		StartSetup:    trees.setups.Start,
@@ -462,7 +471,8 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 
 // watchConfig applies rotated secrets (codumentorctl secrets rotate)
 // without a restart: tokens and the secrets' keyring are swapped when
-// config.yaml's auth section changes. So is llm.allowed_endpoints.
+// config.yaml's auth section changes. So are llm.allowed_endpoints and
+// quotas.
 //
 // A value on reload re-reads config.yaml at once, changed or not
 // (SIGHUP).
@@ -521,6 +531,14 @@ func (s *server) watchConfig(ctx context.Context, inst config.Instance, o Option
 			s.cfg.Store(&updated)
 			cur = &updated
 			s.log.Info("llm.allowed_endpoints reloaded from config.yaml", "endpoints", len(next.LLM.AllowedEndpoints))
+		}
+		if next.Quotas != cur.Quotas {
+			updated := *cur
+			updated.Quotas = next.Quotas
+			s.cfg.Store(&updated)
+			cur = &updated
+			s.usage.SetDefaultQuota(int64(next.Quotas.DailyTokens))
+			s.log.Info("quotas reloaded from config.yaml", "daily_tokens", next.Quotas.DailyTokens)
 		}
 		if next.Auth.JWTSecret == cur.Auth.JWTSecret && slices.Equal(next.Auth.PreviousJWTSecrets, cur.Auth.PreviousJWTSecrets) {
 			continue

@@ -504,6 +504,10 @@ func TestWebUI(t *testing.T) {
 	if n := eval[int](w, "document.querySelectorAll('details.tool').length"); n != 2 {
 		t.Errorf("%d tool cards, want 2 (shell, edit_file)", n)
 	}
+	// The turn's tokens, from its turn_usage event.
+	if u := eval[string](w, "[...document.querySelectorAll('#transcript .usage')].map(p => p.textContent).join('|')"); !strings.HasSuffix(u, " tokens, 3 model calls") || strings.Contains(u, "|") || u[0] < '1' || u[0] > '9' {
+		t.Errorf("the turn's usage line says %q; want its tokens and 3 model calls", u)
+	}
 
 	// An attachment, uploaded with progress.
 	doc := filepath.Join(t.TempDir(), "report.docx")

@@ -58,6 +58,11 @@ type Step struct {
 	// the connection, the in-process stream returns ErrAborted. For tests
 	// that a half-received reply is not replayed.
 	Abort bool `json:"abort,omitempty"`
+	// PromptTokens and CompletionTokens, when set, are the numbers the
+	// Server's usage report for this reply gives instead of its rough
+	// counts (for tests of accounting that assert exact numbers).
+	PromptTokens     int `json:"prompt_tokens,omitempty"`
+	CompletionTokens int `json:"completion_tokens,omitempty"`
 }
 
 // Script is a transcript of model replies; see the package comment for

@@ -248,6 +248,12 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	id := fmt.Sprintf("chatcmpl-llmtest-%d", srv.seq.Add(1))
 	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Reasoning, textPiece)) + len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
+	if st.PromptTokens > 0 {
+		usage.PromptTokens = st.PromptTokens
+	}
+	if st.CompletionTokens > 0 {
+		usage.CompletionTokens = st.CompletionTokens
+	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if wr.Stream && !f.NonStreaming {
 		srv.stream(w, r, id, model, st, f, usage, wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage && !f.NoUsage)

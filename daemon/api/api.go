@@ -85,6 +85,8 @@ type Deps struct {
 	Investigation Investigation
 	// Attachments serves conversations' attachments; nil: none.
 	Attachments *Attachments
+	// Usage is the model calls' usage and the users' quotas.
+	Usage *store.Usage
 	// Search answers GET /api/v1/search; nil answers 503.
 	Search *retrieval.Searcher
 	// DB is the instance database: the audit log (GET /admin/audit).
@@ -265,6 +267,10 @@ func (s *Server) routes() {
 	authed.Get("/admin/doctor", s.admin, s.doctor)
 	authed.Get("/admin/mcp", s.admin, s.adminMCP)
 	authed.Get("/admin/audit", s.admin, s.adminAudit)
+	authed.Get("/me/usage", s.myUsage)
+	authed.Get("/admin/usage", s.admin, s.adminUsage)
+	authed.Get("/admin/users/:id/quota", s.admin, s.getQuota)
+	authed.Put("/admin/users/:id/quota", s.admin, s.putQuota)
 
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)

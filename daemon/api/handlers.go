@@ -310,7 +310,10 @@ func (s *Server) postMessage(c *fiber.Ctx) error {
 		return badRequest("content is not valid UTF-8")
 	}
 	t, err := s.d.Engine.StartTurn(c.UserContext(), agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
+	var qe *store.QuotaError
 	switch {
+	case errors.As(err, &qe):
+		return quotaAnswer(qe)
 	case errors.Is(err, agentcore.ErrTurnInProgress):
 		return apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running; wait for its turn_finished event")
 	case errors.Is(err, agentcore.ErrClosed):

@@ -50,6 +50,10 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"AuditPage":    AuditPage{},
 		"Violation":    Violation{},
 		"ModelProfile": ModelProfile{},
+		"UsageReport":  UsageReport{},
+		"UsageGroup":   UsageGroup{},
+		"UsageTotals":  store.UsageTotals{},
+		"Quota":        store.Quota{},
 	} {
 		schema, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -88,6 +88,8 @@ type Config struct {
 	Audit Audit `yaml:"audit"`
 	// Metrics configures GET /metrics.
 	Metrics Metrics `yaml:"metrics"`
+	// Quotas limit users' model tokens (quotas.go).
+	Quotas Quotas `yaml:"quotas"`
 	// ExternalAgents are the external_agent plugin's agents.
 	ExternalAgents []externalagent.Config `yaml:"external_agents"`
 	// AllowUnsandboxedExternalAgents lets an agent with sandbox_tier 0
@@ -432,6 +434,7 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	errs = append(errs, c.Sandbox.Egress.validate()...)
 	errs = append(errs, c.Office.validate()...)
+	errs = append(errs, c.Quotas.validate()...)
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	errs = append(errs, c.LLM.validateEndpoints()...)
 	if err := c.LLM.Sampling.Check(); err != nil {

@@ -159,6 +159,7 @@ type Client struct {
 	oa             *openai.Client
 	apiKey         string // removed from error text
 	base           string // BaseURL without a trailing slash, credentials redacted
+	endpoint       string // base without any user info, for usage records
 	model          string
 	embeddingModel string
 	timeout        time.Duration
@@ -198,6 +199,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		apiKey:         cfg.APIKey,
 		base:           base.Redacted(),
+		endpoint:       (&url.URL{Scheme: base.Scheme, Host: base.Host, Path: base.Path}).String(),
 		model:          cfg.Model,
 		embeddingModel: cfg.EmbeddingModel,
 		timeout:        orDefault(cfg.Timeout, DefaultTimeout),
@@ -229,6 +231,13 @@ func New(cfg Config) (*Client, error) {
 	c.oa = openai.NewClientWithConfig(oc)
 	return c, nil
 }
+
+// Endpoint is the client's base URL without credentials: what usage
+// records name (agentcore.UsageRecord.Endpoint).
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// Model is the chat model's name (Config.Model).
+func (c *Client) Model() string { return c.model }
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d == 0 {
