@@ -40,6 +40,9 @@ type Turn struct {
 	sub     *subagent
 	secrets map[string]string // the user's secrets, name → value
 	llm     LLM               // the turn's model, chosen as it begins (Config.Model)
+	window  ContextWindow     // llm's, known once llm is chosen
+	winSet  bool
+	sum     *ContextCompacted // a subagent's compaction in effect
 	red     *redactor
 	log     *slog.Logger
 }
@@ -212,6 +215,9 @@ func (e *Engine) loop(t *Turn) error {
 		}
 		t.llm = llm
 	}
+	if !t.winSet {
+		t.window, t.winSet = e.window(ctx, t.llm), true
+	}
 	for step := 0; ; step++ {
 		if step == e.cfg.MaxSteps {
 			return fmt.Errorf("%w: %d model calls", ErrBudget, e.cfg.MaxSteps)
@@ -225,8 +231,19 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return err
 		}
-		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
+		req, err := e.request(t, msgs, sys, specs, "")
+		if err != nil {
+			return err
+		}
 		reply, refused, err := e.stream(t, req)
+		if errors.Is(err, ErrContextLength) {
+			// One compaction and one retry; a second refusal fails the
+			// turn.
+			if req, err = e.recover(t, req, msgs, sys, specs, err); err != nil {
+				return err
+			}
+			reply, refused, err = e.stream(t, req)
+		}
 		if err != nil {
 			return err
 		}
@@ -386,7 +403,9 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, error)
 	}
 	emitText(deltas.flush())
 	reply.Content = t.red.String(text.String())
-	if !usage.Reported {
+	if usage.Reported {
+		e.calib.observe(t.window.Model, requestBytes(req), usage.PromptTokens)
+	} else {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventUsage, usage)
