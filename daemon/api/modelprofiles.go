@@ -26,14 +26,17 @@ type ModelProfile struct {
 	// Sampling are the profile's own settings (temperature, top_p,
 	// max_tokens, stop); unset ones are the server's.
 	llm.Sampling
-	Updated time.Time `json:"updated"`
+	// ContextWindow is the profile's own context length in tokens; 0:
+	// the server's (llm.context_window, or what the endpoint reports).
+	ContextWindow int       `json:"context_window,omitempty"`
+	Updated       time.Time `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
 	// neither its endpoint nor its key can be read; store it again.
 	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
-	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, Updated: m.Updated}
+	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ContextWindow: p.ContextWindow, Updated: m.Updated}
 }
 
 // maxModelName bounds a profile's model name, in bytes.
@@ -111,6 +114,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		Model    string `json:"model"`
 		APIKey   string `json:"api_key"`
 		llm.Sampling
+		ContextWindow int `json:"context_window"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -151,10 +155,10 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	}
 	// The client the turns will build, built now: a key with whitespace
 	// or a "Bearer " prefix is refused here rather than at the turn.
-	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}); err != nil {
+	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ContextWindow: req.ContextWindow}); err != nil {
 		return badRequest("%s", profileKeys.Replace(err.Error()))
 	}
-	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}
+	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ContextWindow: req.ContextWindow}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)
@@ -167,7 +171,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 
 // profileKeys names a profile's fields in llm.New's errors, which name
 // the server's configuration keys.
-var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop")
+var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop", "llm.context_window", "context_window")
 
 func (s *Server) deleteModelProfile(c *fiber.Ctx) error {
 	err := s.d.Secrets.DeleteProfile(c.UserContext(), user(c).ID, c.Params("name"))

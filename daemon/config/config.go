@@ -214,6 +214,9 @@ type LLM struct {
 	// Sampling (temperature, top_p, max_tokens, stop): unset ones are not
 	// sent. A model profile's own replace them.
 	Sampling llm.Sampling `yaml:",inline"`
+	// ContextWindow is the model's context length in tokens; 0: read
+	// from the endpoint. A model profile's own replaces it.
+	ContextWindow int `yaml:"context_window"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
@@ -427,6 +430,9 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	errs = append(errs, c.LLM.validateEndpoints()...)
 	if err := c.LLM.Sampling.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := llm.CheckContextWindow(c.LLM.ContextWindow, c.LLM.Sampling.MaxTokens); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := c.LLM.Prompt(); err != nil {

@@ -113,6 +113,8 @@ type ModelProfile struct {
 	APIKey  string `json:"api_key"`
 	// Sampling replaces the server's llm sampling settings that it sets.
 	llm.Sampling
+	// ContextWindow, when set, replaces llm.context_window.
+	ContextWindow int `json:"context_window,omitempty"`
 }
 
 // Stats is what Reencrypt did.

@@ -200,8 +200,8 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Sampling.Check(); err != nil {
 		return nil, err
 	}
-	if cfg.ContextWindow < 0 || cfg.ContextWindow > maxWindow {
-		return nil, fmt.Errorf("%w: llm.context_window must be 0 (read from the endpoint) or a number of tokens up to %d, got %d", ErrConfig, maxWindow, cfg.ContextWindow)
+	if err := CheckContextWindow(cfg.ContextWindow, cfg.Sampling.MaxTokens); err != nil {
+		return nil, err
 	}
 	if cfg.MaxRetries < -1 {
 		return nil, fmt.Errorf("%w: llm.max_retries must be -1 (none), 0 (default %d) or more, got %d", ErrConfig, DefaultMaxRetries, cfg.MaxRetries)

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -41,6 +42,21 @@ var windows = struct {
 }{m: map[string]windowEntry{}}
 
 var _ agentcore.WindowedLLM = (*Client)(nil)
+
+// CheckContextWindow reports a context window (llm.context_window) that
+// cannot be: negative, implausibly large, or leaving no room for a
+// request besides max_tokens. It wraps ErrConfig.
+func CheckContextWindow(window int, maxTokens *int) error {
+	switch {
+	case window < 0 || window > maxWindow:
+		return fmt.Errorf("%w: llm.context_window must be 0 (read from the endpoint) or a number of tokens up to %d, got %d", ErrConfig, maxWindow, window)
+	case window > 0 && window < 256:
+		return fmt.Errorf("%w: llm.context_window of %d tokens is too small for any request; at least 256", ErrConfig, window)
+	case window > 0 && maxTokens != nil && *maxTokens >= window/2:
+		return fmt.Errorf("%w: llm.max_tokens (%d) must be less than half of llm.context_window (%d), so that a request has room", ErrConfig, *maxTokens, window)
+	}
+	return nil
+}
 
 // ContextWindow returns the model's context window: Config.ContextWindow,
 // else what the endpoint reports (0 when it reports none), with the
