@@ -1,0 +1,229 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+)
+
+// readingModel answers like a model that reads the two files a user
+// message names, one read_file call at a time, then explains them; a
+// request without tools (a compaction) gets a summary. Every request
+// must end with the newest user message's turn: fail names what broke.
+func readingModel() *llmtest.Script {
+	return &llmtest.Script{Reply: func(req agentcore.Request) (llmtest.Step, error) {
+		if len(req.Tools) == 0 {
+			return llmtest.Step{Text: "The user asked, turn by turn, to read pairs of files a<N>.go and b<N>.go; they were read and reported done."}, nil
+		}
+		last := -1
+		for i, m := range req.Messages {
+			if m.Role == agentcore.RoleUser {
+				last = i
+			}
+		}
+		if last < 0 {
+			return llmtest.Step{}, fmt.Errorf("no user message in the request")
+		}
+		var turn int
+		if _, err := fmt.Sscanf(req.Messages[last].Content, "turn %d", &turn); err != nil {
+			return llmtest.Step{Text: "Noted."}, nil
+		}
+		reads := 0
+		for _, m := range req.Messages[last+1:] {
+			if m.Role == agentcore.RoleTool {
+				reads++
+			}
+		}
+		read := func(name string) llmtest.Step {
+			return llmtest.Step{ToolCalls: []agentcore.ToolCall{{ID: fmt.Sprintf("call_%d_%s", turn, name), Name: "read_file", Arguments: fmt.Sprintf(`{"path":%q}`, name)}}}
+		}
+		switch reads {
+		case 0:
+			return read(fmt.Sprintf("a%d.go", turn%5)), nil
+		case 1:
+			return read(fmt.Sprintf("b%d.go", turn%5)), nil
+		}
+		// A reply that explains, as models do: about 400 tokens.
+		return llmtest.Step{Text: fmt.Sprintf("Read both files of turn %d. ", turn) + strings.Repeat("Each function f returns x times its number plus a helper call. ", 40)}, nil
+	}}
+}
+
+// contextRepo makes a repository of ten Go files of about 4,000 tokens
+// each (llmtest.CountTokens of what read_file shows) and syncs it.
+func contextRepo(t *testing.T, admin *client) string {
+	t.Helper()
+	dir := t.TempDir()
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	for i := range 5 {
+		for _, p := range []string{"a", "b"} {
+			var b strings.Builder
+			fmt.Fprintf(&b, "package %s%d\n\n", p, i)
+			for n := 0; ; n++ {
+				line := fmt.Sprintf("func f%d(x int) int { return x*%d + helper(x, %d) }\n", n, n, i)
+				if llmtest.CountTokens(agentcore.Request{Messages: []agentcore.Message{{Content: b.String() + line}}}) > 3600 {
+					break
+				}
+				b.WriteString(line)
+			}
+			os.WriteFile(filepath.Join(work, fmt.Sprintf("%s%d.go", p, i)), []byte(b.String()), 0o644)
+		}
+	}
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "files")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	var repo struct{ ID string }
+	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "ctx-repo", "url": "file://" + bare, "branch": "main"}, &repo)
+	var sync struct{ Job struct{ ID string } }
+	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	waitJobDone(t, admin, sync.Job.ID)
+	return repo.ID
+}
+
+// untilTurnEnd reads s until the turn ends and returns its events and how it
+// ended.
+func untilTurnEnd(t *testing.T, s *stream) ([]sseEvent, string) {
+	t.Helper()
+	var evs []sseEvent
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ev := s.next(time.Until(deadline))
+		evs = append(evs, ev)
+		switch ev.Type {
+		case agentcore.EventTurnFinished, agentcore.EventTurnFailed, agentcore.EventTurnCancelled:
+			return evs, ev.Type
+		}
+	}
+}
+
+func compactions(t *testing.T, evs []sseEvent) []agentcore.ContextCompacted {
+	t.Helper()
+	var out []agentcore.ContextCompacted
+	for _, ev := range evs {
+		if ev.Type == agentcore.EventContextCompacted {
+			var c agentcore.ContextCompacted
+			if err := json.Unmarshal(eventData(t, ev), &c); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A conversation on an endpoint with a 12,000-token window (vLLM's wire
+// behaviour: the window read from its /v1/models, requests over it
+// refused with its 400) survives 20 turns that each read about 8,000
+// tokens of files with the real read_file tool: no request exceeds the
+// window, every request carries the newest user message, older turns are
+// compacted into a summary shown as an event, and the context route
+// shows what the last request sent.
+func TestLongConversationFitsSmallWindow(t *testing.T) {
+	needSandbox(t)
+	const window = 12000
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: window, Dialect: llmtest.DialectVLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL()))
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	repo := contextRepo(t, admin)
+	var conv conversation
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"repository": repo}, &conv)
+	s := a.follow(conv.ID, "")
+	defer s.close()
+
+	var all []sseEvent
+	for turn := 1; turn <= 20; turn++ {
+		before := len(srv.Requests())
+		msg := fmt.Sprintf("turn %d: read a%d.go and b%d.go", turn, turn%5, turn%5)
+		a.send(conv.ID, msg)
+		evs, end := untilTurnEnd(t, s)
+		all = append(all, evs...)
+		if end != agentcore.EventTurnFinished {
+			t.Fatalf("turn %d ended with %s: %s", turn, end, evs[len(evs)-1].Data)
+		}
+		if !strings.Contains(replyText(t, evs), fmt.Sprintf("Read both files of turn %d.", turn)) {
+			t.Fatalf("turn %d: reply %q", turn, replyText(t, evs))
+		}
+		reqs := srv.Requests()
+		for i, req := range reqs[before:] {
+			if len(req.Tools) == 0 {
+				continue // the compaction's own request
+			}
+			var users []string
+			for _, m := range req.Messages {
+				if m.Role == agentcore.RoleUser {
+					users = append(users, m.Content)
+				}
+			}
+			if len(users) == 0 || users[len(users)-1] != msg {
+				t.Fatalf("turn %d, request %d: the newest user message is missing (user messages %q)", turn, before+i, users)
+			}
+		}
+	}
+	tokens := srv.PromptTokens()
+	for i, n := range tokens {
+		if n >= window {
+			t.Errorf("request %d: %d tokens; the window is %d", i, n, window)
+		}
+	}
+	if n := srv.ContextRefusals(); n != 0 {
+		t.Errorf("%d requests refused as too long; want none", n)
+	}
+	cs := compactions(t, all)
+	if len(cs) == 0 {
+		t.Fatal("no context_compacted event in 20 turns")
+	}
+	for _, c := range cs {
+		if c.Summary == "" || c.To <= c.From || c.TokensAfter >= c.TokensBefore || c.Reason != "budget" {
+			t.Errorf("compaction %+v; want a summary of a range, fewer tokens after, reason budget", c)
+		}
+	}
+	t.Logf("%d requests (max %d tokens), %d compactions", len(tokens), slices.Max(tokens), len(cs))
+
+	var cv agentcore.Context
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, &cv)
+	if cv.Window != window || cv.Budget != window-cv.ReplyReserve || cv.ReplyReserve <= 0 || !cv.Fits || cv.Tokens > cv.Budget || !cv.Calibrated {
+		t.Errorf("context window %d, reserve %d, budget %d, tokens %d, fits %v, calibrated %v; want the endpoint's %d, within budget, calibrated", cv.Window, cv.ReplyReserve, cv.Budget, cv.Tokens, cv.Fits, cv.Calibrated, window)
+	}
+	if cv.Summary == nil || cv.Summary.To != cs[len(cs)-1].To || !cv.Messages[0].Summary {
+		t.Errorf("context summary %+v; want the last compaction's (to %d) in the system message", cv.Summary, cs[len(cs)-1].To)
+	}
+	// What the last request sent, plus the reply it got.
+	reqs := srv.Requests()
+	last := reqs[len(reqs)-1]
+	var sent, shown []string
+	for _, m := range last.Messages {
+		sent = append(sent, string(m.Role))
+	}
+	sent = append(sent, string(agentcore.RoleAssistant))
+	for _, m := range cv.Messages {
+		shown = append(shown, string(m.Role))
+	}
+	if !slices.Equal(sent, shown) {
+		t.Errorf("the context route shows %v; the last request sent %v and got a reply", shown, sent)
+	}
+	// The stored history keeps every message: six a turn (the user's,
+	// two calls and their results, the reply).
+	if lastIdx := cv.Messages[len(cv.Messages)-1].Index; lastIdx != 20*6-1 {
+		t.Errorf("the context's last message is history index %d; want %d", lastIdx, 20*6-1)
+	}
+	// Owner only.
+	b := p.login("bob", pw)
+	b.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, nil)
+}
