@@ -27,7 +27,7 @@ func (e *Engine) window(ctx context.Context, llm LLM) ContextWindow {
 	if cw.Tokens <= 0 {
 		cw.Tokens = e.cfg.ContextWindow
 	}
-	return cw
+	return e.calib.windowOf(cw)
 }
 
 // loadSummary returns the compaction in effect for the conversation's
@@ -125,8 +125,9 @@ func (e *Engine) recover(t *Turn, refused Request, msgs []Message, sys string, s
 	} else {
 		e.calib.scale(t.window.Model, 1.25)
 	}
-	if cle != nil && cle.Window > 0 && (t.window.Tokens <= 0 || cle.Window < t.window.Tokens) {
-		t.window.Tokens = cle.Window
+	if cle != nil && cle.Window > 0 {
+		e.calib.learnWindow(t.window.Model, cle.Window)
+		t.window = e.calib.windowOf(t.window)
 	}
 	t.log.Info("the endpoint refused a request as too long for the model; compacting and retrying once", "window", t.window.Tokens, "err", err)
 	req, rerr := e.request(t, msgs, sys, specs, "context_length")

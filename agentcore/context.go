@@ -177,10 +177,37 @@ const (
 	toolOverhead         = 32
 )
 
-// calibrations are the learnt tokens-per-byte ratios, by model.
+// calibrations are the learnt tokens-per-byte ratios and context
+// windows, by model.
 type calibrations struct {
 	mu    sync.Mutex
 	ratio map[string]float64
+	// window: a refusal named a window smaller than the one configured
+	// or reported (or the only one known).
+	window map[string]int
+}
+
+// learnWindow notes that model's endpoint said its window is n tokens.
+func (c *calibrations) learnWindow(model string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.window == nil {
+		c.window = map[string]int{}
+	}
+	if w, ok := c.window[model]; !ok || n < w {
+		c.window[model] = n
+	}
+}
+
+// windowOf is cw with a smaller window an endpoint said replacing its
+// own.
+func (c *calibrations) windowOf(cw ContextWindow) ContextWindow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w, ok := c.window[cw.Model]; ok && (cw.Tokens <= 0 || w < cw.Tokens) {
+		cw.Tokens = w
+	}
+	return cw
 }
 
 // get returns model's ratio, with its margin, and whether it was learnt.

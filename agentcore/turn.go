@@ -243,6 +243,9 @@ func (e *Engine) loop(t *Turn) error {
 				return err
 			}
 			reply, refused, err = e.stream(t, req)
+			if errors.Is(err, ErrContextLength) {
+				err = fmt.Errorf("the endpoint refused the request as too long for the model's context window again, after the conversation was compacted; send a shorter message or start a new conversation: %w", err)
+			}
 		}
 		if err != nil {
 			return err

@@ -227,3 +227,136 @@ func TestLongConversationFitsSmallWindow(t *testing.T) {
 	b := p.login("bob", pw)
 	b.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, nil)
 }
+
+// contextConversation starts a server on srv (with extra llm settings),
+// and returns alice's client, a conversation on the file repository and
+// its event stream.
+func contextConversation(t *testing.T, srv *llmtest.Server, extra string) (*client, string, *stream) {
+	t.Helper()
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n%s", srv.URL(), extra))
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	repo := contextRepo(t, admin)
+	var conv conversation
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"repository": repo}, &conv)
+	s := a.follow(conv.ID, "")
+	t.Cleanup(s.close)
+	return a, conv.ID, s
+}
+
+// An endpoint whose window is smaller than the configured one refuses a
+// request mid-conversation (vLLM's 400, naming its window): the turn
+// recovers with exactly one compaction and one retry, and the window it
+// named is kept, so no later request is refused.
+func TestContextLengthRefusalRecovers(t *testing.T) {
+	needSandbox(t)
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, conv, s := contextConversation(t, srv, "  context_window: 24000\n")
+	refusedIn := 0
+	for turn := 1; turn <= 8; turn++ {
+		a.send(conv, fmt.Sprintf("turn %d: read both", turn))
+		evs, end := untilTurnEnd(t, s)
+		if end != agentcore.EventTurnFinished {
+			t.Fatalf("turn %d ended with %s: %s", turn, end, evs[len(evs)-1].Data)
+		}
+		if refusedIn == 0 && srv.ContextRefusals() > 0 {
+			refusedIn = turn
+			cs := compactions(t, evs)
+			if len(cs) != 1 || cs[0].Reason != "context_length" {
+				t.Errorf("turn %d, refused once: compactions %+v; want exactly one, reason context_length", turn, cs)
+			}
+		}
+	}
+	if refusedIn == 0 || srv.ContextRefusals() != 1 {
+		t.Fatalf("%d refusals (first in turn %d); want exactly one", srv.ContextRefusals(), refusedIn)
+	}
+	var cv agentcore.Context
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/context", nil, &cv)
+	if cv.Window != 12000 {
+		t.Errorf("context window %d; want the 12000 the endpoint named", cv.Window)
+	}
+}
+
+// llama.cpp's older refusal names no sizes: one compaction and one retry
+// still recover; the retry refused too fails the turn, without another
+// request.
+func TestContextLengthRefusalRetriesOnce(t *testing.T) {
+	needSandbox(t)
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectLlamaCpp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, conv, s := contextConversation(t, srv, "")
+	refusal := llmtest.Fault{Status: 400, Message: "the request exceeds the available context size, try increasing it"}
+	for turn := 1; turn <= 2; turn++ {
+		a.send(conv, fmt.Sprintf("turn %d: read both", turn))
+		if _, end := untilTurnEnd(t, s); end != agentcore.EventTurnFinished {
+			t.Fatalf("turn %d: %s", turn, end)
+		}
+	}
+	srv.Inject(refusal)
+	a.send(conv, "turn 3: read both")
+	evs, end := untilTurnEnd(t, s)
+	if cs := compactions(t, evs); end != agentcore.EventTurnFinished || len(cs) != 1 || cs[0].Reason != "context_length" {
+		t.Fatalf("after one refusal: %s, compactions %+v; want the turn finished after one compaction", end, cs)
+	}
+	before := len(srv.Requests())
+	srv.Inject(refusal, llmtest.Fault{}, refusal) // the compaction is answered
+	a.send(conv, "turn 4: read both")
+	evs, end = untilTurnEnd(t, s)
+	if end != agentcore.EventTurnFailed || !strings.Contains(string(evs[len(evs)-1].Data), "context") {
+		t.Fatalf("after two refusals: %s %s; want turn_failed naming the context", end, evs[len(evs)-1].Data)
+	}
+	t.Logf("the turn failed: %s", eventData(t, evs[len(evs)-1]))
+	// The refused request, the compaction, the retry: then it stops.
+	if n := len(srv.Requests()) - before; n != 3 {
+		t.Errorf("%d requests after two refusals; want 3 (request, compaction, retry)", n)
+	}
+}
+
+// A message larger than the whole window fails its turn with an error
+// that says so, before any request; the next small message works.
+func TestMessageLargerThanWindow(t *testing.T) {
+	needSandbox(t)
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, conv, s := contextConversation(t, srv, "")
+	for i, msg := range []string{"turn 1: read both", "turn 2: " + strings.Repeat("word ", 13000)} {
+		before := len(srv.Requests())
+		a.send(conv, msg)
+		evs, end := untilTurnEnd(t, s)
+		if i == 0 {
+			if end != agentcore.EventTurnFinished {
+				t.Fatalf("first turn: %s", end)
+			}
+			continue
+		}
+		if data := string(evs[len(evs)-1].Data); end != agentcore.EventTurnFailed || !strings.Contains(data, "does not fit the model's context window") || !strings.Contains(data, "shorter message") {
+			t.Fatalf("a message over the window: %s %s; want turn_failed saying it does not fit", end, data)
+		}
+		t.Logf("the turn failed: %s", eventData(t, evs[len(evs)-1]))
+		for _, req := range srv.Requests()[before:] {
+			if len(req.Tools) > 0 {
+				t.Errorf("a conversation request was sent for the oversized message")
+			}
+		}
+	}
+	a.send(conv, "turn 3: read both")
+	evs, end := untilTurnEnd(t, s)
+	if end != agentcore.EventTurnFinished || !strings.Contains(replyText(t, evs), "Read both files of turn 3.") {
+		t.Fatalf("the next small message: %s %q", end, replyText(t, evs))
+	}
+	if n := srv.ContextRefusals(); n != 0 {
+		t.Errorf("%d requests refused as too long; want none", n)
+	}
+}
