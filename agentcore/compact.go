@@ -9,10 +9,6 @@ import (
 	"strings"
 )
 
-// EventContextCompacted records a compaction; its payload is a
-// ContextCompacted.
-const EventContextCompacted = "context_compacted"
-
 // window returns the context window of the turn's model: what the LLM
 // says (WindowedLLM), else Config.ContextWindow.
 func (e *Engine) window(ctx context.Context, llm LLM) ContextWindow {

@@ -63,6 +63,7 @@ const (
 	EventSeccompViolation   = "seccomp_violation"   // {"id","name","syscall","command","args","refusal","count"}: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // {"id","name","proto","host","port","addr","verdict","reason","sent","received","duration_ms"}: a connection attempt through the egress proxy (verdict: allowed, refused or failed)
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
+	EventContextCompacted   = "context_compacted"   // a ContextCompacted: older messages summarized, in what the model sees, to fit its context window
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}
