@@ -129,8 +129,10 @@ var (
 // Error is a request to the endpoint that failed. Its text is at most
 // maxErrorText bytes, without the API key or control characters.
 type Error struct {
-	// Endpoint is the request's URL, without credentials.
+	// Endpoint is the request's URL, without credentials; Method its
+	// method, empty for POST.
 	Endpoint string
+	Method   string
 	// StatusCode is the HTTP status; 0 when none arrived (a connection
 	// error, a timeout, or a reply that broke off).
 	StatusCode int
@@ -145,7 +147,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "llm: POST %s: ", e.Endpoint)
+	fmt.Fprintf(&b, "llm: %s %s: ", cmp.Or(e.Method, http.MethodPost), e.Endpoint)
 	if e.StatusCode != 0 {
 		fmt.Fprintf(&b, "%d %s: ", e.StatusCode, http.StatusText(e.StatusCode))
 	}

@@ -137,14 +137,14 @@ func (c *Client) getJSON(ctx context.Context, url, raw string, v any) (found boo
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
-		return false, &Error{Endpoint: url, Message: "invalid request", Attempts: 1}
+		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: "invalid request", Attempts: 1}
 	}
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return false, &Error{Endpoint: url, Message: c.clean(connMessage(err)), Err: err, Attempts: 1}
+		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: c.clean(connMessage(err)), Err: err, Attempts: 1}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
@@ -152,13 +152,13 @@ func (c *Client) getJSON(ctx context.Context, url, raw string, v any) (found boo
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWindowBody+1))
 	if err != nil {
-		return false, &Error{Endpoint: url, Message: c.clean(connMessage(err)), Err: err, Attempts: 1}
+		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: c.clean(connMessage(err)), Err: err, Attempts: 1}
 	}
 	if len(body) > maxWindowBody {
-		return false, &Error{Endpoint: url, Message: "answer longer than " + size(maxWindowBody), Err: ErrTooLarge, Attempts: 1}
+		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: "answer longer than " + size(maxWindowBody), Err: ErrTooLarge, Attempts: 1}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return false, &Error{Endpoint: url, Message: "answer is not the expected JSON", Attempts: 1}
+		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: "answer is not the expected JSON", Attempts: 1}
 	}
 	return true, nil
 }
