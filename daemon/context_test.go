@@ -360,3 +360,42 @@ func TestMessageLargerThanWindow(t *testing.T) {
 		t.Errorf("%d requests refused as too long; want none", n)
 	}
 }
+
+// A model profile's context_window replaces the one the endpoint
+// reports, and its max_tokens is the reply's share; a window too small is
+// refused. Without one, the window is the endpoint's (vLLM's
+// max_model_len).
+func TestModelProfileContextWindow(t *testing.T) {
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	in := newInstance(t, fmt.Sprintf("plugins: []\nllm:\n  base_url: %[1]s\n  model: test\n  allowed_endpoints: [%[1]s]\n", srv.URL()))
+	in.addUser("alice", pw, false)
+	a := in.start().login("alice", pw)
+	status, res, _ := a.do("PUT", "/api/v1/model-profiles/small", map[string]any{"endpoint": srv.URL(), "model": "test", "context_window": 100})
+	if status != http.StatusBadRequest || !strings.Contains(string(res), "context_window") || strings.Contains(string(res), "llm.context_window") {
+		t.Errorf("a window of 100 tokens: %d %s; want 400 naming context_window", status, res)
+	}
+	var prof struct {
+		ContextWindow int `json:"context_window"`
+	}
+	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/small", map[string]any{"endpoint": srv.URL(), "model": "test", "context_window": 8000, "max_tokens": 1000}, &prof)
+	a.must(http.StatusOK, "GET", "/api/v1/model-profiles/small", nil, &prof)
+	if prof.ContextWindow != 8000 {
+		t.Errorf("profile context_window %d; want 8000", prof.ContextWindow)
+	}
+	for _, tc := range []struct {
+		profile        string
+		window, reply int
+	}{{"small", 8000, 1000}, {"", 12000, 12000 / 8}} {
+		var conv conversation
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"model_profile": tc.profile}, &conv)
+		var cv agentcore.Context
+		a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, &cv)
+		if cv.Window != tc.window || cv.ReplyReserve != tc.reply || cv.Budget != tc.window-tc.reply || len(cv.Messages) != 1 || cv.Messages[0].Role != agentcore.RoleSystem {
+			t.Errorf("profile %q: window %d, reserve %d, budget %d, %d messages; want %d, %d, only the system message", tc.profile, cv.Window, cv.ReplyReserve, cv.Budget, len(cv.Messages), tc.window, tc.reply)
+		}
+	}
+}

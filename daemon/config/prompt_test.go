@@ -37,6 +37,11 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 		{"top_p above 1", "llm:\n  top_p: 1.5\n", "llm.top_p"},
 		{"max_tokens zero", "llm:\n  max_tokens: 0\n", "llm.max_tokens"},
 		{"empty stop", "llm:\n  stop: [\"\"]\n", "llm.stop[0]"},
+		{"context window", "llm:\n  context_window: 12000\n  max_tokens: 2000\n", ""},
+		{"context window negative", "llm:\n  context_window: -1\n", "llm.context_window"},
+		{"context window tiny", "llm:\n  context_window: 100\n", "llm.context_window"},
+		{"context window misspelt", "llm:\n  context_windows: 12000\n", "context_windows"},
+		{"max_tokens fills the window", "llm:\n  context_window: 4000\n  max_tokens: 3000\n", "llm.max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
