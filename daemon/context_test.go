@@ -387,7 +387,7 @@ func TestModelProfileContextWindow(t *testing.T) {
 		t.Errorf("profile context_window %d; want 8000", prof.ContextWindow)
 	}
 	for _, tc := range []struct {
-		profile        string
+		profile       string
 		window, reply int
 	}{{"small", 8000, 1000}, {"", 12000, 12000 / 8}} {
 		var conv conversation
