@@ -130,22 +130,9 @@ func compactions(t *testing.T, evs []sseEvent) []agentcore.ContextCompacted {
 func TestLongConversationFitsSmallWindow(t *testing.T) {
 	needSandbox(t)
 	const window = 12000
-	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: window, Dialect: llmtest.DialectVLLM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL()))
-	in.addUser("root", pw, true)
-	in.addUser("alice", pw, false)
-	in.addUser("bob", pw, false)
-	p := in.start()
-	admin, a := p.login("root", pw), p.login("alice", pw)
-	repo := contextRepo(t, admin)
-	var conv conversation
-	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"repository": repo}, &conv)
-	s := a.follow(conv.ID, "")
-	defer s.close()
+	srv := windowServer(t, llmtest.DialectVLLM)
+	p, a, convID, s := contextConversation(t, srv, "")
+	conv := conversation{ID: convID}
 
 	var all []sseEvent
 	for turn := 1; turn <= 20; turn++ {
@@ -228,14 +215,27 @@ func TestLongConversationFitsSmallWindow(t *testing.T) {
 	b.must(http.StatusNotFound, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, nil)
 }
 
+// windowServer is a readingModel endpoint with a 12,000-token window in
+// dialect's wire behaviour.
+func windowServer(t *testing.T, dialect string) *llmtest.Server {
+	t.Helper()
+	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: dialect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // contextConversation starts a server on srv (with extra llm settings),
 // and returns alice's client, a conversation on the file repository and
 // its event stream.
-func contextConversation(t *testing.T, srv *llmtest.Server, extra string) (*client, string, *stream) {
+func contextConversation(t *testing.T, srv *llmtest.Server, extra string) (*proc, *client, string, *stream) {
 	t.Helper()
 	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n%s", srv.URL(), extra))
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
+	in.addUser("bob", pw, false)
 	p := in.start()
 	admin, a := p.login("root", pw), p.login("alice", pw)
 	repo := contextRepo(t, admin)
@@ -243,7 +243,7 @@ func contextConversation(t *testing.T, srv *llmtest.Server, extra string) (*clie
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"repository": repo}, &conv)
 	s := a.follow(conv.ID, "")
 	t.Cleanup(s.close)
-	return a, conv.ID, s
+	return p, a, conv.ID, s
 }
 
 // An endpoint whose window is smaller than the configured one refuses a
@@ -252,12 +252,8 @@ func contextConversation(t *testing.T, srv *llmtest.Server, extra string) (*clie
 // named is kept, so no later request is refused.
 func TestContextLengthRefusalRecovers(t *testing.T) {
 	needSandbox(t)
-	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	a, conv, s := contextConversation(t, srv, "  context_window: 24000\n")
+	srv := windowServer(t, llmtest.DialectVLLM)
+	_, a, conv, s := contextConversation(t, srv, "  context_window: 24000\n")
 	refusedIn := 0
 	for turn := 1; turn <= 8; turn++ {
 		a.send(conv, fmt.Sprintf("turn %d: read both", turn))
@@ -288,12 +284,8 @@ func TestContextLengthRefusalRecovers(t *testing.T) {
 // request.
 func TestContextLengthRefusalRetriesOnce(t *testing.T) {
 	needSandbox(t)
-	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectLlamaCpp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	a, conv, s := contextConversation(t, srv, "")
+	srv := windowServer(t, llmtest.DialectLlamaCpp)
+	_, a, conv, s := contextConversation(t, srv, "")
 	refusal := llmtest.Fault{Status: 400, Message: "the request exceeds the available context size, try increasing it"}
 	for turn := 1; turn <= 2; turn++ {
 		a.send(conv, fmt.Sprintf("turn %d: read both", turn))
@@ -325,12 +317,8 @@ func TestContextLengthRefusalRetriesOnce(t *testing.T) {
 // that says so, before any request; the next small message works.
 func TestMessageLargerThanWindow(t *testing.T) {
 	needSandbox(t)
-	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	a, conv, s := contextConversation(t, srv, "")
+	srv := windowServer(t, llmtest.DialectVLLM)
+	_, a, conv, s := contextConversation(t, srv, "")
 	for i, msg := range []string{"turn 1: read both", "turn 2: " + strings.Repeat("word ", 13000)} {
 		before := len(srv.Requests())
 		a.send(conv, msg)
@@ -366,11 +354,7 @@ func TestMessageLargerThanWindow(t *testing.T) {
 // refused. Without one, the window is the endpoint's (vLLM's
 // max_model_len).
 func TestModelProfileContextWindow(t *testing.T) {
-	srv, err := llmtest.StartServer(readingModel(), llmtest.Options{Model: "test", ContextWindow: 12000, Dialect: llmtest.DialectVLLM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := windowServer(t, llmtest.DialectVLLM)
 	in := newInstance(t, fmt.Sprintf("plugins: []\nllm:\n  base_url: %[1]s\n  model: test\n  allowed_endpoints: [%[1]s]\n", srv.URL()))
 	in.addUser("alice", pw, false)
 	a := in.start().login("alice", pw)
