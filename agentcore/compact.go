@@ -87,7 +87,7 @@ func (e *Engine) request(t *Turn, msgs []Message, sys string, specs []ToolSpec, 
 	}
 	cv := buildContext(in)
 	if force != "" && cv.compactTo == 0 {
-		cv.compactTo = cv.newestUser
+		cv.compactTo = cv.furthest
 	}
 	if (!cv.Fits || force != "") && cv.compactTo > 0 {
 		reason := force

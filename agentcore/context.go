@@ -130,10 +130,9 @@ type Context struct {
 	// index, after which the kept history fits comfortably (or the
 	// newest user message); 0 when no compaction can help.
 	compactTo int
-	// newestUser is the newest user message's index, 0 when it is the
-	// first message after a compaction in effect: the furthest a
-	// compaction can go.
-	newestUser int
+	// furthest is the latest end a compaction can have (see
+	// compactionEnd); 0: none.
+	furthest int
 	// from is the first history index a compaction covers.
 	from int
 }
@@ -328,6 +327,15 @@ func buildContext(in contextInput) Context {
 		// A subagent's own instructions: part of the system message.
 		sys, first = withSystem(sys, hist[:1])[0].Content, 1
 	}
+	// The newest user message is always shown, also when a compaction
+	// within its turn covers it.
+	newest := -1
+	for i := len(hist) - 1; i >= first; i-- {
+		if hist[i].Role == RoleUser {
+			newest = i
+			break
+		}
+	}
 	start := first
 	if s := in.summary; s != nil && s.To > first && s.To <= len(hist) {
 		sys += "\n\nSummary of the earlier part of this conversation (those messages are no longer shown to you; ask the user or re-run a tool if you need their details):\n" + s.Summary
@@ -335,9 +343,15 @@ func buildContext(in contextInput) Context {
 		c.Summary = &ContextSummary{From: s.From, To: s.To, Tokens: tokensOf(len(s.Summary), in.ratio)}
 	}
 	c.from = first
-	msgs := make([]Message, 0, len(hist)-start+1)
-	msgs = append(msgs, Message{Role: RoleSystem, Content: sys})
-	msgs = append(msgs, hist[start:]...)
+	msgs := make([]Message, 0, len(hist)-start+2)
+	idx := make([]int, 0, len(hist)-start+2) // history index of each of msgs
+	msgs, idx = append(msgs, Message{Role: RoleSystem, Content: sys}), append(idx, -1)
+	if newest >= 0 && newest < start {
+		msgs, idx = append(msgs, hist[newest]), append(idx, newest)
+	}
+	for i := start; i < len(hist); i++ {
+		msgs, idx = append(msgs, hist[i]), append(idx, i)
+	}
 	c.ToolTokens = tokensOf(toolBytes(in.tools), in.ratio)
 	sizes := make([]int, len(msgs))
 	total := c.ToolTokens
@@ -390,17 +404,17 @@ func buildContext(in contextInput) Context {
 	c.req = Request{Messages: msgs, Tools: in.tools}
 	c.Messages = make([]ContextMessage, len(msgs))
 	for i, m := range msgs {
-		cm := ContextMessage{Role: m.Role, Index: start + i - 1, Bytes: len(m.Content), Tokens: sizes[i], ToolCallID: m.ToolCallID, Elided: elided[i] > 0, ElidedBytes: elided[i]}
+		cm := ContextMessage{Role: m.Role, Index: idx[i], Bytes: len(m.Content), Tokens: sizes[i], ToolCallID: m.ToolCallID, Elided: elided[i] > 0, ElidedBytes: elided[i]}
 		if i == 0 {
-			cm.Index, cm.Summary = -1, c.Summary != nil
+			cm.Summary = c.Summary != nil
 		}
 		for _, tc := range m.ToolCalls {
 			cm.ToolCalls = append(cm.ToolCalls, tc.Name)
 		}
 		c.Messages[i] = cm
 	}
-	best, newest := compactionEnd(msgs, sizes, start, total-sum(sizes[1:]), c.Budget)
-	c.newestUser = newest
+	best, furthest := compactionEnd(msgs, idx, sizes, newest, start, total-sum(sizes[1:]), c.Budget)
+	c.furthest = furthest
 	if !c.Fits {
 		c.compactTo = best
 	}
@@ -416,34 +430,44 @@ func sum(s []int) int {
 }
 
 // compactionEnd picks where a compaction of the history before it should
-// end: the earliest user message after which the kept messages take at
+// end (msgs and their history indexes idx; newest is the newest user
+// message's). A compaction ends at a user message, or, within the newest
+// user message's turn, at an assistant message (a step: its tool calls
+// follow it with their answers); the newest user message is shown
+// anyway. best is the earliest end after which the kept messages take at
 // most half of what the budget leaves besides fixed (system message and
-// tools), so that a few turns stay verbatim; else the newest user
-// message, which it also returns. msgs[1:] are history[start:]. 0: no
-// user message after start, so no compaction can help.
-func compactionEnd(msgs []Message, sizes []int, start, fixed, budget int) (best, newest int) {
+// tools), so that some recent work stays verbatim; furthest is the
+// latest end. 0, 0: no end after start, so no compaction can help.
+func compactionEnd(msgs []Message, idx, sizes []int, newest, start, fixed, budget int) (best, furthest int) {
 	room := (budget - fixed) / 2
+	newestSize := 0
+	for i, x := range idx {
+		if x == newest {
+			newestSize = sizes[i]
+		}
+	}
 	suffix := 0
-	for i := len(msgs) - 1; i >= 1; i-- {
+	for i := len(msgs) - 1; i >= 1 && idx[i] > start; i-- {
 		suffix += sizes[i]
-		if msgs[i].Role != RoleUser {
+		m := msgs[i]
+		if m.Role != RoleUser && (m.Role != RoleAssistant || idx[i] <= newest) {
 			continue
 		}
-		idx := start + i - 1
-		if newest == 0 {
-			newest = idx
+		if furthest == 0 {
+			furthest = idx[i]
 		}
-		if suffix <= room {
-			best = idx
+		kept := suffix
+		if idx[i] > newest {
+			kept += newestSize // shown before the kept messages
+		}
+		if kept <= room {
+			best = idx[i]
 		}
 	}
-	if newest <= start {
-		return 0, 0 // nothing before it to compact
+	if best == 0 {
+		best = furthest
 	}
-	if best <= start {
-		best = newest
-	}
-	return best, newest
+	return best, furthest
 }
 
 // elisionStub is what stands for an elided tool output of n bytes: what

@@ -105,6 +105,27 @@ func TestBuildContext(t *testing.T) {
 		}
 		checkPairs(t, c2.req)
 	})
+	t.Run("within one turn", func(t *testing.T) {
+		// One user message and many steps (a long turn, a subagent): the
+		// compaction ends at a step, and the user message stays shown.
+		in := in
+		in.history = []Message{{Role: RoleUser, Content: "the task"}}
+		for i := range 8 {
+			id := fmt.Sprintf("s%d", i)
+			in.history = append(in.history, Message{Role: RoleAssistant, Content: strings.Repeat("t", 1500), ToolCalls: []ToolCall{{ID: id, Name: "read_file", Arguments: "{}"}}}, Message{Role: RoleTool, ToolCallID: id, Content: "out"})
+		}
+		in.window = ContextWindow{Tokens: 4000, Reply: 500}
+		c := buildContext(in)
+		if c.Fits || c.compactTo <= 0 || in.history[c.compactTo].Role != RoleAssistant {
+			t.Fatalf("fits %v, compactTo %d; want a compaction ending at a step", c.Fits, c.compactTo)
+		}
+		in.summary = &ContextCompacted{Summary: "S", To: c.compactTo}
+		c = buildContext(in)
+		if !c.Fits || c.req.Messages[1].Content != "the task" || c.Messages[1].Index != 0 || c.Messages[2].Index != in.summary.To {
+			t.Fatalf("after it: fits %v, messages %+v; want the task, then the history from %d", c.Fits, c.Messages[:3], in.summary.To)
+		}
+		checkPairs(t, c.req)
+	})
 	t.Run("newest message alone too large", func(t *testing.T) {
 		in := in
 		in.history = []Message{{Role: RoleUser, Content: strings.Repeat("z", 30000)}}
