@@ -129,9 +129,9 @@ func (c *Client) discoverWindow(ctx context.Context) (int, error) {
 
 // getJSON reads raw's JSON answer into v, at most maxWindowBody bytes;
 // url is raw without credentials, for errors.
-// found is false for a 404 or another non-2xx status (the endpoint does
-// not serve it); err for a failed connection or an answer that is not
-// JSON.
+// found is false for a 404 or another non-2xx status, or an answer that
+// is not JSON (the endpoint does not serve it); err for a failed
+// connection or an answer too large.
 func (c *Client) getJSON(ctx context.Context, url, raw string, v any) (found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, min(c.timeout, windowTimeout))
 	defer cancel()
@@ -157,8 +157,10 @@ func (c *Client) getJSON(ctx context.Context, url, raw string, v any) (found boo
 	if len(body) > maxWindowBody {
 		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: "answer longer than " + size(maxWindowBody), Err: ErrTooLarge, Attempts: 1}
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return false, &Error{Method: http.MethodGet, Endpoint: url, Message: "answer is not the expected JSON", Attempts: 1}
+	if json.Unmarshal(body, v) != nil {
+		// Not this API (a web page behind the same host, say): it says
+		// nothing of the window.
+		return false, nil
 	}
 	return true, nil
 }
