@@ -172,6 +172,17 @@ func TestLongConversationFitsSmallWindow(t *testing.T) {
 	if n := srv.ContextRefusals(); n != 0 {
 		t.Errorf("%d requests refused as too long; want none", n)
 	}
+	stubs := 0
+	for _, req := range srv.Requests() {
+		for _, m := range req.Messages {
+			if m.Role == agentcore.RoleTool && strings.Contains(m.Content, "elided to fit the context window: read_file {\"path\":") && strings.Contains(m.Content, "call it again") {
+				stubs++
+			}
+		}
+	}
+	if stubs == 0 {
+		t.Error("no request carried an elided tool output's stub")
+	}
 	cs := compactions(t, all)
 	if len(cs) == 0 {
 		t.Fatal("no context_compacted event in 20 turns")
