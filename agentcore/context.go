@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -120,7 +121,8 @@ type Context struct {
 	Fits bool `json:"fits"`
 	// Summary, if set, is the compaction the system message carries.
 	Summary *ContextSummary `json:"summary,omitempty"`
-	// Elided counts the tool outputs replaced by a stub.
+	// Elided counts the tool outputs replaced by a stub, and the
+	// assistant messages whose large tool call arguments were.
 	Elided int `json:"elided"`
 	// Messages are the request's messages, in order.
 	Messages []ContextMessage `json:"messages"`
@@ -155,8 +157,9 @@ type ContextMessage struct {
 	// ToolCalls are the names of the calls an assistant message makes.
 	ToolCalls  []string `json:"tool_calls,omitempty"`
 	ToolCallID string   `json:"tool_call_id,omitempty"`
-	// Elided: a tool output replaced by a stub of Bytes; ElidedBytes
-	// were left out.
+	// Elided: a tool output replaced by a stub of Bytes, or an
+	// assistant message's large tool call arguments by stubs;
+	// ElidedBytes were left out.
 	Elided      bool `json:"elided,omitempty"`
 	ElidedBytes int  `json:"elided_bytes,omitempty"`
 	// Summary: the system message carries the compaction's summary.
@@ -284,6 +287,9 @@ func requestBytes(req Request) int {
 	return n
 }
 
+// maxKeptArguments is the size of tool call arguments never elided.
+const maxKeptArguments = 1024
+
 func tokensOf(bytes int, ratio float64) int { return int(math.Ceil(float64(bytes) * ratio)) }
 
 // defaultReplyReserve is the share of a window kept for the reply when
@@ -392,6 +398,37 @@ func buildContext(in contextInput) Context {
 				}
 				elided[i] = len(m.Content)
 				msgs[i].Content = stub
+				n := tokensOf(messageBytes(msgs[i]), in.ratio)
+				total -= sizes[i] - n
+				sizes[i] = n
+				c.Elided++
+			}
+			if pass == 1 {
+				continue
+			}
+			// Then large arguments of older calls (a write_file's
+			// content): their results say what happened.
+			for i := 1; i < latest-1 && total > c.Budget; i++ {
+				m := msgs[i]
+				if m.Role != RoleAssistant {
+					continue
+				}
+				tcs, cut := m.ToolCalls, 0
+				for j, tc := range tcs {
+					if len(tc.Arguments) <= maxKeptArguments {
+						continue
+					}
+					if cut == 0 {
+						tcs = slices.Clone(tcs) // the history's own must not change
+					}
+					cut += len(tc.Arguments)
+					tcs[j].Arguments = fmt.Sprintf(`{"elided":"%d bytes of arguments left out to fit the context window"}`, len(tc.Arguments))
+				}
+				if cut == 0 {
+					continue
+				}
+				msgs[i].ToolCalls = tcs
+				elided[i] += cut
 				n := tokensOf(messageBytes(msgs[i]), in.ratio)
 				total -= sizes[i] - n
 				sizes[i] = n

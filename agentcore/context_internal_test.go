@@ -105,6 +105,25 @@ func TestBuildContext(t *testing.T) {
 		}
 		checkPairs(t, c2.req)
 	})
+	t.Run("old large arguments elided", func(t *testing.T) {
+		in := in
+		big := `{"path":"x","content":"` + strings.Repeat("w", 20000) + `"}`
+		in.history = []Message{{Role: RoleUser, Content: "write it"},
+			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "w", Name: "write_file", Arguments: big}}},
+			{Role: RoleTool, ToolCallID: "w", Content: "wrote 20000 bytes"},
+			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "r", Name: "read_file", Arguments: `{"path":"x"}`}}},
+			{Role: RoleTool, ToolCallID: "r", Content: "short"}}
+		in.window = ContextWindow{Tokens: 4000, Reply: 500}
+		c := buildContext(in)
+		args := c.req.Messages[2].ToolCalls[0].Arguments
+		if !c.Fits || !strings.Contains(args, "20025 bytes of arguments left out") || !c.Messages[2].Elided {
+			t.Fatalf("fits %v, arguments %.80q; want them elided", c.Fits, args)
+		}
+		if in.history[1].ToolCalls[0].Arguments != big {
+			t.Error("the history's own tool call changed")
+		}
+		checkPairs(t, c.req)
+	})
 	t.Run("within one turn", func(t *testing.T) {
 		// One user message and many steps (a long turn, a subagent): the
 		// compaction ends at a step, and the user message stays shown.
