@@ -20,6 +20,9 @@ import (
 type instantLLM struct{}
 
 func (instantLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
+	if len(req.Tools) == 0 { // a compaction
+		return &chunks{c: []agentcore.Chunk{{Text: "summary"}, {FinishReason: "stop"}}}, nil
+	}
 	if req.Messages[len(req.Messages)-1].Role == agentcore.RoleUser {
 		return &chunks{c: []agentcore.Chunk{{ToolCall: &agentcore.ToolCall{ID: "c", Name: "shell", Arguments: `{"command":"true"}`}}, {FinishReason: "tool_calls"}}}, nil
 	}
@@ -46,6 +49,7 @@ func (s *chunks) Close() error { return nil }
 func BenchmarkToolRoundTrip(b *testing.B) {
 	h := newHarness(b, &llmtest.Script{}, func(c *agentcore.Config) {
 		c.LLM, c.ShellAlwaysAllow = instantLLM{}, true
+		c.ContextWindow = 32000 // budgeting on: the conversation grows with every turn
 	})
 	// The bare exec runs in a Session of its own over the same kind of
 	// layer, as the engine's is.

@@ -61,6 +61,18 @@
 // can be cancelled (Turn.Cancel): the model stream and running commands
 // are killed, and turn_cancelled is emitted.
 //
+// Context window. Each request is built by one function from the stored
+// history (Engine.Context shows the result): when the model's window (a
+// WindowedLLM's, else Config.ContextWindow), less the part kept for the
+// reply, cannot hold it by an estimate calibrated per model from the
+// endpoint's usage reports, old tool outputs become stubs that say how to
+// get them again, then older turns are summarized by one model call
+// (context_compacted; the stored messages stay). The system prompt, the
+// newest user message and each tool call with its answer are never
+// dropped. An endpoint's refusal (ErrContextLength) brings one compaction
+// and one retry; a newest message that cannot fit fails the turn
+// (ErrContextTooSmall).
+//
 // Events. Every step is an Event with a per-conversation sequence number
 // that the Store assigns (1, 2, 3, … without gaps); Engine.Subscribe
 // replays stored events after a given Seq and then follows new ones. Each

@@ -118,6 +118,11 @@ type Config struct {
 	// is counted, and the reply's last reasoning_delta says how much
 	// was not kept.
 	MaxReasoning int
+	// ContextWindow is the model's context length in tokens when the LLM
+	// does not tell it (WindowedLLM); 0: unknown, requests are not
+	// budgeted until an endpoint's refusal says the length (see
+	// Context).
+	ContextWindow int
 	// SystemPrompt is the template of the system message, the first
 	// message of every request, executed with PromptData at each model
 	// call (see ParsePrompt); nil means DefaultPrompt.
@@ -175,6 +180,7 @@ type Engine struct {
 	cfg   Config
 	log   *slog.Logger
 	tools registry
+	calib calibrations // token estimates, by model
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -217,6 +223,12 @@ type conv struct {
 	// hostNet: a host read-only investigation's network decision, once
 	// known (nil: not asked yet).
 	hostNet *bool
+
+	// sum is the compaction in effect for the conversation's history,
+	// once loaded (sumLoaded).
+	sumMu     sync.Mutex
+	sum       *ContextCompacted
+	sumLoaded bool
 }
 
 // New returns an Engine with the built-in tools registered: shell,

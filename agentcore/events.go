@@ -205,3 +205,24 @@ type TurnUsage struct {
 	// endpoint reported none).
 	Estimated int `json:"estimated"`
 }
+
+// EventContextCompacted's payload: older messages of the conversation
+// were replaced, in what the model sees, by Summary. The stored messages
+// stay as they were.
+type ContextCompacted struct {
+	// Summary is the model-written summary that stands for messages
+	// [From, To) of the conversation's history.
+	Summary string `json:"summary"`
+	From    int    `json:"from"`
+	To      int    `json:"to"`
+	// TokensBefore and TokensAfter are the estimated prompt tokens of
+	// the request before and after.
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+	// Reason is "budget" (the request would not have fit) or
+	// "context_length" (the endpoint refused it).
+	Reason string `json:"reason"`
+	// Agent names the subagent whose history it is; empty for the
+	// conversation's.
+	Agent string `json:"agent,omitempty"`
+}

@@ -62,6 +62,8 @@ func TestEventPayloads(t *testing.T) {
 		{agentcore.EventUsage, agentcore.Usage{Model: "m", PromptTokens: 10, CompletionTokens: 2, Reported: true},
 			`{"model":"m","prompt_tokens":10,"completion_tokens":2,"reported":true}`},
 		{agentcore.EventReasoningDelta, agentcore.ReasoningDelta{Text: "hm", Omitted: 7}, `{"text":"hm","omitted":7}`},
+		{agentcore.EventContextCompacted, agentcore.ContextCompacted{Summary: "s", From: 1, To: 9, TokensBefore: 900, TokensAfter: 300, Reason: "budget", Agent: "sub1"},
+			`{"summary":"s","from":1,"to":9,"tokens_before":900,"tokens_after":300,"reason":"budget","agent":"sub1"}`},
 		{agentcore.EventTurnUsage, agentcore.TurnUsage{Calls: 2, PromptTokens: 100, CompletionTokens: 20, Estimated: 1},
 			`{"calls":2,"prompt_tokens":100,"completion_tokens":20,"estimated":1}`},
 		{agentcore.EventTurnFinished, agentcore.TurnFinished{Reason: "max_steps", Message: "Stopped after 50 model calls"}, `{"reason":"max_steps","message":"Stopped after 50 model calls"}`},

@@ -66,6 +66,7 @@ const (
 	EventSeccompViolation   = "seccomp_violation"   // SeccompViolation: blocklisted calls a command made, let through in seccomp log mode
 	EventEgress             = "egress"              // Egress: a connection attempt through the egress proxy
 	EventUsage              = "usage"               // a Usage: the tokens of one model call, reported by the endpoint or estimated
+	EventContextCompacted   = "context_compacted"   // ContextCompacted: older messages summarized, in what the model sees, to fit its context window
 	EventTurnUsage          = "turn_usage"          // TurnUsage: the tokens of all the turn's model calls, just before its last event (turn_finished, turn_failed or turn_cancelled); none if it made no call
 	EventTurnFinished       = "turn_finished"       // TurnFinished: reason "stop", "max_steps" or "repeating" (the same tool calls Config.RepeatLimit times in a row)
 	EventTurnFailed         = "turn_failed"         // TurnFailed

@@ -283,3 +283,21 @@ func toolsInText(specs []ToolSpec) string {
 	b.WriteString("</tools>")
 	return b.String()
 }
+
+// inMode returns req as the turn's model is sent it: in ToolCallsText
+// mode the tools are described in the system message, none is sent as
+// a tool, and the history's calls and results are text. The budget is
+// made on the native shape, whose size is about the same.
+func (t *Turn) inMode(req Request) Request {
+	if t.mode != ToolCallsText {
+		return req
+	}
+	msgs := req.Messages
+	sys := ""
+	if len(msgs) > 0 && msgs[0].Role == RoleSystem {
+		sys, msgs = msgs[0].Content, msgs[1:]
+	}
+	req.Messages = withSystem(sys+toolsInText(req.Tools), textHistory(msgs))
+	req.Tools = nil
+	return req
+}

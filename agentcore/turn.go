@@ -44,6 +44,9 @@ type Turn struct {
 	secrets map[string]string // the user's secrets, name → value
 	llm     LLM               // the turn's model, chosen as it begins (Config.Model)
 	mode    ToolCallMode      // how llm calls tools
+	window  ContextWindow     // llm's, known once llm is chosen
+	winSet  bool
+	sum     *ContextCompacted // a subagent's compaction in effect
 	red     *redactor
 	log     *slog.Logger
 	usage   *turnUsage // shared with its subagents
@@ -230,6 +233,9 @@ func (e *Engine) loop(t *Turn) error {
 			t.mode = m.mode
 		}
 	}
+	if !t.winSet {
+		t.window, t.winSet = e.window(ctx, t.llm), true
+	}
 	// The last step's calls' key and how often they came in a row
 	// (RepeatLimit).
 	var last callKey
@@ -247,17 +253,30 @@ func (e *Engine) loop(t *Turn) error {
 		if err != nil {
 			return err
 		}
-		if t.mode == ToolCallsText {
-			sys += toolsInText(specs)
-			msgs, specs = textHistory(msgs), nil
-		}
-		req := Request{Messages: withSystem(sys, msgs), Tools: specs}
 		if step > 0 || t.sub != nil { // StartTurn asked for the first
 			if err := e.allowCall(t); err != nil {
 				return err
 			}
 		}
-		reply, refused, keys, err := e.stream(t, req)
+		req, err := e.request(t, msgs, sys, specs, "")
+		if err != nil {
+			return err
+		}
+		reply, refused, keys, err := e.stream(t, t.inMode(req))
+		if errors.Is(err, ErrContextLength) {
+			// One compaction and one retry; a second refusal fails the
+			// turn.
+			if req, err = e.recover(t, req, msgs, sys, specs, err); err != nil {
+				return err
+			}
+			if err := e.allowCall(t); err != nil {
+				return err
+			}
+			reply, refused, keys, err = e.stream(t, t.inMode(req))
+			if errors.Is(err, ErrContextLength) {
+				err = fmt.Errorf("the endpoint refused the request as too long for the model's context window again, after the conversation was compacted; send a shorter message or start a new conversation: %w", err)
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -549,7 +568,9 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 		e.emit(t.c, t.ID, t.red, t.log, EventReasoningDelta, ReasoningDelta{Omitted: omitted})
 	}
 	reply.Content = t.red.String(text.String())
-	if !usage.Reported {
+	if usage.Reported {
+		e.calib.observe(t.window.Model, requestBytes(req), usage.PromptTokens)
+	} else {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
 	e.recordUsage(t, usage)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 		if err != nil {
 			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
 		}
-		client, err := llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling)})
+		client, err := llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling), ContextWindow: cmp.Or(p.ContextWindow, cfg.LLM.ContextWindow)})
 		switch {
 		case err != nil:
 			return nil, err

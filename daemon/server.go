@@ -264,7 +264,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), kindSetupGC, nil)
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
-		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling})
+		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling, ContextWindow: cfg.LLM.ContextWindow})
 		if err != nil {
 			return nil, err
 		}

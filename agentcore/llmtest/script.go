@@ -74,6 +74,10 @@ type Script struct {
 	// message contains a Branch's Match is answered from its Steps (the
 	// first matching Branch; counted the same way) instead of Steps.
 	Branches []Branch `json:"branches,omitempty"`
+	// Reply, when set, answers every request in place of Steps and
+	// Branches: for conversations whose requests do not hold every
+	// earlier reply (a compacted history). Its error fails the request.
+	Reply func(req agentcore.Request) (Step, error) `json:"-"`
 }
 
 // Branch is a separate transcript within a Script; see Script.Branches.
@@ -149,6 +153,13 @@ func (s *Script) reply(req agentcore.Request) (Step, int, error) {
 			first = m.Content
 		}
 	}
+	if s.Reply != nil {
+		st, err := s.Reply(req)
+		if err != nil {
+			return Step{}, n, err
+		}
+		return st.filled(n), n, nil
+	}
 	steps := s.Steps
 	for _, b := range s.Branches {
 		if b.Match != "" && strings.Contains(first, b.Match) {
@@ -169,6 +180,11 @@ func (s *Script) reply(req agentcore.Request) (Step, int, error) {
 			return Step{}, n, fmt.Errorf("%w: step %d expects the last message to contain %q, got %q", ErrMismatch, n, st.Expect, last)
 		}
 	}
+	return st.filled(n), n, nil
+}
+
+// filled is st, step n, with its tool call IDs and arguments filled in.
+func (st Step) filled(n int) Step {
 	var calls []agentcore.ToolCall
 	if len(st.ToolCalls) > 0 {
 		calls = make([]agentcore.ToolCall, len(st.ToolCalls))
@@ -183,7 +199,7 @@ func (s *Script) reply(req agentcore.Request) (Step, int, error) {
 		calls[i] = tc
 	}
 	st.ToolCalls = calls
-	return st, n, nil
+	return st
 }
 
 // finishReason is OpenAI's finish_reason for a reply.

@@ -35,6 +35,14 @@ type Options struct {
 	// "reasoning_content" (the default: DeepSeek's API, llama.cpp, vLLM
 	// before 0.11) or "reasoning" (vLLM since).
 	ReasoningField string
+	// ContextWindow, when set, is the served model's context length in
+	// tokens (CountTokens), enforced as Dialect's server does: a request
+	// too long is refused with its 400 and recorded (ContextRefusals),
+	// usage reports CountTokens, and the window is reported where
+	// Dialect's server reports it.
+	ContextWindow int
+	// Dialect is DialectVLLM (default) or DialectLlamaCpp.
+	Dialect string
 }
 
 // Server is an OpenAI-compatible HTTP endpoint that answers from a Script:
@@ -59,6 +67,8 @@ type Server struct {
 	failN      int
 	failStatus int
 	faults     []Fault // for the next chat requests, see Inject
+	tokens     []int   // CountTokens of each request, see PromptTokens
+	refused    int     // requests over Options.ContextWindow
 }
 
 // NewServer starts a Server for s on a free port of 127.0.0.1, like
@@ -104,6 +114,7 @@ func StartServer(s *Script, opts Options) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", srv.chat)
 	mux.HandleFunc("POST /v1/embeddings", srv.embeddings)
 	mux.HandleFunc("GET /v1/models", srv.models)
+	mux.HandleFunc("GET /props", srv.props)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
@@ -225,6 +236,7 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	srv.mu.Lock()
 	srv.requests = append(srv.requests, req)
 	srv.bodies = append(srv.bodies, body)
+	srv.tokens = append(srv.tokens, CountTokens(req))
 	srv.mu.Unlock()
 	if srv.injected(w) {
 		return
@@ -235,6 +247,9 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(wr.Messages) == 0 {
 		writeError(w, http.StatusBadRequest, "messages: must not be empty")
+		return
+	}
+	if srv.overLength(w, CountTokens(req), wr.maxTokens()) {
 		return
 	}
 	st, _, err := srv.script.reply(req)
@@ -248,6 +263,10 @@ func (srv *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	id := fmt.Sprintf("chatcmpl-llmtest-%d", srv.seq.Add(1))
 	usage := wireUsage{PromptTokens: promptTokens(req), CompletionTokens: len(pieces(st.Reasoning, textPiece)) + len(pieces(st.Text, textPiece)) + len(st.ToolCalls)}
+	if srv.opts.ContextWindow > 0 {
+		usage.PromptTokens = CountTokens(req)
+		usage.CompletionTokens = CountTokens(agentcore.Request{Messages: []agentcore.Message{{Content: st.Text, ToolCalls: st.ToolCalls}}})
+	}
 	if st.PromptTokens > 0 {
 		usage.PromptTokens = st.PromptTokens
 	}
@@ -440,7 +459,15 @@ func (srv *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 }
 
 func (srv *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, wireModels{Object: "list", Data: []wireModel{{ID: srv.opts.Model, Object: "model", OwnedBy: "llmtest"}}})
+	m := wireModel{ID: srv.opts.Model, Object: "model", OwnedBy: "llmtest"}
+	if srv.opts.ContextWindow > 0 {
+		if srv.opts.Dialect == DialectLlamaCpp {
+			m.Meta = map[string]int{"n_ctx_train": 4 * srv.opts.ContextWindow}
+		} else {
+			m.MaxModelLen = srv.opts.ContextWindow
+		}
+	}
+	writeJSON(w, http.StatusOK, wireModels{Object: "list", Data: []wireModel{m}})
 }
 
 // embeddingInputs decodes "input": a string or an array of strings.

@@ -17,6 +17,8 @@ type wireRequest struct {
 	Messages      []wireMessage `json:"messages"`
 	Tools         []wireTool    `json:"tools,omitempty"`
 	Stream        bool          `json:"stream"`
+	MaxTokens     *int          `json:"max_tokens,omitempty"`
+	MaxCompletion *int          `json:"max_completion_tokens,omitempty"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options,omitempty"`
@@ -186,4 +188,19 @@ type wireModel struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// MaxModelLen is vLLM's context length; Meta llama.cpp's model data.
+	MaxModelLen int            `json:"max_model_len,omitempty"`
+	Meta        map[string]int `json:"meta,omitempty"`
+}
+
+// maxTokens is the request's max_tokens (or max_completion_tokens), 0
+// when unset.
+func (w *wireRequest) maxTokens() int {
+	switch {
+	case w.MaxCompletion != nil:
+		return *w.MaxCompletion
+	case w.MaxTokens != nil:
+		return *w.MaxTokens
+	}
+	return 0
 }

@@ -282,6 +282,7 @@ func (s *Server) routes() {
 	conv.Post("/cancel", s.cancelTurn)
 	conv.Get("/events", s.events)
 	conv.Get("/approvals", s.listApprovals)
+	conv.Get("/context", s.conversationContext)
 	conv.Post("/approvals/:aid", s.decide)
 	conv.Get("/workspace/diff", s.diff)
 	conv.Get("/workspace/files", s.files)

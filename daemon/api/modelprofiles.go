@@ -29,14 +29,17 @@ type ModelProfile struct {
 	// ToolCalls is the profile's own tool call mode (native, text or
 	// auto); empty: the server's llm.tool_calls.
 	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
-	Updated   time.Time              `json:"updated"`
+	// ContextWindow is the profile's own context length in tokens; 0:
+	// the server's (llm.context_window, or what the endpoint reports).
+	ContextWindow int       `json:"context_window,omitempty"`
+	Updated       time.Time `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
 	// neither its endpoint nor its key can be read; store it again.
 	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
-	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ToolCalls: p.ToolCalls, Updated: m.Updated}
+	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ToolCalls: p.ToolCalls, ContextWindow: p.ContextWindow, Updated: m.Updated}
 }
 
 // maxModelName bounds a profile's model name, in bytes.
@@ -114,7 +117,8 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		Model    string `json:"model"`
 		APIKey   string `json:"api_key"`
 		llm.Sampling
-		ToolCalls string `json:"tool_calls"`
+		ToolCalls     string `json:"tool_calls"`
+		ContextWindow int    `json:"context_window"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -160,10 +164,10 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	}
 	// The client the turns will build, built now: a key with whitespace
 	// or a "Bearer " prefix is refused here rather than at the turn.
-	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling}); err != nil {
+	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ContextWindow: req.ContextWindow}); err != nil {
 		return badRequest("%s", profileKeys.Replace(err.Error()))
 	}
-	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ToolCalls: agentcore.ToolCallMode(req.ToolCalls)}
+	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ToolCalls: agentcore.ToolCallMode(req.ToolCalls), ContextWindow: req.ContextWindow}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)
@@ -176,7 +180,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 
 // profileKeys names a profile's fields in llm.New's errors, which name
 // the server's configuration keys.
-var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop", "llm.extra_body", "extra_body")
+var profileKeys = strings.NewReplacer("llm.api_key", "api_key", "llm.temperature", "temperature", "llm.top_p", "top_p", "llm.max_tokens", "max_tokens", "llm.stop", "stop", "llm.extra_body", "extra_body", "llm.context_window", "context_window")
 
 func (s *Server) deleteModelProfile(c *fiber.Ctx) error {
 	err := s.d.Secrets.DeleteProfile(c.UserContext(), user(c).ID, c.Params("name"))

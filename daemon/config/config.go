@@ -224,6 +224,9 @@ type LLM struct {
 	// RepeatLimit stops a turn at the same tool call with the same
 	// arguments this many times in a row (default 3, at least 2).
 	RepeatLimit int `yaml:"repeat_limit"`
+	// ContextWindow is the model's context length in tokens; 0: read
+	// from the endpoint. A model profile's own replaces it.
+	ContextWindow int `yaml:"context_window"`
 }
 
 // Sandbox configures the workspace_isolation plugin.
@@ -438,6 +441,9 @@ func (c Config) Validate() error {
 	errs = append(errs, c.Retrieval.validate(c.LLM.BaseURL)...)
 	errs = append(errs, c.LLM.validateEndpoints()...)
 	if err := c.LLM.Sampling.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := llm.CheckContextWindow(c.LLM.ContextWindow, c.LLM.Sampling.MaxTokens); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := c.LLM.Prompt(); err != nil {

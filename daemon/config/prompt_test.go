@@ -45,6 +45,11 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 		{"tool call mode misspelt", "llm:\n  tool_calls: txt\n", "llm.tool_calls"},
 		{"repeat_limit 1", "llm:\n  repeat_limit: 1\n", "llm.repeat_limit"},
 		{"max_steps 0", "llm:\n  max_steps: 0\n", "llm.max_steps"},
+		{"context window", "llm:\n  context_window: 12000\n  max_tokens: 2000\n", ""},
+		{"context window negative", "llm:\n  context_window: -1\n", "llm.context_window"},
+		{"context window tiny", "llm:\n  context_window: 100\n", "llm.context_window"},
+		{"context window misspelt", "llm:\n  context_windows: 12000\n", "context_windows"},
+		{"max_tokens fills the window", "llm:\n  context_window: 4000\n  max_tokens: 3000\n", "llm.max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))

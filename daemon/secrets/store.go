@@ -115,6 +115,8 @@ type ModelProfile struct {
 	llm.Sampling
 	// ToolCalls, if set, replaces llm.tool_calls.
 	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
+	// ContextWindow, when set, replaces llm.context_window.
+	ContextWindow int `json:"context_window,omitempty"`
 }
 
 // Stats is what Reencrypt did.

@@ -87,6 +87,10 @@ type Config struct {
 	// Sampling are the chat requests' sampling settings; unset ones are
 	// not sent, so the endpoint's defaults apply.
 	Sampling Sampling
+	// ContextWindow is the model's context length in tokens
+	// (llm.context_window); 0: read from the endpoint (see
+	// Client.ContextWindow).
+	ContextWindow int
 	// HTTPClient, when set, sends the requests (custom TLS or proxy); its
 	// own Timeout must be zero or it cuts streams off, see Timeout. Its
 	// CheckRedirect is replaced: redirects are refused.
@@ -125,8 +129,10 @@ var (
 // Error is a request to the endpoint that failed. Its text is at most
 // maxErrorText bytes, without the API key or control characters.
 type Error struct {
-	// Endpoint is the request's URL, without credentials.
+	// Endpoint is the request's URL, without credentials; Method its
+	// method, empty for POST.
 	Endpoint string
+	Method   string
 	// StatusCode is the HTTP status; 0 when none arrived (a connection
 	// error, a timeout, or a reply that broke off).
 	StatusCode int
@@ -141,7 +147,7 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "llm: POST %s: ", e.Endpoint)
+	fmt.Fprintf(&b, "llm: %s %s: ", cmp.Or(e.Method, http.MethodPost), e.Endpoint)
 	if e.StatusCode != 0 {
 		fmt.Fprintf(&b, "%d %s: ", e.StatusCode, http.StatusText(e.StatusCode))
 	}
@@ -167,6 +173,10 @@ type Client struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	maxReply       int
+	window         int
+	sampling       Sampling
+	hc             *http.Client // follows no redirects
+	rawURL         string       // base with its credentials, for requests
 }
 
 var _ agentcore.LLM = (*Client)(nil)
@@ -193,6 +203,9 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Sampling.Check(); err != nil {
 		return nil, err
 	}
+	if err := CheckContextWindow(cfg.ContextWindow, cfg.Sampling.MaxTokens); err != nil {
+		return nil, err
+	}
 	if cfg.MaxRetries < -1 {
 		return nil, fmt.Errorf("%w: llm.max_retries must be -1 (none), 0 (default %d) or more, got %d", ErrConfig, DefaultMaxRetries, cfg.MaxRetries)
 	}
@@ -207,6 +220,9 @@ func New(cfg Config) (*Client, error) {
 		minBackoff:     orDefault(cfg.MinBackoff, DefaultMinBackoff),
 		maxBackoff:     orDefault(cfg.MaxBackoff, DefaultMaxBackoff),
 		maxReply:       cmp.Or(cfg.MaxReplyBytes, DefaultMaxReplyBytes),
+		window:         cfg.ContextWindow,
+		sampling:       cfg.Sampling,
+		rawURL:         base.String(),
 	}
 	switch c.maxRetries {
 	case 0:
@@ -227,7 +243,8 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	oc.HTTPClient = guard{hc: refuseRedirects(hc), maxLine: cmp.Or(cfg.MaxLineBytes, DefaultMaxLineBytes), maxReply: c.maxReply, sampling: sampling}
+	c.hc = refuseRedirects(hc)
+	oc.HTTPClient = guard{hc: c.hc, maxLine: cmp.Or(cfg.MaxLineBytes, DefaultMaxLineBytes), maxReply: c.maxReply, sampling: sampling}
 	c.oa = openai.NewClientWithConfig(oc)
 	return c, nil
 }
@@ -388,9 +405,21 @@ func (c *Client) classify(ctx context.Context, endpoint string, attempt int, err
 		return false, e
 	case errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0:
 		e.StatusCode, e.Message = apiErr.HTTPStatusCode, c.clean(apiErr.Message)
+		code, _ := apiErr.Code.(string)
+		if cle := contextLength(e.StatusCode, apiErr.Type, code, apiErr.Message); cle != nil {
+			e.Err = cle
+		}
 	case errors.As(err, &reqErr) && reqErr.HTTPStatusCode != 0:
-		// Not OpenAI's error JSON: the body is the server's message.
-		e.StatusCode, e.Message = reqErr.HTTPStatusCode, c.clean(bodyMessage(reqErr.Body))
+		// Not OpenAI's error JSON: the body is the server's message, or
+		// vLLM's error object at the top level.
+		msg, typ, code, ok := errorBody(reqErr.Body)
+		if !ok {
+			msg = bodyMessage(reqErr.Body)
+		}
+		e.StatusCode, e.Message = reqErr.HTTPStatusCode, c.clean(msg)
+		if cle := contextLength(e.StatusCode, typ, code, msg); cle != nil {
+			e.Err = cle
+		}
 	case errors.As(err, &apiErr):
 		// An error object inside a stream that began well.
 		e.Message = c.clean("error in the reply stream: " + apiErr.Message)

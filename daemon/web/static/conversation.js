@@ -137,6 +137,7 @@ function apply(type, ev) {
     case 'setup_finished': notice(d.cached ? 'Project setup reused.' : 'Project setup finished.'); break;
     case 'setup_failed': notice('Project setup failed: ' + (d.error || ''), 'error'); break;
     case 'turn_usage': notice(`${(d.prompt_tokens + d.completion_tokens).toLocaleString()} tokens, ${d.calls} model call${d.calls === 1 ? '' : 's'}${d.estimated ? ' (estimated in part)' : ''}`, 'usage'); break;
+    case 'context_compacted': notice(`Earlier messages were summarized to fit the model's context window (about ${d.tokens_before} → ${d.tokens_after} tokens); they are still shown here. Summary: ${d.summary || ''}`); break;
     case 'turn_finished': if (d.message) notice(d.message, d.reason === 'stop' ? 'notice' : 'notice stopped'); finishText(); running(false); break;
     case 'turn_failed': notice('The turn failed: ' + (d.error || ''), 'error'); running(false); break;
     case 'turn_cancelled': notice('Stopped.'); running(false); break;
@@ -146,7 +147,7 @@ function apply(type, ev) {
 
 const TYPES = ['turn_started', 'reasoning_delta', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
   'tool_finished', 'tool_output_delta', 'subagent_started', 'subagent_finished', 'sandbox_unavailable', 'sandbox_limit',
-  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_usage', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
+  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_usage', 'context_compacted', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
 
 function follow() {
   const es = new EventSource(`/api/v1${base}/events`);
