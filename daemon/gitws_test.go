@@ -32,6 +32,15 @@ rm old.txt
 mkdir -p .git/info
 echo private.txt >> .git/info/exclude
 echo secret > private.txt
+rm a/.gitignore
+echo x > a/x.tmp
+rm -rf b && mkdir b
+echo y > b/y.dat
+mkdir d
+echo '*.bin' > d/.gitignore
+echo z > d/z.bin
+echo '*' > evil-ignore
+mkdir c && ln -s ../evil-ignore c/.gitignore && echo c > c/c.txt
 git add -A
 echo ==STATUS==
 git status --porcelain=v1
@@ -55,7 +64,8 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
 	gitCmd(t, dir, "init", "-q", "-b", "main", work)
-	for name, body := range map[string]string{"README.md": "hello\n", "src/app.py": "print('hi')\n", "old.txt": "old\n", ".gitignore": "__pycache__/\n*.log\n!keep.log\n"} {
+	for name, body := range map[string]string{"README.md": "hello\n", "src/app.py": "print('hi')\n", "old.txt": "old\n", ".gitignore": "__pycache__/\n*.log\n!keep.log\n",
+		"a/.gitignore": "*.tmp\n", "b/.gitignore": "*.dat\n", "b/f.txt": "f\n"} {
 		os.MkdirAll(filepath.Join(work, filepath.Dir(name)), 0o755)
 		os.WriteFile(filepath.Join(work, name), []byte(body), 0o644)
 	}
@@ -78,6 +88,7 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 	in := newInstance(t, llm(t,
 		shellCall("git status --porcelain=v1 --branch && git log --format=%s"), llmtest.Step{Text: "Clean."},
 		shellCall(strings.ReplaceAll(gitWorkspaceScript, "MARKER", marker)), llmtest.Step{Text: "Done."},
+		shellCall("mkdir big && head -c 3000000 /dev/zero | tr '\\0' x > big/.gitignore && echo > big/f"), llmtest.Step{Text: "Big."},
 	)+"sandbox:\n  shell_always_allow: true\n")
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
@@ -137,7 +148,10 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 	}
 	slices.Sort(statusFiles)
 	slices.Sort(patchFiles)
-	if want := []string{"keep.log", "new.txt", "old.txt", "src/app.py"}; !slices.Equal(statusFiles, want) || !slices.Equal(patchFiles, want) {
+	// a/.gitignore deleted (a whiteout): its rule is gone; b replaced (an
+	// opaque directory): lower's .gitignore there is gone; d/.gitignore new; c/.gitignore a
+	// symlink, which git does not follow.
+	if want := []string{"a/.gitignore", "a/x.tmp", "b/.gitignore", "b/f.txt", "b/y.dat", "c/.gitignore", "c/c.txt", "d/.gitignore", "evil-ignore", "keep.log", "new.txt", "old.txt", "src/app.py"}; !slices.Equal(statusFiles, want) || !slices.Equal(patchFiles, want) {
 		t.Errorf("changed files: git status %q, the workspace diff %q, want %q\nstatus:\n%s\npatch:\n%s", statusFiles, patchFiles, want, status, patch)
 	}
 	// The ignored paths: git's "!!" lines, the patch's "#" lines.
@@ -157,7 +171,7 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 		patchIgnored = append(patchIgnored, strings.TrimSpace(strings.TrimPrefix(line, "#   ")))
 	}
 	slices.Sort(gitIgnored)
-	if want := []string{"debug.log", "private.txt", "src/__pycache__/"}; !slices.Equal(gitIgnored, want) || !slices.Equal(patchIgnored, want) {
+	if want := []string{"d/z.bin", "debug.log", "private.txt", "src/__pycache__/"}; !slices.Equal(gitIgnored, want) || !slices.Equal(patchIgnored, want) {
 		t.Errorf("ignored: git %q, the patch's comment %q, want %q", gitIgnored, patchIgnored, want)
 	}
 	// The patch is git's own diff of the same change, but for its
@@ -173,11 +187,18 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 	var res struct{ Commit string }
 	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/workspace/push", map[string]string{"branch": "codumentor/gitws", "message": "Changes", "diff_sha256": digest}, &res)
 	tree := strings.Fields(gitCmd(t, bare, "ls-tree", "-r", "--name-only", res.Commit))
-	if want := []string{".gitignore", "README.md", "keep.log", "new.txt", "src/app.py"}; !slices.Equal(tree, want) {
+	if want := []string{".gitignore", "README.md", "a/x.tmp", "b/y.dat", "c/.gitignore", "c/c.txt", "d/.gitignore", "evil-ignore", "keep.log", "new.txt", "src/app.py"}; !slices.Equal(tree, want) {
 		t.Errorf("pushed tree %q, want %q (no ignored file, no .git)", tree, want)
 	}
 	if got := gitCmd(t, bare, "rev-parse", res.Commit+"^"); got != base {
 		t.Errorf("pushed commit's parent %s, want %s", got, base)
+	}
+
+	// A .gitignore over its bound (1 MiB) is refused, not read whole.
+	a.send(conv.ID, "write a big .gitignore")
+	output()
+	if status, body, _ := a.do("GET", "/api/v1/conversations/"+conv.ID+"/workspace/diff", nil); status != http.StatusUnprocessableEntity || !strings.Contains(string(body), `"code":"ignore_rules_too_large"`) || strings.Contains(string(body), in.dir) {
+		t.Errorf("the diff with a 3 MB .gitignore: %d %s, want 422 ignore_rules_too_large naming no host path", status, body)
 	}
 
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {

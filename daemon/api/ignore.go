@@ -72,9 +72,9 @@ func (m *mergedFS) Open(name string) (fs.File, error) {
 		root := m.upper
 		st, err := m.upper.Lstat(prefix)
 		switch {
-		case err == nil && isWhiteout(st):
-			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 		case err == nil:
+			// A whiteout (a 0/0 character device) hides lower's entry
+			// like any upper non-directory: below, fs.ErrInvalid.
 			if !last && st.IsDir() && lowerVisible && (opaque(m.upper, prefix) || !lowerDir(m.lower, prefix)) {
 				lowerVisible = false // overlayfs merges only a directory with a directory
 			}
@@ -101,13 +101,6 @@ func (m *mergedFS) Open(name string) (fs.File, error) {
 func lowerDir(lower *os.Root, dir string) bool {
 	st, err := lower.Lstat(dir)
 	return err == nil && st.IsDir()
-}
-
-// isWhiteout reports overlayfs's mark for a deleted entry: a character
-// device 0/0.
-func isWhiteout(fi fs.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0
 }
 
 // opaque reports whether the upper directory dir hides lower's (the
