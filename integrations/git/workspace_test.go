@@ -2,6 +2,7 @@ package git
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -159,5 +160,36 @@ func TestCheckoutRepositoryOneCommit(t *testing.T) {
 	out, err := inWorkspace(t, snap, upper, "git log --format=%s && git status --porcelain=v1")
 	if err != nil || out != "initial\n" {
 		t.Fatalf("git log and status = %q, %v; want the one commit and a clean tree", out, err)
+	}
+}
+
+// The .git counts in CheckoutBytes: a small tree with a large history
+// checks out with a short History, and is stopped with ErrTooLarge with
+// a long one.
+func TestCheckoutBudgetCountsHistory(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	sh(t, dir, nil, "git", "init", "-q", "-b", "main", work)
+	for i := range 6 {
+		// Random bytes: each version is 3 MiB in the pack as well.
+		sh(t, work, nil, "sh", "-c", "head -c 3145728 /dev/urandom > data.bin && git add data.bin && git commit -q -m v"+strconv.Itoa(i))
+	}
+	base := t.TempDir()
+	mirror := filepath.Join(base, "m.git")
+	head, err := (&Git{TempDir: base}).Fetch(t.Context(), mirror, "file://"+work, "main", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 12 << 20
+	for _, tc := range []struct {
+		history  int
+		tooLarge bool
+	}{{1, false}, {6, true}} {
+		dest := t.TempDir()
+		err := (Sandbox{CheckoutBytes: budget, History: tc.history}).Checkout(t.Context(), mirror, head, dest)
+		if got := errors.Is(err, ErrTooLarge); got != tc.tooLarge || !got && err != nil {
+			t.Errorf("History %d (about %d MiB with the tree), budget 12 MiB: %v; want too large: %v", tc.history, 3*(tc.history+1), err, tc.tooLarge)
+		}
 	}
 }
