@@ -23,7 +23,7 @@ const (
 	maxIgnoreDirs       = 1 << 18  // directories looked into
 	// maxIgnoreWork bounds the pattern matches of all questions asked,
 	// so that many patterns times many paths cannot hold the caller.
-	maxIgnoreWork = 200_000_000
+	maxIgnoreWork = 100_000_000
 )
 
 // ErrIgnoreLimit is wrapped by Ignored's error when the work tree's ignore
@@ -104,8 +104,9 @@ func (ig *Ignore) match(parts []string, isDir bool) (bool, error) {
 	if ig.work += int64(len(ps)) * int64(len(parts)); ig.work > maxIgnoreWork {
 		return false, fmt.Errorf("%w: matching them takes more than %d steps", ErrIgnoreLimit, maxIgnoreWork)
 	}
+	scratch := make([]string, 0, len(parts))
 	for i := len(ps) - 1; i >= 0; i-- {
-		if m := ps[i].match(parts, isDir); m != gitignore.NoMatch {
+		if m := ps[i].match(parts, isDir, scratch); m != gitignore.NoMatch {
 			return m == gitignore.Exclude, nil
 		}
 	}
@@ -124,12 +125,14 @@ type rule struct {
 	below  bool // ends in "/**"
 }
 
-func (r rule) match(parts []string, isDir bool) gitignore.MatchResult {
+// match matches parts; scratch is room for a path as long (go-git keeps
+// no path it is given).
+func (r rule) match(parts []string, isDir bool, scratch []string) gitignore.MatchResult {
 	if len(parts) <= r.domain {
 		return gitignore.NoMatch
 	}
 	if r.name {
-		return r.p.Match(append(slices.Clone(parts[:r.domain]), parts[len(parts)-1]), isDir)
+		return r.p.Match(append(append(scratch[:0], parts[:r.domain]...), parts[len(parts)-1]), isDir)
 	}
 	m := r.p.Match(parts, isDir)
 	if m == gitignore.NoMatch {
