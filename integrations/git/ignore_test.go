@@ -2,10 +2,12 @@ package git
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -113,22 +115,35 @@ func TestIgnoreLimits(t *testing.T) {
 		t.Errorf("a .gitignore of %d bytes: %v, want ErrIgnoreLimit", len(big), err)
 	}
 
+	// Many patterns times many paths: stopped at the work budget.
 	dir = t.TempDir()
-	deep := dir
-	var name []string
-	for range maxIgnoreFiles + 1 {
-		deep = filepath.Join(deep, "d")
-		name = append(name, "d")
+	var rules strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&rules, "p%d*.x\n", i)
 	}
-	if err := os.MkdirAll(deep, 0o755); err != nil {
-		t.Skipf("a tree %d deep: %v", len(name), err)
+	os.WriteFile(filepath.Join(dir, ".gitignore"), []byte(rules.String()), 0o644)
+	ig := NewIgnore(os.DirFS(dir))
+	var err error
+	for i := 0; err == nil && i < 10000; i++ {
+		_, err = ig.Ignored(fmt.Sprintf("a/b/f%d", i), false)
 	}
-	d := dir
-	for range name {
-		d = filepath.Join(d, "d")
+	if !errors.Is(err, ErrIgnoreLimit) {
+		t.Errorf("10000 patterns, 10000 paths: %v, want ErrIgnoreLimit", err)
+	}
+
+	// More .gitignore files than the bound, one a directory.
+	dir = t.TempDir()
+	for i := range maxIgnoreFiles + 1 {
+		d := filepath.Join(dir, strconv.Itoa(i))
+		os.Mkdir(d, 0o755)
 		os.WriteFile(filepath.Join(d, ".gitignore"), []byte("*.y\n"), 0o644)
 	}
-	if _, err := NewIgnore(os.DirFS(dir)).Ignored(strings.Join(name, "/")+"/f", false); !errors.Is(err, ErrIgnoreLimit) {
-		t.Errorf("%d nested .gitignore files: %v, want ErrIgnoreLimit", len(name), err)
+	ig = NewIgnore(os.DirFS(dir))
+	err = nil
+	for i := 0; err == nil && i <= maxIgnoreFiles; i++ {
+		_, err = ig.Ignored(strconv.Itoa(i)+"/f", false)
+	}
+	if !errors.Is(err, ErrIgnoreLimit) {
+		t.Errorf("%d .gitignore files: %v, want ErrIgnoreLimit", maxIgnoreFiles+1, err)
 	}
 }
