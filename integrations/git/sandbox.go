@@ -146,9 +146,10 @@ func (sb Sandbox) run(ctx context.Context, mirror, out string, disk int64, env [
 // sandbox, with a shallow repository of its History in dest/.git (HEAD
 // detached at commit, its index matching the tree) when History is set.
 // The host never runs git on that .git: it is the repository's content,
-// for git inside a workspace sandbox. Symlinks are written as symlinks, submodules as empty
-// directories; the host reads nothing of the tree. A tree larger than
-// CheckoutBytes stops it with an error wrapping ErrTooLarge.
+// for git inside a workspace sandbox. Symlinks are written as symlinks,
+// submodules as empty directories; the host reads nothing of the tree. A
+// tree (and .git) larger than CheckoutBytes stops it with an error
+// wrapping ErrTooLarge.
 func (sb Sandbox) Checkout(ctx context.Context, mirror, commit, dest string) error {
 	if !IsCommitID(commit) {
 		return fmt.Errorf("git checkout: %q is not a commit ID", commit)
