@@ -641,7 +641,7 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
 		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db, sm),
-			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes)},
+			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes), History: cfg.Repositories.SnapshotHistory},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
 		Log:               log.Named("repos"),

@@ -588,7 +588,7 @@ func (s *Server) diff(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	p, err := overlay.NewPatch(lower, layer.Upper, overlay.PatchOptions{})
+	p, err := newPatch(lower, layer.Upper, overlay.PatchOptions{})
 	if errors.Is(err, overlay.ErrPatchTooLarge) {
 		return apiError(http.StatusUnprocessableEntity, "patch_too_large", "%v", err)
 	}

@@ -354,7 +354,7 @@ func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, in
 	if err != nil {
 		return nil, 0, "", nil, err
 	}
-	p, err := overlay.NewPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
+	p, err := newPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
 	if errors.Is(err, overlay.ErrPatchTooLarge) {
 		return nil, 0, "", nil, tooLarge(err)
 	}

@@ -125,6 +125,10 @@ type Repositories struct {
 	// 2 GiB): past it the checkout or setup is stopped and removed, and
 	// conversations on that commit are refused with the reason.
 	MaxSnapshotBytes Size `yaml:"max_snapshot_bytes"`
+	// SnapshotHistory is how many commits of history a snapshot's .git
+	// holds, for git inside the workspace (default 50; 0: snapshots have
+	// no .git). It counts in max_snapshot_bytes.
+	SnapshotHistory int `yaml:"snapshot_history"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -362,7 +366,7 @@ func Default() Config {
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
 		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
-		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30},
+		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50},
 		Office:       DefaultOffice(),
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
@@ -495,6 +499,9 @@ func (c Config) Validate() error {
 	}
 	if c.Repositories.MaxSnapshotBytes <= 0 {
 		errs = append(errs, errors.New("repositories.max_snapshot_bytes must be positive"))
+	}
+	if h := c.Repositories.SnapshotHistory; h < 0 || h > 1<<20 {
+		errs = append(errs, fmt.Errorf("repositories.snapshot_history must be between 0 (no .git) and %d commits, not %d", 1<<20, h))
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "trace", "debug", "info", "warn", "error":

@@ -44,3 +44,23 @@ func TestMaxBodyBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestSnapshotHistory(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want int
+	}{
+		{"", 50},
+		{"repositories:\n  snapshot_history: 0\n", 0},
+		{"repositories:\n  snapshot_history: 1000\n", 1000},
+	} {
+		if c, err := Parse([]byte(tc.yaml)); err != nil || c.Repositories.SnapshotHistory != tc.want {
+			t.Errorf("%q: snapshot_history %d, %v; want %d", tc.yaml, c.Repositories.SnapshotHistory, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"-1", "2000000"} {
+		if _, err := Parse([]byte("repositories:\n  snapshot_history: " + bad + "\n")); err == nil || !strings.Contains(err.Error(), "snapshot_history") {
+			t.Errorf("snapshot_history %s: %v, want a refusal naming it", bad, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -28,9 +29,14 @@ type Sandbox struct {
 	Limits *sandboxkit.Limits
 	// Timeout bounds one run (default 10 minutes).
 	Timeout time.Duration
-	// CheckoutBytes bounds the blocks a checkout writes, measured while
-	// it runs (Limits.Disk of its sandbox); 0 means Limits.Disk.
+	// CheckoutBytes bounds the blocks a checkout writes, its .git
+	// included, measured while it runs (Limits.Disk of its sandbox); 0
+	// means Limits.Disk.
 	CheckoutBytes int64
+	// History is how many commits of history a checkout's .git holds
+	// (a shallow repository; the commit itself is one). 0 means none:
+	// the checkout is the tree alone, without .git.
+	History int
 	// Launching, if set, is told of each run before it starts
 	// (sandboxkit.Policy.Launching); its error refuses the run.
 	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
@@ -48,6 +54,26 @@ const checkoutScript = `set -e
 export GIT_DIR=/mirror GIT_WORK_TREE=/out GIT_INDEX_FILE=/tmp/index
 ` + sandboxGit + ` read-tree "$1"
 ` + sandboxGit + ` checkout-index --all --force
+`
+
+// repoScript is checkoutScript with a repository: /out/.git holds the
+// last $2 commits of history up to commit $1 (a shallow fetch from the
+// mirror, which upload-pack serves in the same sandbox), HEAD detached
+// at $1 and an index matching the files, so git inside a workspace sees
+// a clean tree, and an identity for commits made there (they stay in the
+// workspace: a push takes the diff). The template is empty: no sample
+// hooks, no info/.
+const repoScript = `set -e
+git init --quiet --template= /out
+export GIT_DIR=/out/.git GIT_WORK_TREE=/out
+` + sandboxGit + ` config core.bare false
+` + sandboxGit + ` config user.name "Workspace"
+` + sandboxGit + ` config user.email "workspace@localhost.invalid"
+` + sandboxGit + ` -c protocol.file.allow=always -c uploadpack.allowAnySHA1InWant=true fetch --quiet --no-tags --no-write-fetch-head --depth="$2" file:///mirror "$1"
+` + sandboxGit + ` update-ref --no-deref HEAD "$1"
+` + sandboxGit + ` read-tree "$1"
+` + sandboxGit + ` checkout-index --all --force
+` + sandboxGit + ` update-index -q --refresh >/dev/null || true
 `
 
 // commitScript builds a commit on base $1 from the patch on stdin without
@@ -117,14 +143,22 @@ func (sb Sandbox) run(ctx context.Context, mirror, out string, disk int64, env [
 
 // Checkout writes the tree of commit (a full object name) of the bare
 // repository mirror into dest, an existing empty directory, inside a
-// sandbox. Symlinks are written as symlinks, submodules as empty
-// directories; the host reads nothing of the tree. A tree larger than
-// CheckoutBytes stops it with an error wrapping ErrTooLarge.
+// sandbox, with a shallow repository of its History in dest/.git (HEAD
+// detached at commit, its index matching the tree) when History is set.
+// The host never runs git on that .git: it is the repository's content,
+// for git inside a workspace sandbox. Symlinks are written as symlinks,
+// submodules as empty directories; the host reads nothing of the tree. A
+// tree (and .git) larger than CheckoutBytes stops it with an error
+// wrapping ErrTooLarge.
 func (sb Sandbox) Checkout(ctx context.Context, mirror, commit, dest string) error {
 	if !IsCommitID(commit) {
 		return fmt.Errorf("git checkout: %q is not a commit ID", commit)
 	}
-	_, err := sb.run(ctx, mirror, dest, sb.CheckoutBytes, nil, nil, "sh", "-c", checkoutScript, "checkout", commit)
+	argv := []string{"sh", "-c", checkoutScript, "checkout", commit}
+	if sb.History > 0 {
+		argv = []string{"sh", "-c", repoScript, "checkout", commit, strconv.Itoa(sb.History)}
+	}
+	_, err := sb.run(ctx, mirror, dest, sb.CheckoutBytes, nil, nil, argv...)
 	return err
 }
 

@@ -49,6 +49,14 @@ type PatchOptions struct {
 	// MaxBytes is the byte budget (DefaultMaxPatchBytes if 0): a patch
 	// whose files hold more is refused before anything is written.
 	MaxBytes int64
+	// Ignore, if set, says which added paths to leave out as ignored
+	// (a repository's .gitignore rules, say): they are listed in the
+	// patch's "#" lines instead. It is asked about a directory before
+	// the entries in it, and not about those of an ignored one; its
+	// error fails NewPatch. Deleted and modified paths, which lower
+	// has, are never asked about: like tracked files, they are
+	// exported whatever the rules say.
+	Ignore func(path string, isDir bool) (bool, error)
 }
 
 // WritePatch writes the changes Diff finds as a patch in git's format, so
@@ -87,7 +95,8 @@ func WritePatch(w io.Writer, lower, upper string) error {
 // first file (git apply and patch skip them): paths with a .git component
 // in any case (a repository made in the workspace: git apply refuses such
 // paths, and patch(1) would write .git/config, whose core.fsmonitor runs
-// a command at the user's next git command), and files or directories
+// a command at the user's next git command), added paths that
+// PatchOptions.Ignore says are ignored, and files or directories
 // their owner cannot read (the sandbox can chmod 000 them). Symlinks whose
 // target is absolute or leaves the tree are in the patch, and flagged in
 // those comment lines.
@@ -127,10 +136,28 @@ func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
 		p.lower.Close()
 		return nil, fmt.Errorf("overlay: patch: %w", err)
 	}
-	var notGit, unreadable, outside []string
+	var notGit, unreadable, outside, ignored []string
 	var total int64
 	var big []sized
+	ignoredDirs := map[string]bool{}
 	for _, c := range changes {
+		if c.Kind == Added && opt.Ignore != nil && gitPrefix(c.Path) == "" {
+			if below(ignoredDirs, c.Path) {
+				continue // listed at its directory
+			}
+			skip, err := opt.Ignore(c.Path, c.Dir)
+			if err != nil {
+				p.Close()
+				return nil, fmt.Errorf("overlay: patch: the ignore rules: %w", err)
+			}
+			if skip {
+				if c.Dir {
+					ignoredDirs[c.Path] = true
+				}
+				ignored = append(ignored, quotePath("", c.Path)+dirMark(c.Dir))
+				continue
+			}
+		}
 		switch {
 		case gitPrefix(c.Path) != "":
 			// Listed once, at the .git component: changes come sorted,
@@ -191,10 +218,21 @@ func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
 		return nil, tooLarge(total, opt.MaxBytes, big)
 	}
 	p.note("not exportable (a .git path; export the repository another way)", notGit)
+	p.note("not exported: ignored (the repository's .gitignore or .git/info/exclude)", ignored)
 	p.note("not exported: unreadable (its owner has no read permission; chmod u+rX it in the workspace)", unreadable)
 	p.note("symlinks pointing outside the workspace tree (check before applying)", outside)
 	p.outside = outside
 	return p, nil
+}
+
+// below reports whether a directory above p is in dirs.
+func below(dirs map[string]bool, p string) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if dirs[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the directories the Patch holds open.

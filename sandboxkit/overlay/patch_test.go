@@ -2,11 +2,14 @@ package overlay
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -191,5 +194,55 @@ func TestGitPrefix(t *testing.T) {
 		if got := gitPrefix(c.in); got != c.want {
 			t.Errorf("gitPrefix(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// PatchOptions.Ignore leaves out the added paths it ignores (listed in
+// the "#" lines, a directory once, nothing below it asked about), and is
+// never asked about what lower has.
+func TestPatchIgnore(t *testing.T) {
+	c := layerCase{
+		lower: []node{file("kept.pyc", "tracked\n"), file("gone.pyc", "g\n"), file("src/a.py", "a\n")},
+		upper: []node{
+			file("kept.pyc", "changed\n"), whiteout("gone.pyc"), file("src/a.py", "b\n"), file("src/a.pyc", "\x00bin"),
+			dir("src/__pycache__"), file("src/__pycache__/a.cpython.pyc", "\x00"), dir("src/__pycache__/deep"), file("src/__pycache__/deep/x", "x"),
+			file("src/new.py", "n\n"),
+		},
+	}
+	lower, upper := buildLayers(t, c)
+	var asked []string
+	ignore := func(p string, isDir bool) (bool, error) {
+		asked = append(asked, fmt.Sprintf("%s %v", p, isDir))
+		return strings.HasSuffix(p, ".pyc") || isDir && path.Base(p) == "__pycache__", nil
+	}
+	p, err := NewPatch(lower, upper, PatchOptions{Ignore: ignore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var b bytes.Buffer
+	if _, err := p.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	head := "# codumentor: not exported: ignored (the repository's .gitignore or .git/info/exclude):\n#   src/__pycache__/\n#   src/a.pyc\n"
+	if !strings.HasPrefix(out, head) {
+		t.Errorf("the patch does not start with the ignored paths:\n%s", out)
+	}
+	for _, want := range []string{"diff --git a/kept.pyc b/kept.pyc\n", "diff --git a/gone.pyc b/gone.pyc\ndeleted file", "diff --git a/src/a.py b/src/a.py\n", "diff --git a/src/new.py b/src/new.py\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the patch:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "diff --git"); n != 4 {
+		t.Errorf("%d files in the patch, want 4:\n%s", n, out)
+	}
+	if want := []string{"src/__pycache__ true", "src/a.pyc false", "src/new.py false"}; !slices.Equal(asked, want) {
+		t.Errorf("Ignore was asked about %q, want %q", asked, want)
+	}
+
+	boom := errors.New("too many rules")
+	if _, err := NewPatch(lower, upper, PatchOptions{Ignore: func(string, bool) (bool, error) { return false, boom }}); !errors.Is(err, boom) {
+		t.Errorf("an Ignore error: NewPatch = %v, want it wrapped", err)
 	}
 }
