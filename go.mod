@@ -30,6 +30,8 @@ require (
 	gorm.io/gorm v1.31.2
 )
 
+require mvdan.cc/sh/v3 v3.14.1 // indirect
+
 require (
 	github.com/Azure/go-ntlmssp v0.1.1 // indirect
 	github.com/andybalholm/brotli v1.1.0 // indirect
