@@ -30,7 +30,7 @@ require (
 	gorm.io/gorm v1.31.2
 )
 
-require mvdan.cc/sh/v3 v3.14.1 // indirect
+require mvdan.cc/sh/v3 v3.14.1
 
 require (
 	github.com/Azure/go-ntlmssp v0.1.1 // indirect
