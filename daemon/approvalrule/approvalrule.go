@@ -432,3 +432,14 @@ func isSubcommand(s string) bool {
 		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
 	})
 }
+
+// Allowed is r as it applies within the first of allow that r is
+// within (see Within, Under); ok is false when none holds it.
+func Allowed(r Rule, allow []Rule) (eff Rule, ok bool) {
+	for _, a := range allow {
+		if r.Within(a) {
+			return r.Under(a), true
+		}
+	}
+	return Rule{}, false
+}
