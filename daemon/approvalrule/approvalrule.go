@@ -287,6 +287,15 @@ func word(w *syntax.Word) (Word, error) {
 	}
 	var out Word
 	var b strings.Builder
+	// firstGlob: the value's first character is an unquoted glob
+	// character, which file names starting with '-' would replace.
+	firstGlob := false
+	add := func(s string, unquoted bool) {
+		if b.Len() == 0 && s != "" {
+			firstGlob = unquoted && strings.ContainsRune("*?[", rune(s[0]))
+		}
+		b.WriteString(s)
+	}
 	for i, p := range w.Parts {
 		switch p := p.(type) {
 		case *syntax.Lit:
@@ -298,16 +307,13 @@ func word(w *syntax.Word) (Word, error) {
 			}
 			if strings.ContainsAny(p.Value, "*?[") {
 				out.Glob = true
-				if i == 0 && b.Len() == 0 && (p.Value[0] == '-' || strings.ContainsRune("*?[", rune(p.Value[0]))) {
-					return Word{}, fmt.Errorf("the glob %q could expand to an option", p.Value)
-				}
 			}
-			b.WriteString(p.Value)
+			add(p.Value, true)
 		case *syntax.SglQuoted:
 			if p.Dollar {
 				return Word{}, errors.New("it has a $'…' string")
 			}
-			b.WriteString(p.Value)
+			add(p.Value, false)
 		case *syntax.DblQuoted:
 			if p.Dollar {
 				return Word{}, errors.New("it has a $\"…\" string")
@@ -320,17 +326,14 @@ func word(w *syntax.Word) (Word, error) {
 				if strings.ContainsAny(l.Value, "$`\\") {
 					return Word{}, fmt.Errorf("the string %q expands or escapes ($, `, \\)", l.Value)
 				}
-				b.WriteString(l.Value)
+				add(l.Value, false)
 			}
 		default:
 			return Word{}, fmt.Errorf("a word expands (%T)", p)
 		}
-		if i == 0 && out.Glob && b.Len() == 0 {
-			return Word{}, errors.New("the glob could expand to an option")
-		}
 	}
 	out.Value = b.String()
-	if out.Glob && (out.Value == "" || out.Value[0] == '-') {
+	if out.Glob && (firstGlob || out.Value[0] == '-') {
 		return Word{}, fmt.Errorf("the glob %q could expand to an option", out.Value)
 	}
 	return out, nil
