@@ -116,7 +116,7 @@ func TestApprovalRulesEndToEnd(t *testing.T) {
 		t.Fatalf("audited approvals: %v", rules)
 	}
 	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/admin/audit?kind="+audit.KindApprovalRule, nil, &page)
-	if len(page.Records) != 1 || !strings.Contains(string(page.Records[0].Data), `"add"`) {
+	if len(page.Records) != 1 || !strings.Contains(string(page.Records[0].Data), `"add"`) || page.Records[0].Source != "127.0.0.1" || page.Records[0].User != me.ID {
 		t.Fatalf("audited rules: %+v", page.Records)
 	}
 }

@@ -50,7 +50,7 @@ func (s *Server) addUserRule(c *fiber.Ctx, r approvalrule.Rule) (store.UserRule,
 	if _, ok := approvalrule.Allowed(r, within); !ok {
 		return store.UserRule{}, apiError(http.StatusForbidden, "rule_not_allowed", "%s is not within the rules the operator lets users add (see within in GET /api/v1/me/approval-rules)", r)
 	}
-	u, err := s.d.ApprovalRules.AddRule(c.UserContext(), user(c).ID, r)
+	u, err := s.d.ApprovalRules.AddRule(c.UserContext(), user(c).ID, s.clientIP(c), r)
 	if errors.Is(err, store.ErrTooManyRules) {
 		return store.UserRule{}, apiError(http.StatusConflict, "too_many_rules", "%v", err)
 	}
@@ -73,7 +73,7 @@ func (s *Server) deleteRule(c *fiber.Ctx) error {
 	if s.d.ApprovalRules == nil {
 		return errNotFound
 	}
-	err := s.d.ApprovalRules.DeleteRule(c.UserContext(), user(c).ID, c.Params("rid"))
+	err := s.d.ApprovalRules.DeleteRule(c.UserContext(), user(c).ID, s.clientIP(c), c.Params("rid"))
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound
 	}

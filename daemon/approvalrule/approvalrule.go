@@ -57,6 +57,13 @@ type Rule struct {
 	Except []string `yaml:"except,omitempty" json:"except,omitempty"`
 }
 
+// Bounds of a rule.
+const (
+	maxCommand = 1024
+	maxWords   = 32
+	maxWord    = 256
+)
+
 // ErrNotPlain is why a command line cannot match any rule: it is not
 // one plain command (or a pipeline of them) with literal words.
 var ErrNotPlain = errors.New("not a plain command with literal arguments")
@@ -69,6 +76,13 @@ func (r Rule) Validate() error {
 		return errors.New("a rule has either command or prefix, not both")
 	case r.Command == "" && len(r.Prefix) == 0:
 		return errors.New("a rule needs command (a whole command) or prefix (a list of words)")
+	case len(r.Command) > maxCommand || len(r.Prefix) > maxWords || len(r.Except) > maxWords:
+		return fmt.Errorf("a rule has at most a %d-byte command, %d prefix words and %d exceptions", maxCommand, maxWords, maxWords)
+	}
+	for _, w := range append(slices.Clip(r.Prefix), r.Except...) {
+		if len(w) > maxWord {
+			return fmt.Errorf("a rule's words have at most %d bytes", maxWord)
+		}
 	}
 	argv := r.Prefix
 	if r.Command != "" {

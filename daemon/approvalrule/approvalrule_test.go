@@ -175,6 +175,9 @@ func TestValidate(t *testing.T) {
 		{Command: "ls *.go"},
 		{Prefix: []string{""}},
 		{Prefix: []string{"ls"}, Except: []string{""}},
+		{Prefix: make([]string, 33)},
+		{Prefix: []string{strings.Repeat("a", 257)}},
+		{Command: strings.Repeat("a", 1025)},
 	} {
 		if err := r.Validate(); err == nil {
 			t.Errorf("%+v: valid", r)

@@ -67,9 +67,10 @@ func (s *ApprovalRules) Rules(ctx context.Context, user string) ([]UserRule, err
 }
 
 // AddRule stores r for user (the caller checked it is within what the
-// operator allows) and records it in the audit log. The same rule twice
-// is stored once: the existing one is returned.
-func (s *ApprovalRules) AddRule(ctx context.Context, user string, r approvalrule.Rule) (UserRule, error) {
+// operator allows) and records it in the audit log, from the client
+// address source. The same rule twice is stored once: the existing one
+// is returned.
+func (s *ApprovalRules) AddRule(ctx context.Context, user, source string, r approvalrule.Rule) (UserRule, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return UserRule{}, err
@@ -92,7 +93,7 @@ func (s *ApprovalRules) AddRule(ctx context.Context, user string, r approvalrule
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindApprovalRule, User: user, Data: map[string]string{"action": "add", "id": row.ID, "rule": r.String()}})
+		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindApprovalRule, User: user, Source: source, Data: map[string]string{"action": "add", "id": row.ID, "rule": r.String()}})
 		return err
 	})
 	if errors.Is(err, ErrTooManyRules) {
@@ -104,9 +105,9 @@ func (s *ApprovalRules) AddRule(ctx context.Context, user string, r approvalrule
 	return UserRule{ID: row.ID, Rule: r, Created: row.Created}, nil
 }
 
-// DeleteRule removes user's rule id; another user's or an unknown one is
-// ErrNotFound.
-func (s *ApprovalRules) DeleteRule(ctx context.Context, user, id string) error {
+// DeleteRule removes user's rule id, recorded as AddRule does; another
+// user's or an unknown one is ErrNotFound.
+func (s *ApprovalRules) DeleteRule(ctx context.Context, user, source, id string) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var row userRuleRow
 		err := tx.Where("id = ? AND user_id = ?", id, user).Take(&row).Error
@@ -121,7 +122,7 @@ func (s *ApprovalRules) DeleteRule(ctx context.Context, user, id string) error {
 		if err := tx.Delete(&row).Error; err != nil {
 			return fmt.Errorf("store: deleting approval rule %s: %w", id, err)
 		}
-		_, err = audit.Append(tx, audit.Entry{Kind: audit.KindApprovalRule, User: user, Data: map[string]string{"action": "delete", "id": id, "rule": r.String()}})
+		_, err = audit.Append(tx, audit.Entry{Kind: audit.KindApprovalRule, User: user, Source: source, Data: map[string]string{"action": "delete", "id": id, "rule": r.String()}})
 		return err
 	})
 }
