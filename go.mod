@@ -31,6 +31,8 @@ require (
 	gorm.io/gorm v1.31.2
 )
 
+require mvdan.cc/sh/v3 v3.14.1
+
 require (
 	github.com/go-git/gcfg v1.5.1-0.20230307220236-3a3c6141e376 // indirect
 	github.com/go-git/go-billy/v5 v5.9.2 // indirect

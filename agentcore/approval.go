@@ -43,6 +43,25 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 		Created: now, Expires: now.Add(e.cfg.ApprovalTimeout), Status: ApprovalPending,
 	}}
 	p.a.Invisible, p.a.CommandShown = invisibleChars(a.Command)
+	if e.cfg.Approver != nil {
+		v, err := e.cfg.Approver.Review(t.ctx, p.a)
+		switch {
+		case err != nil:
+			t.log.Warn("approver failed; asking the user", "err", err)
+		case v.Decision != "":
+			if !v.Decision.valid() {
+				return fmt.Errorf("the approver's decision %q is unknown, so the command was not run", v.Decision)
+			}
+			p.a.Status, p.a.Decision, p.a.DecidedBy, p.a.Decided, p.a.Rule = ApprovalDecided, v.Decision, "approver", now, v.Rule
+			if err := e.cfg.Store.SaveApproval(t.ctx, p.a); err != nil {
+				return fmt.Errorf("recording the approval failed, so the command was not run: %w", err)
+			}
+			e.emit(t.c, t.ID, t.red, t.log, EventApprovalDecided, p.a)
+			return e.decided(t, call, p.a)
+		default:
+			p.a.ProposedRule = v.ProposedRule
+		}
+	}
 	if err := e.cfg.Store.SaveApproval(t.ctx, p.a); err != nil {
 		return fmt.Errorf("recording the approval request failed, so the command was not run: %w", err)
 	}
@@ -58,16 +77,6 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 	}()
 	e.emit(t.c, t.ID, t.red, t.log, EventApprovalPending, asked)
 
-	if e.cfg.Approver != nil {
-		d, err := e.cfg.Approver.Review(t.ctx, asked)
-		switch {
-		case err != nil:
-			t.log.Warn("approver failed; asking the user", "err", err)
-		case d != "":
-			e.settle(p, ApprovalDecided, d, "approver")
-		}
-	}
-
 	timer := time.NewTimer(time.Until(asked.Expires))
 	defer timer.Stop()
 	select {
@@ -80,6 +89,11 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 	p.mu.Lock()
 	res := p.a
 	p.mu.Unlock()
+	return e.decided(t, call, res)
+}
+
+// decided is the gate's answer for the settled approval res.
+func (e *Engine) decided(t *Turn, call *Call, res Approval) error {
 	switch {
 	case res.Status == ApprovalExpired:
 		return errExpired

@@ -22,11 +22,11 @@ type recApprover struct {
 	seen []agentcore.Approval
 }
 
-func (r *recApprover) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
+func (r *recApprover) Review(ctx context.Context, a agentcore.Approval) (agentcore.Verdict, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = append(r.seen, a)
-	return agentcore.DecisionApprove, nil
+	return agentcore.Verdict{Decision: agentcore.DecisionApprove}, nil
 }
 
 // outputs are conv's tool outputs by call ID.

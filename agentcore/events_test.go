@@ -25,11 +25,13 @@ func TestEventPayloads(t *testing.T) {
 		Command: "ls\u200b", Invisible: []agentcore.InvisibleChar{{Offset: 2, Code: "U+200B"}}, CommandShown: "ls[U+200B]",
 		Kind: agentcore.ApprovalHostNetwork, Cwd: "/workspace", Background: true, Created: at, Expires: at.Add(time.Minute),
 		Status: agentcore.ApprovalDecided, Decision: agentcore.DecisionApprove, DecidedBy: "u", Decided: at.Add(time.Second),
+		Rule: "ls", ProposedRule: []string{"ls"},
 	}
 	approvalJSON := `{"id":"appr_1","user":"u","conversation":"c","turn":"t","tool_call_id":"call_1","agent":"sub1","tool":"shell",
 		"command":"ls\u200b","invisible":[{"offset":2,"code":"U+200B"}],"command_shown":"ls[U+200B]","kind":"host_network",
 		"cwd":"/workspace","background":true,"created":"2026-11-30T12:00:00Z","expires":"2026-11-30T12:01:00Z",
-		"status":"decided","decision":"approve","decided_by":"u","decided":"2026-11-30T12:00:01Z"}`
+		"status":"decided","decision":"approve","decided_by":"u","decided":"2026-11-30T12:00:01Z",
+		"rule":"ls","proposed_rule":["ls"]}`
 	egressEv := egress.Event{Time: at, Proto: "connect", Host: "example.com", Port: 443, Addr: "93.184.215.14:443",
 		Verdict: egress.Allowed, Reason: "cut at the cap", Sent: 10, Received: 20, Duration: 1500 * time.Millisecond}
 	tests := []struct {

@@ -158,6 +158,11 @@ type Approval struct {
 	// DecidedBy is the user who decided, or "approver" for Config.Approver.
 	DecidedBy string    `json:"decided_by,omitempty"`
 	Decided   time.Time `json:"decided,omitzero"`
+	// Rule names the Approver's rule that decided, if one did.
+	Rule string `json:"rule,omitempty"`
+	// ProposedRule is the argv prefix the Approver proposes the owner
+	// allow from now on instead of deciding once (Verdict.ProposedRule).
+	ProposedRule []string `json:"proposed_rule,omitempty"`
 }
 
 // ApprovalHostNetwork is the Kind of the approval a host read-only
@@ -166,11 +171,24 @@ type Approval struct {
 const ApprovalHostNetwork = "host_network"
 
 // Approver decides approvals by policy before a person is asked, e.g. an
-// operator's allow-list of commands. Review returns "" to leave the
-// decision to the conversation's owner (Engine.Decide), or a Decision that
-// applies at once. It must not block for long: the turn waits on it.
+// operator's allow-list of commands. Review returns a Verdict with an
+// empty Decision to leave the decision to the conversation's owner
+// (Engine.Decide), or one that applies at once: then no approval_pending
+// is emitted, only the approval_decided naming Verdict.Rule. It must not
+// block for long: the turn waits on it.
 type Approver interface {
-	Review(ctx context.Context, a Approval) (Decision, error)
+	Review(ctx context.Context, a Approval) (Verdict, error)
+}
+
+// Verdict is an Approver's answer.
+type Verdict struct {
+	// Decision applies at once; empty asks the owner.
+	Decision Decision
+	// Rule names the policy that decided (Approval.Rule).
+	Rule string
+	// ProposedRule, when the owner is asked, is the argv prefix an
+	// "always allow commands like this" would add (Approval.ProposedRule).
+	ProposedRule []string
 }
 
 // SecretResolver gives the secrets a user stored. Values stay on the

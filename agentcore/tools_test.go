@@ -2,7 +2,9 @@ package agentcore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -137,11 +139,11 @@ func TestRegister(t *testing.T) {
 // echoApprover approves echo commands and leaves the rest to the user.
 type echoApprover struct{}
 
-func (echoApprover) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
+func (echoApprover) Review(ctx context.Context, a agentcore.Approval) (agentcore.Verdict, error) {
 	if strings.HasPrefix(a.Command, "echo ") {
-		return agentcore.DecisionApprove, nil
+		return agentcore.Verdict{Decision: agentcore.DecisionApprove, Rule: "echo"}, nil
 	}
-	return "", nil
+	return agentcore.Verdict{ProposedRule: []string{"touch"}}, nil
 }
 
 func TestApprover(t *testing.T) {
@@ -151,20 +153,30 @@ func TestApprover(t *testing.T) {
 	}}
 	h := newHarness(t, s, func(c *agentcore.Config) { c.Approver = echoApprover{} })
 	turn := h.start("c", "go")
-	var a agentcore.Approval
-	for seq := int64(0); ; {
-		a, seq = h.pendingApproval("c", seq)
-		if a.Command == "touch asked" {
-			break
-		}
+	// The approver's own decision asks nobody: the first pending
+	// approval is the one it left to the user, with its proposal.
+	a, _ := h.pendingApproval("c", 0)
+	if a.Command != "touch asked" || !slices.Equal(a.ProposedRule, []string{"touch"}) {
+		t.Fatalf("pending %+v", a)
 	}
 	h.e.Decide(t.Context(), "alice", "c", a.ID, agentcore.DecisionApprove)
 	if err := h.wait(turn); err != nil {
 		t.Fatal(err)
 	}
 	aps, _ := h.store.Approvals(t.Context(), "c")
-	if len(aps) != 2 || aps[0].DecidedBy != "approver" || aps[1].DecidedBy != "alice" {
+	if len(aps) != 2 || aps[0].DecidedBy != "approver" || aps[0].Rule != "echo" || aps[1].DecidedBy != "alice" || aps[1].Rule != "" {
 		t.Errorf("approvals %+v", aps)
+	}
+	var decided []agentcore.Approval
+	for _, ev := range h.store.AllEvents("c") {
+		if ev.Type == agentcore.EventApprovalDecided {
+			var d agentcore.Approval
+			json.Unmarshal(ev.Data, &d)
+			decided = append(decided, d)
+		}
+	}
+	if len(decided) != 2 || decided[0].Command != "echo auto" || decided[0].Rule != "echo" {
+		t.Errorf("approval_decided events %+v", decided)
 	}
 	if got := h.toolResults("c")["a"]; !strings.Contains(got, "auto") {
 		t.Errorf("a: %q", got)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
@@ -195,6 +196,10 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	} else if len(ids) > 0 {
 		log.Warn("turns interrupted by the last stop were marked failed", "conversations", ids)
 	}
+	userRules, err := store.NewApprovalRules(db)
+	if err != nil {
+		return nil, err
+	}
 	users, err := auth.NewUsers(db)
 	if err != nil {
 		return nil, err
@@ -304,6 +309,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
+		Approver:         &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs},
 	})
 	if err != nil {
 		return nil, err
@@ -350,6 +356,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		TrustedProxies: proxies,
 		DB:             db,
 		LLM:            func() config.LLM { return s.cfg.Load().LLM },
+		ApprovalRules:  userRules,
+		UserRules:      func() []approvalrule.Rule { return s.cfg.Load().Sandbox.UserRules },
 		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
 		MetricsToken:   cfg.Metrics.Token,
 	})

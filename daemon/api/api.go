@@ -29,6 +29,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
@@ -103,6 +104,11 @@ type Deps struct {
 	// MetricsToken, if set, is the bearer token GET /metrics needs
 	// (metrics.token); empty: /metrics is public.
 	MetricsToken string
+	// ApprovalRules stores users' own approval rules; UserRules is the
+	// current sandbox.user_rules, within which they may add them. Either
+	// nil: users add none.
+	ApprovalRules *store.ApprovalRules
+	UserRules     func() []approvalrule.Rule
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -261,6 +267,9 @@ func (s *Server) routes() {
 	authed := chain{r: v1, mw: []fiber.Handler{s.authenticate}}
 	authed.Post("/auth/logout", s.logout)
 	authed.Get("/me", s.me)
+	authed.Get("/me/approval-rules", s.listRules)
+	authed.Post("/me/approval-rules", s.addRule)
+	authed.Delete("/me/approval-rules/:rid", s.deleteRule)
 	authed.Post("/admin/users", s.admin, s.createUser)
 	authed.Get("/admin/users", s.admin, s.listUsers)
 	authed.Patch("/admin/users/:id", s.admin, s.updateUser)
@@ -284,6 +293,7 @@ func (s *Server) routes() {
 	conv.Get("/approvals", s.listApprovals)
 	conv.Get("/context", s.conversationContext)
 	conv.Post("/approvals/:aid", s.decide)
+	conv.Post("/approvals/:aid/rule", s.allowRule)
 	conv.Get("/workspace/diff", s.diff)
 	conv.Get("/workspace/files", s.files)
 	conv.Post("/workspace/push", s.push)

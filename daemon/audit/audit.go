@@ -68,8 +68,10 @@ const (
 	KindLoginRateLimited = "login_rate_limited"
 	// KindApproval is an approval's decision (or its expiry or
 	// withdrawal): {"id","conversation","tool","command","cwd",
-	// "background","status","decision","decided_by"}. Command is exactly
-	// what runs, with secret placeholders, never their values.
+	// "background","status","decision","decided_by","rule"}. Command is
+	// exactly what runs, with secret placeholders, never their values;
+	// rule, only for a decision of the server's approval rules, names
+	// the rule (or rules, one per command of a pipeline) that allowed it.
 	KindApproval = "approval"
 	// KindSandboxLaunch is a sandbox or a command in one, recorded
 	// before it starts: {"conversation","profile","argv_sha256","cwd",
@@ -122,6 +124,10 @@ const (
 	// discarded by its owner: {"conversation"}, recorded before they
 	// are removed.
 	KindWorkspaceDiscard = "workspace_discard"
+	// KindApprovalRule is a user's approval rule added or deleted:
+	// {"action":"add"|"delete","id","rule"}; rule is its description
+	// (approvalrule.Rule.String).
+	KindApprovalRule = "approval_rule"
 )
 
 // Entry is what a caller records.

@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
@@ -248,6 +249,17 @@ type Sandbox struct {
 	ShellAlwaysAllow bool `yaml:"shell_always_allow"`
 	// ApprovalTimeout is how long an approval waits (default 10 min).
 	ApprovalTimeout Duration `yaml:"approval_timeout"`
+	// ApprovalRules approve the shell commands they match without asking
+	// (exact commands and argv prefixes; see daemon/approvalrule).
+	ApprovalRules []approvalrule.Rule `yaml:"approval_rules"`
+	// DefaultRules adds approvalrule.Defaults, the ready read-only set
+	// (ls, cat, rg, git status, ...), to ApprovalRules.
+	DefaultRules bool `yaml:"default_rules"`
+	// UserRules are the rules within which users may add their own
+	// (/api/v1/me/approval-rules, the approval card's "always allow
+	// commands like this"); a user's rule also takes the exceptions of
+	// the one it is within. Empty: users add none.
+	UserRules []approvalrule.Rule `yaml:"user_rules"`
 	// Limits bound each sandbox's processes, memory, CPU, tmpfs and disk
 	// (see limits.go for the keys and defaults).
 	Limits Limits `yaml:"limits"`
@@ -439,6 +451,16 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
+	for i, r := range c.Sandbox.ApprovalRules {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox.approval_rules[%d]: %w", i, err))
+		}
+	}
+	for i, r := range c.Sandbox.UserRules {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox.user_rules[%d]: %w", i, err))
+		}
+	}
 	errs = append(errs, c.Sandbox.Egress.validate()...)
 	errs = append(errs, c.Office.validate()...)
 	errs = append(errs, c.Quotas.validate()...)

@@ -438,10 +438,14 @@ func (s *Conversations) SaveApproval(ctx context.Context, a agentcore.Approval) 
 		if err != nil || a.Status == agentcore.ApprovalPending {
 			return err
 		}
-		_, err = audit.Append(tx, audit.Entry{Kind: audit.KindApproval, User: a.User, Data: map[string]any{
+		data := map[string]any{
 			"id": a.ID, "conversation": a.Conversation, "tool": a.Tool, "command": a.Command, "cwd": a.Cwd, "background": a.Background,
 			"status": a.Status, "decision": a.Decision, "decided_by": a.DecidedBy,
-		}})
+		}
+		if a.Rule != "" {
+			data["rule"] = a.Rule
+		}
+		_, err = audit.Append(tx, audit.Entry{Kind: audit.KindApproval, User: a.User, Data: data})
 		return err
 	})
 	if err != nil {

@@ -61,8 +61,8 @@ var workspacesOf = func(lower string) agentcore.Workspaces { return lowerDir(low
 
 type approveAll struct{}
 
-func (approveAll) Review(ctx context.Context, a agentcore.Approval) (agentcore.Decision, error) {
-	return agentcore.DecisionApprove, nil
+func (approveAll) Review(ctx context.Context, a agentcore.Approval) (agentcore.Verdict, error) {
+	return agentcore.Verdict{Decision: agentcore.DecisionApprove}, nil
 }
 
 // env is one run of the external_agent tool through a real Engine with

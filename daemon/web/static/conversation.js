@@ -90,6 +90,14 @@ function approvalCard(a) {
   row.append(el('button', { type: 'button', class: 'approve' }, 'Approve'));
   row.append(el('button', { type: 'button', class: 'deny' }, 'Deny'));
   if (!host) row.append(el('button', { type: 'button', class: 'always' }, `Always allow ${a.tool || 'this tool'} in this conversation`));
+  // The server's proposal: the exact argv prefix the rule would allow.
+  const rule = (a.proposed_rule || []).join(' ');
+  if (!host && rule) row.append(el('button', { type: 'button', class: 'allow-rule' }, 'Always allow commands like this: ', el('code', { text: rule + ' …' })));
+  row.querySelector('.allow-rule')?.addEventListener('click', () => guard(async () => {
+    row.querySelectorAll('button').forEach((b) => { b.disabled = true; });
+    await api(`${base}/approvals/${encodeURIComponent(a.id)}/rule`, { method: 'POST' });
+    card.remove();
+  }));
   row.querySelector('.approve').onclick = () => decide('approve');
   row.querySelector('.deny').onclick = () => decide('deny');
   row.querySelector('.always')?.addEventListener('click', () => decide('always_allow'));
@@ -125,7 +133,10 @@ function apply(type, ev) {
     case 'tool_output': { const t = toolCard(d); t.out.textContent = d.output || ''; break; }
     case 'tool_finished': { const t = toolCard(d); t.state.textContent = d.error ? 'failed: ' + d.error : 'done'; break; }
     case 'approval_pending': finishText(); approvalCard(d); break;
-    case 'approval_decided': approvalCard(d); break;
+    case 'approval_decided':
+      approvalCard(d);
+      if (d.rule) notice(`Ran without asking: ${d.command_shown || d.command} (allowed by ${d.rule})`, 'notice auto-approved');
+      break;
     case 'subagent_started': notice(`Subagent ${d.subagent || ''} started: ${d.task || ''}`); break;
     case 'subagent_finished': notice(`Subagent ${d.subagent || ''} finished${d.error ? ': ' + d.error : ''}`); break;
     case 'sandbox_unavailable': notice('The sandbox is unavailable: ' + (d.error || ''), 'error'); break;
