@@ -412,7 +412,7 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 
 // workspace is a conversation's sandbox and the view file tools read.
 type workspace struct {
-	view view
+	view *overlay.View
 	sess *sandboxkit.Session
 	// host: a host read-only investigation's sandbox; no view.
 	host bool

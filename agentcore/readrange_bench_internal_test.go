@@ -14,13 +14,14 @@ import (
 // the cost is bounded by the range and countBound, not the file.
 func BenchmarkReadFileRange(b *testing.B) {
 	dir := b.TempDir()
-	ws := &workspace{view: view{lower: filepath.Join(dir, "lower"), upper: filepath.Join(dir, "upper")}}
-	for _, d := range []string{ws.view.lower, ws.view.upper} {
+	lower, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "upper")
+	ws := &workspace{view: newView(lower, upper, nil)}
+	for _, d := range []string{lower, upper} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			b.Fatal(err)
 		}
 	}
-	f, err := os.Create(filepath.Join(ws.view.lower, "big.log"))
+	f, err := os.Create(filepath.Join(lower, "big.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
