@@ -74,6 +74,13 @@ type Config struct {
 	TurnTimeout time.Duration
 	// CommandTimeout bounds a foreground shell command (default 10 min).
 	CommandTimeout time.Duration
+	// MaxCommandTimeout bounds the timeout a shell call may ask for
+	// (default the larger of CommandTimeout and 30 min).
+	MaxCommandTimeout time.Duration
+	// OutputKeep bounds the output of one shell command kept whole for
+	// read_file (default 16 MiB); OutputKeepTotal bounds a conversation's
+	// kept outputs, the oldest dropped first (default 128 MiB).
+	OutputKeep, OutputKeepTotal int64
 	// SessionIdle closes a conversation's sandbox after this long without
 	// a command (default 15 min); the next command starts a new one.
 	SessionIdle time.Duration
@@ -161,6 +168,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// outputMu serialises making and pruning kept outputs.
+	outputMu sync.Mutex
+
 	mu       sync.Mutex
 	closed   bool
 	convs    map[string]*conv
@@ -223,6 +233,13 @@ func New(cfg Config) (*Engine, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.CommandTimeout, 10*time.Minute)
 	def(&cfg.SessionIdle, 15*time.Minute)
+	def(&cfg.MaxCommandTimeout, max(cfg.CommandTimeout, 30*time.Minute))
+	if cfg.OutputKeep <= 0 {
+		cfg.OutputKeep = 16 << 20
+	}
+	if cfg.OutputKeepTotal < cfg.OutputKeep {
+		cfg.OutputKeepTotal = max(128<<20, cfg.OutputKeep)
+	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 50
 	}

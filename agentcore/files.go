@@ -81,11 +81,18 @@ type fileTool struct {
 	e    *Engine
 	spec ToolSpec
 	run  func(ctx context.Context, ws *workspace, c *Call) (string, error)
+	// direct, if set, may answer the call without the workspace (done).
+	direct func(ctx context.Context, c *Call) (out string, done bool, err error)
 }
 
 func (t *fileTool) Spec() ToolSpec { return t.spec }
 
 func (t *fileTool) Run(ctx context.Context, c *Call) (string, error) {
+	if t.direct != nil {
+		if out, done, err := t.direct(ctx, c); done {
+			return out, err
+		}
+	}
 	ws, err := t.e.workspace(ctx, c)
 	if err != nil {
 		return "", err
@@ -108,16 +115,26 @@ func (e *Engine) fileTools() []Tool {
 				"offset": prop("integer", "the first line to show, counting from 1; default 1"),
 				"limit":  prop("integer", fmt.Sprintf("how many lines to show; default %d", defaultLines)),
 			}),
+		}, direct: func(ctx context.Context, c *Call) (string, bool, error) {
+			a, err := readArgs(c)
+			if err != nil {
+				return "", true, err
+			}
+			rel, err := cleanRel(a.Path)
+			if err != nil || !isOutputPath(rel) {
+				return "", false, nil
+			}
+			f, err := e.openOutput(c.Conversation, a.Path, rel)
+			if err != nil {
+				return "", true, err
+			}
+			defer f.Close()
+			out, err := showLines(ctx, f, a.Path, rel, a.Offset, a.Limit, e.readBudget())
+			return out, true, err
 		}, run: func(ctx context.Context, ws *workspace, c *Call) (string, error) {
-			var a struct {
-				Path          string
-				Offset, Limit int
-			}
-			if err := c.Args(&a); err != nil {
+			a, err := readArgs(c)
+			if err != nil {
 				return "", err
-			}
-			if a.Offset < 0 || a.Limit < 0 {
-				return "", errors.New("offset and limit count lines from 1; they cannot be negative")
 			}
 			return ws.readLines(ctx, a.Path, a.Offset, a.Limit, e.readBudget())
 		}},
@@ -356,6 +373,23 @@ func (ws *workspace) readFile(p string, max int64) (string, []byte, error) {
 	return rel, b, nil
 }
 
+// readFileArgs are read_file's arguments.
+type readFileArgs struct {
+	Path          string
+	Offset, Limit int
+}
+
+func readArgs(c *Call) (readFileArgs, error) {
+	var a readFileArgs
+	if err := c.Args(&a); err != nil {
+		return a, err
+	}
+	if a.Offset < 0 || a.Limit < 0 {
+		return a, errors.New("offset and limit count lines from 1; they cannot be negative")
+	}
+	return a, nil
+}
+
 // readBudget is the bytes of numbered lines one read_file result holds:
 // under MaxOutput, so that the result reaches the model whole.
 func (e *Engine) readBudget() int {
@@ -375,6 +409,13 @@ func (ws *workspace) readLines(ctx context.Context, p string, offset, limit, bud
 		return "", fileErr(p, err)
 	}
 	defer f.Close()
+	return showLines(ctx, f, p, rel, offset, limit, budget)
+}
+
+// showLines shows lines offset.. of f (the workspace path p, resolved to
+// rel) with a header saying what part of the file that is and how to page
+// on.
+func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, budget int) (string, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return "", fileErr(p, wsErr(rel, err))

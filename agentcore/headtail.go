@@ -58,6 +58,20 @@ func (h *headTail) Reset() {
 	h.head, h.next, h.full, h.total = h.head[:0], 0, false, 0
 }
 
+// elided reports whether text leaves out a middle part.
+func (h *headTail) elided() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total > int64(len(h.head)+len(h.ring))
+}
+
+// newOutput is the head-and-tail buffer of one command's output shown to
+// the model: within MaxOutput, with room for the status lines.
+func (e *Engine) newOutput() *headTail {
+	budget := max(e.cfg.MaxOutput-1024, e.cfg.MaxOutput/2)
+	return newHeadTail(budget*3/8, budget-budget*3/8)
+}
+
 // lineSlack is how far a cut moves to fall on a line end.
 const lineSlack = 512
 
@@ -66,7 +80,10 @@ const lineSlack = 512
 // output is redacted after it is cut, so margin bytes more are dropped
 // on each side of the cut: a secret's form (at most margin bytes) that
 // crosses it then leaves no piece of itself to pass redaction.
-func (h *headTail) text(margin int) string {
+func (h *headTail) text(margin int) string { return h.textNote(margin, "") }
+
+// textNote is text with note (a line) after the elision mark.
+func (h *headTail) textNote(margin int, note string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var tail []byte
@@ -93,7 +110,10 @@ func (h *headTail) text(margin int) string {
 	if len(head) > 0 && head[len(head)-1] == '\n' {
 		sep = ""
 	}
-	return fmt.Sprintf("%s%s[… %s bytes elided …]\n%s", head, sep, commas(elided), tail)
+	if note != "" {
+		note += "\n"
+	}
+	return fmt.Sprintf("%s%s[… %s bytes elided …]\n%s%s", head, sep, commas(elided), note, tail)
 }
 
 // startRunes drops the continuation bytes of a rune cut off at the

@@ -48,3 +48,65 @@ func TestLongOutputAndRanges(t *testing.T) {
 		t.Errorf("read_file range:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestWholeOutputPaged: a command's 200 KB of output is kept whole
+// outside the workspace, the model's truncated output names the path, and
+// read_file pages it to the last line; the path is not in the workspace's
+// upper layer, other conversations cannot read it, and names that are not
+// a kept output's are refused.
+func TestWholeOutputPaged(t *testing.T) {
+	const last = "ok  \texample.com/pkg\t0.123s"
+	const kept = ".codumentor/output/long.txt"
+	read := func(id, p string, offset, limit int) agentcore.ToolCall {
+		return call(id, "read_file", map[string]any{"path": p, "offset": offset, "limit": limit})
+	}
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("long", `seq -f '=== RUN   TestSomething/case_%g of a long test run' 1 5000; printf 'PASS\n`+last+`\n'`)}},
+		{ToolCalls: []agentcore.ToolCall{
+			read("mid", kept, 2500, 2),
+			read("end", kept, 5001, 10),
+			read("up", ".codumentor/output/../../etc/passwd", 1, 1),
+			read("deep", ".codumentor/output/a/b.txt", 1, 1),
+			read("area", ".codumentor/output", 1, 1),
+			read("none", ".codumentor/output/nosuch.txt", 1, 1),
+		}},
+		{Text: "done"},
+	}, Branches: []llmtest.Branch{{Match: "another conversation", Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{read("other", kept, 1, 1)}},
+		{Text: "done"},
+	}}}}
+	h := newHarness(t, s, alwaysAllow)
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	out := h.llm.lastContent(t, 1)
+	if !strings.Contains(out, " bytes elided …]\n[whole output: read_file path \""+kept+"\"]\n") {
+		t.Errorf("the truncated output does not name the kept output: %.400q", out[max(0, strings.Index(out, "[…")-50):])
+	}
+	res := h.toolResults("c")
+	want := map[string]string{
+		"mid":  kept + ": lines 2500–2501 of 5,002 (bytes ",
+		"end":  "  5001\tPASS\n  5002\t" + last + "\n",
+		"up":   "no such file", // cleans to etc/passwd of the workspace
+		"deep": "not the name of a kept output",
+		"area": "kept-output area",
+		"none": "no such kept output",
+	}
+	for id, w := range want {
+		if !strings.Contains(res[id], w) {
+			t.Errorf("%s: %q, want it to contain %q", id, res[id], w)
+		}
+	}
+	if !strings.Contains(res["mid"], "  2500\t=== RUN   TestSomething/case_2500 of a long test run\n  2501\t") {
+		t.Errorf("mid: %q", res["mid"])
+	}
+	if _, err := os.Lstat(filepath.Join(h.upper("c"), ".codumentor")); !os.IsNotExist(err) {
+		t.Errorf("the kept output is in the upper layer (the workspace diff): %v", err)
+	}
+	if err := h.wait(h.start("d", "another conversation")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.toolResults("d")["other"]; !strings.Contains(got, "no such kept output") || strings.Contains(got, "TestSomething") {
+		t.Errorf("conversation d read c's output: %q", got)
+	}
+}

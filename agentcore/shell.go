@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
 )
@@ -22,6 +24,7 @@ func (s *shellTool) Spec() ToolSpec {
 			"command":    prop("string", "the command line, run by sh -c"),
 			"background": prop("boolean", "run as a background job"),
 			"cwd":        prop("string", "working directory relative to /workspace; default /workspace"),
+			"timeout":    prop("integer", fmt.Sprintf("seconds the command may run before it is killed; default %d, at most %d (not for background jobs)", int(s.e.cfg.CommandTimeout.Seconds()), int(s.e.cfg.MaxCommandTimeout.Seconds()))),
 		}),
 	}
 }
@@ -30,6 +33,23 @@ type shellArgs struct {
 	Command    string
 	Background bool
 	Cwd        string
+	Timeout    int
+}
+
+// timeout is the foreground command's time limit that a asks for.
+func (s *shellTool) timeout(a shellArgs) (time.Duration, error) {
+	max := s.e.cfg.MaxCommandTimeout
+	switch {
+	case a.Timeout == 0:
+		return s.e.cfg.CommandTimeout, nil
+	case a.Timeout < 0:
+		return 0, errors.New("timeout is in seconds and must be positive")
+	case a.Background:
+		return 0, errors.New("timeout is for foreground commands; a background job runs until it ends or shell_kill")
+	case time.Duration(a.Timeout) > max/time.Second:
+		return 0, fmt.Errorf("timeout %d s is more than the server's maximum of %d s; send at most %d, or run it with background: true", a.Timeout, int(max.Seconds()), int(max.Seconds()))
+	}
+	return time.Duration(a.Timeout) * time.Second, nil
 }
 
 // Prepare checks the arguments and the secret names, so that an approval
@@ -56,6 +76,9 @@ func (s *shellTool) Prepare(ctx context.Context, c *Call) (Action, error) {
 		cwd += "/" + rel
 	} else if cwd == "" {
 		cwd = "/"
+	}
+	if _, err := s.timeout(a); err != nil {
+		return Action{}, err
 	}
 	if _, _, err := substituteSecrets(a.Command, c.secrets()); err != nil {
 		return Action{}, err
@@ -87,19 +110,35 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		}
 		return fmt.Sprintf("started background job %d (pid %d in the sandbox); read its output with shell_output, stop it with shell_kill", j.ID, j.Pid), nil
 	}
+	var a shellArgs
+	if err := c.Args(&a); err != nil {
+		return "", err
+	}
+	timeout, err := s.timeout(a)
+	if err != nil {
+		return "", err
+	}
 	// The head and the real tail, within MaxOutput with room for the
-	// status lines: all else is read, counted and dropped as it comes.
-	budget := max(e.cfg.MaxOutput-1024, e.cfg.MaxOutput/2)
-	out := newHeadTail(budget*3/8, budget-budget*3/8)
+	// status lines: all else is read, counted and dropped as it comes,
+	// and kept whole (up to OutputKeep) for read_file.
+	out := e.newOutput()
+	kept, kerr := e.keepOutput(c)
+	var w io.Writer = out
+	if kerr == nil {
+		w = io.MultiWriter(out, kept)
+	}
 	var cmd *sandboxkit.Cmd
 	var seen violations
 	err = e.startIn(ctx, c, func(ws *workspace) error {
 		out.Reset()
+		if kept != nil {
+			kept.reset()
+		}
 		seen = violationsOf(ws.sess)
 		cmd = ws.sess.Command(ctx, argv...)
 		cmd.Env, cmd.Dir = env, c.Action.Cwd
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.Timeout = e.cfg.CommandTimeout
+		cmd.Stdout, cmd.Stderr = w, w
+		cmd.Timeout = timeout
 		return cmd.Start()
 	})
 	if err == nil {
@@ -113,10 +152,22 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 		e.limitHit(c, cmd.State.Limit, msg)
 	}
 	margin := 0
+	var red *redactor
 	if c.turn != nil {
-		margin = c.turn.red.longestSpan()
+		margin, red = c.turn.red.longestSpan(), c.turn.red
 	}
-	text = out.text(margin)
+	note := ""
+	switch {
+	case !out.elided():
+		if kept != nil {
+			kept.discard()
+		}
+	case kept != nil:
+		note = kept.finish(red, margin)
+	default:
+		note = "[the whole output could not be kept: " + kerr.Error() + "]"
+	}
+	text = out.textNote(margin, note)
 	var ee *sandboxkit.ExitError
 	var le *sandboxkit.LimitError
 	switch {
