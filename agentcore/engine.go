@@ -200,6 +200,9 @@ type conv struct {
 	subs        map[chan struct{}]struct{}
 	// limitSeen: background jobs whose limit has had its event.
 	limitSeen map[string]bool
+	// jobSeen: the output total of background jobs at shell_output's last
+	// look, for its wait.
+	jobSeen map[string]int64
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order
 

@@ -51,6 +51,18 @@ func (h *headTail) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// skip counts n bytes that were written but are not known: what the
+// ring held before them no longer ends where the output does.
+func (h *headTail) skip(n int64) {
+	if n <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total += n
+	h.next, h.full = 0, false
+}
+
 // Reset forgets everything written.
 func (h *headTail) Reset() {
 	h.mu.Lock()

@@ -178,6 +178,8 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	case errors.As(err, &le):
 		// Stopped by the disk budget or the timeout, with a limit hit.
 		return text + "[killed]" + limit, nil
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return text + fmt.Sprintf("[killed: it ran longer than its timeout of %v; send a larger timeout, or run it with background: true]", timeout) + limit, nil
 	case ctx.Err() != nil:
 		return text, context.Cause(ctx)
 	}
@@ -197,21 +199,32 @@ func (e *Engine) limitHit(c *Call, l sandboxkit.Limit, msg string) {
 type jobTool struct {
 	e    *Engine
 	spec ToolSpec
-	run  func(s *sandboxkit.Session, id int) (string, error)
+	run  func(ctx context.Context, c *Call, s *sandboxkit.Session, a jobArgs) (string, error)
 }
+
+type jobArgs struct {
+	Job  int
+	Wait int
+}
+
+// maxJobWait bounds shell_output's wait.
+const maxJobWait = 600
 
 func (j *jobTool) Spec() ToolSpec { return j.spec }
 
 func (j *jobTool) Run(ctx context.Context, c *Call) (string, error) {
-	var a struct{ Job int }
+	var a jobArgs
 	if err := c.Args(&a); err != nil {
 		return "", err
+	}
+	if a.Wait < 0 || a.Wait > maxJobWait {
+		return "", fmt.Errorf("wait is in seconds, from 0 to %d", maxJobWait)
 	}
 	s := j.e.currentSession(c.wsKey())
 	if s == nil {
 		return "", fmt.Errorf("%w: %d (no background job was started in this conversation's sandbox)", sandboxkit.ErrNoJob, a.Job)
 	}
-	out, err := j.run(s, a.Job)
+	out, err := j.run(ctx, c, s, a)
 	if err == nil {
 		j.e.jobLimitHit(c, s, a.Job)
 	}
@@ -256,35 +269,80 @@ func jobState(s *sandboxkit.Session, id int) string {
 }
 
 func (e *Engine) shellTools() []Tool {
-	jobArgs := schema([]string{"job"}, map[string]any{"job": prop("integer", "the job id that shell returned")})
+	killArgs := schema([]string{"job"}, map[string]any{"job": prop("integer", "the job id that shell returned")})
 	return []Tool{
 		&shellTool{e: e},
 		&jobTool{e: e, spec: ToolSpec{
 			Name:        "shell_output",
-			Description: "Show the output (the last part, stdout and stderr together) and state of a background job.",
-			Parameters:  jobArgs,
-		}, run: func(s *sandboxkit.Session, id int) (string, error) {
-			out, truncated, err := s.Output(id)
-			if err != nil {
-				return "", err
-			}
-			head := fmt.Sprintf("[job %d %s]\n", id, jobState(s, id))
-			if truncated {
-				head += "[earlier output dropped]\n"
-			}
-			return head + string(out), nil
+			Description: "Show the state and output (stdout and stderr together: its start and its real end, the middle elided if long) of a background job. wait: N waits up to N seconds for it to end or print something new since you last looked.",
+			Parameters: schema([]string{"job"}, map[string]any{
+				"job":  prop("integer", "the job id that shell returned"),
+				"wait": prop("integer", fmt.Sprintf("seconds to wait for the job to end or print more, 0 to %d; default 0 (answer at once)", maxJobWait)),
+			}),
+		}, run: func(ctx context.Context, c *Call, s *sandboxkit.Session, a jobArgs) (string, error) {
+			return e.jobOutput(ctx, c, s, a)
 		}},
 		&jobTool{e: e, spec: ToolSpec{
 			Name:        "shell_kill",
 			Description: "Kill a background job and everything it started.",
-			Parameters:  jobArgs,
-		}, run: func(s *sandboxkit.Session, id int) (string, error) {
-			if err := s.Kill(id); err != nil {
+			Parameters:  killArgs,
+		}, run: func(_ context.Context, _ *Call, s *sandboxkit.Session, a jobArgs) (string, error) {
+			if err := s.Kill(a.Job); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("job %d %s", id, jobState(s, id)), nil
+			return fmt.Sprintf("job %d %s", a.Job, jobState(s, a.Job)), nil
 		}},
 	}
+}
+
+// jobOutput is shell_output: the job's state and the head and real tail
+// of its output, after waiting up to a.Wait seconds for it to end or to
+// print more than when this conversation last looked.
+func (e *Engine) jobOutput(ctx context.Context, c *Call, s *sandboxkit.Session, a jobArgs) (string, error) {
+	cv := e.conv(c.Conversation)
+	key := fmt.Sprintf("%p/%d", s, a.Job)
+	cv.mu.Lock()
+	seen := cv.jobSeen[key]
+	cv.mu.Unlock()
+	if a.Wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(a.Wait)*time.Second)
+		err := s.WaitJob(wctx, a.Job, seen)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return "", context.Cause(ctx)
+		}
+		if errors.Is(err, sandboxkit.ErrNoJob) {
+			return "", err
+		}
+	}
+	o, err := s.JobOutput(a.Job)
+	if err != nil {
+		return "", err
+	}
+	cv.mu.Lock()
+	if cv.jobSeen == nil {
+		cv.jobSeen = map[string]int64{}
+	}
+	cv.jobSeen[key] = o.Total
+	cv.mu.Unlock()
+	out := e.newOutput()
+	out.Write(o.Head)
+	out.skip(o.Dropped)
+	if o.Dropped > 0 {
+		out.Write(o.Tail)
+	} else if over := int64(len(o.Head)+len(o.Tail)) - o.Total; over < int64(len(o.Tail)) {
+		// Head and Tail overlap: the tail's part after the head.
+		out.Write(o.Tail[max(0, over):])
+	}
+	margin := 0
+	if c.turn != nil {
+		margin = c.turn.red.longestSpan()
+	}
+	head := fmt.Sprintf("[job %d %s; %s bytes of output]\n", a.Job, jobState(s, a.Job), commas(o.Total))
+	if o.Dropped > 0 {
+		head += fmt.Sprintf("[%s bytes from its middle were not kept]\n", commas(o.Dropped))
+	}
+	return head + out.text(margin), nil
 }
 
 // secrets are the user's secrets, loaded when the turn started.
