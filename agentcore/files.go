@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -421,7 +422,15 @@ func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, bu
 		return "", fileErr(p, wsErr(rel, err))
 	}
 	size := fi.Size()
-	body, lr, err := readLines(ctx, f, offset, limit, budget)
+	skipped, at, lines := 0, int64(0), -1
+	if x := indexOf(ctx, f); x != nil {
+		skipped, at = x.seek(max(offset, 1) - 1)
+		lines = x.lines
+		if _, err := f.Seek(at, io.SeekStart); err != nil {
+			return "", fileErr(p, wsErr(rel, err))
+		}
+	}
+	body, lr, err := readLinesFrom(ctx, f, offset, limit, budget, skipped, at, lines)
 	if errors.Is(err, errPastEnd) {
 		return "", fmt.Errorf("%s: %w; send a smaller offset", p, err)
 	}

@@ -587,8 +587,8 @@ type job struct {
 	exited chan struct{}
 	// drained is closed once the job's output pipe is read to its end.
 	drained chan struct{}
-	before cgroup.Events
-	disk   diskHit // guarded by Session.mu
+	before  cgroup.Events
+	disk    diskHit // guarded by Session.mu
 }
 
 // StartBackground starts argv in the session as a background job and
