@@ -1,7 +1,6 @@
 package agentcore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -275,15 +274,19 @@ func (e *Engine) subagentDiff(ctx context.Context, c *Call) (string, error) {
 	}
 	p.ReadOnlyOverlays = []sandboxkit.ReadOnlyOverlay{{Layers: append([]string{sw.Lower}, sw.Layers...), Dst: "/base"}}
 	const script = `for p; do diff -uN --label "a/$p" --label "b/$p" -- "/base/$p" "/workspace/$p"; done; exit 0`
-	var out bytes.Buffer
+	// The head and the real tail, as shell shows a command's output.
+	out := e.newOutput()
 	cmd := sandboxkit.Command(ctx, p, append([]string{"sh", "-c", script, "sh"}, paths...)...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Timeout = e.cfg.CommandTimeout
 	if err := cmd.Run(); err != nil {
 		return "", hidePaths(err, lower, own.Dir)
 	}
-	return out.String(), nil
+	margin := 0
+	if c.turn != nil {
+		margin = c.turn.red.longestSpan()
+	}
+	return out.text(margin), nil
 }
 
 // closeWorkspace closes the sandbox of workspace key, if one runs.

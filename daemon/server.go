@@ -293,6 +293,11 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
+
+		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
+		MaxCommandTimeout: cfg.Sandbox.MaxCommandTimeout.Std(),
+		OutputKeep:        int64(cfg.Sandbox.OutputKeep),
+		OutputKeepTotal:   int64(cfg.Sandbox.OutputKeepTotal),
 	})
 	if err != nil {
 		return nil, err
