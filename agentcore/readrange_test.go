@@ -1,6 +1,7 @@
 package agentcore_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,5 +109,33 @@ func TestWholeOutputPaged(t *testing.T) {
 	}
 	if got := h.toolResults("d")["other"]; !strings.Contains(got, "no such kept output") || strings.Contains(got, "TestSomething") {
 		t.Errorf("conversation d read c's output: %q", got)
+	}
+}
+
+// TestKeptOutputRedacted: a secret printed in the elided middle of a long
+// output is redacted in the kept copy, on disk and as read_file pages it.
+func TestKeptOutputRedacted(t *testing.T) {
+	const canary = "canary-Zq8v1Lx-4Pw9s7Tk0Rm2"
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("long", `seq 1 20000; echo "mid {{secret:TOKEN}}"; printf %s {{secret:TOKEN}} | base64; seq 1 20000`)}},
+		{ToolCalls: []agentcore.ToolCall{call("page", "read_file", map[string]any{"path": ".codumentor/output/long.txt", "offset": 20001, "limit": 2})}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) {
+		c.ShellAlwaysAllow, c.Secrets = true, secrets{"alice": {"TOKEN": canary}}
+	})
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString([]byte(canary))
+	b, err := os.ReadFile(filepath.Join(h.dir, "layers", "c", "output", "long.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), canary) || strings.Contains(string(b), b64) {
+		t.Error("the kept output holds the secret")
+	}
+	if got := h.toolResults("c")["page"]; !hasAll(got, "20001\tmid [secret:TOKEN]\n", "20002\t[secret:TOKEN]") {
+		t.Errorf("page: %q", got)
 	}
 }
