@@ -139,3 +139,57 @@ func TestKeptOutputRedacted(t *testing.T) {
 		t.Errorf("page: %q", got)
 	}
 }
+
+// TestKeptOutputBounds: a command's kept output stops at OutputKeep and
+// says so; a conversation's kept outputs stay within OutputKeepTotal, the
+// oldest dropped first; they go with the workspace's layer.
+func TestKeptOutputBounds(t *testing.T) {
+	const cmd = `seq -f 'line %g of a long output' 1 8000` // 200 KB
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("o1", cmd), shellCall("o2", cmd), shellCall("o3", cmd), shellCall("o4", cmd)}},
+		{ToolCalls: []agentcore.ToolCall{
+			call("r1", "read_file", map[string]any{"path": ".codumentor/output/o1.txt"}),
+			call("r4", "read_file", map[string]any{"path": ".codumentor/output/o4.txt", "offset": 3000}),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) {
+		c.ShellAlwaysAllow, c.OutputKeep, c.OutputKeepTotal = true, 100<<10, 250<<10
+	})
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	for _, id := range []string{"o1", "o4"} {
+		if !strings.Contains(res[id], `[whole output: read_file path ".codumentor/output/`+id+`.txt" (its first 102,400 bytes: `) || !strings.HasSuffix(res[id], "line 8000 of a long output\n[exit status 0]") {
+			t.Errorf("%s: %.300q … %q", id, res[id][strings.Index(res[id], "[…"):], res[id][len(res[id])-60:])
+		}
+	}
+	if !strings.Contains(res["r1"], "no such kept output") || !strings.Contains(res["r1"], "dropped") {
+		t.Errorf("r1 (the oldest, dropped): %q", res["r1"])
+	}
+	if !strings.Contains(res["r4"], "  3000\tline 3000 of a long output\n") || strings.Contains(res["r4"], "line 8000") {
+		t.Errorf("r4: %.200q, want the kept part only", res["r4"])
+	}
+	dir := filepath.Join(h.dir, "layers", "c", "output")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	var total int64
+	for _, e := range ents {
+		fi, _ := e.Info()
+		names = append(names, e.Name())
+		total += fi.Size()
+	}
+	if strings.Join(names, " ") != "o3.txt o4.txt" || total > 250<<10 {
+		t.Errorf("kept %v, %d bytes; want o3 and o4 within 250 KiB", names, total)
+	}
+	if err := h.e.DiscardWorkspace("c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("the kept outputs outlive the discarded layer: %v", err)
+	}
+}
