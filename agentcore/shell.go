@@ -19,6 +19,7 @@ func (s *shellTool) Spec() ToolSpec {
 		Name: "shell",
 		Description: "Run a command with sh -c in the conversation's sandbox, in /workspace (a copy-on-write view of the project; no network). " +
 			"Each command needs the user's approval unless they allowed all. background: true starts it as a job and returns its id at once (see shell_output, shell_kill). " +
+			"Long output is shown as its start and its real end; the whole of it is kept, and the result names the path to page it with read_file. " +
 			"Secret values never enter your context by the server's doing: a command gets them in its environment. Its output is redacted of the forms the server recognises (the value, base64, base32, hex, URL and JSON escapes) before you see it, but only as a best effort, so never print a secret.",
 		Parameters: schema([]string{"command"}, map[string]any{
 			"command":    prop("string", "the command line, run by sh -c"),
