@@ -378,13 +378,22 @@ func (v *View) find(rel string) (e Entry, parent *Dir, err error) {
 }
 
 // resolve follows the symlinks of rel inside the view, one component at a
-// time, and returns the symlink-free path it names (internal form).
+// time, and returns the symlink-free path it names (internal form). It
+// descends by descriptor, reopening from the root only after a symlink.
 func (v *View) resolve(rel string, followLast bool) (string, error) {
 	done, todo := "", rel
+	var d *Dir // the merged directory done, open
+	defer func() { d.Close() }()
 	for hops := 0; todo != ""; {
 		comp, rest, _ := strings.Cut(todo, "/")
 		next := path.Join(done, comp)
-		e, parent, err := v.find(next)
+		if d == nil {
+			var err error
+			if d, err = v.openDir(done); err != nil {
+				return "", err
+			}
+		}
+		e, err := d.Lookup(comp)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Nothing below a missing entry exists, so no symlink either:
 			// a write creates it all.
@@ -394,16 +403,23 @@ func (v *View) resolve(rel string, followLast bool) (string, error) {
 			return "", err
 		}
 		if !e.IsLink() || rest == "" && !followLast {
-			parent.Close()
+			if rest != "" {
+				c, err := d.Sub(comp, e)
+				if err != nil {
+					return "", err
+				}
+				d.Close()
+				d = c
+			}
 			done, todo = next, rest
 			continue
 		}
 		if hops++; hops > maxSymlinks {
-			parent.Close()
 			return "", fmt.Errorf("too many levels of symlinks in %q", rel)
 		}
-		target, err := readlinkAtFile(parent.dirs[e.Layer], comp)
-		parent.Close()
+		target, err := readlinkAtFile(d.dirs[e.Layer], comp)
+		d.Close()
+		d = nil
 		if err != nil {
 			return "", errChanged(next)
 		}
