@@ -29,8 +29,10 @@ const (
 	// indexCached bounds the indexes kept, the least recently used
 	// dropped first.
 	indexCached = 32
-	// indexChunk is the scan's read size.
+	// indexChunk is the scan's read size; indexPiece the part of it
+	// counted at once.
 	indexChunk = 1 << 20
+	indexPiece = 16 << 10
 )
 
 // fileKey identifies a file's content: a write changes its ctime.
@@ -119,7 +121,7 @@ func (c *indexCache) touch(k fileKey) {
 // buildIndex scans the size bytes of f. A file that ends up of another
 // size than its stat said (it is being written) gets no index.
 func buildIndex(ctx context.Context, f *os.File, size int64) *lineIndex {
-	x := &lineIndex{every: 256, offs: []int64{0}}
+	x := &lineIndex{every: 1024, offs: []int64{0}}
 	buf := make([]byte, indexChunk)
 	var off int64
 	lines, last := 0, byte('\n')
@@ -132,19 +134,31 @@ func buildIndex(ctx context.Context, f *os.File, size int64) *lineIndex {
 			return nil
 		}
 		b := buf[:n]
-		for p := 0; p < len(b); {
-			i := bytes.IndexByte(b[p:], '\n')
-			if i < 0 {
-				break
+		// Pieces with no indexed line's start are counted at once; the
+		// others are stepped through line by line.
+		for len(b) > 0 {
+			piece := b[:min(len(b), indexPiece)]
+			if c := bytes.Count(piece, nl); lines%x.every+c < x.every {
+				lines += c
+				b = b[len(piece):]
+				continue
 			}
-			p += i + 1
-			if lines++; lines%x.every == 0 {
-				x.offs = append(x.offs, off+int64(p))
-				if len(x.offs) > indexEntries {
-					x.thin()
+			for p := 0; p < len(piece); {
+				i := bytes.IndexByte(piece[p:], '\n')
+				if i < 0 {
+					break
+				}
+				p += i + 1
+				if lines++; lines%x.every == 0 {
+					x.offs = append(x.offs, off+int64(n-len(b)+p))
+					if len(x.offs) > indexEntries {
+						x.thin()
+					}
 				}
 			}
+			b = b[len(piece):]
 		}
+		b = buf[:n]
 		last = b[n-1]
 		off += int64(n)
 	}

@@ -38,7 +38,7 @@ func TestLineIndexAgrees(t *testing.T) {
 		if x.lines != want {
 			t.Fatalf("index counts %d lines, want %d", x.lines, want)
 		}
-		for _, off := range []int{1, 2, 255, 256, 257, 513, 40000, want - 1, want, want + 1, want + 300} {
+		for _, off := range []int{1, 2, 255, 256, 257, 513, 1023, 1024, 1025, 2049, 40000, want - 1, want, want + 1, want + 300} {
 			plain, plr, perr := readLines(t.Context(), strings.NewReader(b.String()), off, 7, 4000)
 			skipped, at := x.seek(off - 1)
 			if _, err := f.Seek(at, 0); err != nil {
