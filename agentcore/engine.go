@@ -203,6 +203,8 @@ type conv struct {
 	// jobSeen: the output total of background jobs at shell_output's last
 	// look, for its wait.
 	jobSeen map[string]int64
+	// jobKept: the kept outputs of background jobs.
+	jobKept map[string]*jobKept
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order
 

@@ -70,6 +70,9 @@ func (h *headTail) Reset() {
 	h.head, h.next, h.full, h.total = h.head[:0], 0, false, 0
 }
 
+// fits reports whether n bytes of output are shown whole.
+func (h *headTail) fits(n int64) bool { return n <= int64(h.max+len(h.ring)) }
+
 // elided reports whether text leaves out a middle part.
 func (h *headTail) elided() bool {
 	h.mu.Lock()

@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+
+	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // A shell command's whole output (up to Config.OutputKeep bytes) is kept
@@ -21,6 +25,9 @@ import (
 // deletion, TTL GC). read_file pages a kept output at the workspace path
 // outputPrefix + <name>, where name is what the truncated output said.
 const outputPrefix = ".codumentor/output/"
+
+// partSuffix marks a kept output still being written.
+const partSuffix = ".part"
 
 // outputDirName is the area's directory in the layer directory.
 const outputDirName = "output"
@@ -64,6 +71,7 @@ func validOutputName(name string) bool {
 // keptOutput is an io.Writer keeping the first max bytes written to it in
 // a file of the output area, and counting the rest.
 type keptOutput struct {
+	mu      sync.Mutex // a background job's copier writes, its watcher finishes
 	f       *os.File
 	dir     string // the area
 	name    string // the file's name in the area
@@ -74,6 +82,8 @@ type keptOutput struct {
 }
 
 func (k *keptOutput) Write(p []byte) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	n := len(p)
 	if k.err != nil {
 		return n, nil
@@ -94,6 +104,8 @@ func (k *keptOutput) Write(p []byte) (int, error) {
 
 // reset forgets what was written (a command started again).
 func (k *keptOutput) reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.err == nil {
 		k.err = k.f.Truncate(0)
 		k.f.Seek(0, io.SeekStart)
@@ -103,11 +115,28 @@ func (k *keptOutput) reset() {
 
 // discard removes the kept output: the model saw all of it.
 func (k *keptOutput) discard() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.f.Close()
+	k.remove()
+}
+
+// remove removes the unfinished file.
+func (k *keptOutput) remove() {
 	if root, err := os.OpenRoot(k.dir); err == nil {
-		root.Remove(k.name)
+		root.Remove(k.name + partSuffix)
 		root.Close()
 	}
+}
+
+// rename makes the finished file readable under its name.
+func (k *keptOutput) rename() error {
+	root, err := os.OpenRoot(k.dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.Rename(k.name+partSuffix, k.name)
 }
 
 // path is the kept output's workspace path for read_file.
@@ -119,6 +148,8 @@ func (k *keptOutput) path() string { return outputPrefix + k.name }
 // piece of a secret cut there is left. It returns the note for the
 // model.
 func (k *keptOutput) finish(red *redactor, margin int) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	defer k.f.Close()
 	if k.err == nil && red != nil && red.r != nil {
 		b := make([]byte, k.n)
@@ -139,15 +170,60 @@ func (k *keptOutput) finish(red *redactor, margin int) string {
 			k.n = int64(len(b))
 		}
 	}
+	if k.err == nil {
+		k.err = k.rename()
+	}
 	if k.err != nil {
 		// Never a half-redacted copy.
 		k.f.Truncate(0)
+		k.remove()
 		return "[the whole output could not be kept; run the command again with less output]"
 	}
 	if k.dropped > 0 {
 		return fmt.Sprintf("[whole output: read_file path %q (its first %s bytes: %s more were not kept)]", k.path(), commas(k.n), commas(k.dropped))
 	}
 	return fmt.Sprintf("[whole output: read_file path %q]", k.path())
+}
+
+// jobKept is the kept output of a background job: finished, with its
+// note, once done is closed.
+type jobKept struct {
+	path string
+	done chan struct{}
+	note string // set before done is closed
+}
+
+// keepJob finishes kept, the output of job id of s, once the job has ended
+// and its output is read: redacted, or removed if shell_output shows all
+// of it anyway.
+func (e *Engine) keepJob(c *Call, s *sandboxkit.Session, id int, kept *keptOutput) {
+	jk := &jobKept{path: kept.path(), done: make(chan struct{})}
+	cv := e.conv(c.Conversation)
+	cv.mu.Lock()
+	if cv.jobKept == nil {
+		cv.jobKept = map[string]*jobKept{}
+	}
+	cv.jobKept[fmt.Sprintf("%p/%d", s, id)] = jk
+	cv.mu.Unlock()
+	var red *redactor
+	margin := 0
+	if c.turn != nil {
+		red, margin = c.turn.red, c.turn.red.longestSpan()
+	}
+	e.wg.Go(func() {
+		defer close(jk.done)
+		if err := s.WaitJob(e.ctx, id, math.MaxInt64); err != nil {
+			kept.discard() // the server is closing
+			jk.note = "[the whole output was not kept: the server stopped first]"
+			return
+		}
+		o, err := s.JobOutput(id)
+		if err == nil && !e.newOutput().fits(o.Total) {
+			jk.note = kept.finish(red, margin)
+			return
+		}
+		kept.discard()
+	})
 }
 
 // outputDir opens the conversation's output area, making it if missing.
@@ -195,7 +271,12 @@ func (e *Engine) keepOutput(c *Call) (*keptOutput, error) {
 		if i > 1 {
 			name = fmt.Sprintf("%s-%d.txt", stem, i)
 		}
-		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if _, err := root.Lstat(name); err == nil {
+			continue
+		}
+		// Written as name.part (which read_file never opens) and renamed
+		// when finished, redacted.
+		f, err := root.OpenFile(name+partSuffix, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}

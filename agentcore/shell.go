@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,13 +102,27 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	// Recorded as approved, with placeholders (Config.Launching).
 	ctx = withApproved(ctx, argv, []string{"sh", "-c", c.Action.Command})
 	if c.Action.Background {
+		// Its whole output is kept too, and finished once it ends.
+		kept, kerr := e.keepOutput(c)
+		var tee io.Writer
+		if kerr == nil {
+			tee = kept
+		}
 		var j sandboxkit.JobInfo
+		var sess *sandboxkit.Session
 		err := e.startIn(ctx, c, func(ws *workspace) (err error) {
-			j, err = ws.sess.StartBackground(ctx, argv, env, c.Action.Cwd)
+			j, err = ws.sess.StartBackgroundTee(ctx, argv, env, c.Action.Cwd, tee)
+			sess = ws.sess
 			return err
 		})
 		if err != nil {
+			if kept != nil {
+				kept.discard()
+			}
 			return "", err
+		}
+		if kept != nil {
+			e.keepJob(c, sess, j.ID, kept)
 		}
 		return fmt.Sprintf("started background job %d (pid %d in the sandbox); read its output with shell_output, stop it with shell_kill", j.ID, j.Pid), nil
 	}
@@ -327,6 +342,28 @@ func (e *Engine) jobOutput(ctx context.Context, c *Call, s *sandboxkit.Session, 
 	cv.jobSeen[key] = o.Total
 	cv.mu.Unlock()
 	out := e.newOutput()
+	note := ""
+	if !out.fits(o.Total) {
+		cv.mu.Lock()
+		jk := cv.jobKept[key]
+		cv.mu.Unlock()
+		if jk != nil && !slices.ContainsFunc(s.Jobs(), func(i sandboxkit.JobInfo) bool { return i.ID == a.Job && i.Running }) {
+			// Ended: its kept output is being finished.
+			select {
+			case <-jk.done:
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			}
+		}
+		if jk != nil {
+			note = fmt.Sprintf("[whole output: read_file path %q once the job has ended]", jk.path)
+			select {
+			case <-jk.done:
+				note = jk.note
+			default:
+			}
+		}
+	}
 	out.Write(o.Head)
 	out.skip(o.Dropped)
 	if o.Dropped > 0 {
@@ -343,7 +380,7 @@ func (e *Engine) jobOutput(ctx context.Context, c *Call, s *sandboxkit.Session, 
 	if o.Dropped > 0 {
 		head += fmt.Sprintf("[%s bytes from its middle were not kept]\n", commas(o.Dropped))
 	}
-	return head + out.text(margin), nil
+	return head + out.textNote(margin, note), nil
 }
 
 // secrets are the user's secrets, loaded when the turn started.

@@ -55,6 +55,7 @@ func TestJobWaitHeadAndTail(t *testing.T) {
 			call("more", "shell_output", map[string]any{"job": 1, "wait": 120}),
 			shellCall("ended", "while kill -0 $(cat /tmp/jobpid) 2>/dev/null; do sleep 0.05; done"),
 			call("end", "shell_output", map[string]any{"job": 1, "wait": 120}),
+			call("page", "read_file", map[string]any{"path": ".codumentor/output/bg.txt", "offset": 300000}),
 			call("toolong", "shell_output", map[string]any{"job": 1, "wait": 601}),
 			call("timeout", "shell", map[string]any{"command": "true", "background": true, "timeout": 5}),
 		}},
@@ -76,7 +77,14 @@ func TestJobWaitHeadAndTail(t *testing.T) {
 	if !strings.HasPrefix(end, "[job 1 exited with status 0; 1,988,905 bytes of output]\n") || !strings.Contains(end, "]\n1\n2\n3\n") || !strings.HasSuffix(end, "\n299999\n300000\nLAST-LINE\n") || !strings.Contains(end, " bytes elided …]") {
 		t.Errorf("end: head %.200q … tail %q", end, end[max(0, len(end)-200):])
 	}
-	for id, want := range map[string]string{"toolong": "wait is in seconds, from 0 to 600", "timeout": "timeout is for foreground commands"} {
+	if !strings.Contains(end, " bytes elided …]\n[whole output: read_file path \".codumentor/output/bg.txt\"]\n") {
+		t.Errorf("end does not name the kept output: %.300q", end[strings.Index(end, "[…"):])
+	}
+	for id, want := range map[string]string{
+		"toolong": "wait is in seconds, from 0 to 600",
+		"timeout": "timeout is for foreground commands",
+		"page":    "lines 300000–300001 of 300,001 (bytes 1,988,888–1,988,905 of 1,988,905)\n300000\t300000\n300001\tLAST-LINE\n",
+	} {
 		if !strings.Contains(res[id], want) {
 			t.Errorf("%s: %q, want %q", id, res[id], want)
 		}

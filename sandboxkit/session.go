@@ -599,6 +599,13 @@ type job struct {
 // left in its process group is killed. ctx bounds only the start.
 // Background jobs do not count as activity for IdleTimeout.
 func (s *Session) StartBackground(ctx context.Context, argv []string, env []string, dir string) (JobInfo, error) {
+	return s.StartBackgroundTee(ctx, argv, env, dir, nil)
+}
+
+// StartBackgroundTee is StartBackground that also writes the job's output,
+// as it comes, to tee (if not nil), for a caller that keeps more of it.
+// tee's errors are ignored; a slow tee slows the job's output.
+func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []string, dir string, tee io.Writer) (JobInfo, error) {
 	if len(argv) == 0 {
 		return JobInfo{}, errors.New("sandboxkit: no command to run")
 	}
@@ -640,9 +647,13 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		return JobInfo{}, err
 	}
 	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{}), drained: make(chan struct{}), before: before}
+	var out io.Writer = j.out
+	if tee != nil {
+		out = io.MultiWriter(j.out, errorless{tee})
+	}
 	go func() {
 		// Ends when the last writer is gone, at the latest with the session.
-		io.Copy(j.out, r)
+		io.Copy(out, r)
 		r.Close()
 		close(j.drained)
 	}()
@@ -767,6 +778,14 @@ func (s *Session) Kill(id int) error {
 }
 
 // tailBuffer keeps the last max bytes written to it.
+// errorless is a Writer whose errors are ignored.
+type errorless struct{ w io.Writer }
+
+func (e errorless) Write(p []byte) (int, error) {
+	e.w.Write(p)
+	return len(p), nil
+}
+
 type tailBuffer struct {
 	mu    sync.Mutex
 	max   int
