@@ -1,7 +1,6 @@
 package agentcore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,29 +85,29 @@ func (c *Call) wsKey() string {
 // file tools read, its upper layer and the project tree. An isolated
 // subagent's workspace stacks its own upper layer on its parent's upper
 // layer and project tree.
-func (e *Engine) workspaceLayers(ctx context.Context, call *Call) (*sandboxkit.Workspace, view, *overlay.Layer, string, error) {
+func (e *Engine) workspaceLayers(ctx context.Context, call *Call) (*sandboxkit.Workspace, *overlay.View, *overlay.Layer, string, error) {
 	lower, err := e.cfg.Workspaces.Lower(ctx, call.User, call.Conversation)
 	if err != nil {
-		return nil, view{}, nil, "", fmt.Errorf("workspace of this conversation: %w", err)
+		return nil, nil, nil, "", fmt.Errorf("workspace of this conversation: %w", err)
 	}
 	layer, err := e.layer(call.Conversation)
 	if err != nil {
-		return nil, view{}, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	mid, err := e.midLayers(ctx, call.User, call.Conversation)
 	if err != nil {
-		return nil, view{}, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	if key := call.wsKey(); key != call.Conversation {
 		own, err := e.layer(key)
 		if err != nil {
-			return nil, view{}, nil, "", err
+			return nil, nil, nil, "", err
 		}
 		mid = append(mid, layer.Upper)
 		return &sandboxkit.Workspace{Lower: lower, Layers: mid, Upper: own.Upper, Work: own.Work},
-			view{lower: lower, upper: own.Upper, mid: reversed(mid)}, own, lower, nil
+			newView(lower, own.Upper, reversed(mid)), own, lower, nil
 	}
-	return &sandboxkit.Workspace{Lower: lower, Layers: mid, Upper: layer.Upper, Work: layer.Work}, view{lower: lower, upper: layer.Upper, mid: reversed(mid)}, layer, lower, nil
+	return &sandboxkit.Workspace{Lower: lower, Layers: mid, Upper: layer.Upper, Work: layer.Work}, newView(lower, layer.Upper, reversed(mid)), layer, lower, nil
 }
 
 // midLayers are the conversation's read-only layers over its lower tree,
@@ -275,15 +274,19 @@ func (e *Engine) subagentDiff(ctx context.Context, c *Call) (string, error) {
 	}
 	p.ReadOnlyOverlays = []sandboxkit.ReadOnlyOverlay{{Layers: append([]string{sw.Lower}, sw.Layers...), Dst: "/base"}}
 	const script = `for p; do diff -uN --label "a/$p" --label "b/$p" -- "/base/$p" "/workspace/$p"; done; exit 0`
-	var out bytes.Buffer
+	// The head and the real tail, as shell shows a command's output.
+	out := e.newOutput()
 	cmd := sandboxkit.Command(ctx, p, append([]string{"sh", "-c", script, "sh"}, paths...)...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.OutputLimit = int64(4 * e.cfg.MaxOutput)
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Timeout = e.cfg.CommandTimeout
 	if err := cmd.Run(); err != nil {
 		return "", hidePaths(err, lower, own.Dir)
 	}
-	return out.String(), nil
+	margin := 0
+	if c.turn != nil {
+		margin = c.turn.red.longestSpan()
+	}
+	return out.text(margin), nil
 }
 
 // closeWorkspace closes the sandbox of workspace key, if one runs.

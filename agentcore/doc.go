@@ -31,13 +31,19 @@
 //     I/O; symlinks are resolved one component at a time inside the
 //     overlay's layers, and one that points outside (absolute, or above
 //     the root) is refused before its target is looked at
-//     (ErrOutsideWorkspace). Reads happen host-side from the layers (the
-//     merged view: upper over lower, whiteouts delete, opaque directories
-//     hide); writes go through the sandbox, so they land in the upper layer
-//     exactly as a command's would, and never through a symlink. read_file
-//     shows a range of numbered lines, reading no further than the range
-//     plus a bounded count of the lines after it; whole-file reads and
-//     writes are capped (Config.MaxFileSize).
+//     (ErrOutsideWorkspace). Reads happen host-side from the layers
+//     through overlay.View (the merged view by descriptor: upper over
+//     lower, whiteouts delete, opaque directories hide); writes go through
+//     the sandbox, so they land in the upper layer exactly as a command's
+//     would, and never through a symlink. read_file shows a range of
+//     numbered lines, reading no further than the range plus a bounded
+//     count of the lines after it (a large file's cached line index takes
+//     it to the range); whole-file reads and writes are capped
+//     (Config.MaxFileSize).
+//   - A shell command's output reaches the model as its head and its real
+//     tail; the whole of it (Config.OutputKeep, redacted) is kept beside
+//     the conversation's layer, outside the workspace and its diff, and
+//     read_file pages it at .codumentor/output/<call>.txt.
 //   - Secrets are used by name. The model sees names only (listed in the
 //     shell tool's description); {{secret:NAME}} in a command becomes
 //     "$CODUMENTOR_SECRET_NAME" in the text given to sh, and the value is

@@ -81,6 +81,13 @@ type Config struct {
 	TurnTimeout time.Duration
 	// CommandTimeout bounds a foreground shell command (default 10 min).
 	CommandTimeout time.Duration
+	// MaxCommandTimeout bounds the timeout a shell call may ask for
+	// (default the larger of CommandTimeout and 30 min).
+	MaxCommandTimeout time.Duration
+	// OutputKeep bounds the output of one shell command kept whole for
+	// read_file (default 16 MiB); OutputKeepTotal bounds a conversation's
+	// kept outputs, the oldest dropped first (default 128 MiB).
+	OutputKeep, OutputKeepTotal int64
 	// SessionIdle closes a conversation's sandbox after this long without
 	// a command (default 15 min); the next command starts a new one.
 	SessionIdle time.Duration
@@ -186,6 +193,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// outputMu serialises making and pruning kept outputs.
+	outputMu sync.Mutex
+
 	mu       sync.Mutex
 	closed   bool
 	convs    map[string]*conv
@@ -215,6 +225,11 @@ type conv struct {
 	subs        map[chan struct{}]struct{}
 	// limitSeen: background jobs whose limit has had its event.
 	limitSeen map[string]bool
+	// jobSeen: the output total of background jobs at shell_output's last
+	// look, for its wait.
+	jobSeen map[string]int64
+	// jobKept: the kept outputs of background jobs.
+	jobKept map[string]*jobKept
 
 	emitMu sync.Mutex // orders appends, so Seq order is publication order
 
@@ -254,6 +269,13 @@ func New(cfg Config) (*Engine, error) {
 	def(&cfg.TurnTimeout, 30*time.Minute)
 	def(&cfg.CommandTimeout, 10*time.Minute)
 	def(&cfg.SessionIdle, 15*time.Minute)
+	def(&cfg.MaxCommandTimeout, max(cfg.CommandTimeout, 30*time.Minute))
+	if cfg.OutputKeep <= 0 {
+		cfg.OutputKeep = 16 << 20
+	}
+	if cfg.OutputKeepTotal < cfg.OutputKeep {
+		cfg.OutputKeepTotal = max(128<<20, cfg.OutputKeep)
+	}
 	if cfg.MaxSteps <= 0 {
 		cfg.MaxSteps = 50
 	}
@@ -457,7 +479,7 @@ func (e *Engine) Subscribe(ctx context.Context, conversation string, after int64
 
 // workspace is a conversation's sandbox and the view file tools read.
 type workspace struct {
-	view view
+	view *overlay.View
 	sess *sandboxkit.Session
 	// host: a host read-only investigation's sandbox; no view.
 	host bool

@@ -2,7 +2,6 @@ package agentcore
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -11,22 +10,17 @@ import (
 	"os"
 	"path"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"golang.org/x/sys/unix"
 )
 
 // ErrOutsideWorkspace is wrapped by a file tool's error for a path that
 // is absolute, escapes with "..", or goes through a symlink that leaves
 // the workspace. Such paths are refused before any I/O on them.
-var ErrOutsideWorkspace = errors.New("path leaves the workspace")
-
-// maxSymlinks bounds the symlinks followed while resolving one path.
-const maxSymlinks = 40
+var ErrOutsideWorkspace = overlay.ErrOutsideView
 
 // cleanRel checks a path the model gave, lexically, before anything
 // touches the file system: it must be relative to /workspace and stay
@@ -44,70 +38,6 @@ func cleanRel(p string) (string, error) {
 	}
 	return c, nil // "" is the root
 }
-
-// view is the merged view of a workspace as overlayfs shows it at
-// /workspace: upper over lower, where a whiteout in upper (a 0/0
-// character device) deletes the lower entry and an opaque upper
-// directory (xattr user.overlay.opaque=y, the userxattr form used in a
-// user namespace) hides the lower directory below it. It reads the layer
-// directories from the host: file tools are trusted server code (DESIGN
-// §1), confined by resolving every path inside the view first.
-//
-// The sandbox runs while the view is read and can swap any directory
-// for a symlink at any moment (renameat2 RENAME_EXCHANGE), so nothing
-// is ever resolved by path below a layer's root: the view walks by
-// descriptor, opening one component at a time with O_NOFOLLOW|O_DIRECTORY
-// and stat-ing, reading links and opening files relative to the parent's
-// descriptor. A swap then makes the walk fail; it never leads it out.
-// Errors name workspace paths only, never a host path.
-type view struct {
-	lower, upper string
-	// mid are read-only layers between upper and lower, top first: an
-	// isolated subagent's view stacks its own upper on its parent's
-	// upper and lower.
-	mid []string
-}
-
-// layers are v's layer directories, top (upper) first.
-func (v *view) layers() []string {
-	return append(append([]string{v.upper}, v.mid...), v.lower)
-}
-
-// entry is a path found in the view.
-type entry struct {
-	fi fs.FileInfo
-	// layer is the index of the layer it lives in (0: upper).
-	layer int
-	// shows, for a directory, marks the layers (layer and below) that
-	// have a real directory here, which merge unless a higher one of
-	// them is opaque.
-	shows []bool
-}
-
-func (e entry) isLink() bool { return e.fi.Mode()&fs.ModeSymlink != 0 }
-
-// mdir is a directory of the merged view, open in each layer whose
-// directory at its path shows through (dirs[i] for layer i, nil where
-// none does). Close it after use.
-type mdir struct {
-	rel  string // its workspace path, for messages
-	dirs []*os.File
-}
-
-func (d *mdir) close() {
-	if d == nil {
-		return
-	}
-	for _, f := range d.dirs {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// maxDepth bounds how deep a walk descends (each level holds two
-// descriptors open).
-const maxDepth = 128
 
 // wsErr words err for the model: the workspace path rel and the bare
 // error, without the host path an *fs.PathError carries.
@@ -129,518 +59,15 @@ func errChanged(rel string) error {
 	return fmt.Errorf("%s changed while it was read (the sandbox is changing it); try again", show(rel))
 }
 
-// statInfo is an fs.FileInfo made from a stat taken by descriptor.
-type statInfo struct {
-	name string
-	st   unix.Stat_t
+// fsName is the overlay.View name of the workspace path rel ("" the root).
+func fsName(rel string) string { return show(rel) }
+
+// newView is the merged view file tools read: upper over mid (read-only
+// layers, top first: an isolated subagent's view stacks its own upper on
+// its parent's upper and lower) over lower.
+func newView(lower, upper string, mid []string) *overlay.View {
+	return overlay.NewView(append(append([]string{upper}, mid...), lower)...)
 }
-
-func (s *statInfo) Name() string       { return s.name }
-func (s *statInfo) Size() int64        { return s.st.Size }
-func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
-func (s *statInfo) IsDir() bool        { return s.st.Mode&unix.S_IFMT == unix.S_IFDIR }
-func (s *statInfo) Sys() any           { return &s.st }
-func (s *statInfo) Mode() fs.FileMode {
-	m := fs.FileMode(s.st.Mode & 0o777)
-	switch s.st.Mode & unix.S_IFMT {
-	case unix.S_IFBLK:
-		m |= fs.ModeDevice
-	case unix.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFDIR:
-		m |= fs.ModeDir
-	case unix.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case unix.S_IFLNK:
-		m |= fs.ModeSymlink
-	case unix.S_IFSOCK:
-		m |= fs.ModeSocket
-	}
-	if s.st.Mode&unix.S_ISUID != 0 {
-		m |= fs.ModeSetuid
-	}
-	if s.st.Mode&unix.S_ISGID != 0 {
-		m |= fs.ModeSetgid
-	}
-	if s.st.Mode&unix.S_ISVTX != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
-}
-
-func isWhiteout(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
-}
-
-func isOpaque(f *os.File) bool {
-	var buf [4]byte
-	n, err := unix.Fgetxattr(int(f.Fd()), "user.overlay.opaque", buf[:])
-	return err == nil && string(buf[:n]) == "y"
-}
-
-// statAt stats name in the directory f without following a symlink; ok
-// is false if there is no such entry.
-func statAt(f *os.File, name string) (st *statInfo, ok bool, err error) {
-	st = &statInfo{name: name}
-	err = unix.Fstatat(int(f.Fd()), name, &st.st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return st, true, nil
-}
-
-// openDirAt opens the directory name in f, refusing a symlink. rel names
-// it in the new *os.File, so that its errors carry no host path.
-func openDirAt(f *os.File, name, rel string) (*os.File, error) {
-	fd, err := unix.Openat(int(f.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT):
-		return nil, errChanged(rel)
-	case err != nil:
-		return nil, wsErr(rel, err)
-	}
-	return os.NewFile(uintptr(fd), show(rel)), nil
-}
-
-// openRoot opens the workspace root: upper's root, and lower's unless
-// upper's is opaque.
-func (v *view) openRoot() (*mdir, error) {
-	layers := v.layers()
-	d := &mdir{dirs: make([]*os.File, len(layers))}
-	for i, p := range layers {
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.EACCES) && i < len(layers)-1 && overlay.RestoreAccess(p) == nil {
-			// An upper layer's sandbox did chmod 000 /workspace (the
-			// lower tree is the project's, never changed).
-			fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		}
-		if err != nil {
-			d.close()
-			return nil, wsErr("", err)
-		}
-		d.dirs[i] = os.NewFile(uintptr(fd), ".")
-		if isOpaque(d.dirs[i]) {
-			break
-		}
-	}
-	return d, nil
-}
-
-// child looks name up in d.
-func (d *mdir) child(name string) (entry, error) {
-	rel := path.Join(d.rel, name)
-	e := entry{layer: -1}
-	for i, f := range d.dirs {
-		if f == nil {
-			continue
-		}
-		st, ok, err := statAt(f, name)
-		if err != nil {
-			return entry{}, wsErr(rel, err)
-		}
-		if !ok {
-			continue
-		}
-		if isWhiteout(&st.st) {
-			// Deleted here: nothing below shows.
-			break
-		}
-		if e.layer < 0 {
-			e.fi, e.layer = st, i
-			if !st.IsDir() {
-				return e, nil
-			}
-			e.shows = make([]bool, len(d.dirs))
-			e.shows[i] = true
-			continue
-		}
-		// Lower layers show through a directory only where they have a
-		// directory too (and none above is opaque, which enter checks);
-		// a lower symlink or file there is hidden, as overlayfs hides it,
-		// and hides what is below it.
-		if !st.IsDir() {
-			break
-		}
-		e.shows[i] = true
-	}
-	if e.layer < 0 {
-		return entry{}, fs.ErrNotExist
-	}
-	return e, nil
-}
-
-// enter opens the directory name of d, which child found as e.
-func (d *mdir) enter(name string, e entry) (*mdir, error) {
-	rel := path.Join(d.rel, name)
-	if !e.fi.IsDir() {
-		if e.isLink() {
-			return nil, fmt.Errorf("internal: unresolved symlink %q", rel)
-		}
-		return nil, fmt.Errorf("%q is not a directory", rel)
-	}
-	c := &mdir{rel: rel, dirs: make([]*os.File, len(d.dirs))}
-	for i := e.layer; i < len(d.dirs); i++ {
-		if !e.shows[i] {
-			continue
-		}
-		f, err := openDirAt(d.dirs[i], name, rel)
-		if err != nil {
-			c.close()
-			return nil, err
-		}
-		c.dirs[i] = f
-		if isOpaque(f) {
-			break
-		}
-	}
-	return c, nil
-}
-
-// open opens the merged directory rel (clean, symlink-free; "" the root).
-func (v *view) open(rel string) (*mdir, error) {
-	d, err := v.openRoot()
-	if err != nil || rel == "" {
-		return d, err
-	}
-	for comp := range strings.SplitSeq(rel, "/") {
-		e, err := d.child(comp)
-		if err == nil {
-			var c *mdir
-			c, err = d.enter(comp, e)
-			d.close()
-			d = c
-		} else {
-			d.close()
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
-}
-
-// find returns the entry rel names and its parent directory, open (nil
-// for the root, whose entry is upper's root). The caller closes parent.
-func (v *view) find(rel string) (e entry, parent *mdir, err error) {
-	if rel == "" {
-		d, err := v.openRoot()
-		if err != nil {
-			return entry{}, nil, err
-		}
-		defer d.close()
-		st := &statInfo{name: "."}
-		if err := unix.Fstat(int(d.dirs[0].Fd()), &st.st); err != nil {
-			return entry{}, nil, wsErr("", err)
-		}
-		shows := make([]bool, len(d.dirs))
-		for i, f := range d.dirs {
-			shows[i] = f != nil
-		}
-		return entry{fi: st, shows: shows}, nil, nil
-	}
-	dir, name := path.Split(rel)
-	parent, err = v.open(strings.TrimSuffix(dir, "/"))
-	if err != nil {
-		return entry{}, nil, err
-	}
-	if e, err = parent.child(name); err != nil {
-		parent.close()
-		return entry{}, nil, err
-	}
-	return e, parent, nil
-}
-
-// lookup finds rel (clean, relative, "" the root) in the view. A symlink
-// before the last component is an error (resolve replaces those first).
-func (v *view) lookup(rel string) (entry, error) {
-	e, parent, err := v.find(rel)
-	parent.close()
-	return e, err
-}
-
-// resolve follows the symlinks of rel inside the view, one component at a
-// time, and returns the symlink-free path it names. A link whose target
-// is absolute or climbs above the workspace root is refused before its
-// target is looked at. followLast says whether a symlink in the last
-// component is followed (reads) or returned as is (writes, which then
-// refuse it). From the first missing component on, the path is returned
-// as is (reads then fail; writes create it).
-func (v *view) resolve(rel string, followLast bool) (string, error) {
-	done, todo := "", rel
-	for hops := 0; todo != ""; {
-		comp, rest, _ := strings.Cut(todo, "/")
-		next := path.Join(done, comp)
-		e, parent, err := v.find(next)
-		if errors.Is(err, fs.ErrNotExist) {
-			// Nothing below a missing entry exists, so no symlink either:
-			// a write creates it all.
-			return path.Join(next, rest), nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if !e.isLink() || rest == "" && !followLast {
-			parent.close()
-			done, todo = next, rest
-			continue
-		}
-		if hops++; hops > maxSymlinks {
-			parent.close()
-			return "", fmt.Errorf("too many levels of symlinks in %q", rel)
-		}
-		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(int(parent.dirs[e.layer].Fd()), comp, buf)
-		parent.close()
-		if err != nil {
-			return "", errChanged(next)
-		}
-		target := string(buf[:n])
-		if strings.HasPrefix(target, "/") {
-			return "", fmt.Errorf("%w: %q is a symlink to the absolute path %q; only links within the workspace are followed", ErrOutsideWorkspace, next, target)
-		}
-		t := path.Join(done, target)
-		if t == ".." || strings.HasPrefix(t, "../") {
-			return "", fmt.Errorf("%w: %q is a symlink to %q, which is outside the workspace", ErrOutsideWorkspace, next, target)
-		}
-		if t == "." {
-			t = ""
-		}
-		done, todo = "", strings.TrimPrefix(path.Join(t, rest), "/")
-		if todo == "." {
-			todo = ""
-		}
-	}
-	return done, nil
-}
-
-// openFile opens the regular file rel (resolved) for reading and
-// returns it with its size.
-func (v *view) openFile(rel string) (*os.File, int64, error) {
-	e, parent, err := v.find(rel)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer parent.close()
-	if !e.fi.Mode().IsRegular() || parent == nil {
-		return nil, 0, fmt.Errorf("%q is not a regular file", show(rel))
-	}
-	// Opened relative to the parent's descriptor, never through a
-	// symlink; O_NONBLOCK keeps a FIFO swapped in from blocking us.
-	fd, err := unix.Openat(int(parent.dirs[e.layer].Fd()), path.Base(rel), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, 0, wsErr(rel, err)
-	}
-	f := os.NewFile(uintptr(fd), show(rel))
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, fmt.Errorf("%q is not a regular file", show(rel))
-	}
-	return f, fi.Size(), nil
-}
-
-// readFile returns the content of the regular file rel (resolved), at
-// most max bytes.
-func (v *view) readFile(rel string, max int64) ([]byte, error) {
-	f, size, err := v.openFile(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if size > max {
-		return nil, fmt.Errorf("%q is %d bytes, more than the read limit of %d bytes; use shell (e.g. head, sed -n) to read part of it", show(rel), size, max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, wsErr(rel, err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%q is more than the read limit of %d bytes", show(rel), max)
-	}
-	return b, nil
-}
-
-// dirEntry is one entry of a merged directory.
-type dirEntry struct {
-	name string
-	fi   fs.FileInfo
-}
-
-// nameHeap is a max-heap of directory entries by name: it keeps the
-// smallest names seen so far.
-type nameHeap []dirEntry
-
-func (h nameHeap) Len() int           { return len(h) }
-func (h nameHeap) Less(i, j int) bool { return h[i].name > h[j].name }
-func (h nameHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *nameHeap) Push(x any)        { *h = append(*h, x.(dirEntry)) }
-func (h *nameHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// readBatch is how many names a directory read takes at a time.
-const readBatch = 256
-
-// list returns the first limit entries of d, in name order, whose names
-// sort after after, and whether more follow. It reads names in batches
-// and keeps only the limit smallest, so neither its memory nor its stat
-// calls grow with the directory (a sandbox can make millions of
-// entries); only the names are read in full.
-func (d *mdir) list(after string, limit int) ([]dirEntry, bool, error) {
-	h := make(nameHeap, 0, min(limit+1, 1024))
-	wanted := func(name string) bool {
-		return name > after && (len(h) <= limit || name < h[0].name)
-	}
-	keep := func(name string, fi fs.FileInfo) {
-		heap.Push(&h, dirEntry{name, fi})
-		if len(h) > limit+1 {
-			heap.Pop(&h)
-		}
-	}
-	scan := func(f *os.File, each func(name string) error) error {
-		for {
-			names, err := f.Readdirnames(readBatch)
-			for _, n := range names {
-				if wanted(n) {
-					if err := each(n); err != nil {
-						return err
-					}
-				}
-			}
-			if err == io.EOF || err == nil && len(names) == 0 {
-				return nil
-			}
-			if err != nil {
-				return wsErr(d.rel, err)
-			}
-		}
-	}
-	for i, f := range d.dirs {
-		if f == nil {
-			continue
-		}
-		err := scan(f, func(name string) error {
-			for _, above := range d.dirs[:i] {
-				// Anything in a higher layer (an entry, or a whiteout)
-				// hides it.
-				if above == nil {
-					continue
-				}
-				if _, ok, err := statAt(above, name); ok || err != nil {
-					return nil
-				}
-			}
-			st, ok, err := statAt(f, name)
-			if err != nil {
-				return wsErr(path.Join(d.rel, name), err)
-			}
-			if ok && !isWhiteout(&st.st) {
-				keep(name, st)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, false, err
-		}
-	}
-	list := []dirEntry(h)
-	slices.SortFunc(list, func(a, b dirEntry) int { return strings.Compare(a.name, b.name) })
-	more := len(list) > limit
-	if more {
-		list = list[:limit]
-	}
-	return list, more, nil
-}
-
-// readDir lists the merged directory rel (resolved): the first limit
-// entries in name order after the name after, and whether more follow.
-func (v *view) readDir(rel, after string, limit int) ([]dirEntry, bool, error) {
-	e, parent, err := v.find(rel)
-	if err != nil {
-		return nil, false, err
-	}
-	defer parent.close()
-	if !e.fi.IsDir() {
-		return nil, false, fmt.Errorf("%q is not a directory", show(rel))
-	}
-	var d *mdir
-	if parent == nil {
-		d, err = v.openRoot()
-	} else {
-		d, err = parent.enter(path.Base(rel), e)
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	defer d.close()
-	return d.list(after, limit)
-}
-
-// walk visits the merged tree below rel (resolved) depth-first in name
-// order, without following symlinks, until fn returns false or max
-// entries were visited. It descends by descriptor, so a directory
-// swapped for a symlink meanwhile is never followed.
-func (v *view) walk(rel string, max int, fn func(rel string, fi fs.FileInfo) bool) error {
-	e, parent, err := v.find(rel)
-	if err != nil {
-		return err
-	}
-	var d *mdir
-	if parent == nil {
-		d, err = v.openRoot()
-	} else {
-		d, err = parent.enter(path.Base(rel), e)
-		parent.close()
-	}
-	if err != nil {
-		return err
-	}
-	defer d.close()
-	left := max
-	return d.walk(0, &left, fn)
-}
-
-func (d *mdir) walk(depth int, left *int, fn func(rel string, fi fs.FileInfo) bool) error {
-	ents, _, err := d.list("", *left)
-	if err != nil {
-		return err
-	}
-	for _, de := range ents {
-		if *left <= 0 {
-			return errStop
-		}
-		*left--
-		p := path.Join(d.rel, de.name)
-		if !fn(p, de.fi) {
-			return errStop
-		}
-		if !de.fi.IsDir() || depth >= maxDepth {
-			continue
-		}
-		e, err := d.child(de.name)
-		if err != nil {
-			continue // gone or changed meanwhile
-		}
-		c, err := d.enter(de.name, e)
-		if err != nil {
-			continue
-		}
-		err = c.walk(depth+1, left, fn)
-		c.close()
-		if err == errStop {
-			return err
-		}
-	}
-	return nil
-}
-
-var errStop = errors.New("stop")
 
 // show names the workspace root in messages.
 func show(rel string) string {
@@ -655,11 +82,18 @@ type fileTool struct {
 	e    *Engine
 	spec ToolSpec
 	run  func(ctx context.Context, ws *workspace, c *Call) (string, error)
+	// direct, if set, may answer the call without the workspace (done).
+	direct func(ctx context.Context, c *Call) (out string, done bool, err error)
 }
 
 func (t *fileTool) Spec() ToolSpec { return t.spec }
 
 func (t *fileTool) Run(ctx context.Context, c *Call) (string, error) {
+	if t.direct != nil {
+		if out, done, err := t.direct(ctx, c); done {
+			return out, err
+		}
+	}
 	ws, err := t.e.workspace(ctx, c)
 	if err != nil {
 		return "", err
@@ -682,16 +116,26 @@ func (e *Engine) fileTools() []Tool {
 				"offset": prop("integer", "the first line to show, counting from 1; default 1"),
 				"limit":  prop("integer", fmt.Sprintf("how many lines to show; default %d", defaultLines)),
 			}),
+		}, direct: func(ctx context.Context, c *Call) (string, bool, error) {
+			a, err := readArgs(c)
+			if err != nil {
+				return "", true, err
+			}
+			rel, err := cleanRel(a.Path)
+			if err != nil || !isOutputPath(rel) {
+				return "", false, nil
+			}
+			f, err := e.openOutput(c.Conversation, a.Path, rel)
+			if err != nil {
+				return "", true, err
+			}
+			defer f.Close()
+			out, err := showLines(ctx, f, a.Path, rel, a.Offset, a.Limit, e.readBudget())
+			return out, true, err
 		}, run: func(ctx context.Context, ws *workspace, c *Call) (string, error) {
-			var a struct {
-				Path          string
-				Offset, Limit int
-			}
-			if err := c.Args(&a); err != nil {
+			a, err := readArgs(c)
+			if err != nil {
 				return "", err
-			}
-			if a.Offset < 0 || a.Limit < 0 {
-				return "", errors.New("offset and limit count lines from 1; they cannot be negative")
 			}
 			return ws.readLines(ctx, a.Path, a.Offset, a.Limit, e.readBudget())
 		}},
@@ -795,17 +239,18 @@ func (e *Engine) fileTools() []Tool {
 			}
 			// One entry more than shown, so that fn can say it stopped.
 			if a.Recursive {
-				err = ws.view.walk(rel, maxEntries+1, fn)
+				err = ws.view.Walk(fsName(rel), maxEntries+1, fn)
 			} else {
-				var ents []dirEntry
-				ents, _, err = ws.view.readDir(rel, "", maxEntries+1)
+				var ents []fs.DirEntry
+				ents, _, err = ws.view.ReadDirPage(fsName(rel), "", maxEntries+1)
 				for _, d := range ents {
-					if !fn(path.Join(rel, d.name), d.fi) {
+					fi, _ := d.Info()
+					if !fn(path.Join(rel, d.Name()), fi) {
 						break
 					}
 				}
 			}
-			if err != nil && err != errStop {
+			if err != nil {
 				return "", fileErr(a.Path, err)
 			}
 			if len(lines) == 0 {
@@ -849,7 +294,7 @@ func (e *Engine) fileTools() []Tool {
 					out = append(out, fmt.Sprintf("[search stopped after %d files; give a narrower path]", maxFiles))
 					return false
 				}
-				b, err := ws.view.readFile(p, max)
+				b, err := ws.view.ReadFileMax(p, max)
 				if err != nil || bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 {
 					return true // unreadable or binary
 				}
@@ -868,19 +313,19 @@ func (e *Engine) fileTools() []Tool {
 				}
 				return true
 			}
-			e, err := ws.view.lookup(rel)
+			fi, err := ws.view.Lstat(fsName(rel))
 			if err != nil {
 				return "", fileErr(a.Path, err)
 			}
-			if e.fi.IsDir() {
-				err = ws.view.walk(rel, maxEntries, search)
-				if err == errStop && entries >= maxEntries && files <= maxFiles && len(out) <= maxMatches {
+			if fi.IsDir() {
+				err = ws.view.Walk(fsName(rel), maxEntries, search)
+				if err == nil && entries >= maxEntries && files <= maxFiles && len(out) <= maxMatches {
 					out = append(out, fmt.Sprintf("[search stopped after %d entries; give a narrower path]", maxEntries))
 				}
 			} else {
-				search(rel, e.fi)
+				search(rel, fi)
 			}
-			if err != nil && err != errStop {
+			if err != nil {
 				return "", fileErr(a.Path, err)
 			}
 			if err := ctx.Err(); err != nil {
@@ -908,7 +353,11 @@ func (ws *workspace) resolve(p string, followLast bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return ws.view.resolve(rel, followLast)
+	rel, err = ws.view.Resolve(fsName(rel), followLast)
+	if rel == "." {
+		rel = ""
+	}
+	return rel, err
 }
 
 // readFile resolves the workspace path p and reads the file it names,
@@ -918,11 +367,28 @@ func (ws *workspace) readFile(p string, max int64) (string, []byte, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	b, err := ws.view.readFile(rel, max)
+	b, err := ws.view.ReadFileMax(fsName(rel), max)
 	if err != nil {
 		return "", nil, fileErr(p, err)
 	}
 	return rel, b, nil
+}
+
+// readFileArgs are read_file's arguments.
+type readFileArgs struct {
+	Path          string
+	Offset, Limit int
+}
+
+func readArgs(c *Call) (readFileArgs, error) {
+	var a readFileArgs
+	if err := c.Args(&a); err != nil {
+		return a, err
+	}
+	if a.Offset < 0 || a.Limit < 0 {
+		return a, errors.New("offset and limit count lines from 1; they cannot be negative")
+	}
+	return a, nil
 }
 
 // readBudget is the bytes of numbered lines one read_file result holds:
@@ -939,12 +405,32 @@ func (ws *workspace) readLines(ctx context.Context, p string, offset, limit, bud
 	if err != nil {
 		return "", err
 	}
-	f, size, err := ws.view.openFile(rel)
+	f, err := ws.view.OpenFile(fsName(rel))
 	if err != nil {
 		return "", fileErr(p, err)
 	}
 	defer f.Close()
-	body, lr, err := readLines(ctx, f, offset, limit, budget)
+	return showLines(ctx, f, p, rel, offset, limit, budget)
+}
+
+// showLines shows lines offset.. of f (the workspace path p, resolved to
+// rel) with a header saying what part of the file that is and how to page
+// on.
+func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, budget int) (string, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fileErr(p, wsErr(rel, err))
+	}
+	size := fi.Size()
+	skipped, at, lines := 0, int64(0), -1
+	if x := indexOf(ctx, f); x != nil {
+		skipped, at = x.seek(max(offset, 1) - 1)
+		lines = x.lines
+		if _, err := f.Seek(at, io.SeekStart); err != nil {
+			return "", fileErr(p, wsErr(rel, err))
+		}
+	}
+	body, lr, err := readLinesFrom(ctx, f, offset, limit, budget, skipped, at, lines)
 	if errors.Is(err, errPastEnd) {
 		return "", fmt.Errorf("%s: %w; send a smaller offset", p, err)
 	}
@@ -1001,11 +487,11 @@ func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string
 	if rel == "" {
 		return errors.New("cannot write the workspace root; name a file")
 	}
-	ent, err := ws.view.lookup(rel)
+	fi, err := ws.view.Lstat(fsName(rel))
 	switch {
-	case err == nil && ent.isLink():
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symlink; write to the file it points to instead", p)
-	case err == nil && !ent.fi.Mode().IsRegular():
+	case err == nil && !fi.Mode().IsRegular():
 		return fmt.Errorf("%s exists and is not a regular file", p)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fileErr(p, err)

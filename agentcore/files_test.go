@@ -39,7 +39,7 @@ func TestFileTools(t *testing.T) {
 		{"read past the end", "read_file", args{"path": "src/main.go", "offset": 9}, []string{"past the end", "5 lines"}, nil},
 		{"read negative offset", "read_file", args{"path": "src/main.go", "offset": -1}, []string{"cannot be negative"}, nil},
 		{"read unknown argument", "read_file", args{"path": "README.md", "lines": "1-5"}, []string{`unknown argument "lines"; the arguments are: limit, offset, path`}, []string{"hello world"}},
-		{"shell unknown argument", "shell", args{"command": "echo ran", "timeout": 5}, []string{`unknown argument "timeout"; the arguments are: background, command, cwd`}, []string{"ran"}},
+		{"shell unknown argument", "shell", args{"command": "echo ran", "timeout_s": 5}, []string{`unknown argument "timeout_s"; the arguments are: background, command, cwd, timeout`}, []string{"ran"}},
 		{"read no path", "read_file", args{}, []string{"not a regular file"}, nil},
 
 		{"write new in new dir", "write_file", args{"path": "w/deep/new.txt", "content": "hello write\n"}, []string{"wrote 12 bytes"}, nil},

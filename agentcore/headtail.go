@@ -51,11 +51,40 @@ func (h *headTail) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// skip counts n bytes that were written but are not known: what the
+// ring held before them no longer ends where the output does.
+func (h *headTail) skip(n int64) {
+	if n <= 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total += n
+	h.next, h.full = 0, false
+}
+
 // Reset forgets everything written.
 func (h *headTail) Reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head, h.next, h.full, h.total = h.head[:0], 0, false, 0
+}
+
+// fits reports whether n bytes of output are shown whole.
+func (h *headTail) fits(n int64) bool { return n <= int64(h.max+len(h.ring)) }
+
+// elided reports whether text leaves out a middle part.
+func (h *headTail) elided() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total > int64(len(h.head)+len(h.ring))
+}
+
+// newOutput is the head-and-tail buffer of one command's output shown to
+// the model: within MaxOutput, with room for the status lines.
+func (e *Engine) newOutput() *headTail {
+	budget := max(e.cfg.MaxOutput-1024, e.cfg.MaxOutput/2)
+	return newHeadTail(budget*3/8, budget-budget*3/8)
 }
 
 // lineSlack is how far a cut moves to fall on a line end.
@@ -66,7 +95,10 @@ const lineSlack = 512
 // output is redacted after it is cut, so margin bytes more are dropped
 // on each side of the cut: a secret's form (at most margin bytes) that
 // crosses it then leaves no piece of itself to pass redaction.
-func (h *headTail) text(margin int) string {
+func (h *headTail) text(margin int) string { return h.textNote(margin, "") }
+
+// textNote is text with note (a line) after the elision mark.
+func (h *headTail) textNote(margin int, note string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var tail []byte
@@ -93,7 +125,10 @@ func (h *headTail) text(margin int) string {
 	if len(head) > 0 && head[len(head)-1] == '\n' {
 		sep = ""
 	}
-	return fmt.Sprintf("%s%s[… %s bytes elided …]\n%s", head, sep, commas(elided), tail)
+	if note != "" {
+		note += "\n"
+	}
+	return fmt.Sprintf("%s%s[… %s bytes elided …]\n%s%s", head, sep, commas(elided), note, tail)
 }
 
 // startRunes drops the continuation bytes of a rune cut off at the

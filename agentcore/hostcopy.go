@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -50,7 +51,7 @@ func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Co
 	if err != nil {
 		return err
 	}
-	unlock, err := overlay.Lock(v.upper)
+	unlock, err := overlay.Lock(v.Upper())
 	if err != nil {
 		return hidePaths(err, lower, layer.Dir)
 	}
@@ -106,7 +107,7 @@ type copier struct {
 }
 
 // export writes the merged tree of v to dst, which must not exist.
-func (x *copier) export(v view, dst string) error {
+func (x *copier) export(v *overlay.View, dst string) error {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return err
 	}
@@ -115,21 +116,21 @@ func (x *copier) export(v view, dst string) error {
 		return err
 	}
 	defer out.Close()
-	root, err := v.openRoot()
+	root, err := v.OpenDir(".")
 	if err != nil {
 		return err
 	}
-	defer root.close()
+	defer root.Close()
 	return x.exportDir(root, out, 0)
 }
 
 // entries are all the names of the merged directory d with their
 // entries, in name order.
-func (d *mdir) entries() ([]dirEntry, error) {
-	var all []dirEntry
+func entries(d *overlay.Dir) ([]fs.DirEntry, error) {
+	var all []fs.DirEntry
 	after := ""
 	for {
-		page, more, err := d.list(after, 1024)
+		page, more, err := d.List(after, 1024)
 		if err != nil {
 			return nil, err
 		}
@@ -137,37 +138,37 @@ func (d *mdir) entries() ([]dirEntry, error) {
 		if !more || len(page) == 0 {
 			return all, nil
 		}
-		after = page[len(page)-1].name
+		after = page[len(page)-1].Name()
 	}
 }
 
-func (x *copier) exportDir(d *mdir, out *os.File, depth int) error {
+func (x *copier) exportDir(d *overlay.Dir, out *os.File, depth int) error {
 	if depth >= maxDepth {
-		return fmt.Errorf("%s: the workspace is deeper than %d directories", show(d.rel), maxDepth)
+		return fmt.Errorf("%s: the workspace is deeper than %d directories", d.Name(), maxDepth)
 	}
-	ents, err := d.entries()
+	ents, err := entries(d)
 	if err != nil {
 		return err
 	}
 	ofd := int(out.Fd())
 	for _, de := range ents {
-		rel := path.Join(d.rel, de.name)
-		e, err := d.child(de.name)
+		rel := path.Join(d.Name(), de.Name())
+		e, err := d.Lookup(de.Name())
 		if err != nil {
 			return err
 		}
-		st := e.fi.Sys().(*unix.Stat_t)
+		st := e.Info.Sys().(*unix.Stat_t)
 		perm := st.Mode & 0o777
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			if err := unix.Mkdirat(ofd, de.name, 0o700); err != nil {
+			if err := unix.Mkdirat(ofd, de.Name(), 0o700); err != nil {
 				return wsErr(rel, err)
 			}
-			sub, err := d.enter(de.name, e)
+			sub, err := d.Sub(de.Name(), e)
 			if err != nil {
 				return err
 			}
-			subOut, err := openDirAt(out, de.name, rel)
+			subOut, err := openDirAt(out, de.Name(), rel)
 			if err == nil {
 				err = x.exportDir(sub, subOut, depth+1)
 				if cerr := unix.Fchmod(int(subOut.Fd()), perm); err == nil && cerr != nil {
@@ -175,12 +176,12 @@ func (x *copier) exportDir(d *mdir, out *os.File, depth int) error {
 				}
 				subOut.Close()
 			}
-			sub.close()
+			sub.Close()
 			if err != nil {
 				return err
 			}
 		case unix.S_IFREG:
-			src, err := openFileAt(d.dirs[e.layer], de.name, rel)
+			src, err := openFileAt(d.Layer(e.Layer), de.Name(), rel)
 			if errors.Is(err, unix.EACCES) {
 				// Unreadable (a sandbox's chmod 000): left as it is.
 				x.skipped[rel] = true
@@ -189,22 +190,22 @@ func (x *copier) exportDir(d *mdir, out *os.File, depth int) error {
 			if err != nil {
 				return err
 			}
-			err = writeFileAt(ofd, de.name, perm, src, rel)
+			err = writeFileAt(ofd, de.Name(), perm, src, rel)
 			src.Close()
 			if err != nil {
 				return err
 			}
 			// The copy keeps the file's times (build tools compare them).
 			ts := []unix.Timespec{st.Atim, st.Mtim}
-			if err := unix.UtimesNanoAt(ofd, de.name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err := unix.UtimesNanoAt(ofd, de.Name(), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return wsErr(rel, err)
 			}
 		case unix.S_IFLNK:
-			target, err := readlinkIn(d.dirs[e.layer], de.name)
+			target, err := readlinkIn(d.Layer(e.Layer), de.Name())
 			if err != nil {
 				return wsErr(rel, err)
 			}
-			if err := unix.Symlinkat(target, ofd, de.name); err != nil {
+			if err := unix.Symlinkat(target, ofd, de.Name()); err != nil {
 				return wsErr(rel, err)
 			}
 		default:
@@ -231,21 +232,21 @@ func (x *copier) stamp(p string) error {
 
 // bringBack makes v's upper layer hold what the tree at dir differs in
 // from v, whose layers did not change since export.
-func (x *copier) bringBack(v view, dir string) error {
+func (x *copier) bringBack(v *overlay.View, dir string) error {
 	after, err := openDir(dir)
 	if err != nil {
 		return fmt.Errorf("the copy's directory is gone or no longer a directory: %w", err)
 	}
 	defer after.Close()
-	before, err := v.openRoot()
+	before, err := v.OpenDir(".")
 	if err != nil {
 		return err
 	}
-	defer before.close()
-	if err := overlay.RestoreAccess(v.upper); err != nil {
+	defer before.Close()
+	if err := overlay.RestoreAccess(v.Upper()); err != nil {
 		return err
 	}
-	up, err := openDir(v.upper)
+	up, err := openDir(v.Upper())
 	if err != nil {
 		return err
 	}
@@ -319,7 +320,7 @@ const maxCopyEntries = 1 << 20
 // syncDir brings the directory after of the copy into up, the upper
 // layer's directory at rel; before is the merged directory there as
 // export saw it (nil: there was none).
-func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir, depth int) error {
+func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *upperDir, depth int) error {
 	if depth >= maxDepth {
 		return fmt.Errorf("%s: the copy is deeper than %d directories", show(rel), maxDepth)
 	}
@@ -335,15 +336,15 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 		present[n] = true
 	}
 	if before != nil {
-		ents, err := before.entries()
+		ents, err := entries(before)
 		if err != nil {
 			return err
 		}
 		for _, de := range ents {
-			if present[de.name] || x.skipped[path.Join(rel, de.name)] {
+			if present[de.Name()] || x.skipped[path.Join(rel, de.Name())] {
 				continue
 			}
-			if err := x.remove(before, up, de.name, path.Join(rel, de.name)); err != nil {
+			if err := x.remove(before, up, de.Name(), path.Join(rel, de.Name())); err != nil {
 				return err
 			}
 		}
@@ -357,10 +358,10 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 		} else if err != nil {
 			return wsErr(p, err)
 		}
-		var be entry
+		var be overlay.Entry
 		had := false
 		if before != nil {
-			if be, err = before.child(name); err == nil {
+			if be, err = before.Lookup(name); err == nil {
 				had = true
 			} else if !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -368,7 +369,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 		}
 		var bst *unix.Stat_t
 		if had {
-			bst = be.fi.Sys().(*unix.Stat_t)
+			bst = be.Info.Sys().(*unix.Stat_t)
 		}
 		perm := ast.Mode & 0o777
 		switch ast.Mode & unix.S_IFMT {
@@ -378,7 +379,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 			}
 		case unix.S_IFREG:
 			if had && bst.Mode&unix.S_IFMT == unix.S_IFREG {
-				same, err := x.sameFile(after, name, &ast, before.dirs[be.layer], bst, p)
+				same, err := x.sameFile(after, name, &ast, before.Layer(be.Layer), bst, p)
 				if err != nil {
 					return err
 				}
@@ -407,7 +408,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 				return wsErr(p, err)
 			}
 			if had && bst.Mode&unix.S_IFMT == unix.S_IFLNK {
-				if old, err := readlinkIn(before.dirs[be.layer], name); err == nil && old == target {
+				if old, err := readlinkIn(before.Layer(be.Layer), name); err == nil && old == target {
 					continue
 				}
 			}
@@ -423,20 +424,20 @@ func (x *copier) syncDir(rel string, after *os.File, before *mdir, up *upperDir,
 }
 
 // syncSubdir brings the directory name of after (at p) into up.
-func (x *copier) syncSubdir(p, name string, after *os.File, before *mdir, be entry, had bool, up *upperDir, perm uint32, depth int) error {
+func (x *copier) syncSubdir(p, name string, after *os.File, before *overlay.Dir, be overlay.Entry, had bool, up *upperDir, perm uint32, depth int) error {
 	sub, err := openDirAt(after, name, p)
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 	child := &upperDir{parent: up, name: name, rel: p, perm: perm}
-	var subBefore *mdir
-	if had && be.fi.IsDir() {
-		if subBefore, err = before.enter(name, be); err != nil {
+	var subBefore *overlay.Dir
+	if had && be.Info.IsDir() {
+		if subBefore, err = before.Sub(name, be); err != nil {
 			return err
 		}
-		defer subBefore.close()
-		if be.fi.Mode().Perm() != os.FileMode(perm) {
+		defer subBefore.Close()
+		if be.Info.Mode().Perm() != os.FileMode(perm) {
 			if _, err := child.open(); err != nil {
 				return err
 			}
@@ -488,7 +489,7 @@ func (x *copier) replace(up *upperDir, name, p string, make func(ufd int) error)
 
 // remove deletes name from the view: its upper entry goes, and a
 // whiteout hides what a lower layer has.
-func (x *copier) remove(before *mdir, up *upperDir, name, p string) error {
+func (x *copier) remove(before *overlay.Dir, up *upperDir, name, p string) error {
 	ufd, err := up.open()
 	if err != nil {
 		return err
@@ -506,18 +507,21 @@ func (x *copier) remove(before *mdir, up *upperDir, name, p string) error {
 
 // lowerHas reports whether a layer below the upper one shows an entry
 // name in the merged directory before (only a directory, with dirOnly).
-func lowerHas(before *mdir, name string, dirOnly bool) bool {
+func lowerHas(before *overlay.Dir, name string, dirOnly bool) bool {
 	if before == nil {
 		return false
 	}
-	for _, f := range before.dirs[1:] {
+	for i := 1; i < before.Layers(); i++ {
+		f := before.Layer(i)
 		if f == nil {
 			continue
 		}
-		st, ok, err := statAt(f, name)
-		if err != nil || ok {
-			return err != nil || !dirOnly || st.IsDir()
+		var st unix.Stat_t
+		err := unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue
 		}
+		return err != nil || !dirOnly || st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
 	return false
 }
@@ -547,7 +551,7 @@ func removeAt(dfd int, name, p string, depth int) error {
 		return wsErr(p, err)
 	}
 	for {
-		names, err := d.Readdirnames(readBatch)
+		names, err := d.Readdirnames(256)
 		for _, n := range names {
 			if err := removeAt(fd, n, path.Join(p, n), depth+1); err != nil {
 				return err
@@ -602,6 +606,22 @@ func (x *copier) sameFile(after *os.File, name string, ast *unix.Stat_t, bdir *o
 			return false, nil
 		}
 	}
+}
+
+// maxDepth bounds how deep a copy descends.
+const maxDepth = 128
+
+// openDirAt opens the directory name in f, refusing a symlink. rel names
+// it in the new *os.File, so that its errors carry no host path.
+func openDirAt(f *os.File, name, rel string) (*os.File, error) {
+	fd, err := unix.Openat(int(f.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT):
+		return nil, errChanged(rel)
+	case err != nil:
+		return nil, wsErr(rel, err)
+	}
+	return os.NewFile(uintptr(fd), show(rel)), nil
 }
 
 // openDir opens the directory at the host path p, refusing a symlink as

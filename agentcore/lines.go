@@ -165,15 +165,29 @@ var errPastEnd = errors.New("offset is past the end of the file")
 // than maxLineShown are cut (and say so). It reads r only up to the end
 // of the range plus countBound bytes to count the lines after it.
 func readLines(ctx context.Context, r io.Reader, offset, limit, budget int) (string, lineRange, error) {
+	return readLinesFrom(ctx, r, offset, limit, budget, 0, 0, -1)
+}
+
+// readLinesFrom is readLines of r positioned at byte off, the start of
+// line skipped+1; total is the file's line count, or -1 to count it.
+func readLinesFrom(ctx context.Context, r io.Reader, offset, limit, budget, skipped int, off int64, total int) (string, lineRange, error) {
 	if offset < 1 {
 		offset = 1
 	}
 	if limit < 1 {
 		limit = defaultLines
 	}
-	s := &lineScanner{ctx: ctx, r: r, buf: make([]byte, scanChunk)}
+	s := &lineScanner{ctx: ctx, r: r, buf: make([]byte, scanChunk), off: off}
+	// rest counts the lines after the first shown ones (the indexed
+	// total tells without reading them).
+	rest := func(shown int) (int, bool) {
+		if total >= 0 {
+			return max(0, total-shown), true
+		}
+		return s.count(countBound)
+	}
 	lr := lineRange{First: offset, Last: offset - 1}
-	before := s.skip(offset - 1)
+	before := skipped + s.skip(offset-1-skipped)
 	lr.Start = s.off
 	var out strings.Builder
 	var num [24]byte
@@ -190,6 +204,9 @@ func readLines(ctx context.Context, r io.Reader, offset, limit, budget int) (str
 			fmt.Fprintf(&out, "%6d\t%s… [line cut: more than %s bytes; use shell, e.g. cut -c or head -c, to see them]\n", lr.Last+1, strings.ToValidUTF8(string(text), "\uFFFD"), commas(countBound))
 			lr.Last++
 			lr.Total, lr.Known, lr.End = lr.Last, false, s.off
+			if total >= 0 {
+				lr.Total, lr.Known = total, true
+			}
 			return out.String(), lr, s.err
 		}
 		if n > int64(len(text)) {
@@ -200,7 +217,7 @@ func readLines(ctx context.Context, r io.Reader, offset, limit, budget int) (str
 		size := max(6, len(w)) + 1 + len(text) + len(cut) + 1
 		if out.Len() > 0 && out.Len()+size > budget {
 			// It does not fit: it begins the next page.
-			more, known := s.count(countBound)
+			more, known := rest(lr.Last + 1)
 			lr.Total, lr.Known, lr.End = lr.Last+1+more, known, at
 			return out.String(), lr, s.err
 		}
@@ -215,7 +232,7 @@ func readLines(ctx context.Context, r io.Reader, offset, limit, budget int) (str
 	if lr.Last < lr.First && offset > 1 {
 		return "", lr, fmt.Errorf("%w: offset %d, the file has %d lines", errPastEnd, offset, before)
 	}
-	more, known := s.count(countBound)
+	more, known := rest(lr.Last)
 	lr.Total, lr.Known = lr.Last+more, known
 	return out.String(), lr, s.err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,8 +20,7 @@ func TestBackgroundJobs(t *testing.T) {
 	s := &llmtest.Script{Steps: []llmtest.Step{
 		{ToolCalls: []agentcore.ToolCall{
 			call("bg", "shell", map[string]any{"command": "echo bg-out; exec sleep 30", "background": true}),
-			shellCall("wait", "sleep 0.5"),
-			call("out", "shell_output", map[string]any{"job": 1}),
+			call("out", "shell_output", map[string]any{"job": 1, "wait": 120}),
 			call("kill", "shell_kill", map[string]any{"job": 1}),
 			call("gone", "shell_output", map[string]any{"job": 99}),
 		}},
@@ -32,7 +33,7 @@ func TestBackgroundJobs(t *testing.T) {
 	res := h.toolResults("c")
 	tests := []struct{ id, want string }{
 		{"bg", "started background job 1"},
-		{"out", "[job 1 running]\nbg-out"},
+		{"out", "[job 1 running; 7 bytes of output]\nbg-out"},
 		{"kill", "job 1 exited with status 137"},
 		{"gone", "no such background job"},
 	}
@@ -40,6 +41,88 @@ func TestBackgroundJobs(t *testing.T) {
 		if !strings.Contains(res[tt.id], tt.want) {
 			t.Errorf("%s: %q lacks %q", tt.id, res[tt.id], tt.want)
 		}
+	}
+}
+
+// TestJobWaitHeadAndTail: shell_output's wait returns at its bound while
+// a job prints nothing, at once when it prints, and once it ends; the
+// model then sees the head and the real last line of 2 MB of output.
+func TestJobWaitHeadAndTail(t *testing.T) {
+	const job = `echo $$ > /tmp/jobpid; while [ ! -e /tmp/go ]; do sleep 0.05; done; seq 1 300000; echo LAST-LINE`
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{
+			call("bg", "shell", map[string]any{"command": job, "background": true}),
+			call("quiet", "shell_output", map[string]any{"job": 1, "wait": 1}),
+			shellCall("go", "touch /tmp/go"),
+			call("more", "shell_output", map[string]any{"job": 1, "wait": 120}),
+			shellCall("ended", "while kill -0 $(cat /tmp/jobpid) 2>/dev/null; do sleep 0.05; done"),
+			call("end", "shell_output", map[string]any{"job": 1, "wait": 120}),
+			call("page", "read_file", map[string]any{"path": ".codumentor/output/bg.txt", "offset": 300000}),
+			call("toolong", "shell_output", map[string]any{"job": 1, "wait": 601}),
+			call("timeout", "shell", map[string]any{"command": "true", "background": true, "timeout": 5}),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, alwaysAllow)
+	start := time.Now()
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if !strings.HasPrefix(res["quiet"], "[job 1 running; 0 bytes of output]") {
+		t.Errorf("quiet: %q", res["quiet"])
+	}
+	if !strings.HasPrefix(res["more"], "[job 1 ") || !strings.Contains(res["more"], "\n1\n2\n") {
+		t.Errorf("more: %.200q, want the job's first lines", res["more"])
+	}
+	end := res["end"]
+	if !strings.HasPrefix(end, "[job 1 exited with status 0; 1,988,905 bytes of output]\n") || !strings.Contains(end, "]\n1\n2\n3\n") || !strings.HasSuffix(end, "\n299999\n300000\nLAST-LINE\n") || !strings.Contains(end, " bytes elided …]") {
+		t.Errorf("end: head %.200q … tail %q", end, end[max(0, len(end)-200):])
+	}
+	if !strings.Contains(end, " bytes elided …]\n[whole output: read_file path \".codumentor/output/bg.txt\"]\n") {
+		t.Errorf("end does not name the kept output: %.300q", end[strings.Index(end, "[…"):])
+	}
+	for id, want := range map[string]string{
+		"toolong": "wait is in seconds, from 0 to 600",
+		"timeout": "timeout is for foreground commands",
+		"page":    "lines 300000–300001 of 300,001 (bytes 1,988,888–1,988,905 of 1,988,905)\n300000\t300000\n300001\tLAST-LINE\n",
+	} {
+		if !strings.Contains(res[id], want) {
+			t.Errorf("%s: %q, want %q", id, res[id], want)
+		}
+	}
+	if d := time.Since(start); d > 100*time.Second {
+		t.Errorf("the turn took %v: a wait did not return when it should have", d)
+	}
+}
+
+// TestShellTimeout: a per-call timeout stops the command; one above the
+// server's maximum is refused before it runs.
+func TestShellTimeout(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{
+			call("short", "shell", map[string]any{"command": "echo started; exec sleep 600", "timeout": 1}),
+			call("over", "shell", map[string]any{"command": "echo ran > over.txt", "timeout": 61}),
+			call("fine", "shell", map[string]any{"command": "echo fine", "timeout": 60}),
+		}},
+		{Text: "done"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.MaxCommandTimeout = true, time.Minute })
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	res := h.toolResults("c")
+	if !hasAll(res["short"], "started\n", "[killed: it ran longer than its timeout of 1s;") {
+		t.Errorf("short: %q, want it stopped by its 1 s timeout", res["short"])
+	}
+	if !strings.Contains(res["over"], "more than the server's maximum of 60 s") {
+		t.Errorf("over: %q", res["over"])
+	}
+	if _, err := os.Lstat(filepath.Join(h.upper("c"), "over.txt")); !os.IsNotExist(err) {
+		t.Errorf("the refused command ran: %v", err)
+	}
+	if !strings.Contains(res["fine"], "fine\n[exit status 0]") {
+		t.Errorf("fine: %q", res["fine"])
 	}
 }
 

@@ -64,29 +64,33 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, curso
 	if err != nil {
 		return nil, err
 	}
-	v := view{lower: lower, upper: layer.Upper, mid: reversed(mid)}
-	if rel, err = v.resolve(rel, true); err != nil {
+	v := newView(lower, layer.Upper, reversed(mid))
+	r, err := v.Resolve(fsName(rel), true)
+	if err != nil {
 		return nil, err
 	}
-	ent, err := v.lookup(rel)
+	if rel = r; rel == "." {
+		rel = ""
+	}
+	fi, err := v.Lstat(r)
 	if err != nil {
 		return nil, fileErr(p, err)
 	}
 	f := &WorkspaceFile{Path: rel}
-	if !ent.fi.IsDir() {
-		if f.Content, err = v.readFile(rel, e.cfg.MaxFileSize); err != nil {
+	if !fi.IsDir() {
+		if f.Content, err = v.ReadFileMax(r, e.cfg.MaxFileSize); err != nil {
 			return nil, fileErr(p, err)
 		}
 		return f, nil
 	}
-	list, more, err := v.readDir(rel, string(after), WorkspacePageSize)
+	list, more, err := v.ReadDirPage(r, string(after), WorkspacePageSize)
 	if err != nil {
 		return nil, fileErr(p, err)
 	}
 	f.Dir, f.Entries = true, make([]WorkspaceEntry, len(list))
 	for i, d := range list {
 		typ := "other"
-		switch m := d.fi.Mode(); {
+		switch m := d.Type(); {
 		case m.IsRegular():
 			typ = "file"
 		case m.IsDir():
@@ -94,10 +98,14 @@ func (e *Engine) ReadWorkspace(ctx context.Context, user, conversation, p, curso
 		case m&fs.ModeSymlink != 0:
 			typ = "symlink"
 		}
-		f.Entries[i] = WorkspaceEntry{Name: d.name, Type: typ, Size: d.fi.Size()}
+		var size int64
+		if info, err := d.Info(); err == nil {
+			size = info.Size()
+		}
+		f.Entries[i] = WorkspaceEntry{Name: d.Name(), Type: typ, Size: size}
 	}
 	if more {
-		f.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(list[len(list)-1].name))
+		f.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(list[len(list)-1].Name()))
 	}
 	return f, nil
 }

@@ -310,6 +310,11 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
 		Approver:         &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs},
+
+		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
+		MaxCommandTimeout: cfg.Sandbox.MaxCommandTimeout.Std(),
+		OutputKeep:        int64(cfg.Sandbox.OutputKeep),
+		OutputKeepTotal:   int64(cfg.Sandbox.OutputKeepTotal),
 	})
 	if err != nil {
 		return nil, err

@@ -585,8 +585,10 @@ type job struct {
 	out    *tailBuffer
 	proc   *proc
 	exited chan struct{}
-	before cgroup.Events
-	disk   diskHit // guarded by Session.mu
+	// drained is closed once the job's output pipe is read to its end.
+	drained chan struct{}
+	before  cgroup.Events
+	disk    diskHit // guarded by Session.mu
 }
 
 // StartBackground starts argv in the session as a background job and
@@ -597,6 +599,13 @@ type job struct {
 // left in its process group is killed. ctx bounds only the start.
 // Background jobs do not count as activity for IdleTimeout.
 func (s *Session) StartBackground(ctx context.Context, argv []string, env []string, dir string) (JobInfo, error) {
+	return s.StartBackgroundTee(ctx, argv, env, dir, nil)
+}
+
+// StartBackgroundTee is StartBackground that also writes the job's output,
+// as it comes, to tee (if not nil), for a caller that keeps more of it.
+// tee's errors are ignored; a slow tee slows the job's output.
+func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []string, dir string, tee io.Writer) (JobInfo, error) {
 	if len(argv) == 0 {
 		return JobInfo{}, errors.New("sandboxkit: no command to run")
 	}
@@ -637,11 +646,16 @@ func (s *Session) StartBackground(ctx context.Context, argv []string, env []stri
 		r.Close()
 		return JobInfo{}, err
 	}
-	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{}), before: before}
+	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{}), drained: make(chan struct{}), before: before}
+	var out io.Writer = j.out
+	if tee != nil {
+		out = io.MultiWriter(j.out, errorless{tee})
+	}
 	go func() {
 		// Ends when the last writer is gone, at the latest with the session.
-		io.Copy(j.out, r)
+		io.Copy(out, r)
 		r.Close()
+		close(j.drained)
 	}()
 	s.mu.Lock()
 	s.nextJob++
@@ -764,16 +778,49 @@ func (s *Session) Kill(id int) error {
 }
 
 // tailBuffer keeps the last max bytes written to it.
+// errorless is a Writer whose errors are ignored.
+type errorless struct{ w io.Writer }
+
+func (e errorless) Write(p []byte) (int, error) {
+	e.w.Write(p)
+	return len(p), nil
+}
+
 type tailBuffer struct {
 	mu    sync.Mutex
 	max   int
 	buf   []byte
 	total int64
+	// head is the first jobHeadMax bytes.
+	head []byte
+	// grew is closed (and replaced) at each write, for WaitJob.
+	grew chan struct{}
+}
+
+// jobHeadMax is how much of the start of a background job's output is
+// kept besides its tail.
+const jobHeadMax = 64 << 10
+
+// grown returns a channel closed at the next write.
+func (t *tailBuffer) grown() (<-chan struct{}, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.grew == nil {
+		t.grew = make(chan struct{})
+	}
+	return t.grew, t.total
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.grew != nil && len(p) > 0 {
+		close(t.grew)
+		t.grew = nil
+	}
+	if room := jobHeadMax - len(t.head); room > 0 {
+		t.head = append(t.head, p[:min(room, len(p))]...)
+	}
 	t.total += int64(len(p))
 	if len(p) >= t.max {
 		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
@@ -795,4 +842,72 @@ func (t *tailBuffer) snapshot() ([]byte, bool) {
 		b = b[len(b)-t.max:]
 	}
 	return bytes.Clone(b), t.total > int64(t.max)
+}
+
+// JobOutput is what a background job printed (stdout and stderr
+// together): its first bytes and its last, which overlap while it printed
+// little, and its total.
+type JobOutput struct {
+	Head, Tail []byte
+	// Dropped is how many bytes between Head and Tail are not kept (0:
+	// Head and Tail overlap or meet, and together hold all of it).
+	Dropped int64
+	Total   int64
+}
+
+func (t *tailBuffer) output() JobOutput {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+	}
+	o := JobOutput{Head: bytes.Clone(t.head), Tail: bytes.Clone(b), Total: t.total}
+	o.Dropped = max(0, t.total-int64(len(o.Head)+len(o.Tail)))
+	return o
+}
+
+// JobOutput returns the first 64 KiB and the last 1 MiB of job id's
+// stdout and stderr. It works after the job and the session have ended
+// too.
+func (s *Session) JobOutput(id int) (JobOutput, error) {
+	j, err := s.job(id)
+	if err != nil {
+		return JobOutput{}, err
+	}
+	return j.out.output(), nil
+}
+
+// WaitJob waits until job id has ended or has printed more than seen
+// bytes in all (JobOutput.Total), or ctx is done; it returns ctx's error
+// only in the last case.
+func (s *Session) WaitJob(ctx context.Context, id int, seen int64) error {
+	j, err := s.job(id)
+	if err != nil {
+		return err
+	}
+	for {
+		grew, total := j.out.grown()
+		select {
+		case <-j.exited:
+			// What it printed last is read to the end (its process
+			// group is killed at its exit, so the pipe closes).
+			select {
+			case <-j.drained:
+			case <-ctx.Done():
+			}
+			return nil
+		default:
+		}
+		if total > seen {
+			return nil
+		}
+		select {
+		case <-j.exited:
+			continue
+		case <-grew:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,6 +394,52 @@ func TestSessionBackgroundOutputCap(t *testing.T) {
 	_, trunc, _ := s.Output(j.ID)
 	if len(out) != jobOutputMax || !trunc || !strings.HasSuffix(out, "aaaa\nEND\n") {
 		t.Errorf("kept %d bytes, truncated %v, tail %q", len(out), trunc, out[max(0, len(out)-10):])
+	}
+}
+
+// TestSessionWaitJob: WaitJob returns at its context's end while a job
+// prints nothing, at its first output, and once it has ended with all of
+// its output read; JobOutput then has the head and the real end of it.
+func TestSessionWaitJob(t *testing.T) {
+	requireSandbox(t)
+	s := startSession(t, sessionPolicy(t), SessionOptions{})
+	j, err := s.StartBackground(t.Context(), []string{"sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.05; done; echo HEAD; head -c 3000000 /dev/zero | tr '\\0' a; echo; echo END"}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	err = s.WaitJob(ctx, j.ID, 0)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitJob of a silent job: %v, want its context's deadline", err)
+	}
+	if err := s.Command(t.Context(), "touch", "/tmp/go").Run(); err != nil {
+		t.Fatal(err)
+	}
+	for seen := int64(0); ; {
+		if err := s.WaitJob(t.Context(), j.ID, seen); err != nil {
+			t.Fatal(err)
+		}
+		o, err := s.JobOutput(j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Total <= seen && slices.ContainsFunc(s.Jobs(), func(i JobInfo) bool { return i.ID == j.ID && i.Running }) {
+			t.Fatalf("WaitJob returned with no new output (%d bytes) while the job runs", o.Total)
+		}
+		seen = o.Total
+		if !slices.ContainsFunc(s.Jobs(), func(i JobInfo) bool { return i.ID == j.ID && !i.Running }) {
+			continue
+		}
+		if err := s.WaitJob(t.Context(), j.ID, seen); err != nil {
+			t.Fatal(err)
+		}
+		o, _ = s.JobOutput(j.ID)
+		const total = 5 + 3000000 + 1 + 4
+		if o.Total != total || !strings.HasPrefix(string(o.Head), "HEAD\naaa") || len(o.Head) != jobHeadMax || !strings.HasSuffix(string(o.Tail), "aaa\nEND\n") || o.Dropped != total-jobHeadMax-jobOutputMax {
+			t.Errorf("output: total %d, head %d bytes %.10q, tail …%q, dropped %d", o.Total, len(o.Head), o.Head, o.Tail[max(0, len(o.Tail)-10):], o.Dropped)
+		}
+		return
 	}
 }
 

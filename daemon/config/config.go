@@ -260,6 +260,17 @@ type Sandbox struct {
 	// commands like this"); a user's rule also takes the exceptions of
 	// the one it is within. Empty: users add none.
 	UserRules []approvalrule.Rule `yaml:"user_rules"`
+	// CommandTimeout bounds a shell command that sends no timeout
+	// (default 10 min); MaxCommandTimeout bounds the timeout one may send
+	// (default 30 min).
+	CommandTimeout    Duration `yaml:"command_timeout"`
+	MaxCommandTimeout Duration `yaml:"max_command_timeout"`
+	// OutputKeep bounds the output of one shell command kept whole, for
+	// read_file, outside the workspace (default 16MiB); OutputKeepTotal
+	// bounds a conversation's kept outputs, the oldest dropped first
+	// (default 128MiB).
+	OutputKeep      Size `yaml:"output_keep"`
+	OutputKeepTotal Size `yaml:"output_keep_total"`
 	// Limits bound each sandbox's processes, memory, CPU, tmpfs and disk
 	// (see limits.go for the keys and defaults).
 	Limits Limits `yaml:"limits"`
@@ -374,6 +385,11 @@ func Default() Config {
 			ApprovalTimeout: Duration(10 * time.Minute),
 			Limits:          DefaultLimits(),
 			Egress:          DefaultEgress(),
+
+			CommandTimeout:    Duration(10 * time.Minute),
+			MaxCommandTimeout: Duration(30 * time.Minute),
+			OutputKeep:        16 << 20,
+			OutputKeepTotal:   128 << 20,
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
@@ -449,6 +465,12 @@ func (c Config) Validate() error {
 	}
 	if c.Sandbox.GCInterval <= 0 {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
+	}
+	if s := c.Sandbox; s.CommandTimeout <= 0 || s.MaxCommandTimeout < s.CommandTimeout {
+		errs = append(errs, errors.New("sandbox.command_timeout must be positive, sandbox.max_command_timeout at least command_timeout"))
+	}
+	if s := c.Sandbox; s.OutputKeep <= 0 || s.OutputKeepTotal < s.OutputKeep {
+		errs = append(errs, errors.New("sandbox.output_keep must be positive, sandbox.output_keep_total at least output_keep"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for i, r := range c.Sandbox.ApprovalRules {

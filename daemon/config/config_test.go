@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTrustedProxies(t *testing.T) {
@@ -61,6 +62,22 @@ func TestSnapshotHistory(t *testing.T) {
 	for _, bad := range []string{"-1", "2000000"} {
 		if _, err := Parse([]byte("repositories:\n  snapshot_history: " + bad + "\n")); err == nil || !strings.Contains(err.Error(), "snapshot_history") {
 			t.Errorf("snapshot_history %s: %v, want a refusal naming it", bad, err)
+		}
+	}
+}
+
+func TestCommandTimeoutsAndKeptOutput(t *testing.T) {
+	c, err := Parse([]byte("sandbox:\n  command_timeout: 2m\n  max_command_timeout: 1h\n  output_keep: 1MiB\n  output_keep_total: 8MiB\n"))
+	if err != nil || c.Sandbox.CommandTimeout.Std() != 2*time.Minute || c.Sandbox.MaxCommandTimeout.Std() != time.Hour || c.Sandbox.OutputKeep != 1<<20 || c.Sandbox.OutputKeepTotal != 8<<20 {
+		t.Fatalf("%+v, %v", c.Sandbox, err)
+	}
+	for _, bad := range []string{
+		"command_timeout: 0s", "command_timeout: 1h", // above the default maximum
+		"output_keep: 0", "output_keep: 1GiB", // above the default total
+		"output_keeps: 1MiB",
+	} {
+		if _, err := Parse([]byte("sandbox:\n  " + bad + "\n")); err == nil || !strings.Contains(err.Error(), strings.Split(bad, ":")[0]) {
+			t.Errorf("%s: %v, want an error naming it", bad, err)
 		}
 	}
 }

@@ -171,19 +171,8 @@ func (d *dirFD) names() ([]string, error) {
 }
 
 // opaque reports whether overlayfs marked the directory as hiding the lower
-// directory of the same path. bwrap mounts the overlay in a user namespace,
-// where overlayfs uses the user. xattr namespace (userxattr), never
-// trusted.
-func (d *dirFD) opaque() bool {
-	var buf [4]byte
-	for _, attr := range []string{"user.overlay.opaque"} {
-		n, err := unix.Fgetxattr(d.fd, attr, buf[:])
-		if err == nil && string(buf[:n]) == "y" {
-			return true
-		}
-	}
-	return false
-}
+// directory of the same path (see isOpaque).
+func (d *dirFD) opaque() bool { return isOpaque(d.fd) }
 
 func isDir(st *unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFDIR }
 

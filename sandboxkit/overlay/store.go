@@ -10,7 +10,9 @@
 // exported as a patch ([WritePatch]) or thrown away ([Store.Remove], [Store.GC])
 // without touching the project. A [Store] keeps one [Layer] (UPPER and WORK)
 // per conversation under a private base directory (0700: the layers hold
-// copies of the user's files).
+// copies of the user's files). A [View] reads the merged tree as the
+// sandbox sees it, from the host and by descriptor, while the sandbox may
+// still be changing it.
 //
 // Overlayfs leaves undefined what two mounts sharing an upper directory do
 // to it, so an upper directory is mounted by at most one sandbox at a time:

@@ -1,4 +1,4 @@
-package agentcore
+package overlay_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
 // TestViewStacked checks a view of three layers (an isolated subagent's:
@@ -17,13 +19,13 @@ import (
 // lower directories merge through.
 func TestViewStacked(t *testing.T) {
 	dir := t.TempDir()
-	v := &view{lower: filepath.Join(dir, "lower"), mid: []string{filepath.Join(dir, "mid")}, upper: filepath.Join(dir, "upper")}
-	mid := v.mid[0]
+	lower, mid, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "mid"), filepath.Join(dir, "upper")
+	v := overlay.NewView(upper, mid, lower)
 	files := map[string]string{
-		v.lower + "/f.txt": "lower", v.lower + "/gone.txt": "lower", v.lower + "/d/l.txt": "lower",
-		v.lower + "/o/hidden.txt": "lower", v.lower + "/x/in.txt": "lower",
+		lower + "/f.txt": "lower", lower + "/gone.txt": "lower", lower + "/d/l.txt": "lower",
+		lower + "/o/hidden.txt": "lower", lower + "/x/in.txt": "lower",
 		mid + "/f.txt": "mid", mid + "/d/m.txt": "mid", mid + "/o/shown.txt": "mid", mid + "/x": "mid file over a lower dir",
-		v.upper + "/d/u.txt": "upper", v.upper + "/new.txt": "upper",
+		upper + "/d/u.txt": "upper", upper + "/new.txt": "upper",
 	}
 	for f, data := range files {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
@@ -40,20 +42,20 @@ func TestViewStacked(t *testing.T) {
 		t.Fatalf("marking an opaque directory: %v", err)
 	}
 	read := func(rel string) string {
-		b, err := v.readFile(rel, 1<<10)
+		b, err := v.ReadFile(rel)
 		if err != nil {
 			return "error: " + err.Error()
 		}
 		return string(b)
 	}
 	names := func(rel string) []string {
-		ents, _, err := v.readDir(rel, "", 1000)
+		ents, err := v.ReadDir(rel)
 		if err != nil {
 			t.Fatalf("readDir(%q): %v", rel, err)
 		}
 		var out []string
 		for _, e := range ents {
-			out = append(out, e.name)
+			out = append(out, e.Name())
 		}
 		return out
 	}
@@ -63,7 +65,7 @@ func TestViewStacked(t *testing.T) {
 	if got := read("new.txt"); got != "upper" {
 		t.Errorf("new.txt = %q", got)
 	}
-	if _, err := v.lookup("gone.txt"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := v.Lstat("gone.txt"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("gone.txt (whited out in the middle): %v", err)
 	}
 	if got := names("d"); !slices.Equal(got, []string{"l.txt", "m.txt", "u.txt"}) {
@@ -72,16 +74,16 @@ func TestViewStacked(t *testing.T) {
 	if got := names("o"); !slices.Equal(got, []string{"shown.txt"}) {
 		t.Errorf("o lists %v: the opaque middle directory hides the lower one", got)
 	}
-	if _, err := v.lookup("o/hidden.txt"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := v.Lstat("o/hidden.txt"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("o/hidden.txt: %v", err)
 	}
 	if got := read("x"); got != "mid file over a lower dir" {
 		t.Errorf("x = %q", got)
 	}
-	if _, err := v.lookup("x/in.txt"); err == nil {
+	if _, err := v.Lstat("x/in.txt"); err == nil {
 		t.Error("x/in.txt: a middle file must hide the lower directory")
 	}
-	if got := names(""); !slices.Equal(got, []string{"d", "f.txt", "new.txt", "o", "x"}) {
+	if got := names("."); !slices.Equal(got, []string{"d", "f.txt", "new.txt", "o", "x"}) {
 		t.Errorf("root lists %v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package agentcore
+package overlay_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
 // TestViewLayers checks the merged view over layers built by hand: an
@@ -15,46 +17,47 @@ import (
 // so nothing is read through it on the host.
 func TestViewLayers(t *testing.T) {
 	dir := t.TempDir()
-	v := &view{lower: filepath.Join(dir, "lower"), upper: filepath.Join(dir, "upper")}
+	lower, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "upper")
+	v := overlay.NewView(upper, lower)
 	outside := filepath.Join(dir, "outside")
-	for _, d := range []string{v.lower + "/d", v.lower + "/o", v.upper + "/a", v.upper + "/d", v.upper + "/o", outside} {
+	for _, d := range []string{lower + "/d", lower + "/o", upper + "/a", upper + "/d", upper + "/o", outside} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{v.lower + "/d/f.txt", v.lower + "/o/hidden.txt", v.upper + "/a/x.txt", v.upper + "/d/g.txt", v.upper + "/o/n.txt", outside + "/secret.txt"} {
+	for _, f := range []string{lower + "/d/f.txt", lower + "/o/hidden.txt", upper + "/a/x.txt", upper + "/d/g.txt", upper + "/o/n.txt", outside + "/secret.txt"} {
 		if err := os.WriteFile(f, []byte("data"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for link, target := range map[string]string{v.lower + "/a": outside, v.lower + "/s": "d", v.lower + "/up": "../outside"} {
+	for link, target := range map[string]string{lower + "/a": outside, lower + "/s": "d", lower + "/up": "../outside"} {
 		if err := os.Symlink(target, link); err != nil {
 			t.Fatal(err)
 		}
 	}
-	opaque := syscall.Setxattr(v.upper+"/o", "user.overlay.opaque", []byte("y"), 0) == nil
+	opaque := syscall.Setxattr(upper+"/o", "user.overlay.opaque", []byte("y"), 0) == nil
 
 	names := func(rel string) []string {
-		ents, _, err := v.readDir(rel, "", 1000)
+		ents, err := v.ReadDir(rel)
 		if err != nil {
 			t.Fatalf("readDir(%q): %v", rel, err)
 		}
 		var out []string
 		for _, e := range ents {
-			out = append(out, e.name)
+			out = append(out, e.Name())
 		}
 		return out
 	}
 	if got := names("a"); !slices.Equal(got, []string{"x.txt"}) {
 		t.Errorf("a lists %v: the lower symlink to outside must stay hidden", got)
 	}
-	if _, err := v.lookup("a/secret.txt"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := v.Lstat("a/secret.txt"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a/secret.txt: %v, want not found", err)
 	}
 	if got := names("d"); !slices.Equal(got, []string{"f.txt", "g.txt"}) {
 		t.Errorf("d lists %v", got)
 	}
-	if got := names(""); !slices.Equal(got, []string{"a", "d", "o", "s", "up"}) {
+	if got := names("."); !slices.Equal(got, []string{"a", "d", "o", "s", "up"}) {
 		t.Errorf("root lists %v", got)
 	}
 	if opaque {
@@ -75,12 +78,12 @@ func TestViewLayers(t *testing.T) {
 		{"missing/deeper/x", "missing/deeper/x", false},
 	}
 	for _, tt := range tests {
-		got, err := v.resolve(tt.in, true)
-		if tt.outside != errors.Is(err, ErrOutsideWorkspace) || !tt.outside && (err != nil || got != tt.want) {
+		got, err := v.Resolve(tt.in, true)
+		if tt.outside != errors.Is(err, overlay.ErrOutsideView) || !tt.outside && (err != nil || got != tt.want) {
 			t.Errorf("resolve(%q) = %q, %v; want %q (outside %v)", tt.in, got, err, tt.want, tt.outside)
 		}
 	}
-	if got, err := v.resolve("s", false); err != nil || got != "s" {
+	if got, err := v.Resolve("s", false); err != nil || got != "s" {
 		t.Errorf("resolve(s, not following) = %q, %v", got, err)
 	}
 }
