@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,6 +221,9 @@ func (e *Engine) fileTools() []Tool {
 			const maxEntries = 1000
 			var lines []string
 			fn := func(p string, fi fs.FileInfo) bool {
+				if a.Recursive && underGit(p) {
+					return true // .git/ is listed, its insides are git's
+				}
 				if len(lines) == maxEntries {
 					lines = append(lines, fmt.Sprintf("[listing stopped after %d entries]", maxEntries))
 					return false
@@ -287,7 +291,7 @@ func (e *Engine) fileTools() []Tool {
 				if ctx.Err() != nil {
 					return false
 				}
-				if !fi.Mode().IsRegular() || fi.Size() > max {
+				if !fi.Mode().IsRegular() || fi.Size() > max || underGit(p) {
 					return true
 				}
 				if files++; files > maxFiles {
@@ -487,6 +491,11 @@ func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string
 	if rel == "" {
 		return errors.New("cannot write the workspace root; name a file")
 	}
+	if inGit(rel) {
+		// git runs what .git/config and hooks name: a write here would
+		// let an auto-approved "git status" run the model's program.
+		return fmt.Errorf("%s is in a .git directory, which the file tools do not write; change the repository with git commands in shell", p)
+	}
 	fi, err := ws.view.Lstat(fsName(rel))
 	switch {
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
@@ -520,4 +529,17 @@ func (e *Engine) writeFile(ctx context.Context, c *Call, ws *workspace, p string
 		return fmt.Errorf("writing %s failed: %w", p, err)
 	}
 	return nil
+}
+
+// inGit reports whether the workspace path rel is a .git (directory or
+// gitdir file) or inside one, at any level.
+func inGit(rel string) bool {
+	return slices.Contains(strings.Split(rel, "/"), ".git")
+}
+
+// underGit reports whether rel is inside a .git directory (not .git
+// itself).
+func underGit(rel string) bool {
+	parts := strings.Split(rel, "/")
+	return slices.Contains(parts[:len(parts)-1], ".git")
 }

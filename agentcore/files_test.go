@@ -49,6 +49,11 @@ func TestFileTools(t *testing.T) {
 		{"write through a link", "write_file", args{"path": "link-main", "content": "x"}, []string{"symlink"}, nil},
 		{"write too big", "write_file", args{"path": "huge.txt", "content": strings.Repeat("b", 2000)}, []string{"write limit"}, nil},
 		{"write a directory", "write_file", args{"path": "src", "content": "x"}, []string{"not a regular file"}, nil},
+		{"write git's config", "write_file", args{"path": ".git/config", "content": "[core]\n\tfsmonitor = ./x\n"}, []string{"in a .git directory"}, []string{"wrote"}},
+		{"write a nested gitdir file", "write_file", args{"path": "w/sub/.git", "content": "gitdir: ../../evil\n"}, []string{"in a .git directory"}, []string{"wrote"}},
+		{"write a fake repository", "write_file", args{"path": "evil/.git/config", "content": "[core]\n"}, []string{"in a .git directory"}, []string{"wrote"}},
+		{"write a name like .git", "write_file", args{"path": "w/x.git/HEAD", "content": "ok\n"}, []string{"wrote 3 bytes"}, nil},
+		{"edit git's config", "edit_file", args{"path": ".git/config", "old_string": "a", "new_string": "b"}, []string{".git"}, []string{"replaced"}},
 
 		{"edit once", "edit_file", args{"path": "src/util.go", "old_string": "42", "new_string": "43"}, []string{"replaced 1"}, nil},
 		{"read the edit", "read_file", args{"path": "src/util.go"}, []string{"return 43"}, nil},

@@ -4,11 +4,10 @@ package approvalrule
 // programs that read files and print, with the options that would make
 // them run a program or write a file excepted.
 //
-// git reads the workspace's .git/config, which the agent can write with
-// its file tools: a configured core.fsmonitor, diff driver or textconv
-// runs a program on git status, diff, log or show. The git rules below
-// are therefore only as read-only as that file; an operator who does
-// not want that leaves default_rules off and lists the rules they want.
+// git runs what .git/config names (core.fsmonitor, a diff driver or
+// textconv) on status, diff, log or show. agentcore's file tools never
+// write in a .git, so only a command someone approved can set those;
+// the git rules below are as read-only as the commands approved before.
 func Defaults() []Rule {
 	gitOut := []string{"--output", "--ext-diff", "--textconv"}
 	return []Rule{
