@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -35,6 +36,7 @@ type history interface {
 type storeHistory struct {
 	s    Store
 	conv string
+	turn string // set on each message appended
 }
 
 func (h storeHistory) messages(ctx context.Context) ([]Message, error) {
@@ -42,6 +44,10 @@ func (h storeHistory) messages(ctx context.Context) ([]Message, error) {
 }
 
 func (h storeHistory) append(ctx context.Context, msgs ...Message) error {
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		msgs[i].Turn = h.turn
+	}
 	return h.s.AppendMessages(ctx, h.conv, msgs...)
 }
 

@@ -49,6 +49,9 @@ type Config struct {
 	// therefore be a valid layer ID: A-Z a-z 0-9 . _ -).
 	Workspaces Workspaces
 	Layers     *overlay.Store
+	// Checkpoints bound each conversation's workspace checkpoints (see
+	// RevertTurn); zero values mean overlay's defaults.
+	Checkpoints overlay.CheckpointLimits
 	// Secrets may be nil: no secrets.
 	Secrets SecretResolver
 	// Approver may be nil: every approval waits for Decide.
@@ -184,6 +187,8 @@ type conv struct {
 	// gone: Forget ended the conversation; no turn starts and event
 	// streams end.
 	gone bool
+	// held: RevertTurn works on the workspace; no turn starts.
+	held bool
 	// alwaysAllow: the tools the owner always allows here; nil until
 	// loaded from the Store.
 	alwaysAllow map[string]bool

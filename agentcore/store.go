@@ -66,6 +66,7 @@ const (
 	EventTurnFinished       = "turn_finished"       // {"reason"}: "stop" or "max_steps"
 	EventTurnFailed         = "turn_failed"         // {"error"}
 	EventTurnCancelled      = "turn_cancelled"      // {}
+	EventWorkspaceReverted  = "workspace_reverted"  // a WorkspaceReverted: the workspace went back to a checkpoint
 	// Project setup events, outside any turn (see Engine.Publish).
 	EventSetupStarted  = "setup_started"  // {"script","network"}: the repository's setup script runs
 	EventSetupOutput   = "setup_output"   // {"text"}: its output, in order

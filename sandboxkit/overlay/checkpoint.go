@@ -104,7 +104,9 @@ type cpIndexFile struct {
 	Head   uint64           `json:"head"`   // the state the upper dir had at the last checkpoint or restore (0: empty)
 	States []uint64         `json:"states"` // kept states, oldest first
 	Names  []cpName         `json:"names"`
-	Bytes  map[string]int64 `json:"bytes"` // blob → size, of the kept states' blobs
+	Bytes  map[string]int64 `json:"bytes"` // blob → size
+	Refs   map[string]int   `json:"refs"`  // blob → kept states using it
+	Total  int64            `json:"total"` // bytes of the blobs in use
 }
 
 var cpMu sync.Map // layer dir → *sync.Mutex, serialising checkpoint work in this process
@@ -178,6 +180,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 			return false, err
 		}
 		idx.States = append(idx.States, id)
+		idx.addRefs(st)
 		idx.Head = id
 	} else if err := c.writeState(id, st); err != nil {
 		// The same content, with the identities seen now.
@@ -304,7 +307,7 @@ func (c checkpoints) blob(id uint64) string {
 }
 
 func (c checkpoints) readIndex() (cpIndexFile, error) {
-	idx := cpIndexFile{Next: 1, Bytes: map[string]int64{}}
+	idx := cpIndexFile{Next: 1, Bytes: map[string]int64{}, Refs: map[string]int{}}
 	data, err := os.ReadFile(filepath.Join(c.dir, cpIndex))
 	if errors.Is(err, fs.ErrNotExist) {
 		return idx, nil
@@ -317,6 +320,9 @@ func (c checkpoints) readIndex() (cpIndexFile, error) {
 	}
 	if idx.Bytes == nil {
 		idx.Bytes = map[string]int64{}
+	}
+	if idx.Refs == nil {
+		idx.Refs = map[string]int{}
 	}
 	return idx, nil
 }
@@ -373,10 +379,9 @@ func writeAtomic(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
+	// No fsync: a checkpoint lost in a crash is one fewer undo, and the
+	// rename keeps the old index or the new whole.
 	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -408,7 +413,7 @@ func xattrsEqual(a, b map[string][]byte) bool {
 }
 
 // trim drops the oldest states past lim, the names of dropped states, and
-// the blobs no kept state (nor the head) uses.
+// the blobs no kept state uses any more.
 func (c checkpoints) trim(idx *cpIndexFile, lim CheckpointLimits) error {
 	if lim.MaxCount <= 0 {
 		lim.MaxCount = DefaultCheckpointCount
@@ -419,60 +424,103 @@ func (c checkpoints) trim(idx *cpIndexFile, lim CheckpointLimits) error {
 	if len(idx.Names) > maxCPNames {
 		idx.Names = idx.Names[len(idx.Names)-maxCPNames:]
 	}
-	// Named states only: a state no name uses is dropped at once.
-	named := map[uint64]bool{}
+	named := map[uint64]bool{idx.Head: true}
 	for _, n := range idx.Names {
 		named[n.State] = true
 	}
-	idx.States = slices.DeleteFunc(idx.States, func(s uint64) bool { return !named[s] && s != idx.Head })
-	states := map[uint64]cpState{}
+	var drop []uint64
 	for _, s := range idx.States {
-		st, err := c.readState(s)
-		if err != nil {
+		if !named[s] {
+			drop = append(drop, s) // replaced under its name
+		}
+	}
+	kept := slices.DeleteFunc(slices.Clone(idx.States), func(s uint64) bool { return !named[s] })
+	for len(kept) > 1 && (len(kept) > lim.MaxCount || idx.Total-c.dropping(idx, drop) > lim.MaxBytes) {
+		i := 0
+		if kept[0] == idx.Head {
+			i = 1 // the head stays: it is the workspace's present content
+		}
+		drop = append(drop, kept[i])
+		kept = slices.Delete(kept, i, i+1)
+	}
+	for _, s := range drop {
+		if err := c.dropState(idx, s); err != nil {
 			return err
 		}
-		states[s] = st
 	}
-	usage := func() (int64, map[uint64]bool) {
-		used := map[uint64]bool{}
-		var total int64
-		for _, s := range idx.States {
-			for _, e := range states[s].Entries {
-				if e.Blob != 0 && !used[e.Blob] {
-					used[e.Blob] = true
-					total += e.Size
-				}
-			}
-		}
-		return total, used
+	idx.States = kept
+	keep := map[uint64]bool{0: true}
+	for _, s := range kept {
+		keep[s] = true
 	}
-	total, used := usage()
-	for len(idx.States) > 1 && (len(idx.States) > lim.MaxCount || total > lim.MaxBytes) {
-		drop := idx.States[0]
-		if drop == idx.Head {
-			// The head stays: it is the workspace's present content.
-			drop = idx.States[1]
-		}
-		idx.States = slices.DeleteFunc(idx.States, func(s uint64) bool { return s == drop })
-		if err := os.Remove(c.statePath(drop)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("overlay: drop a checkpoint of layer %q: %w", c.layer, err)
-		}
-		total, used = usage()
-	}
-	kept := map[uint64]bool{}
-	for _, s := range idx.States {
-		kept[s] = true
-	}
-	idx.Names = slices.DeleteFunc(idx.Names, func(n cpName) bool { return n.State != 0 && !kept[n.State] })
-	for b := range idx.Bytes {
-		id, err := strconv.ParseUint(b, 16, 64)
-		if err != nil || used[id] {
+	idx.Names = slices.DeleteFunc(idx.Names, func(n cpName) bool { return !keep[n.State] })
+	return nil
+}
+
+// dropping returns how many bytes dropping states would free (an
+// estimate that counts the blobs only they use: it reads them).
+func (c checkpoints) dropping(idx *cpIndexFile, states []uint64) int64 {
+	refs := map[uint64]int{}
+	var freed int64
+	for _, s := range states {
+		st, err := c.readState(s)
+		if err != nil {
 			continue
 		}
-		if err := os.Remove(c.blob(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		for _, b := range blobsOf(st) {
+			refs[b]++
+			if refs[b] == idx.Refs[strconv.FormatUint(b, 16)] {
+				freed += idx.Bytes[strconv.FormatUint(b, 16)]
+			}
+		}
+	}
+	return freed
+}
+
+// blobsOf returns the blobs st uses, each once.
+func blobsOf(st cpState) []uint64 {
+	seen := map[uint64]bool{}
+	var out []uint64
+	for _, e := range st.Entries {
+		if e.Blob != 0 && !seen[e.Blob] {
+			seen[e.Blob] = true
+			out = append(out, e.Blob)
+		}
+	}
+	return out
+}
+
+// addRefs counts st's blobs as used by one more state.
+func (idx *cpIndexFile) addRefs(st cpState) {
+	for _, b := range blobsOf(st) {
+		k := strconv.FormatUint(b, 16)
+		if idx.Refs[k] == 0 {
+			idx.Total += idx.Bytes[k]
+		}
+		idx.Refs[k]++
+	}
+}
+
+// dropState removes state s and the blobs only it used.
+func (c checkpoints) dropState(idx *cpIndexFile, s uint64) error {
+	st, err := c.readState(s)
+	if err != nil {
+		return err
+	}
+	for _, b := range blobsOf(st) {
+		k := strconv.FormatUint(b, 16)
+		if idx.Refs[k]--; idx.Refs[k] > 0 {
+			continue
+		}
+		if err := os.Remove(c.blob(b)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("overlay: drop a checkpoint copy of layer %q: %w", c.layer, err)
 		}
-		delete(idx.Bytes, b)
+		idx.Total -= idx.Bytes[k]
+		delete(idx.Refs, k)
+		delete(idx.Bytes, k)
+	}
+	if err := os.Remove(c.statePath(s)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("overlay: drop a checkpoint of layer %q: %w", c.layer, err)
 	}
 	return nil
 }
