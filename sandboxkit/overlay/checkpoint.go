@@ -967,6 +967,9 @@ func (r *restorer) create(d *dirFD, name string, e *cpEntry) error {
 		if errors.Is(err, unix.EPERM) {
 			err = fmt.Errorf("%w (this kernel lets only privileged users make overlayfs whiteouts; Linux 5.8 or later is needed)", err)
 		}
+		if err == nil {
+			err = unix.Fchmodat(d.fd, name, e.Mode&0o7777, 0) // overlayfs makes them 0000
+		}
 	case 'p':
 		if err = unix.Mkfifoat(d.fd, name, 0o600); err == nil {
 			err = unix.Fchmodat(d.fd, name, e.Mode&0o7777, 0)

@@ -126,6 +126,9 @@ func TestCheckpointRestoresExactTree(t *testing.T) {
 		link("out", "../../../etc/passwd"), link("abs", "/etc"), whiteout("gone.txt"), opaqueDir("fresh"),
 		file("fresh/only", "o\n"), file("deep/a/b/c.txt", "c\n"), whiteout("deep/a/old"),
 	})
+	if err := os.Chmod(filepath.Join(up, "gone.txt"), 0); err != nil { // as overlayfs makes whiteouts
+		t.Fatal(err)
+	}
 	if err := unix.Mkfifo(filepath.Join(up, "pipe"), 0o640); err != nil {
 		t.Fatal(err)
 	}
