@@ -216,6 +216,12 @@ type LLM struct {
 	Sampling llm.Sampling `yaml:",inline"`
 }
 
+// Checkpoints bound one conversation's workspace checkpoints.
+type Checkpoints struct {
+	MaxCount int  `yaml:"max_count"` // distinct workspace states kept (default 50)
+	MaxBytes Size `yaml:"max_bytes"` // bytes of their file copies, each counted once (default 1GiB)
+}
+
 // Sandbox configures the workspace_isolation plugin.
 type Sandbox struct {
 	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
@@ -229,6 +235,9 @@ type Sandbox struct {
 	GCInterval Duration `yaml:"gc_interval"`
 	// ShellAlwaysAllow runs shell commands without asking their owner.
 	ShellAlwaysAllow bool `yaml:"shell_always_allow"`
+	// Checkpoints bound each conversation's workspace checkpoints (the
+	// undo of a turn, edit, regenerate, fork): past either the oldest go.
+	Checkpoints Checkpoints `yaml:"checkpoints"`
 	// ApprovalTimeout is how long an approval waits (default 10 min).
 	ApprovalTimeout Duration `yaml:"approval_timeout"`
 	// Limits bound each sandbox's processes, memory, CPU, tmpfs and disk
@@ -345,6 +354,7 @@ func Default() Config {
 			ApprovalTimeout: Duration(10 * time.Minute),
 			Limits:          DefaultLimits(),
 			Egress:          DefaultEgress(),
+			Checkpoints:     Checkpoints{MaxCount: 50, MaxBytes: 1 << 30},
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
@@ -420,6 +430,12 @@ func (c Config) Validate() error {
 	}
 	if c.Sandbox.GCInterval <= 0 {
 		errs = append(errs, errors.New("sandbox.gc_interval must be positive"))
+	}
+	if n := c.Sandbox.Checkpoints.MaxCount; n < 1 || n > 1000 {
+		errs = append(errs, fmt.Errorf("sandbox.checkpoints.max_count is %d; use 1 to 1000", n))
+	}
+	if c.Sandbox.Checkpoints.MaxBytes <= 0 {
+		errs = append(errs, errors.New("sandbox.checkpoints.max_bytes must be positive, such as 1GiB"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	errs = append(errs, c.Sandbox.Egress.validate()...)
