@@ -1,6 +1,8 @@
 package overlay
 
 import (
+	"bytes"
+	"encoding/gob"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,6 +181,9 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 		if err := c.writeState(id, st); err != nil {
 			return false, err
 		}
+		if err := c.writeBlobs(id, st); err != nil {
+			return false, err
+		}
 		idx.States = append(idx.States, id)
 		idx.addRefs(st)
 		idx.Head = id
@@ -350,7 +355,7 @@ func (c checkpoints) readState(id uint64) (cpState, error) {
 	}
 	data, err := os.ReadFile(c.statePath(id))
 	if err == nil {
-		err = json.Unmarshal(data, &st)
+		err = gob.NewDecoder(bytes.NewReader(data)).Decode(&st)
 	}
 	if err != nil {
 		return st, fmt.Errorf("overlay: checkpoint state of layer %q: %w", c.layer, err)
@@ -362,9 +367,10 @@ func (c checkpoints) writeState(id uint64, st cpState) error {
 	if id == 0 {
 		return nil
 	}
-	data, err := json.Marshal(st)
+	var buf bytes.Buffer
+	err := gob.NewEncoder(&buf).Encode(st)
 	if err == nil {
-		err = writeAtomic(c.statePath(id), data)
+		err = writeAtomic(c.statePath(id), buf.Bytes())
 	}
 	if err != nil {
 		return fmt.Errorf("overlay: write a checkpoint state of layer %q: %w", c.layer, err)
@@ -435,7 +441,7 @@ func (c checkpoints) trim(idx *cpIndexFile, lim CheckpointLimits) error {
 		}
 	}
 	kept := slices.DeleteFunc(slices.Clone(idx.States), func(s uint64) bool { return !named[s] })
-	for len(kept) > 1 && (len(kept) > lim.MaxCount || idx.Total-c.dropping(idx, drop) > lim.MaxBytes) {
+	for len(kept) > 1 && (len(kept) > lim.MaxCount || idx.Total > lim.MaxBytes && idx.Total-c.dropping(idx, drop) > lim.MaxBytes) {
 		i := 0
 		if kept[0] == idx.Head {
 			i = 1 // the head stays: it is the workspace's present content
@@ -463,11 +469,11 @@ func (c checkpoints) dropping(idx *cpIndexFile, states []uint64) int64 {
 	refs := map[uint64]int{}
 	var freed int64
 	for _, s := range states {
-		st, err := c.readState(s)
+		blobs, err := c.readBlobs(s)
 		if err != nil {
 			continue
 		}
-		for _, b := range blobsOf(st) {
+		for _, b := range blobs {
 			refs[b]++
 			if refs[b] == idx.Refs[strconv.FormatUint(b, 16)] {
 				freed += idx.Bytes[strconv.FormatUint(b, 16)]
@@ -503,11 +509,11 @@ func (idx *cpIndexFile) addRefs(st cpState) {
 
 // dropState removes state s and the blobs only it used.
 func (c checkpoints) dropState(idx *cpIndexFile, s uint64) error {
-	st, err := c.readState(s)
+	blobs, err := c.readBlobs(s)
 	if err != nil {
 		return err
 	}
-	for _, b := range blobsOf(st) {
+	for _, b := range blobs {
 		k := strconv.FormatUint(b, 16)
 		if idx.Refs[k]--; idx.Refs[k] > 0 {
 			continue
@@ -519,10 +525,44 @@ func (c checkpoints) dropState(idx *cpIndexFile, s uint64) error {
 		delete(idx.Refs, k)
 		delete(idx.Bytes, k)
 	}
-	if err := os.Remove(c.statePath(s)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("overlay: drop a checkpoint of layer %q: %w", c.layer, err)
+	for _, p := range []string{c.statePath(s), c.statePath(s) + blobsSuffix} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("overlay: drop a checkpoint of layer %q: %w", c.layer, err)
+		}
 	}
 	return nil
+}
+
+// blobsSuffix names the file beside a state that lists its blobs, so
+// that dropping the state need not read it whole.
+const blobsSuffix = ".blobs"
+
+func (c checkpoints) writeBlobs(id uint64, st cpState) error {
+	var b strings.Builder
+	for _, blob := range blobsOf(st) {
+		b.WriteString(strconv.FormatUint(blob, 16))
+		b.WriteByte('\n')
+	}
+	if err := writeAtomic(c.statePath(id)+blobsSuffix, []byte(b.String())); err != nil {
+		return fmt.Errorf("overlay: write a checkpoint state of layer %q: %w", c.layer, err)
+	}
+	return nil
+}
+
+func (c checkpoints) readBlobs(id uint64) ([]uint64, error) {
+	data, err := os.ReadFile(c.statePath(id) + blobsSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: checkpoint state of layer %q: %w", c.layer, err)
+	}
+	var out []uint64
+	for _, f := range strings.Fields(string(data)) {
+		b, err := strconv.ParseUint(f, 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("overlay: checkpoint state of layer %q: bad blob %q", c.layer, f)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // snapshot walks upper and returns its state, copying into new blobs the
