@@ -148,7 +148,13 @@ func TestCheckpointRevertEditFork(t *testing.T) {
 			shellCall("cat keep.txt a.txt; test -e b.txt || echo no-b"),
 			{Expect: "keep\none\nno-b", Text: "the revert is what the sandbox sees"},
 		},
-		Branches: []llmtest.Branch{{Match: "please stall", Steps: []llmtest.Step{{Text: "thinking", Stall: true}}}},
+		Branches: []llmtest.Branch{
+			{Match: "please stall", Steps: []llmtest.Step{{Text: "thinking", Stall: true}}},
+			{Match: "background please", Steps: []llmtest.Step{
+				{Text: "Starting it.", ToolCalls: []agentcore.ToolCall{{Name: "shell", Arguments: `{"command":"echo bg > bg.txt; sleep 120","background":true}`}}},
+				{Text: "started"},
+			}},
+		},
 	}, llmtest.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -302,5 +308,17 @@ func TestCheckpointRevertEditFork(t *testing.T) {
 	sameTree(t, "after the refused revert", h0, upperHash(t, in, conv))
 	if len(h0) != 0 {
 		t.Errorf("reverting turn 1 left %v", h0)
+	}
+
+	// A background job still writing: the workspace is not reverted
+	// under it.
+	bg := a.newConversation()
+	sb := a.follow(bg, "")
+	defer sb.close()
+	bgTurn := a.send(bg, "background please")
+	sb.until(agentcore.EventTurnFinished, 60*time.Second)
+	code, body, _ := a.do("POST", "/api/v1/conversations/"+bg+"/turns/"+bgTurn+"/revert", nil)
+	if code != http.StatusConflict || !strings.Contains(string(body), "workspace_busy") {
+		t.Errorf("revert while a background job runs: %d %s, want 409 workspace_busy", code, body)
 	}
 }
