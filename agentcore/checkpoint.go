@@ -143,14 +143,8 @@ func (e *Engine) restoreWorkspace(c *conv, name string) error {
 	}
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
-	if c.ws != nil {
-		for _, j := range c.ws.sess.Jobs() {
-			if j.Running {
-				return fmt.Errorf("%w: background job %d runs in its sandbox; stop it first", ErrWorkspaceBusy, j.ID)
-			}
-		}
-		c.ws.sess.Close()
-		c.ws = nil
+	if err := c.closeSandbox(); err != nil {
+		return err
 	}
 	l, err := e.cfg.Layers.Get(c.id)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -75,13 +74,8 @@ func (s *Server) editMessage(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	switch {
-	case strings.TrimSpace(req.Content) == "":
-		return badRequest("content is empty")
-	case len(req.Content) > maxMessage:
-		return apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(req.Content), maxMessage)
-	case !utf8.ValidString(req.Content):
-		return badRequest("content is not valid UTF-8")
+	if err := checkContent(req.Content); err != nil {
+		return err
 	}
 	return s.branchTurn(c, strings.Clone(c.Params("mid")), req.Content)
 }

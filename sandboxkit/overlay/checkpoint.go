@@ -204,50 +204,41 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 // ErrNoCheckpoint if there is no such checkpoint (any more). Hold the
 // upper directory's Lock: no sandbox may have it mounted.
 func (l *Layer) Restore(name string) error {
-	if err := checkCPName(name); err != nil {
-		return err
-	}
-	unlock, err := l.cpLock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	c := l.cps()
-	idx, err := c.readIndex()
-	if err != nil {
-		return err
-	}
-	id, err := idx.lookup(l.ID, name)
-	if err != nil {
-		return err
-	}
-	target, err := c.readState(id)
-	if err != nil {
-		return err
-	}
-	head, err := c.readState(idx.Head)
-	if err != nil {
-		return err
-	}
-	if err := RestoreAccess(l.Upper); err != nil {
-		return err
-	}
-	st, err := c.restore(l.Upper, target, head)
-	if err != nil {
-		return err
-	}
-	// The restored tree is state id; its files have new identities, which
-	// the head records so that the next checkpoint copies none of them.
-	if err := c.writeState(id, st); err != nil {
-		return err
-	}
-	idx.Head = id
-	return c.writeIndex(idx)
+	return l.withCheckpoint(name, func(c checkpoints, idx cpIndexFile, id uint64, target cpState) error {
+		head, err := c.readState(idx.Head)
+		if err != nil {
+			return err
+		}
+		if err := RestoreAccess(l.Upper); err != nil {
+			return err
+		}
+		st, err := c.restore(l.Upper, target, head)
+		if err != nil {
+			return err
+		}
+		// The restored tree is state id; its files have new identities,
+		// which the head records so that the next checkpoint copies none
+		// of them.
+		if err := c.writeState(id, st); err != nil {
+			return err
+		}
+		idx.Head = id
+		return c.writeIndex(idx)
+	})
 }
 
 // Fork fills dst's upper directory, which must be empty, with checkpoint
 // name of l. dst starts with no checkpoints of its own.
 func (l *Layer) Fork(name string, dst *Layer) error {
+	return l.withCheckpoint(name, func(c checkpoints, _ cpIndexFile, _ uint64, target cpState) error {
+		_, err := c.restore(dst.Upper, target, cpState{})
+		return err
+	})
+}
+
+// withCheckpoint calls f with checkpoint name's state, holding the
+// checkpoints' lock.
+func (l *Layer) withCheckpoint(name string, f func(c checkpoints, idx cpIndexFile, id uint64, st cpState) error) error {
 	if err := checkCPName(name); err != nil {
 		return err
 	}
@@ -265,12 +256,11 @@ func (l *Layer) Fork(name string, dst *Layer) error {
 	if err != nil {
 		return err
 	}
-	target, err := c.readState(id)
+	st, err := c.readState(id)
 	if err != nil {
 		return err
 	}
-	_, err = c.restore(dst.Upper, target, cpState{})
-	return err
+	return f(c, idx, id, st)
 }
 
 // Checkpoints lists the layer's kept checkpoints, oldest first.
