@@ -68,8 +68,9 @@ func (e *Engine) checkpoint(conversation, name string) {
 }
 
 // beginCheckpoint runs as turn t begins, before its user message is
-// stored: it branches from message from, if set, then checkpoints the
-// workspace under the turn's ID.
+// stored: it branches from message from, if set. The turn's own
+// goroutine then checkpoints the workspace under the turn's ID before
+// its first step (so that StartTurn does not wait for the walk).
 func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) error {
 	if from != "" {
 		bs, ok := e.cfg.Store.(BranchStore)
@@ -91,7 +92,6 @@ func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) erro
 		}
 		e.emit(t.c, t.ID, t.red, t.log, EventWorkspaceReverted, WorkspaceReverted{Turn: m.Turn, Reason: "branch"})
 	}
-	e.checkpoint(t.Conversation, t.ID)
 	return nil
 }
 
