@@ -231,6 +231,9 @@ func TestCheckpointRevertEditFork(t *testing.T) {
 	if len(bodies) != 2 || !slices.Equal(bodyContents(t, bodies[0]), wantFirst) {
 		t.Fatalf("the edited turn's first request: %q (of %d), want %q", bodyContents(t, bodies[0]), len(bodies), wantFirst)
 	}
+	if b := string(bodies[0]); strings.Contains(b, `"parent"`) || strings.Contains(b, turn1) {
+		t.Errorf("the model was sent message IDs or turns: %s", b)
+	}
 	active := contents(a.messages(conv, false))
 	wantActive := append(wantFirst, "assistant: Running it. [shell]", "tool", "assistant: turn2 done")
 	if !slices.Equal(active, wantActive) {
