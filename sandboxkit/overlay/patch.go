@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 )
 
 const (
@@ -657,6 +658,7 @@ func writeHunks(w *bufio.Writer, old, cur string) {
 		edits = append(edits, e)
 	}
 
+	heading, searched := "", -1
 	for len(edits) > 0 {
 		// A hunk takes the edits whose gaps its context would cover anyway.
 		n := 1
@@ -668,7 +670,19 @@ func writeHunks(w *bufio.Writer, old, cur string) {
 		trail := min(contextLines, len(a)-last.i2)
 		aStart, aEnd := first.i1-lead, last.i2+trail
 		bStart, bEnd := first.j1-lead, last.j2+trail
-		fmt.Fprintf(w, "@@ -%s +%s @@\n", hunkRange(aStart, aEnd-aStart), hunkRange(bStart, bEnd-bStart))
+		// Lines before the previous hunk were searched for it already.
+		for l := aStart - 1; l > searched; l-- {
+			if h, ok := funcHeading(a[l]); ok {
+				heading = h
+				break
+			}
+		}
+		searched = aStart - 1
+		if heading != "" {
+			fmt.Fprintf(w, "@@ -%s +%s @@ %s\n", hunkRange(aStart, aEnd-aStart), hunkRange(bStart, bEnd-bStart), heading)
+		} else {
+			fmt.Fprintf(w, "@@ -%s +%s @@\n", hunkRange(aStart, aEnd-aStart), hunkRange(bStart, bEnd-bStart))
+		}
 		pos := aStart
 		for _, e := range edits[:n] {
 			writeLines(w, ' ', a[pos:e.i1])
@@ -679,6 +693,35 @@ func writeHunks(w *bufio.Writer, old, cur string) {
 		writeLines(w, ' ', a[pos:aEnd])
 		edits = edits[n:]
 	}
+}
+
+// maxHeading is the most bytes of a line git shows as a hunk's heading.
+const maxHeading = 80
+
+// funcHeading is what git's default hunk heading (no diff driver in
+// .gitattributes) makes of line, if it is one: a line that starts with an
+// ASCII letter, '_' or '$', cut to maxHeading bytes, without trailing
+// white space. The hunk's heading is the nearest such line before it in
+// the old file, so that the patch is the one git diff writes.
+func funcHeading(line string) (string, bool) {
+	if line == "" {
+		return "", false
+	}
+	if c := line[0]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '$') {
+		return "", false
+	}
+	// git's isspace: no \v or \f.
+	h := strings.TrimRight(line[:min(len(line), maxHeading)], " \t\n\r")
+	// git diff then cuts the header line where its UTF-8 stops being
+	// valid (git's decoder also refuses U+FFFE and U+FFFF).
+	for i := 0; i < len(h); {
+		r, n := utf8.DecodeRuneInString(h[i:])
+		if r == utf8.RuneError && n == 1 || r == 0xFFFE || r == 0xFFFF {
+			return h[:i], true
+		}
+		i += n
+	}
+	return h, true
 }
 
 // hunkRange formats a hunk's line range: 1-based start, and the count

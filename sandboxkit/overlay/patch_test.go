@@ -63,7 +63,7 @@ index ` + gitHash(t, old.String()) + ".." + gitHash(t, cur.String()) + `
  line 3
  line 4
  line 5
-@@ -16,5 +16,5 @@
+@@ -16,5 +16,5 @@ line 15
  line 16
  line 17
  line 18
@@ -81,6 +81,49 @@ index 0000000000000000000000000000000000000000..` + gitHash(t, "n\n") + `
 `
 	if got := patch.String(); got != want {
 		t.Errorf("patch:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A hunk's heading is the one git diff writes without a diff driver: the
+// nearest line before the hunk that starts like an identifier (ASCII
+// letter, '_' or '$'), cut to 80 bytes, without trailing white space; a
+// hunk with none before it since the last heading keeps that one.
+func TestWritePatchHeadingsAsGit(t *testing.T) {
+	requireTool(t, "git")
+	candidates := []string{
+		"def f():", "# a comment", "_private = 1", "$var", "1st line", "\u00e9t\u00e9", "func x()   \t",
+		"func y()\r", "func z()\v", "func w()\f", strings.Repeat("a", 100), "x" + strings.Repeat("\u00e9", 50),
+		"class Foo:", "", " indented", "\ttabbed", "Z", "caf\xe9 latin-1 \t", "ok \xef\xbf\xbe tail", "s\xed\xa0\x80 surrogate",
+		"o\xc0\xaf overlong", "end \xf4\x90\x80\x80", "fine \U0001F600 emoji",
+	}
+	var old, cur strings.Builder
+	old.WriteString("    first\n    e\n    f\n    g\n    h\n")
+	cur.WriteString("    FIRST\n    e\n    f\n    g\n    h\n") // a hunk with no line before it
+	for i, c := range candidates {
+		block := c + "\n    a\n    b\n    c\n    d\n"
+		old.WriteString(block + fmt.Sprintf("    target %d\n    e\n    f\n    g\n    h\n", i))
+		cur.WriteString(block + fmt.Sprintf("    TARGET %d\n    e\n    f\n    g\n    h\n", i))
+	}
+	lower, upper := buildLayers(t, layerCase{lower: []node{file("f", old.String())}, upper: []node{file("f", cur.String())}})
+	var patch bytes.Buffer
+	if err := WritePatch(&patch, lower, upper); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "diff", "--no-index", "--no-color", "--no-ext-diff", filepath.Join(lower, "f"), filepath.Join(upper, "f"))
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("git diff --no-index: %v\n%s", err, out)
+	}
+	hunks := func(p string) string {
+		_, h, _ := strings.Cut(p, "\n@@ ")
+		return h
+	}
+	if got, want := hunks(patch.String()), hunks(string(out)); got != want {
+		t.Errorf("hunks:\n%q\ngit diff's:\n%q", got, want)
+	}
+	if !strings.Contains(patch.String(), "@@ def f():\n") {
+		t.Errorf("no heading in the patch:\n%s", patch.String())
 	}
 }
 
