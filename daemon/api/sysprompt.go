@@ -34,6 +34,9 @@ func (s *Server) adminSystemPrompt(c *fiber.Ctx) error {
 			return err
 		}
 	}
+	if pc.AutoApproved == nil {
+		pc.AutoApproved = []string{} // JSON [], not null
+	}
 	rendered, err := s.d.Engine.PreviewPrompt(ctx, pc)
 	if err != nil {
 		return err
