@@ -224,3 +224,29 @@ func promptWords(req agentcore.Request) int {
 	}
 	return n
 }
+
+// A profile with its own tool call mode and system prompt still has the
+// context window its endpoint reports.
+func TestProfileSettingsKeepTheEndpointsWindow(t *testing.T) {
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "Done."}}}, llmtest.Options{ContextWindow: 12000, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %[1]s\n  model: test\n  allowed_endpoints: [%[1]s]\n", srv.URL()))
+	in.addUser("alice", pw, false)
+	a := in.start().login("alice", pw)
+	for _, profile := range []map[string]any{
+		{"endpoint": srv.URL(), "model": "m"},
+		{"endpoint": srv.URL(), "model": "m", "tool_calls": "text", "system_prompt": "Short prompt; tools {{join .Tools \",\"}}."},
+	} {
+		a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/p", profile, nil)
+		var conv struct{ ID string }
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"model_profile": "p"}, &conv)
+		var cv agentcore.Context
+		a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, &cv)
+		if cv.Window != 12000 {
+			t.Errorf("profile %v: context window %d; want the endpoint's 12000", profile, cv.Window)
+		}
+	}
+}
