@@ -22,6 +22,9 @@ func TestSystemPrompt(t *testing.T) {
 	pc := func(context.Context, string, string) (agentcore.PromptContext, error) {
 		return agentcore.PromptContext{Repository: "acme/widgets", Commit: "0123abc", Network: []string{"proxy.golang.org:443", "pypi.org"}}, nil
 	}
+	pcRules := func(context.Context, string, string) (agentcore.PromptContext, error) {
+		return agentcore.PromptContext{AutoApproved: []string{"make check", "go test …"}}, nil
+	}
 	tools := "edit_file,list_files,read_file,search_files,shell,shell_kill,shell_output,write_file"
 	for _, tc := range []struct {
 		name      string
@@ -36,6 +39,18 @@ func TestSystemPrompt(t *testing.T) {
 			"repository acme/widgets at commit 0123abc", "Workspace: /workspace", "shell, shell_kill", "waits for the user's approval", "can reach only proxy.golang.org:443, pypi.org"}, []string{"no network"}},
 		{"default, empty workspace", nil, []string{"the workspace starts empty (no repository)", "no network access", "waits for the user's approval"}, []string{"at commit"}},
 		{"default, shell_always_allow", alwaysAllow, []string{"run without asking"}, []string{"approval"}},
+		{"a model's own template", func(c *agentcore.Config) {
+			own, err := agentcore.ParsePrompt(`Own R={{.Repository}} T={{join .Tools ","}}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SystemPrompt, c.PromptContext = tmpl, pc
+			c.Model = func(context.Context, string, string) (agentcore.LLM, error) {
+				return agentcore.WithSystemPrompt(agentcore.WithToolCalls(c.LLM, agentcore.ToolCallsNative), own), nil
+			}
+		}, []string{"Own R=acme/widgets T=" + tools}, []string{"C=0123abc"}},
+		{"default, auto-approved rules", func(c *agentcore.Config) { c.PromptContext = pcRules }, []string{"waits for the user's approval", "These run without asking", "make check; go test …"}, nil},
+		{"default, auto-approved rules, shell_always_allow", func(c *agentcore.Config) { c.PromptContext, c.ShellAlwaysAllow = pcRules, true }, []string{"run without asking"}, []string{"make check", "approval"}},
 		{"default, host investigation", func(c *agentcore.Config) {
 			c.HostReadOnly = func(context.Context, string, string) (bool, error) { return true, nil }
 		}, []string{"Host investigation", "filesystem read-only", "unless the user agrees"}, []string{"Workspace: /workspace", "no network access"}},
