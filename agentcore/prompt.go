@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -64,10 +65,17 @@ var promptFuncs = template.FuncMap{"join": strings.Join}
 // ParsePrompt parses a system prompt template (Go text/template, executed
 // with PromptData; the function join is strings.Join) and executes it once
 // on sample data, so that a template naming a field PromptData does not
-// have fails here, not at a turn.
+// have fails here, not at a turn. A template whose rendering could be
+// costly is refused with ErrPromptTooCostly: it may range only over a
+// field and not within another range, call only join (with a quoted
+// separator) and the builtins that compare or count, and define no
+// templates.
 func ParsePrompt(text string) (*template.Template, error) {
 	t, err := template.New("system_prompt").Funcs(promptFuncs).Option("missingkey=error").Parse(text)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPromptCost(t); err != nil {
 		return nil, err
 	}
 	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, AutoApproved: []string{"ls …"}, Network: []string{"example.org:443"}, HostReadOnly: true, Date: "2006-01-02"}}
@@ -148,14 +156,30 @@ func renderPrompt(tmpl *template.Template, d PromptData) (string, error) {
 	if tmpl == nil {
 		tmpl = parsedDefault
 	}
-	var b bytes.Buffer
-	if err := tmpl.Execute(&b, d); err != nil {
+	b := &cappedBuffer{max: maxPrompt}
+	if err := tmpl.Execute(b, d); err != nil {
+		if errors.Is(err, errPromptTooLong) {
+			return "", fmt.Errorf("system prompt: more than %d bytes rendered; that is the limit", maxPrompt)
+		}
 		return "", fmt.Errorf("system prompt: %w", err)
 	}
-	if b.Len() > maxPrompt {
-		return "", fmt.Errorf("system prompt: %d bytes rendered; the limit is %d", b.Len(), maxPrompt)
-	}
 	return b.String(), nil
+}
+
+var errPromptTooLong = errors.New("rendered system prompt too long")
+
+// cappedBuffer refuses to grow past max bytes, which stops the template's
+// execution there.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, errPromptTooLong
+	}
+	return b.Buffer.Write(p)
 }
 
 // withSystem puts the system message first in msgs, joined with a system

@@ -99,6 +99,34 @@ func TestSystemPromptErrors(t *testing.T) {
 	if _, err := agentcore.ParsePrompt(agentcore.DefaultPrompt()); err != nil {
 		t.Errorf("the default prompt: %v", err)
 	}
+	// A profile's template is a user's, rendered at every model call:
+	// none whose cost is not bounded by its size and the data's lists.
+	for _, costly := range []string{
+		"{{range 1000000000}}{{end}}",
+		"{{$n := 1000000000}}{{range $n}}{{end}}",
+		"{{range .Tools}}{{range $.Network}}{{end}}{{end}}",
+		"{{range .Tools}}{{with .}}{{range $.Network}}{{end}}{{end}}{{end}}",
+		`{{printf "%0999999999d" 1}}`,
+		`{{$x := print .Date .Date}}{{$x = print $x $x}}{{$x}}`,
+		`{{join .Tools (join .Tools (join .Tools "x"))}}`,
+		`{{$s := "ab"}}{{join .Tools $s}}`,
+		`{{define "a"}}x{{end}}{{template "a"}}`,
+		`{{block "b" .}}x{{end}}`,
+	} {
+		if _, err := agentcore.ParsePrompt(costly); !errors.Is(err, agentcore.ErrPromptTooCostly) {
+			t.Errorf("ParsePrompt(%q): %v; want ErrPromptTooCostly", costly, err)
+		}
+	}
+	for _, fine := range []string{
+		"{{if and .Approval (not .HostReadOnly)}}asked{{end}}",
+		"{{range .Tools}}- {{.}}\n{{end}}",
+		"{{range $i, $t := .Tools}}{{if $i}}, {{end}}{{$t}}{{else}}no tools{{end}}{{range .Network}}{{.}}{{end}}",
+		`{{if gt (len .AutoApproved) 0}}{{index .Tools 0}}{{end}}{{join .Network ", "}}`,
+	} {
+		if _, err := agentcore.ParsePrompt(fine); err != nil {
+			t.Errorf("ParsePrompt(%q): %v", fine, err)
+		}
+	}
 	h := newHarness(t, &llmtest.Script{Steps: []llmtest.Step{{Text: "a"}}}, func(c *agentcore.Config) {
 		c.PromptContext = func(context.Context, string, string) (agentcore.PromptContext, error) {
 			return agentcore.PromptContext{}, errors.New("the repository is gone")
