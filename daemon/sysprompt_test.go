@@ -152,6 +152,8 @@ sandbox:
 		{"{{.Repo}}", "can't evaluate field Repo"},
 		{"{{shout .Repository}}", `function \"shout\" not defined`},
 		{strings.Repeat("x", 32<<10+1), "system_prompt is 32769 bytes; the limit is 32768"},
+		{"{{range .Tools}}{{range $.Tools}}{{end}}{{end}}", "could be too costly to render: a range inside a range"},
+		{`{{printf "%099999d" 1}}`, "the function printf is not allowed"},
 	} {
 		if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "system_prompt": tc.prompt}); status != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("PUT with system_prompt %.40q: %d %.300s; want 400 naming %q", tc.prompt, status, b, tc.want)
