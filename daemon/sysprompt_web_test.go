@@ -19,13 +19,27 @@ func TestWebSystemPromptPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nplugins:\n  - workspace_isolation\nsandbox:\n  approval_rules:\n    - command: \"make check\"\n", srv.URL()))
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %[1]s\n  model: test\n  allowed_endpoints: [%[1]s]\nplugins:\n  - workspace_isolation\nsandbox:\n  approval_rules:\n    - command: \"make check\"\n", srv.URL()))
 	in.addUser("alice", pw, false)
 	in.addUser("root", pw, true)
 	p := in.start()
 	w := newWebUI(t, p.URL)
 
 	w.signIn("alice", pw)
+	// A profile's own template: a bad one is refused, naming the problem.
+	w.open("/profiles", "document.querySelector('#profile-endpoint option')")
+	w.fill("#profile-name", "own")
+	w.fill("#profile-model", "m")
+	w.fill("#profile-prompt", "{{.Repo}}")
+	w.click("#profile-form button[type=submit]")
+	w.until("document.getElementById('status').textContent.includes('system_prompt')", 20*time.Second)
+	if st := eval[string](w, "document.getElementById('status').textContent"); !strings.Contains(st, "can't evaluate field Repo") {
+		t.Errorf("saving a bad template says %q", st)
+	}
+	w.fill("#profile-prompt", "Own prompt for {{.Repository}}.")
+	w.click("#profile-form button[type=submit]")
+	w.until("document.getElementById('profiles').innerText.includes('its own system prompt')", 20*time.Second)
+	w.check("profiles-prompt", "document.querySelector('#profiles li')")
 	w.open("/admin/system-prompt", "document.querySelector('h1')")
 	if h := eval[string](w, "document.querySelector('h1').textContent"); h != "Not allowed" || eval[bool](w, "!!document.getElementById('prompt-rendered')") {
 		t.Errorf("alice's /admin/system-prompt: heading %q; want the refusal, without the prompt", h)
