@@ -65,8 +65,10 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 }
 
 // promptContext is the engine's Config.PromptContext: the repository's
-// name and the commit a conversation's workspace shows. Its sandbox has
-// no network (commands with an allow-list run in sandboxes of their own).
+// name and the commit a conversation's workspace shows, and the approval
+// rules that run its owner's commands unasked (read at each model call,
+// as the approver reads them). Its sandbox has no network (commands with
+// an allow-list run in sandboxes of their own).
 func (s *server) promptContext(convs *store.Conversations, approver *ruleApprover) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 	return func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 		c, err := convs.Get(ctx, user, conversation)
