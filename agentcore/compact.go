@@ -13,7 +13,7 @@ import (
 // says (WindowedLLM), else Config.ContextWindow.
 func (e *Engine) window(ctx context.Context, llm LLM) ContextWindow {
 	var cw ContextWindow
-	if w, ok := llm.(WindowedLLM); ok {
+	if w, ok := inner(llm).(WindowedLLM); ok {
 		var err error
 		if cw, err = w.ContextWindow(ctx); err != nil {
 			e.log.Warn("the model's context window is unknown; using the configured one", "err", err)
@@ -244,6 +244,7 @@ func (e *Engine) Context(ctx context.Context, user, conversation string) (Contex
 	if err != nil {
 		return Context{}, err
 	}
+	t.llm = llm // its system prompt
 	t.window = e.window(ctx, llm)
 	msgs, err := e.cfg.Store.Messages(ctx, conversation)
 	if err != nil {

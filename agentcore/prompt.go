@@ -2,7 +2,9 @@ package agentcore
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -27,6 +29,10 @@ type PromptData struct {
 	// Approval: shell commands wait for their owner's approval
 	// (Config.ShellAlwaysAllow is off).
 	Approval bool
+	// AutoApproved are the approval rules that let a shell command run
+	// without asking, described for the model (e.g. "git status",
+	// "go test …"); empty: none.
+	AutoApproved []string
 	// Network lists what the sandbox's commands may reach; empty: no
 	// network at all.
 	Network []string
@@ -43,6 +49,7 @@ type PromptData struct {
 type PromptContext struct {
 	Repository, Commit string
 	Network            []string
+	AutoApproved       []string
 }
 
 //go:embed prompt.tmpl
@@ -58,19 +65,35 @@ var promptFuncs = template.FuncMap{"join": strings.Join}
 // ParsePrompt parses a system prompt template (Go text/template, executed
 // with PromptData; the function join is strings.Join) and executes it once
 // on sample data, so that a template naming a field PromptData does not
-// have fails here, not at a turn.
+// have fails here, not at a turn. A template whose rendering could be
+// costly is refused with ErrPromptTooCostly: it may range only over a
+// field and not within another range, call only join (with a quoted
+// separator) and the builtins that compare or count, and define no
+// templates.
 func ParsePrompt(text string) (*template.Template, error) {
 	t, err := template.New("system_prompt").Funcs(promptFuncs).Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, err
 	}
-	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, Network: []string{"example.org:443"}, HostReadOnly: true, Date: "2006-01-02"}}
+	if err := checkPromptCost(t); err != nil {
+		return nil, err
+	}
+	samples := []PromptData{{}, {Repository: "r", Commit: "c", Workspace: sandboxkit.WorkspaceDir, Tools: []string{"shell"}, Approval: true, AutoApproved: []string{"ls …"}, Network: []string{"example.org:443"}, HostReadOnly: true, Date: "2006-01-02"}}
 	for _, d := range samples {
 		if err := t.Execute(io.Discard, d); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// WithSystemPrompt returns l with its own system prompt template (from
+// ParsePrompt), which replaces Config.SystemPrompt for the turns it
+// serves (see Config.Model): e.g. a model profile's.
+func WithSystemPrompt(l LLM, t *template.Template) LLM {
+	m := asModeLLM(l)
+	m.prompt = t
+	return m
 }
 
 // maxPrompt bounds a rendered system prompt: it is sent with every
@@ -93,6 +116,9 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 			return "", fmt.Errorf("system prompt: %w", err)
 		}
 		d.Repository, d.Commit, d.Network = pc.Repository, pc.Commit, pc.Network
+		if d.Approval {
+			d.AutoApproved = pc.AutoApproved
+		}
 	}
 	if e.cfg.HostReadOnly != nil {
 		host, err := e.cfg.HostReadOnly(t.ctx, t.User, t.Conversation)
@@ -102,17 +128,58 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 		d.HostReadOnly = host
 	}
 	tmpl := e.cfg.SystemPrompt
+	if m, ok := t.llm.(modeLLM); ok && m.prompt != nil {
+		tmpl = m.prompt
+	}
+	return renderPrompt(tmpl, d)
+}
+
+// PreviewPrompt renders the server's system prompt (Config.SystemPrompt)
+// as the first request of a workspace conversation would carry it, with
+// the tools the engine offers and pc for what only the caller knows (an
+// example repository, say).
+func (e *Engine) PreviewPrompt(ctx context.Context, pc PromptContext) (string, error) {
+	t := &Turn{ctx: ctx, secrets: map[string]string{}}
+	d := PromptData{Workspace: sandboxkit.WorkspaceDir, Approval: !e.cfg.ShellAlwaysAllow, Date: time.Now().UTC().Format(time.DateOnly), Repository: pc.Repository, Commit: pc.Commit, Network: pc.Network}
+	for _, s := range e.specs(t) {
+		d.Tools = append(d.Tools, s.Name)
+	}
+	slices.Sort(d.Tools)
+	if d.Approval {
+		d.AutoApproved = pc.AutoApproved
+	}
+	return renderPrompt(e.cfg.SystemPrompt, d)
+}
+
+// renderPrompt executes tmpl (nil: the default) with d, bounded.
+func renderPrompt(tmpl *template.Template, d PromptData) (string, error) {
 	if tmpl == nil {
 		tmpl = parsedDefault
 	}
-	var b bytes.Buffer
-	if err := tmpl.Execute(&b, d); err != nil {
+	b := &cappedBuffer{max: maxPrompt}
+	if err := tmpl.Execute(b, d); err != nil {
+		if errors.Is(err, errPromptTooLong) {
+			return "", fmt.Errorf("system prompt: more than %d bytes rendered; that is the limit", maxPrompt)
+		}
 		return "", fmt.Errorf("system prompt: %w", err)
 	}
-	if b.Len() > maxPrompt {
-		return "", fmt.Errorf("system prompt: %d bytes rendered; the limit is %d", b.Len(), maxPrompt)
-	}
 	return b.String(), nil
+}
+
+var errPromptTooLong = errors.New("rendered system prompt too long")
+
+// cappedBuffer refuses to grow past max bytes, which stops the template's
+// execution there.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, errPromptTooLong
+	}
+	return b.Buffer.Write(p)
 }
 
 // withSystem puts the system message first in msgs, joined with a system

@@ -22,6 +22,9 @@ func TestSystemPrompt(t *testing.T) {
 	pc := func(context.Context, string, string) (agentcore.PromptContext, error) {
 		return agentcore.PromptContext{Repository: "acme/widgets", Commit: "0123abc", Network: []string{"proxy.golang.org:443", "pypi.org"}}, nil
 	}
+	pcRules := func(context.Context, string, string) (agentcore.PromptContext, error) {
+		return agentcore.PromptContext{AutoApproved: []string{"make check", "go test …"}}, nil
+	}
 	tools := "edit_file,list_files,read_file,search_files,shell,shell_kill,shell_output,write_file"
 	for _, tc := range []struct {
 		name      string
@@ -36,6 +39,18 @@ func TestSystemPrompt(t *testing.T) {
 			"repository acme/widgets at commit 0123abc", "Workspace: /workspace", "shell, shell_kill", "waits for the user's approval", "can reach only proxy.golang.org:443, pypi.org"}, []string{"no network"}},
 		{"default, empty workspace", nil, []string{"the workspace starts empty (no repository)", "no network access", "waits for the user's approval"}, []string{"at commit"}},
 		{"default, shell_always_allow", alwaysAllow, []string{"run without asking"}, []string{"approval"}},
+		{"a model's own template", func(c *agentcore.Config) {
+			own, err := agentcore.ParsePrompt(`Own R={{.Repository}} T={{join .Tools ","}}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SystemPrompt, c.PromptContext = tmpl, pc
+			c.Model = func(context.Context, string, string) (agentcore.LLM, error) {
+				return agentcore.WithSystemPrompt(agentcore.WithToolCalls(c.LLM, agentcore.ToolCallsNative), own), nil
+			}
+		}, []string{"Own R=acme/widgets T=" + tools}, []string{"C=0123abc"}},
+		{"default, auto-approved rules", func(c *agentcore.Config) { c.PromptContext = pcRules }, []string{"waits for the user's approval", "These run without asking", "make check; go test …"}, nil},
+		{"default, auto-approved rules, shell_always_allow", func(c *agentcore.Config) { c.PromptContext, c.ShellAlwaysAllow = pcRules, true }, []string{"run without asking"}, []string{"make check", "approval"}},
 		{"default, host investigation", func(c *agentcore.Config) {
 			c.HostReadOnly = func(context.Context, string, string) (bool, error) { return true, nil }
 		}, []string{"Host investigation", "filesystem read-only", "unless the user agrees"}, []string{"Workspace: /workspace", "no network access"}},
@@ -83,6 +98,34 @@ func TestSystemPromptErrors(t *testing.T) {
 	}
 	if _, err := agentcore.ParsePrompt(agentcore.DefaultPrompt()); err != nil {
 		t.Errorf("the default prompt: %v", err)
+	}
+	// A profile's template is a user's, rendered at every model call:
+	// none whose cost is not bounded by its size and the data's lists.
+	for _, costly := range []string{
+		"{{range 1000000000}}{{end}}",
+		"{{$n := 1000000000}}{{range $n}}{{end}}",
+		"{{range .Tools}}{{range $.Network}}{{end}}{{end}}",
+		"{{range .Tools}}{{with .}}{{range $.Network}}{{end}}{{end}}{{end}}",
+		`{{printf "%0999999999d" 1}}`,
+		`{{$x := print .Date .Date}}{{$x = print $x $x}}{{$x}}`,
+		`{{join .Tools (join .Tools (join .Tools "x"))}}`,
+		`{{$s := "ab"}}{{join .Tools $s}}`,
+		`{{define "a"}}x{{end}}{{template "a"}}`,
+		`{{block "b" .}}x{{end}}`,
+	} {
+		if _, err := agentcore.ParsePrompt(costly); !errors.Is(err, agentcore.ErrPromptTooCostly) {
+			t.Errorf("ParsePrompt(%q): %v; want ErrPromptTooCostly", costly, err)
+		}
+	}
+	for _, fine := range []string{
+		"{{if and .Approval (not .HostReadOnly)}}asked{{end}}",
+		"{{range .Tools}}- {{.}}\n{{end}}",
+		"{{range $i, $t := .Tools}}{{if $i}}, {{end}}{{$t}}{{else}}no tools{{end}}{{range .Network}}{{.}}{{end}}",
+		`{{if gt (len .AutoApproved) 0}}{{index .Tools 0}}{{end}}{{join .Network ", "}}`,
+	} {
+		if _, err := agentcore.ParsePrompt(fine); err != nil {
+			t.Errorf("ParsePrompt(%q): %v", fine, err)
+		}
 	}
 	h := newHarness(t, &llmtest.Script{Steps: []llmtest.Step{{Text: "a"}}}, func(c *agentcore.Config) {
 		c.PromptContext = func(context.Context, string, string) (agentcore.PromptContext, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"text/template"
 )
 
 // ToolCallMode is how a model calls tools.
@@ -42,11 +43,34 @@ func ParseToolCallMode(s string) (ToolCallMode, error) {
 // WithToolCalls returns l with its own tool call mode, which replaces
 // Config.ToolCalls for the turns it serves (see Config.Model): e.g. a
 // model profile's.
-func WithToolCalls(l LLM, mode ToolCallMode) LLM { return modeLLM{l, mode} }
+func WithToolCalls(l LLM, mode ToolCallMode) LLM {
+	m := asModeLLM(l)
+	m.mode = mode
+	return m
+}
 
+// modeLLM is a model with its own settings (WithToolCalls,
+// WithSystemPrompt).
 type modeLLM struct {
 	LLM
-	mode ToolCallMode
+	mode   ToolCallMode
+	prompt *template.Template
+}
+
+// inner is the model l wraps, whose optional methods (WindowedLLM, the
+// endpoint's name) the wrapper hides.
+func inner(l LLM) LLM {
+	if m, ok := l.(modeLLM); ok {
+		return m.LLM
+	}
+	return l
+}
+
+func asModeLLM(l LLM) modeLLM {
+	if m, ok := l.(modeLLM); ok {
+		return m
+	}
+	return modeLLM{LLM: l}
 }
 
 // The tags of a call written as text.

@@ -84,7 +84,7 @@ func (e *Engine) recordUsage(t *Turn, u Usage) {
 	if t.sub != nil {
 		r.Agent = t.sub.id
 	}
-	if n, ok := t.llm.(endpointNamer); ok {
+	if n, ok := inner(t.llm).(endpointNamer); ok {
 		r.Endpoint = n.Endpoint()
 	}
 	// Not the turn's context: a cancelled call is accounted for too.
@@ -111,7 +111,7 @@ func (e *Engine) cutUsage(t *Turn, req Request, text string, calls []ToolCall, u
 	if !u.Reported {
 		u.PromptTokens, u.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{{Role: RoleAssistant, Content: text, ToolCalls: calls}}, nil)
 	}
-	if n, ok := t.llm.(modelNamer); ok && u.Model == "" {
+	if n, ok := inner(t.llm).(modelNamer); ok && u.Model == "" {
 		u.Model = n.Model()
 	}
 	e.recordUsage(t, u)

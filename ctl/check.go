@@ -72,7 +72,8 @@ func checkCommand() *cli.Command {
 			"shared-network sandbox; about two minutes on 2 cores (most of it the Go race check\n" +
 			"building the race-instrumented standard library from a cold cache).\n" +
 			"With --instance DIR it also checks the server's instance directory (modes,\n" +
-			"config.yaml, auth.jwt_secret, the database in WAL mode), without changing it, and\n" +
+			"config.yaml, auth.jwt_secret, the system prompt template in effect and that it parses,\n" +
+			"the database in WAL mode), without changing it, and\n" +
 			"runs the sandbox checks with its sandbox.bwrap and on its workspaces' filesystem.\n" +
 			"Every check is required (a warning is not a failure): exit status 1 when any fails.",
 		Flags: []cli.Flag{

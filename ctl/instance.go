@@ -187,6 +187,8 @@ func instanceChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	if err == nil {
 		add("jwt-secret", jwtSecretStatus(cfg), describeSecret(cfg),
 			"codumentorctl secrets rotate --instance "+inst.Dir)
+		detail, err := promptStatus(cfg.LLM)
+		add("system-prompt", err, detail, "fix the template in "+inst.ConfigFile()+" (llm.system_prompt or llm.system_prompt_file), or remove both for the built-in one")
 		if cfg.Investigation.Enabled {
 			// The server's binary is taken to be beside this one; a
 			// server started with --config also hides that file.
@@ -207,6 +209,26 @@ func instanceChecks(ctx context.Context, o checkOptions, r *checkReport) {
 		err = fmt.Errorf("journal_mode=%s, not wal", mode)
 	}
 	add("wal", err, "journal_mode="+mode, "keep the instance on a local filesystem: SQLite's write-ahead log needs shared memory")
+}
+
+// promptStatus says which system prompt template the server uses and
+// checks that it parses (config.Load has, but the file may have changed).
+func promptStatus(l config.LLM) (string, error) {
+	text, source, err := l.PromptText()
+	if err != nil {
+		return "", err
+	}
+	from := source
+	switch source {
+	case config.PromptBuiltin:
+		from = "the built-in template (neither llm.system_prompt nor llm.system_prompt_file is set)"
+	case config.PromptFile:
+		from = source + " " + l.SystemPromptFile
+	}
+	if _, err := config.ParsePrompt(source, text, config.MaxPromptTemplate); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s, %d bytes, parses; GET /api/v1/admin/system-prompt shows it rendered", from, len(text)), nil
 }
 
 // jwtSecretStatus fails when the server would run without a secret.

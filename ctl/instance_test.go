@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
@@ -220,5 +223,49 @@ func TestInstanceCheckInvestigationMasks(t *testing.T) {
 		if !c.OK || !strings.Contains(c.Detail, p) {
 			t.Errorf("investigation-masks does not name %s: %+v", p, c)
 		}
+	}
+}
+
+// check --instance names the system prompt template the server uses and
+// says that it parses; one that does not fails the check, naming its key.
+func TestInstanceCheckSystemPrompt(t *testing.T) {
+	dir := initInstance(t)
+	inst := config.Instance{Dir: dir}
+	file := filepath.Join(t.TempDir(), "prompt.tmpl")
+	content := "Repo {{.Repository}}; tools {{join .Tools \", \"}}."
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		ok         bool
+		want       string
+	}{
+		{"built-in", "", true, "the built-in template (neither llm.system_prompt nor llm.system_prompt_file is set), " + strconv.Itoa(len(agentcore.DefaultPrompt())) + " bytes, parses"},
+		{"inline", "llm:\n  system_prompt: \"Repo {{.Repository}}.\"\n", true, "llm.system_prompt, 21 bytes, parses"},
+		{"file", "llm:\n  system_prompt_file: " + file + "\n", true, "llm.system_prompt_file " + file + ", " + strconv.Itoa(len(content)) + " bytes, parses"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(inst.ConfigFile(), []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			checks, _, _ := instanceChecks(t, dir)
+			c, ok := checks["system-prompt"]
+			if !ok || c.OK != tc.ok || !strings.Contains(c.Detail, tc.want) {
+				t.Errorf("system-prompt check %+v (present %v); want ok=%v naming %q", c, ok, tc.ok, tc.want)
+			}
+			if r := ctl(t, "check", "--instance", dir); !regexp.MustCompile(`(?m)^system-prompt +ok +`).MatchString(r.stdout) {
+				t.Errorf("the table has no system-prompt ok row:\n%s", r.stdout)
+			}
+		})
+	}
+	// A template that stopped parsing since the server started (config
+	// re-read at check time): the config check names the key.
+	if err := os.WriteFile(file, []byte("{{.Repo}}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checks, _, r := instanceChecks(t, dir)
+	if c := checks["config"]; r.code != 1 || c.OK || !strings.Contains(c.Detail, "llm.system_prompt_file") {
+		t.Errorf("config check with a bad template: %+v, exit %d; want a failure naming llm.system_prompt_file", c, r.code)
 	}
 }

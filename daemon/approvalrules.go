@@ -39,26 +39,9 @@ func (r *ruleApprover) Review(ctx context.Context, a agentcore.Approval) (agentc
 		return agentcore.Verdict{}, err
 	}
 	sb := r.sandbox()
-	var all []source
-	if sb.DefaultRules {
-		for _, x := range approvalrule.Defaults() {
-			all = append(all, source{x, "default"})
-		}
-	}
-	for _, x := range sb.ApprovalRules {
-		all = append(all, source{x, "operator"})
-	}
-	if len(sb.UserRules) > 0 {
-		mine, err := r.rules.Rules(ctx, a.User)
-		if err != nil {
-			return agentcore.Verdict{}, err
-		}
-		for _, u := range mine {
-			// Checked again: the operator may have narrowed user_rules.
-			if eff, ok := approvalrule.Allowed(u.Rule, sb.UserRules); ok {
-				all = append(all, source{eff, "user " + u.ID})
-			}
-		}
+	all, err := r.sources(ctx, sb, a.User)
+	if err != nil {
+		return agentcore.Verdict{}, err
 	}
 	rules := make([]approvalrule.Rule, len(all))
 	for i, s := range all {
@@ -80,4 +63,58 @@ func (r *ruleApprover) Review(ctx context.Context, a agentcore.Approval) (agentc
 		}
 	}
 	return agentcore.Verdict{}, nil
+}
+
+// sources are the rules that approve user's workspace commands.
+func (r *ruleApprover) sources(ctx context.Context, sb config.Sandbox, user string) ([]source, error) {
+	var all []source
+	if sb.DefaultRules {
+		for _, x := range approvalrule.Defaults() {
+			all = append(all, source{x, "default"})
+		}
+	}
+	for _, x := range sb.ApprovalRules {
+		all = append(all, source{x, "operator"})
+	}
+	if len(sb.UserRules) > 0 {
+		mine, err := r.rules.Rules(ctx, user)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range mine {
+			// Checked again: the operator may have narrowed user_rules.
+			if eff, ok := approvalrule.Allowed(u.Rule, sb.UserRules); ok {
+				all = append(all, source{eff, "user " + u.ID})
+			}
+		}
+	}
+	return all, nil
+}
+
+// autoApproved describes, for the system prompt, the rules that approve
+// user's workspace commands: "git status", "go test …", "rg … (not
+// --pre)". None when the sandbox runs every command unasked.
+func (r *ruleApprover) autoApproved(ctx context.Context, user string) ([]string, error) {
+	sb := r.sandbox()
+	if sb.ShellAlwaysAllow {
+		return nil, nil
+	}
+	all, err := r.sources(ctx, sb, user)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range all {
+		d := s.rule.Command
+		if d == "" {
+			d = strings.Join(s.rule.Prefix, " ") + " …"
+		}
+		if len(s.rule.Except) > 0 {
+			d += " (not " + strings.Join(s.rule.Except, ", ") + ")"
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 )
@@ -42,29 +44,52 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
 		}
 		client, err := llm.New(llm.Config{BaseURL: endpoint, Model: p.Model, APIKey: p.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling.Over(p.Sampling), ContextWindow: cmp.Or(p.ContextWindow, cfg.LLM.ContextWindow)})
-		switch {
-		case err != nil:
+		if err != nil {
 			return nil, err
-		case p.ToolCalls != "":
-			return agentcore.WithToolCalls(client, p.ToolCalls), nil
 		}
-		return client, nil
+		var m agentcore.LLM = client
+		if p.ToolCalls != "" {
+			m = agentcore.WithToolCalls(m, p.ToolCalls)
+		}
+		if p.SystemPrompt != "" {
+			// Parsed again: the template language may have changed since
+			// the profile was stored.
+			t, err := config.ParsePrompt("system_prompt", p.SystemPrompt, api.MaxProfilePrompt)
+			if err != nil {
+				return nil, fmt.Errorf("this conversation's model profile %q: %w; store the profile again with a valid system_prompt", name, err)
+			}
+			m = agentcore.WithSystemPrompt(m, t)
+		}
+		return m, nil
 	}
 }
 
 // promptContext is the engine's Config.PromptContext: the repository's
-// name and the commit a conversation's workspace shows. Its sandbox has
-// no network (commands with an allow-list run in sandboxes of their own).
-func (s *server) promptContext(convs *store.Conversations) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
+// name and the commit a conversation's workspace shows, and the approval
+// rules that run its owner's commands unasked (read at each model call,
+// as the approver reads them). Its sandbox has no network (commands with
+// an allow-list run in sandboxes of their own).
+func (s *server) promptContext(convs *store.Conversations, approver *ruleApprover) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 	return func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 		c, err := convs.Get(ctx, user, conversation)
-		if err != nil || c.Repository == "" {
+		if err != nil {
 			return agentcore.PromptContext{}, err
+		}
+		var pc agentcore.PromptContext
+		// An investigation's commands are each asked (ruleApprover).
+		if c.Mode != store.ModeHostReadOnly {
+			if pc.AutoApproved, err = approver.autoApproved(ctx, user); err != nil {
+				return agentcore.PromptContext{}, fmt.Errorf("the approval rules: %w", err)
+			}
+		}
+		if c.Repository == "" {
+			return pc, nil
 		}
 		r, err := s.repos.Get(ctx, c.Repository)
 		if err != nil {
 			return agentcore.PromptContext{}, fmt.Errorf("the conversation's repository: %w", err)
 		}
-		return agentcore.PromptContext{Repository: r.Name, Commit: c.BaseCommit}, nil
+		pc.Repository, pc.Commit = r.Name, c.BaseCommit
+		return pc, nil
 	}
 }

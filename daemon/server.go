@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"text/template"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -275,11 +276,18 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		}
 		model = c
 	}
-	prompt, err := cfg.LLM.Prompt()
+	// The text read once: what the engine runs is what the admin route
+	// shows.
+	promptText, promptSource, err := cfg.LLM.PromptText()
+	var prompt *template.Template
+	if err == nil && promptSource != config.PromptBuiltin {
+		prompt, err = config.ParsePrompt(promptSource, promptText, config.MaxPromptTemplate)
+	}
 	if err != nil {
 		return nil, err
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
+	approver := &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs}
 	trees.setups.onEgress, trees.setups.egressCaps = egressCount.observer("setup"), cfg.Sandbox.Egress.Options()
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
@@ -299,7 +307,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		ToolCalls:        cfg.LLM.ToolCalls,
 		MaxSteps:         cfg.LLM.MaxSteps,
 		RepeatLimit:      cfg.LLM.RepeatLimit,
-		PromptContext:    s.promptContext(convs),
+		PromptContext:    s.promptContext(convs, approver),
 		NoWorkspaceTools: !isolation,
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
@@ -310,7 +318,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
-		Approver:         &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs},
+		Approver:         approver,
 
 		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
 		MaxCommandTimeout: cfg.Sandbox.MaxCommandTimeout.Std(),
@@ -366,6 +374,8 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		UserRules:      func() []approvalrule.Rule { return s.cfg.Load().Sandbox.UserRules },
 		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
 		MetricsToken:   cfg.Metrics.Token,
+		SystemPrompt:   api.SystemPrompt{Source: promptSource, Text: promptText},
+		AutoApproved:   approver.autoApproved,
 	})
 	return s, nil
 }

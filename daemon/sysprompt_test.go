@@ -45,6 +45,11 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
   max_tokens: 512
   stop: ["</done>"]
   extra_body: {chat_template_kwargs: {enable_thinking: false}, top_k: 20}
+sandbox:
+  approval_rules:
+    - command: "make check"
+    - prefix: [go, test]
+      except: [-exec]
 `, srv.URL()))
 	in.addUser("root", pw, true)
 	in.addUser("alice", pw, false)
@@ -92,7 +97,7 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
 		t.Fatalf("messages %+v; want the system message, then the user's", req.Messages)
 	}
 	sys := req.Messages[0].Content
-	for _, want := range []string{"demo-repo", "at commit " + commit, "/workspace", "shell, shell_kill, shell_output", "waits for the user's approval", "no network access", time.Now().UTC().Format(time.DateOnly)[:7]} {
+	for _, want := range []string{"demo-repo", "at commit " + commit, "/workspace", "shell, shell_kill, shell_output", "waits for the user's approval", "These run without asking", "make check; go test … (not -exec)", "no network access", time.Now().UTC().Format(time.DateOnly)[:7]} {
 		if !strings.Contains(sys, want) {
 			t.Errorf("the system message lacks %q:\n%s", want, sys)
 		}
@@ -121,6 +126,12 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
 		}
 	}
 	check(body, sampling)
+	// The admin route shows the built-in template in effect.
+	var shown struct{ Source, Template, Rendered string }
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/system-prompt", nil, &shown)
+	if shown.Source != "built-in" || shown.Template != agentcore.DefaultPrompt() || !strings.Contains(shown.Rendered, "make check; go test … (not -exec)") {
+		t.Errorf("GET /admin/system-prompt: %+v; want the built-in template, rendered with the approval rules", shown)
+	}
 	// The scripted server's numbers: a token per word and message, a
 	// token per streamed piece.
 	if want := (agentcore.Usage{Model: "test", PromptTokens: promptWords(req), CompletionTokens: 3, Reported: true}); u != want {
@@ -135,18 +146,76 @@ func TestModelRequestsCarryPromptSamplingAndUsage(t *testing.T) {
 	if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "extra_body": map[string]any{"stream": false}}); status != http.StatusBadRequest || !strings.Contains(string(b), `extra_body must not set \"stream\"`) {
 		t.Errorf("PUT with extra_body.stream: %d %s; want 400 naming extra_body", status, b)
 	}
-	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 0.7, "top_p": 0.95, "extra_body": map[string]any{"top_k": 40}}, nil)
+	// A profile's own system prompt is checked as the server's is.
+	for _, tc := range []struct{ prompt, want string }{
+		{"{{if .Approval}}unclosed", "system_prompt:"},
+		{"{{.Repo}}", "can't evaluate field Repo"},
+		{"{{shout .Repository}}", `function \"shout\" not defined`},
+		{strings.Repeat("x", 32<<10+1), "system_prompt is 32769 bytes; the limit is 32768"},
+		{"{{range .Tools}}{{range $.Tools}}{{end}}{{end}}", "could be too costly to render: a range inside a range"},
+		{`{{printf "%099999d" 1}}`, "the function printf is not allowed"},
+	} {
+		if status, b, _ := a.do("PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "system_prompt": tc.prompt}); status != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
+			t.Errorf("PUT with system_prompt %.40q: %d %.300s; want 400 naming %q", tc.prompt, status, b, tc.want)
+		}
+	}
+	profilePrompt := `Profile prompt for {{if .Repository}}{{.Repository}}{{else}}a workspace that starts empty (no repository){{end}}; tools {{join .Tools ","}}.`
+	var view struct {
+		SystemPrompt string `json:"system_prompt"`
+	}
+	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/hot", map[string]any{"endpoint": srv.URL(), "model": "other", "temperature": 0.7, "top_p": 0.95, "extra_body": map[string]any{"top_k": 40}, "tool_calls": "auto", "system_prompt": profilePrompt}, &view)
+	if view.SystemPrompt != profilePrompt {
+		t.Errorf("PUT answered system_prompt %q; want %q", view.SystemPrompt, profilePrompt)
+	}
 	srv.Inject(llmtest.Fault{NoUsage: true}) // an endpoint that ignores include_usage
 	u, req, body = turn(map[string]any{"model_profile": "hot"})
 	check(body, map[string]string{"temperature": "0.7", "top_p": "0.95", "max_tokens": "512", "stop": `["</done>"]`,
 		"chat_template_kwargs": `{"enable_thinking":false}`, "top_k": "40"})
 	sys = req.Messages[0].Content
-	if !strings.Contains(sys, "starts empty (no repository)") || strings.Contains(sys, "demo-repo") {
-		t.Errorf("an empty workspace's system message:\n%s", sys)
+	if !strings.HasPrefix(sys, "Profile prompt for a workspace that starts empty (no repository); tools ") || !strings.Contains(sys, ",shell,") || strings.Contains(sys, "demo-repo") {
+		t.Errorf("the profile's system message, for an empty workspace:\n%s", sys)
 	}
 	if u.Reported || u.Model != "other" || u.PromptTokens < len(sys)/3 || u.CompletionTokens != (len("assistant")+len("Done here.")+2)/3 {
 		t.Errorf("usage without a report %+v; want reported:false, model other, an estimate of bytes/3", u)
 	}
+}
+
+// An admin sees the system prompt template in effect and what it renders
+// to for an example repository: the engine's tools, the approval rules;
+// others may not.
+func TestAdminSystemPrompt(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "prompt.tmpl")
+	tmpl := "Working on {{.Repository}} at {{.Commit}} in {{.Workspace}}; tools: {{join .Tools \", \"}}.{{if .Approval}} Asked first, except {{join .AutoApproved \" and \"}}.{{end}} Today {{.Date}}."
+	if err := os.WriteFile(file, []byte(tmpl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := newInstance(t, "llm:\n  system_prompt_file: "+file+"\nsandbox:\n  approval_rules:\n    - command: \"make check\"\n")
+	in.addUser("root", pw, true)
+	in.addUser("alice", pw, false)
+	p := in.start()
+	admin, a := p.login("root", pw), p.login("alice", pw)
+	var got struct {
+		Source, Template, Rendered string
+		Example                    struct {
+			Repository, Commit string
+			AutoApproved       []string `json:"auto_approved"`
+		}
+	}
+	admin.must(http.StatusOK, "GET", "/api/v1/admin/system-prompt", nil, &got)
+	if got.Source != "llm.system_prompt_file" || got.Template != tmpl {
+		t.Errorf("source %q, template %q; want the file's", got.Source, got.Template)
+	}
+	want := "Working on " + got.Example.Repository + " at " + got.Example.Commit + " in /workspace; tools: "
+	if got.Example.Repository == "" || got.Example.Commit == "" || !strings.HasPrefix(got.Rendered, want) {
+		t.Errorf("rendered %q; want it to start %q", got.Rendered, want)
+	}
+	for _, w := range []string{"shell, shell_kill, shell_output", "Asked first, except make check.", "Today " + time.Now().UTC().Format(time.DateOnly)[:7]} {
+		if !strings.Contains(got.Rendered, w) {
+			t.Errorf("rendered %q lacks %q", got.Rendered, w)
+		}
+	}
+	a.must(http.StatusForbidden, "GET", "/api/v1/admin/system-prompt", nil, nil)
 }
 
 // promptWords is the scripted server's prompt token count of req.
@@ -156,4 +225,30 @@ func promptWords(req agentcore.Request) int {
 		n += len(strings.Fields(m.Content)) + 1
 	}
 	return n
+}
+
+// A profile with its own tool call mode and system prompt still has the
+// context window its endpoint reports.
+func TestProfileSettingsKeepTheEndpointsWindow(t *testing.T) {
+	srv, err := llmtest.StartServer(&llmtest.Script{Steps: []llmtest.Step{{Text: "Done."}}}, llmtest.Options{ContextWindow: 12000, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %[1]s\n  model: test\n  allowed_endpoints: [%[1]s]\n", srv.URL()))
+	in.addUser("alice", pw, false)
+	a := in.start().login("alice", pw)
+	for _, profile := range []map[string]any{
+		{"endpoint": srv.URL(), "model": "m"},
+		{"endpoint": srv.URL(), "model": "m", "tool_calls": "text", "system_prompt": "Short prompt; tools {{join .Tools \",\"}}."},
+	} {
+		a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/p", profile, nil)
+		var conv struct{ ID string }
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]any{"model_profile": "p"}, &conv)
+		var cv agentcore.Context
+		a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/context", nil, &cv)
+		if cv.Window != 12000 {
+			t.Errorf("profile %v: context window %d; want the endpoint's 12000", profile, cv.Window)
+		}
+	}
 }

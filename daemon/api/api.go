@@ -109,6 +109,11 @@ type Deps struct {
 	// nil: users add none.
 	ApprovalRules *store.ApprovalRules
 	UserRules     func() []approvalrule.Rule
+	// SystemPrompt is the engine's system prompt template, and
+	// AutoApproved describes the approval rules that approve a user's
+	// workspace commands (nil: none), for GET /admin/system-prompt.
+	SystemPrompt SystemPrompt
+	AutoApproved func(ctx context.Context, user string) ([]string, error)
 }
 
 // Limits bound what clients hold open; zero values are the defaults.
@@ -276,6 +281,7 @@ func (s *Server) routes() {
 	authed.Get("/admin/doctor", s.admin, s.doctor)
 	authed.Get("/admin/mcp", s.admin, s.adminMCP)
 	authed.Get("/admin/audit", s.admin, s.adminAudit)
+	authed.Get("/admin/system-prompt", s.admin, s.adminSystemPrompt)
 	authed.Get("/me/usage", s.myUsage)
 	authed.Get("/admin/usage", s.admin, s.adminUsage)
 	authed.Get("/admin/users/:id/quota", s.admin, s.getQuota)

@@ -31,19 +31,26 @@ type ModelProfile struct {
 	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
 	// ContextWindow is the profile's own context length in tokens; 0:
 	// the server's (llm.context_window, or what the endpoint reports).
-	ContextWindow int       `json:"context_window,omitempty"`
-	Updated       time.Time `json:"updated"`
+	ContextWindow int `json:"context_window,omitempty"`
+	// SystemPrompt is the profile's own system prompt template; empty:
+	// the server's.
+	SystemPrompt string    `json:"system_prompt,omitempty"`
+	Updated      time.Time `json:"updated"`
 	// Unreadable: stored under a jwt_secret the server no longer has, so
 	// neither its endpoint nor its key can be read; store it again.
 	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 func profileView(m secrets.Meta, p secrets.ModelProfile) ModelProfile {
-	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ToolCalls: p.ToolCalls, ContextWindow: p.ContextWindow, Updated: m.Updated}
+	return ModelProfile{Name: m.Name, Endpoint: p.BaseURL, Model: p.Model, HasAPIKey: p.APIKey != "", Sampling: p.Sampling, ToolCalls: p.ToolCalls, ContextWindow: p.ContextWindow, SystemPrompt: p.SystemPrompt, Updated: m.Updated}
 }
 
 // maxModelName bounds a profile's model name, in bytes.
 const maxModelName = 256
+
+// MaxProfilePrompt bounds a profile's system prompt template, in bytes:
+// the whole profile is one secret (secrets.MaxValueSize).
+const MaxProfilePrompt = 32 << 10
 
 // llmConfig is the current llm configuration (nil Deps.LLM: none).
 func (s *Server) llmConfig() config.LLM {
@@ -119,6 +126,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 		llm.Sampling
 		ToolCalls     string `json:"tool_calls"`
 		ContextWindow int    `json:"context_window"`
+		SystemPrompt  string `json:"system_prompt"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
@@ -136,6 +144,11 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	if req.ToolCalls != "" {
 		if _, err := agentcore.ParseToolCallMode(req.ToolCalls); err != nil {
 			return badRequest("tool_calls: %v", err)
+		}
+	}
+	if req.SystemPrompt != "" {
+		if _, err := config.ParsePrompt("system_prompt", req.SystemPrompt, MaxProfilePrompt); err != nil {
+			return badRequest("%v", err)
 		}
 	}
 	endpoint, err := s.llmConfig().AllowedEndpoint(req.Endpoint)
@@ -167,7 +180,7 @@ func (s *Server) putModelProfile(c *fiber.Ctx) error {
 	if _, err := llm.New(llm.Config{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ContextWindow: req.ContextWindow}); err != nil {
 		return badRequest("%s", profileKeys.Replace(err.Error()))
 	}
-	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ToolCalls: agentcore.ToolCallMode(req.ToolCalls), ContextWindow: req.ContextWindow}
+	p := secrets.ModelProfile{BaseURL: endpoint, Model: req.Model, APIKey: key, Sampling: req.Sampling, ToolCalls: agentcore.ToolCallMode(req.ToolCalls), ContextWindow: req.ContextWindow, SystemPrompt: req.SystemPrompt}
 	m, err := s.d.Secrets.PutProfile(ctx, uid, name, p)
 	if errors.Is(err, secrets.ErrBadName) || errors.Is(err, secrets.ErrBadValue) {
 		return badRequest("%v", err)

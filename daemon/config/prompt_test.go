@@ -16,7 +16,7 @@ func TestPromptAndSamplingValidated(t *testing.T) {
 	bad := filepath.Join(dir, "bad.tmpl")
 	os.WriteFile(bad, []byte("{{.Repo}}"), 0o600)
 	big := filepath.Join(dir, "big.tmpl")
-	os.WriteFile(big, make([]byte, maxPromptFile+1), 0o600)
+	os.WriteFile(big, make([]byte, MaxPromptTemplate+1), 0o600)
 	for _, tc := range []struct {
 		name, yaml, wantErr string
 	}{

@@ -117,6 +117,9 @@ type ModelProfile struct {
 	ToolCalls agentcore.ToolCallMode `json:"tool_calls,omitempty"`
 	// ContextWindow, when set, replaces llm.context_window.
 	ContextWindow int `json:"context_window,omitempty"`
+	// SystemPrompt, if set, is the template that replaces the server's
+	// system prompt (llm.system_prompt).
+	SystemPrompt string `json:"system_prompt,omitempty"`
 }
 
 // Stats is what Reencrypt did.

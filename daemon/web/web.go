@@ -157,6 +157,7 @@ func Mount(app fiber.Router, b Backend) {
 	get("/admin/repositories", u.show("repositories", "Repositories", "admin", true))
 	get("/admin/mcp", u.show("mcp", "MCP servers", "admin", true))
 	get("/admin/doctor", u.show("doctor", "Sandbox doctor", "admin", true))
+	get("/admin/system-prompt", u.show("sysprompt", "System prompt", "admin", true))
 }
 
 // headers sets the security headers of every page and asset.

@@ -1,4 +1,5 @@
-// The admin pages: users, repositories, MCP servers, the sandbox doctor.
+// The admin pages: users, repositories, MCP servers, the sandbox doctor,
+// the system prompt.
 import { api, el, say, guard, when } from './app.js';
 
 const row = (...cells) => el('tr', {}, ...cells.map((c) => (c instanceof Node ? el('td', {}, c) : el('td', { text: c ?? '' }))));
@@ -133,6 +134,24 @@ async function doctor() {
   for (const w of r.data.warnings || []) ul.append(el('li', { class: 'notice', text: w }));
 }
 
+const promptSources = {
+  'built-in': 'It is the built-in template: neither llm.system_prompt nor llm.system_prompt_file is set.',
+  'llm.system_prompt': 'Its template is llm.system_prompt in config.yaml.',
+  'llm.system_prompt_file': 'Its template is the file llm.system_prompt_file names.',
+};
+
+async function sysprompt() {
+  const r = await api('/admin/system-prompt');
+  const d = r.data;
+  document.getElementById('prompt-source').textContent = (promptSources[d.source] || d.source) + ' A model profile may have its own.';
+  const ex = d.example || {};
+  const rules = ex.auto_approved || [];
+  document.getElementById('prompt-example').textContent = 'For an example conversation on ' + ex.repository + ' at ' + ex.commit +
+    ', with the server\'s tools and ' + (rules.length ? 'your approval rules (' + rules.join('; ') + ')' : 'no approval rules') + '.';
+  document.getElementById('prompt-rendered').textContent = d.rendered;
+  document.getElementById('prompt-template').textContent = d.template;
+}
+
 export function start(page) {
-  guard({ users, repositories, mcp, doctor }[page]);
+  guard({ users, repositories, mcp, doctor, sysprompt }[page]);
 }

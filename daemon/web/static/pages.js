@@ -110,7 +110,7 @@ async function profiles() {
     for (const p of r.data.model_profiles || []) {
       const what = p.unreadable
         ? el('span', { class: 'notice', text: 'unreadable (stored under a secret the server no longer has): save it again with its API key' })
-        : el('span', { text: `${p.model} at ${p.endpoint}${p.tool_calls ? `, tool calls: ${p.tool_calls}` : ''}` });
+        : el('span', { text: `${p.model} at ${p.endpoint}${p.tool_calls ? `, tool calls: ${p.tool_calls}` : ''}${p.system_prompt ? ', its own system prompt' : ''}` });
       ul.append(el('li', {}, el('strong', { text: p.name }), ' ', what, ' ',
         el('span', { class: 'hint', text: p.has_api_key ? 'key stored' : 'no key' }), ' ',
         confirmButton('Delete', async () => { await api('/model-profiles/' + encodeURIComponent(p.name), { method: 'DELETE' }); say('Deleted.'); load(); })));
@@ -122,6 +122,7 @@ async function profiles() {
       const body = { endpoint: form.endpoint.value, model: form.model.value };
       if (form.api_key.value) body.api_key = form.api_key.value;
       if (form.tool_calls.value) body.tool_calls = form.tool_calls.value;
+      if (form.system_prompt.value) body.system_prompt = form.system_prompt.value;
       await api('/model-profiles/' + encodeURIComponent(form.elements.name.value), { method: 'PUT', body });
       form.reset();
       say('Saved.');
