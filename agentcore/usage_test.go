@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
@@ -155,7 +156,25 @@ func TestUsageOfCancelledCall(t *testing.T) {
 	const partial = "A partial answer"
 	h := newHarness(t, &llmtest.Script{Steps: []llmtest.Step{{Text: partial, Stall: true}}}, func(c *agentcore.Config) { c.Usage = rec })
 	turn := h.start("c", "hi")
-	h.event("c", agentcore.EventTextDelta)
+	// The text comes in pieces: cancel once all of it was shown.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var shown strings.Builder
+	for ev := range h.e.Subscribe(ctx, "c", 0) {
+		if ev.Type != agentcore.EventTextDelta {
+			continue
+		}
+		var d agentcore.TextDelta
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if shown.WriteString(d.Text); shown.String() == partial {
+			break
+		}
+	}
+	if shown.String() != partial {
+		t.Fatalf("shown %q; want %q", shown.String(), partial)
+	}
 	turn.Cancel()
 	if err := h.wait(turn); !errors.Is(err, context.Canceled) {
 		t.Fatalf("turn: %v; want cancelled", err)
