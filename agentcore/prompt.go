@@ -105,6 +105,9 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 	if tmpl == nil {
 		tmpl = parsedDefault
 	}
+	if m := t.prompt; m != nil && m.tmpl == tmpl && m.data.equal(d) {
+		return m.text, nil
+	}
 	var b bytes.Buffer
 	if err := tmpl.Execute(&b, d); err != nil {
 		return "", fmt.Errorf("system prompt: %w", err)
@@ -112,7 +115,23 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 	if b.Len() > maxPrompt {
 		return "", fmt.Errorf("system prompt: %d bytes rendered; the limit is %d", b.Len(), maxPrompt)
 	}
-	return b.String(), nil
+	t.prompt = &promptMemo{tmpl: tmpl, data: d, text: b.String()}
+	return t.prompt.text, nil
+}
+
+// promptMemo is a turn's last system prompt and what it was rendered
+// from: a template's output depends on its data alone, so the next
+// step renders it again only when that changed (a commit, the date).
+type promptMemo struct {
+	tmpl *template.Template
+	data PromptData
+	text string
+}
+
+func (d PromptData) equal(o PromptData) bool {
+	return d.Repository == o.Repository && d.Commit == o.Commit && d.Workspace == o.Workspace &&
+		d.Approval == o.Approval && d.HostReadOnly == o.HostReadOnly && d.Date == o.Date &&
+		slices.Equal(d.Tools, o.Tools) && slices.Equal(d.Network, o.Network)
 }
 
 // withSystem puts the system message first in msgs, joined with a system

@@ -50,6 +50,7 @@ type Turn struct {
 	red     *redactor
 	log     *slog.Logger
 	usage   *turnUsage // shared with its subagents
+	prompt  *promptMemo
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -236,6 +237,7 @@ func (e *Engine) loop(t *Turn) error {
 	if !t.winSet {
 		t.window, t.winSet = e.window(ctx, t.llm), true
 	}
+	t.hist = readingOnce(t.hist)
 	// The last step's calls' key and how often they came in a row
 	// (RepeatLimit).
 	var last callKey
