@@ -337,8 +337,9 @@ func buildContext(in contextInput) Context {
 	if newest >= 0 && newest < start {
 		msgs, idx = append(msgs, hist[newest]), append(idx, newest)
 	}
+	msgs = append(msgs, hist[start:]...) // one copy: a history is long
 	for i := start; i < len(hist); i++ {
-		msgs, idx = append(msgs, hist[i]), append(idx, i)
+		idx = append(idx, i)
 	}
 	c.ToolTokens = tokensOf(toolBytes(in.tools), in.ratio)
 	sizes := make([]int, len(msgs))

@@ -148,7 +148,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		return nil, err
 	}
 	t.secrets, t.red = secrets, newRedactor(secrets)
-	t.log = slog.New(redactHandler{e.log.Handler(), t.red}).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
+	t.log = slog.New(lazy(redactHandler{e.log.Handler(), t.red})).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
 	content := t.red.String(r.Content)
 	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content}); err != nil {
 		return nil, fmt.Errorf("agentcore: storing the message: %w", err)
@@ -489,39 +489,49 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 			addText(p.text)
 		}
 	}
-	// Next runs in its own goroutine so that text held for coalescing
-	// is shown while the model pauses; it ends at Next's first error,
-	// which the loop below always waits for, so Close follows it.
+	// Once text is held for coalescing, Next runs in its own goroutine,
+	// so that the text is shown while the model pauses; it ends at
+	// Next's first error, which the loop below always waits for, so
+	// Close follows it. Until then nothing waits to be shown, and Next
+	// is called here: a goroutine's hand-offs cost more than a reply of
+	// a few chunks.
 	type next struct {
 		ch  Chunk
 		err error
 	}
-	chunks := make(chan next)
-	go func() {
-		for {
-			ch, err := s.Next()
-			chunks <- next{ch, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	var chunks chan next
 	pause := time.NewTimer(deltaInterval)
 	pause.Stop()
 	defer pause.Stop()
 	for {
+		if chunks == nil && (deltas.waiting() || thoughts.waiting()) {
+			chunks = make(chan next)
+			go func() {
+				for {
+					ch, err := s.Next()
+					chunks <- next{ch, err}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
 		var ch Chunk
-		select {
-		case n := <-chunks:
-			ch, err = n.ch, n.err
-		case <-pause.C:
-			if d, ok := thoughts.write("", time.Now()); ok {
-				emitThought(d)
+		if chunks == nil {
+			ch, err = s.Next()
+		} else {
+			select {
+			case n := <-chunks:
+				ch, err = n.ch, n.err
+			case <-pause.C:
+				if d, ok := thoughts.write("", time.Now()); ok {
+					emitThought(d)
+				}
+				if d, ok := deltas.write("", time.Now()); ok {
+					emitText(d)
+				}
+				continue
 			}
-			if d, ok := deltas.write("", time.Now()); ok {
-				emitText(d)
-			}
-			continue
 		}
 		if err == io.EOF {
 			break
