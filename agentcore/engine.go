@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -244,6 +245,8 @@ type conv struct {
 	sumMu     sync.Mutex
 	sum       *ContextCompacted
 	sumLoaded bool
+
+	prompt atomic.Pointer[promptMemo] // the last system prompt made
 }
 
 // New returns an Engine with the built-in tools registered: shell,

@@ -105,7 +105,7 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 	if tmpl == nil {
 		tmpl = parsedDefault
 	}
-	if m := t.prompt; m != nil && m.tmpl == tmpl && m.data.equal(d) {
+	if m := t.c.prompt.Load(); m != nil && m.tmpl == tmpl && m.data.equal(d) {
 		return m.text, nil
 	}
 	var b bytes.Buffer
@@ -115,13 +115,15 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 	if b.Len() > maxPrompt {
 		return "", fmt.Errorf("system prompt: %d bytes rendered; the limit is %d", b.Len(), maxPrompt)
 	}
-	t.prompt = &promptMemo{tmpl: tmpl, data: d, text: b.String()}
-	return t.prompt.text, nil
+	m := &promptMemo{tmpl: tmpl, data: d, text: b.String()}
+	t.c.prompt.Store(m)
+	return m.text, nil
 }
 
-// promptMemo is a turn's last system prompt and what it was rendered
-// from: a template's output depends on its data alone, so the next
-// step renders it again only when that changed (a commit, the date).
+// promptMemo is a conversation's last system prompt and what it was
+// rendered from: a template's output depends on its data alone, so the
+// next model call renders it again only when that changed (a commit,
+// the date).
 type promptMemo struct {
 	tmpl *template.Template
 	data PromptData

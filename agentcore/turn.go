@@ -50,7 +50,6 @@ type Turn struct {
 	red     *redactor
 	log     *slog.Logger
 	usage   *turnUsage // shared with its subagents
-	prompt  *promptMemo
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -500,11 +499,17 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 		err error
 	}
 	var chunks chan next
-	pause := time.NewTimer(deltaInterval)
-	pause.Stop()
-	defer pause.Stop()
+	var pause *time.Timer // made once text is held
+	defer func() {
+		if pause != nil {
+			pause.Stop()
+		}
+	}()
 	for {
 		if chunks == nil && (deltas.waiting() || thoughts.waiting()) {
+			if pause == nil {
+				pause = time.NewTimer(deltaInterval)
+			}
 			chunks = make(chan next)
 			go func() {
 				for {
@@ -569,7 +574,11 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 			addCall(*ch.ToolCall, nil)
 		}
 		if deltas.waiting() || thoughts.waiting() {
-			pause.Reset(deltaInterval)
+			if pause == nil {
+				pause = time.NewTimer(deltaInterval)
+			} else {
+				pause.Reset(deltaInterval)
+			}
 		}
 	}
 	if scan != nil {
