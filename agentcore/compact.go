@@ -26,16 +26,16 @@ func (e *Engine) window(ctx context.Context, llm LLM) ContextWindow {
 	return e.calib.windowOf(cw)
 }
 
-// loadSummary returns the compaction in effect for the conversation's
-// own history: the newest context_compacted event of its agent, read
+// loadSummaries returns the compactions of the conversation's own
+// history (context_compacted events of no agent), oldest first, read
 // from the Store once and then kept.
-func (e *Engine) loadSummary(ctx context.Context, c *conv) (*ContextCompacted, error) {
+func (e *Engine) loadSummaries(ctx context.Context, c *conv) ([]*ContextCompacted, error) {
 	c.sumMu.Lock()
 	defer c.sumMu.Unlock()
 	if c.sumLoaded {
-		return c.sum, nil
+		return c.sums, nil
 	}
-	var last *ContextCompacted
+	var all []*ContextCompacted
 	for after := int64(0); ; {
 		evs, err := e.cfg.Store.Events(ctx, c.id, after, subscribeBatch)
 		if err != nil {
@@ -48,27 +48,38 @@ func (e *Engine) loadSummary(ctx context.Context, c *conv) (*ContextCompacted, e
 			}
 			var s ContextCompacted
 			if json.Unmarshal(ev.Data, &s) == nil && s.Agent == "" {
-				last = &s
+				all = append(all, &s)
 			}
 		}
 		if len(evs) < subscribeBatch {
 			break
 		}
 	}
-	c.sum, c.sumLoaded = last, true
-	return last, nil
+	c.sums, c.sumLoaded = all, true
+	return all, nil
 }
 
-// summary is the compaction in effect for t's history.
-func (e *Engine) summary(t *Turn) (*ContextCompacted, error) {
+// summary is the compaction in effect for t's history hist: the newest
+// that stands for a part of this branch of it (an edited or regenerated
+// message leaves the summaries of the old branch behind).
+func (e *Engine) summary(t *Turn, hist []Message) (*ContextCompacted, error) {
 	if t.sub != nil {
 		return t.sum, nil
 	}
-	return e.loadSummary(t.ctx, t.c)
+	sums, err := e.loadSummaries(t.ctx, t.c)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(sums) - 1; i >= 0; i-- {
+		if sums[i].covers(hist) {
+			return sums[i], nil
+		}
+	}
+	return nil, nil
 }
 
 func (e *Engine) contextInput(t *Turn, msgs []Message, sys string, specs []ToolSpec) (contextInput, error) {
-	sum, err := e.summary(t)
+	sum, err := e.summary(t, msgs)
 	if err != nil {
 		return contextInput{}, err
 	}
@@ -154,6 +165,9 @@ func (e *Engine) compact(t *Turn, in *contextInput, cv Context, reason string) e
 		return fmt.Errorf("compacting the conversation to fit the model's context window: %w", err)
 	}
 	s := &ContextCompacted{Summary: text, From: cv.from, To: cv.compactTo, TokensBefore: cv.Tokens, Reason: reason}
+	if s.To > 0 && s.To <= len(in.history) {
+		s.Last = in.history[s.To-1].ID
+	}
 	if t.sub != nil {
 		s.Agent = t.sub.id
 	}
@@ -163,7 +177,9 @@ func (e *Engine) compact(t *Turn, in *contextInput, cv Context, reason string) e
 		t.sum = s
 	} else {
 		t.c.sumMu.Lock()
-		t.c.sum, t.c.sumLoaded = s, true
+		if t.c.sumLoaded {
+			t.c.sums = append(t.c.sums, s)
+		}
 		t.c.sumMu.Unlock()
 	}
 	e.emit(t.c, t.ID, t.red, t.log, EventContextCompacted, s)

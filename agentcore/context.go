@@ -325,7 +325,7 @@ func buildContext(in contextInput) Context {
 		}
 	}
 	start := first
-	if s := in.summary; s != nil && s.To > first && s.To <= len(hist) {
+	if s := in.summary; s != nil && s.To > first && s.covers(hist) {
 		sys += "\n\nSummary of the earlier part of this conversation (those messages are no longer shown to you; ask the user or re-run a tool if you need their details):\n" + s.Summary
 		start = s.To
 		c.Summary = &ContextSummary{From: s.From, To: s.To, Tokens: tokensOf(len(s.Summary), in.ratio)}
@@ -581,3 +581,10 @@ func fillCap(parts []string, room int) int {
 
 // maxSummaryShare bounds a summary: a quarter of the budget.
 func summaryCap(budget int, ratio float64) int { return max(int(float64(budget/4)/ratio), 1024) }
+
+// covers reports whether s stands for hist[s.From:s.To] of this branch
+// of the history: its last message is the one it summarized. A store
+// that gives no message IDs has a single branch.
+func (s *ContextCompacted) covers(hist []Message) bool {
+	return s.To > 0 && s.To <= len(hist) && (s.Last == "" || hist[s.To-1].ID == s.Last)
+}

@@ -236,3 +236,37 @@ func p50Internal(d []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// A summary stands only for the branch of the history it summarized:
+// after an edit of an earlier message the new branch is shown whole.
+func TestSummaryOfAnotherBranch(t *testing.T) {
+	var hist []Message
+	for i := range 3 {
+		hist = append(hist, turnMsgs(i, 100)...)
+	}
+	for i := range hist {
+		hist[i].ID = fmt.Sprintf("m%d", i)
+	}
+	sum := &ContextCompacted{Summary: "SUMMARY-OF-OLD", From: 0, To: 8, Last: "m7"}
+	in := contextInput{system: "sys", history: hist, summary: sum, ratio: 1.0 / 3}
+	if cv := buildContext(in); cv.Summary == nil || !strings.Contains(cv.req.Messages[0].Content, "SUMMARY-OF-OLD") {
+		t.Fatalf("the summary of this branch is not used: %+v", cv.Summary)
+	}
+	// The same length, another branch from message 4 on.
+	other := slices.Clone(hist)
+	for i := 4; i < len(other); i++ {
+		other[i].ID = fmt.Sprintf("b%d", i)
+	}
+	in.history = other
+	if cv := buildContext(in); cv.Summary != nil || strings.Contains(cv.req.Messages[0].Content, "SUMMARY-OF-OLD") {
+		t.Fatalf("another branch's summary is used: %+v", cv.Summary)
+	}
+	// A store without message IDs has one branch.
+	for i := range other {
+		other[i].ID = ""
+	}
+	sum.Last = ""
+	if cv := buildContext(in); cv.Summary == nil {
+		t.Fatal("the summary is not used without message IDs")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,6 +35,7 @@ type history interface {
 type storeHistory struct {
 	s    Store
 	conv string
+	turn string // set on each message appended
 }
 
 func (h storeHistory) messages(ctx context.Context) ([]Message, error) {
@@ -41,6 +43,10 @@ func (h storeHistory) messages(ctx context.Context) ([]Message, error) {
 }
 
 func (h storeHistory) append(ctx context.Context, msgs ...Message) error {
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		msgs[i].Turn = h.turn
+	}
 	return h.s.AppendMessages(ctx, h.conv, msgs...)
 }
 

@@ -54,6 +54,9 @@ type Config struct {
 	// therefore be a valid layer ID: A-Z a-z 0-9 . _ -).
 	Workspaces Workspaces
 	Layers     *overlay.Store
+	// Checkpoints bound each conversation's workspace checkpoints (see
+	// RevertTurn); zero values mean overlay's defaults.
+	Checkpoints overlay.CheckpointLimits
 	// Secrets may be nil: no secrets.
 	Secrets SecretResolver
 	// Approver may be nil: every approval waits for Decide.
@@ -220,6 +223,8 @@ type conv struct {
 	// gone: Forget ended the conversation; no turn starts and event
 	// streams end.
 	gone bool
+	// held: RevertTurn works on the workspace; no turn starts.
+	held bool
 	// alwaysAllow: the tools the owner always allows here; nil until
 	// loaded from the Store.
 	alwaysAllow map[string]bool
@@ -240,10 +245,11 @@ type conv struct {
 	// known (nil: not asked yet).
 	hostNet *bool
 
-	// sum is the compaction in effect for the conversation's history,
-	// once loaded (sumLoaded).
+	// sums are the compactions of the conversation's history, oldest
+	// first, once loaded (sumLoaded); which is in effect depends on the
+	// branch (ContextCompacted.Last).
 	sumMu     sync.Mutex
-	sum       *ContextCompacted
+	sums      []*ContextCompacted
 	sumLoaded bool
 
 	prompt atomic.Pointer[promptMemo] // the last system prompt made

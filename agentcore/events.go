@@ -225,4 +225,16 @@ type ContextCompacted struct {
 	// Agent names the subagent whose history it is; empty for the
 	// conversation's.
 	Agent string `json:"agent,omitempty"`
+	// Last is the ID of the last message it stands for (history[To-1]),
+	// so that another branch of the history does not take it; empty
+	// where the Store gives messages no IDs.
+	Last string `json:"last,omitempty"`
+}
+
+// WorkspaceReverted is the data of a workspace_reverted event.
+type WorkspaceReverted struct {
+	// Turn: the workspace is as it was when this turn began.
+	Turn string `json:"turn"`
+	// Reason is "revert" (RevertTurn) or "branch" (a turn From a message).
+	Reason string `json:"reason"`
 }

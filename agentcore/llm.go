@@ -23,6 +23,13 @@ type Message struct {
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// ToolCallID names the call a tool message answers.
 	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Turn is the turn that wrote the message (the engine sets it).
+	Turn string `json:"turn,omitempty"`
+	// ID and Parent are set by a BranchStore on read: the message's ID in
+	// its conversation, and the ID of the message before it in its branch
+	// ("" for the first). Neither is sent to a model.
+	ID     string `json:"id,omitempty"`
+	Parent string `json:"parent,omitempty"`
 }
 
 // ToolCall is one complete tool call of a model reply.

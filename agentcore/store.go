@@ -71,6 +71,7 @@ const (
 	EventTurnFinished       = "turn_finished"       // TurnFinished: reason "stop", "max_steps" or "repeating" (the same tool calls Config.RepeatLimit times in a row)
 	EventTurnFailed         = "turn_failed"         // TurnFailed
 	EventTurnCancelled      = "turn_cancelled"      // TurnCancelled
+	EventWorkspaceReverted  = "workspace_reverted"  // WorkspaceReverted: the workspace went back to a checkpoint
 	// Project setup events, outside any turn (see Engine.Publish).
 	EventSetupStarted  = "setup_started"  // SetupStarted: the repository's setup script runs
 	EventSetupOutput   = "setup_output"   // SetupOutput: its output, in order

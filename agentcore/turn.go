@@ -23,6 +23,12 @@ type TurnRequest struct {
 	User         string
 	Conversation string
 	Content      string
+	// From, if set, is the ID of a user message of the conversation's
+	// active history (a BranchStore's): the turn answers Content in its
+	// place, on a new branch that leaves that message and what followed
+	// it readable, and the workspace goes back to the checkpoint taken as
+	// that message's turn began (see RevertTurn).
+	From string
 }
 
 // Turn is a running turn: the model answering one user message, calling
@@ -116,13 +122,13 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		e.wg.Done()
 		return nil, fmt.Errorf("agentcore: conversation %q is deleted: %w", r.Conversation, ErrNotFound)
 	}
-	if c.turn != nil {
+	if c.turn != nil || c.held {
 		c.mu.Unlock()
 		e.wg.Done()
 		return nil, ErrTurnInProgress
 	}
 	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{}), usage: &turnUsage{}}
-	t.hist = storeHistory{e.cfg.Store, r.Conversation}
+	t.hist = storeHistory{e.cfg.Store, r.Conversation, t.ID}
 	c.turn = t
 	c.mu.Unlock()
 
@@ -149,7 +155,10 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	t.secrets, t.red = secrets, newRedactor(secrets)
 	t.log = slog.New(lazy(redactHandler{e.log.Handler(), t.red})).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
 	content := t.red.String(r.Content)
-	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content}); err != nil {
+	if err := e.beginCheckpoint(ctx, t, r.From); err != nil {
+		return nil, err
+	}
+	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content, Turn: t.ID}); err != nil {
 		return nil, fmt.Errorf("agentcore: storing the message: %w", err)
 	}
 	tctx, cancelTimeout := context.WithTimeoutCause(e.ctx, e.cfg.TurnTimeout, fmt.Errorf("%w: the turn ran longer than %v", ErrBudget, e.cfg.TurnTimeout))
@@ -187,7 +196,9 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 
 // run is the turn loop.
 func (e *Engine) run(t *Turn) {
+	e.checkpoint(t.Conversation, t.ID)
 	err := e.loop(t)
+	e.endCheckpoint(t)
 	cause := context.Cause(t.ctx)
 	var rep repeating
 	t.cancel(nil)

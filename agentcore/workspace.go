@@ -196,6 +196,23 @@ func (e *Engine) Forget(conversation string) {
 	}
 }
 
+// closeSandbox closes the conversation's sandbox, so that no process
+// holds its layer, unless a background job runs in it (ErrWorkspaceBusy).
+// The caller holds c.wsMu.
+func (c *conv) closeSandbox() error {
+	if c.ws == nil {
+		return nil
+	}
+	for _, j := range c.ws.sess.Jobs() {
+		if j.Running {
+			return fmt.Errorf("%w: background job %d runs in its sandbox; stop it first", ErrWorkspaceBusy, j.ID)
+		}
+	}
+	c.ws.sess.Close()
+	c.ws = nil
+	return nil
+}
+
 // ErrWorkspaceBusy refuses to discard a workspace while something may
 // write to it: a turn runs in the conversation, or a background job in
 // its sandbox. Nothing was changed.
@@ -217,14 +234,8 @@ func (e *Engine) DiscardWorkspace(conversation string) error {
 	// Held throughout: no sandbox starts on the layer meanwhile.
 	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
-	if c.ws != nil {
-		for _, j := range c.ws.sess.Jobs() {
-			if j.Running {
-				return fmt.Errorf("%w: background job %d runs in its sandbox; stop it first", ErrWorkspaceBusy, j.ID)
-			}
-		}
-		c.ws.sess.Close()
-		c.ws = nil
+	if err := c.closeSandbox(); err != nil {
+		return err
 	}
 	if err := e.cfg.Layers.Remove(conversation); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log.Error("discarding a workspace layer failed", "conversation", conversation, "err", err)

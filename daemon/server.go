@@ -293,6 +293,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Bwrap:            cfg.Sandbox.Bwrap,
 		Seccomp:          cfg.Sandbox.Seccomp,
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
+		Checkpoints:      overlay.CheckpointLimits{MaxCount: cfg.Sandbox.Checkpoints.MaxCount, MaxBytes: int64(cfg.Sandbox.Checkpoints.MaxBytes)},
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
 		SystemPrompt:     prompt,
 		ToolCalls:        cfg.LLM.ToolCalls,

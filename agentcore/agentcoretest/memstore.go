@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/codumentor/codumentor/agentcore"
@@ -15,7 +16,8 @@ import (
 // Sequence numbers start at 1 per conversation.
 type MemStore struct {
 	mu        sync.Mutex
-	messages  map[string][]agentcore.Message
+	messages  map[string][]agentcore.Message // every branch, in the order written, with ID and Parent
+	heads     map[string]int                 // conversation → index+1 of its active branch's last message
 	events    map[string][]agentcore.Event
 	approvals map[string]agentcore.Approval
 	order     []string // approval ids, oldest first
@@ -23,20 +25,69 @@ type MemStore struct {
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{messages: map[string][]agentcore.Message{}, events: map[string][]agentcore.Event{}, approvals: map[string]agentcore.Approval{}}
+	return &MemStore{messages: map[string][]agentcore.Message{}, heads: map[string]int{}, events: map[string][]agentcore.Event{}, approvals: map[string]agentcore.Approval{}}
 }
 
 func (s *MemStore) AppendMessages(ctx context.Context, conv string, msgs ...agentcore.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.messages[conv] = append(s.messages[conv], msgs...)
+	head, ok := s.heads[conv]
+	if !ok {
+		head = len(s.messages[conv])
+	}
+	for _, m := range msgs {
+		m.ID, m.Parent = strconv.Itoa(len(s.messages[conv])+1), ""
+		if head > 0 {
+			m.Parent = strconv.Itoa(head)
+		}
+		s.messages[conv] = append(s.messages[conv], m)
+		head = len(s.messages[conv])
+	}
+	s.heads[conv] = head
 	return nil
 }
 
+// Messages returns the active branch.
 func (s *MemStore) Messages(ctx context.Context, conv string) ([]agentcore.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.branch(conv), nil
+}
+
+func (s *MemStore) branch(conv string) []agentcore.Message {
+	all := s.messages[conv]
+	head, ok := s.heads[conv]
+	if !ok {
+		head = len(all)
+	}
+	var out []agentcore.Message
+	for i := head; i > 0; {
+		m := all[i-1]
+		out = append(out, m)
+		i, _ = strconv.Atoi(m.Parent) // "" is 0: the first
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// AllMessages returns every branch's messages, in the order written.
+func (s *MemStore) AllMessages(ctx context.Context, conv string) ([]agentcore.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return slices.Clone(s.messages[conv]), nil
+}
+
+// Rewind makes the active branch end just before message id.
+func (s *MemStore) Rewind(ctx context.Context, conv, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.branch(conv) {
+		if m.ID == id {
+			s.heads[conv], _ = strconv.Atoi(m.Parent)
+			return nil
+		}
+	}
+	return fmt.Errorf("message %q of %s: %w", id, conv, agentcore.ErrNotFound)
 }
 
 func (s *MemStore) AppendEvent(ctx context.Context, e agentcore.Event) (agentcore.Event, error) {

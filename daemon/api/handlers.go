@@ -294,6 +294,19 @@ func (s *Server) deleteConversation(c *fiber.Ctx) error {
 // maxMessage bounds a user message, in bytes.
 const maxMessage = 256 << 10
 
+// checkContent refuses a message's content that no turn may start with.
+func checkContent(content string) error {
+	switch {
+	case strings.TrimSpace(content) == "":
+		return badRequest("content is empty")
+	case len(content) > maxMessage:
+		return apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(content), maxMessage)
+	case !utf8.ValidString(content):
+		return badRequest("content is not valid UTF-8")
+	}
+	return nil
+}
+
 func (s *Server) postMessage(c *fiber.Ctx) error {
 	var req struct {
 		Content string `json:"content"`
@@ -301,13 +314,8 @@ func (s *Server) postMessage(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	switch {
-	case strings.TrimSpace(req.Content) == "":
-		return badRequest("content is empty")
-	case len(req.Content) > maxMessage:
-		return apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(req.Content), maxMessage)
-	case !utf8.ValidString(req.Content):
-		return badRequest("content is not valid UTF-8")
+	if err := checkContent(req.Content); err != nil {
+		return err
 	}
 	t, err := s.d.Engine.StartTurn(c.UserContext(), agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
 	var qe *store.QuotaError

@@ -234,6 +234,12 @@ type LLM struct {
 	ContextWindow int `yaml:"context_window"`
 }
 
+// Checkpoints bound one conversation's workspace checkpoints.
+type Checkpoints struct {
+	MaxCount int  `yaml:"max_count"` // distinct workspace states kept (default 50)
+	MaxBytes Size `yaml:"max_bytes"` // bytes of their file copies, each counted once (default 1GiB)
+}
+
 // Sandbox configures the workspace_isolation plugin.
 type Sandbox struct {
 	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
@@ -247,6 +253,9 @@ type Sandbox struct {
 	GCInterval Duration `yaml:"gc_interval"`
 	// ShellAlwaysAllow runs shell commands without asking their owner.
 	ShellAlwaysAllow bool `yaml:"shell_always_allow"`
+	// Checkpoints bound each conversation's workspace checkpoints (the
+	// undo of a turn, edit, regenerate, fork): past either the oldest go.
+	Checkpoints Checkpoints `yaml:"checkpoints"`
 	// ApprovalTimeout is how long an approval waits (default 10 min).
 	ApprovalTimeout Duration `yaml:"approval_timeout"`
 	// ApprovalRules approve the shell commands they match without asking
@@ -390,6 +399,7 @@ func Default() Config {
 			MaxCommandTimeout: Duration(30 * time.Minute),
 			OutputKeep:        16 << 20,
 			OutputKeepTotal:   128 << 20,
+			Checkpoints:       Checkpoints{MaxCount: 50, MaxBytes: 1 << 30},
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
@@ -471,6 +481,12 @@ func (c Config) Validate() error {
 	}
 	if s := c.Sandbox; s.OutputKeep <= 0 || s.OutputKeepTotal < s.OutputKeep {
 		errs = append(errs, errors.New("sandbox.output_keep must be positive, sandbox.output_keep_total at least output_keep"))
+	}
+	if n := c.Sandbox.Checkpoints.MaxCount; n < 1 || n > 1000 {
+		errs = append(errs, fmt.Errorf("sandbox.checkpoints.max_count is %d; use 1 to 1000", n))
+	}
+	if c.Sandbox.Checkpoints.MaxBytes <= 0 {
+		errs = append(errs, errors.New("sandbox.checkpoints.max_bytes must be positive, such as 1GiB"))
 	}
 	errs = append(errs, c.Sandbox.Limits.validate()...)
 	for i, r := range c.Sandbox.ApprovalRules {

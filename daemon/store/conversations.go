@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,13 +48,19 @@ type Conversation struct {
 	// ModelProfile names the owner's model profile whose endpoint the
 	// turns use ("" for the server's own llm); see profile.go.
 	ModelProfile string `gorm:"not null;default:''" json:"model_profile,omitempty"`
+	// HeadSeq is the last message of the active branch (nil: the last
+	// message, as before branches).
+	HeadSeq *int64 `json:"-"`
 }
 
 type messageRow struct {
-	ConversationID string       `gorm:"primaryKey"`
-	Seq            int64        `gorm:"primaryKey;autoIncrement:false"`
-	Data           []byte       `gorm:"not null"`
-	Conversation   Conversation `gorm:"constraint:OnDelete:CASCADE"`
+	ConversationID string `gorm:"primaryKey"`
+	Seq            int64  `gorm:"primaryKey;autoIncrement:false"`
+	// Parent is the message before this one on its branch (0: none; nil:
+	// Seq-1, as before branches).
+	Parent       *int64
+	Data         []byte       `gorm:"not null"`
+	Conversation Conversation `gorm:"constraint:OnDelete:CASCADE"`
 }
 
 func (messageRow) TableName() string { return "messages" }
@@ -95,7 +103,7 @@ type Conversations struct {
 // must not block. Set it before the conversations are used.
 func (s *Conversations) Observe(f func(agentcore.Event)) { s.observe.Store(&f) }
 
-var _ agentcore.Store = (*Conversations)(nil)
+var _ agentcore.BranchStore = (*Conversations)(nil)
 
 // NewConversations migrates the conversation tables of db.
 func NewConversations(db *gorm.DB) (*Conversations, error) {
@@ -307,7 +315,8 @@ func proposeTitle(content string) string {
 	return cut + ellipsis
 }
 
-// AppendMessages implements agentcore.Store.
+// AppendMessages implements agentcore.Store: msgs continue the active
+// branch.
 func (s *Conversations) AppendMessages(ctx context.Context, conversation string, msgs ...agentcore.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -317,13 +326,24 @@ func (s *Conversations) AppendMessages(ctx context.Context, conversation string,
 		if err := tx.Model(&messageRow{}).Where("conversation_id = ?", conversation).Select("COALESCE(MAX(seq), 0)").Scan(&last).Error; err != nil {
 			return err
 		}
+		var conv Conversation
+		if err := tx.Select("head_seq").Where("id = ?", conversation).Take(&conv).Error; err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+			return err
+		}
+		parent := last
+		if conv.HeadSeq != nil {
+			parent = *conv.HeadSeq
+		}
 		rows := make([]messageRow, len(msgs))
 		for i, m := range msgs {
+			m.ID, m.Parent = "", "" // the row's columns say them
 			b, err := json.Marshal(m)
 			if err != nil {
 				return err
 			}
-			rows[i] = messageRow{ConversationID: conversation, Seq: last + int64(i) + 1, Data: b}
+			p := parent
+			rows[i] = messageRow{ConversationID: conversation, Seq: last + int64(i) + 1, Parent: &p, Data: b}
+			parent = rows[i].Seq
 		}
 		if err := tx.Omit(clause.Associations).Create(&rows).Error; err != nil {
 			return fmt.Errorf("store: appending messages: %w", err)
@@ -341,23 +361,97 @@ func (s *Conversations) AppendMessages(ctx context.Context, conversation string,
 			}
 			break
 		}
-		return tx.Model(&Conversation{}).Where("id = ?", conversation).Update("updated", time.Now().UTC()).Error
+		return tx.Model(&Conversation{}).Where("id = ?", conversation).Updates(map[string]any{"updated": time.Now().UTC(), "head_seq": parent}).Error
 	})
 }
 
-// Messages implements agentcore.Store.
-func (s *Conversations) Messages(ctx context.Context, conversation string) ([]agentcore.Message, error) {
+// allMessages returns every message of the conversation in Seq order with
+// ID and Parent set, and the active branch's last Seq.
+func (s *Conversations) allMessages(tx *gorm.DB, conversation string) ([]agentcore.Message, []int64, int64, error) {
 	var rows []messageRow
-	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Order("seq").Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("store: reading messages: %w", err)
+	if err := tx.Where("conversation_id = ?", conversation).Order("seq").Find(&rows).Error; err != nil {
+		return nil, nil, 0, fmt.Errorf("store: reading messages: %w", err)
+	}
+	var conv Conversation
+	if err := tx.Select("head_seq").Where("id = ?", conversation).Take(&conv).Error; err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, nil, 0, fmt.Errorf("store: reading messages: %w", err)
 	}
 	msgs := make([]agentcore.Message, len(rows))
+	parents := make([]int64, len(rows))
 	for i, r := range rows {
 		if err := json.Unmarshal(r.Data, &msgs[i]); err != nil {
-			return nil, fmt.Errorf("store: message %d of %s: %w", r.Seq, conversation, err)
+			return nil, nil, 0, fmt.Errorf("store: message %d of %s: %w", r.Seq, conversation, err)
+		}
+		parents[i] = r.Seq - 1
+		if r.Parent != nil {
+			parents[i] = *r.Parent
+		}
+		msgs[i].ID = strconv.FormatInt(r.Seq, 10)
+		if parents[i] > 0 {
+			msgs[i].Parent = strconv.FormatInt(parents[i], 10)
 		}
 	}
-	return msgs, nil
+	head := int64(0)
+	if len(rows) > 0 {
+		head = rows[len(rows)-1].Seq
+	}
+	if conv.HeadSeq != nil {
+		head = *conv.HeadSeq
+	}
+	return msgs, parents, head, nil
+}
+
+// branch returns the messages of the branch that ends at head, oldest first.
+func branch(msgs []agentcore.Message, parents []int64, head int64) []agentcore.Message {
+	at := make(map[int64]int, len(msgs))
+	for i, m := range msgs {
+		seq, _ := strconv.ParseInt(m.ID, 10, 64)
+		at[seq] = i
+	}
+	var out []agentcore.Message
+	for seq := head; seq > 0 && len(out) < len(msgs); {
+		i, ok := at[seq]
+		if !ok {
+			break
+		}
+		out = append(out, msgs[i])
+		seq = parents[i]
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// Messages implements agentcore.Store: the active branch.
+func (s *Conversations) Messages(ctx context.Context, conversation string) ([]agentcore.Message, error) {
+	msgs, parents, head, err := s.allMessages(s.db.WithContext(ctx), conversation)
+	if err != nil {
+		return nil, err
+	}
+	return branch(msgs, parents, head), nil
+}
+
+// AllMessages implements agentcore.BranchStore.
+func (s *Conversations) AllMessages(ctx context.Context, conversation string) ([]agentcore.Message, error) {
+	msgs, _, _, err := s.allMessages(s.db.WithContext(ctx), conversation)
+	return msgs, err
+}
+
+// Rewind implements agentcore.BranchStore.
+func (s *Conversations) Rewind(ctx context.Context, conversation, id string) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		msgs, parents, head, err := s.allMessages(tx, conversation)
+		if err != nil {
+			return err
+		}
+		for _, m := range branch(msgs, parents, head) {
+			if m.ID != id {
+				continue
+			}
+			parent, _ := strconv.ParseInt(m.Parent, 10, 64) // "" is 0: none
+			return tx.Model(&Conversation{}).Where("id = ?", conversation).Update("head_seq", parent).Error
+		}
+		return fmt.Errorf("store: message %q is not in the active history of %s: %w", id, conversation, ErrNotFound)
+	})
 }
 
 // turnEnds are the event types that end a turn.

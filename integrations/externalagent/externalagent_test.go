@@ -182,7 +182,8 @@ func (ev *env) run(conv string) (output, streamed, approved string) {
 		case agentcore.EventToolOutputDelta:
 			s, _ := d["text"].(string)
 			streamed += s
-		case agentcore.EventApprovalPending:
+		case agentcore.EventApprovalPending, agentcore.EventApprovalDecided:
+			// An Approver that decides at once emits only the decision.
 			approved, _ = d["command"].(string)
 		}
 	}

@@ -110,6 +110,64 @@ function notice(s, cls = 'notice') {
   transcript.append(el('p', { class: cls, text: s }));
 }
 
+// turnMessage finds the user message that began turn in the active
+// history: message IDs are not in events, the history has them.
+async function turnMessage(turn) {
+  const r = await api(`${base}/messages`);
+  const m = (r.data?.messages || []).find((x) => x.role === 'user' && x.turn === turn);
+  if (!m) throw new Error('That message is no longer on the active branch of the conversation.');
+  return m;
+}
+
+// messageActions are a user message's edit / regenerate / fork.
+function messageActions(turn, content) {
+  const row = el('div', { class: 'row actions', 'data-turn': turn });
+  const act = (label, cls, f) => {
+    const b = el('button', { type: 'button', class: cls }, label);
+    b.addEventListener('click', () => guard(f));
+    row.append(b);
+  };
+  act('Edit', 'edit', async () => {
+    if (row.nextElementSibling?.classList.contains('editor')) return;
+    const box = el('textarea', { rows: 3, 'aria-label': 'Edited message' });
+    box.value = content;
+    const save = el('button', { type: 'submit', class: 'save' }, 'Send edited');
+    const form = el('form', { class: 'editor' }, box, el('p', { class: 'hint', text: 'The conversation branches here; the workspace goes back to where this message began.' }), save);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      if (!box.value.trim()) return;
+      guard(async () => {
+        const m = await turnMessage(turn);
+        await api(`${base}/messages/${encodeURIComponent(m.id)}`, { method: 'PUT', body: { content: box.value } });
+        form.remove();
+      });
+    });
+    row.after(form);
+    box.focus();
+  });
+  act('Regenerate', 'regenerate', async () => {
+    const m = await turnMessage(turn);
+    await api(`${base}/messages/${encodeURIComponent(m.id)}/regenerate`, { method: 'POST' });
+  });
+  act('Fork', 'fork', async () => {
+    const m = await turnMessage(turn);
+    const r = await api(`${base}/messages/${encodeURIComponent(m.id)}/fork`, { method: 'POST' });
+    location.assign('/c/' + encodeURIComponent(r.data.id));
+  });
+  return row;
+}
+
+// undoButton takes back a turn's changes to the workspace.
+function undoButton(turn) {
+  if (!turn || transcript.querySelector(`.undo[data-turn="${CSS.escape(turn)}"]`)) return;
+  const b = el('button', { type: 'button', class: 'undo', 'data-turn': turn }, 'Undo changes');
+  b.addEventListener('click', () => guard(async () => {
+    await api(`${base}/turns/${encodeURIComponent(turn)}/revert`, { method: 'POST' });
+    say('The workspace is back to where it was before that turn.');
+  }));
+  transcript.append(el('div', { class: 'row' }, b));
+}
+
 function running(on) {
   cancelBtn.hidden = !on;
   turnState.textContent = on ? 'The assistant is working…' : '';
@@ -121,7 +179,7 @@ function apply(type, ev) {
     case 'turn_started': {
       finishText();
       const body = el('div', { class: 'md' });
-      transcript.append(el('article', { class: 'msg user', 'aria-label': 'You' }, body));
+      transcript.append(el('article', { class: 'msg user', 'aria-label': 'You' }, body, ev.turn ? messageActions(ev.turn, d.content || '') : null));
       render(body, d.content || '');
       running(true);
       break;
@@ -149,16 +207,17 @@ function apply(type, ev) {
     case 'setup_failed': notice('Project setup failed: ' + (d.error || ''), 'error'); break;
     case 'turn_usage': notice(`${(d.prompt_tokens + d.completion_tokens).toLocaleString()} tokens, ${d.calls} model call${d.calls === 1 ? '' : 's'}${d.estimated ? ' (estimated in part)' : ''}`, 'usage'); break;
     case 'context_compacted': notice(`Earlier messages were summarized to fit the model's context window (about ${d.tokens_before} → ${d.tokens_after} tokens); they are still shown here. Summary: ${d.summary || ''}`); break;
-    case 'turn_finished': if (d.message) notice(d.message, d.reason === 'stop' ? 'notice' : 'notice stopped'); finishText(); running(false); break;
-    case 'turn_failed': notice('The turn failed: ' + (d.error || ''), 'error'); running(false); break;
-    case 'turn_cancelled': notice('Stopped.'); running(false); break;
+    case 'turn_finished': if (d.message) notice(d.message, d.reason === 'stop' ? 'notice' : 'notice stopped'); finishText(); running(false); undoButton(ev.turn); break;
+    case 'turn_failed': notice('The turn failed: ' + (d.error || ''), 'error'); running(false); undoButton(ev.turn); break;
+    case 'turn_cancelled': notice('Stopped.'); running(false); undoButton(ev.turn); break;
+    case 'workspace_reverted': notice(d.reason === 'branch' ? 'The workspace went back to where this message began.' : 'The workspace went back to where an earlier turn began.'); break;
     default: break;
   }
 }
 
 const TYPES = ['turn_started', 'reasoning_delta', 'text_delta', 'tool_call_requested', 'approval_pending', 'approval_decided', 'tool_output',
   'tool_finished', 'tool_output_delta', 'subagent_started', 'subagent_finished', 'sandbox_unavailable', 'sandbox_limit',
-  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_usage', 'context_compacted', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed'];
+  'sandbox_waiting', 'seccomp_violation', 'usage', 'turn_usage', 'context_compacted', 'turn_finished', 'turn_failed', 'turn_cancelled', 'setup_started', 'setup_output', 'setup_finished', 'setup_failed', 'workspace_reverted'];
 
 function follow() {
   const es = new EventSource(`/api/v1${base}/events`);

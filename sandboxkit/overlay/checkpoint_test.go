@@ -1,0 +1,294 @@
+package overlay
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// treeHash describes every entry of root exactly: type, mode, content
+// hash, symlink target, device number and user.overlay.* attributes.
+func treeHash(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var walk func(rel string)
+	walk = func(rel string) {
+		dir := filepath.Join(root, rel)
+		if m := mustMode(t, dir); m&0o500 != 0o500 {
+			if err := os.Chmod(dir, 0o700|m); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Chmod(dir, m)
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(rel, e.Name())
+			full := filepath.Join(root, p)
+			var st unix.Stat_t
+			if err := unix.Lstat(full, &st); err != nil {
+				t.Fatal(err)
+			}
+			desc := fmt.Sprintf("type %o mode %o", st.Mode&unix.S_IFMT, st.Mode&0o7777)
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				desc += fmt.Sprintf(" size %d mtime %d", st.Size, st.Mtim.Nano())
+				if st.Mode&0o400 == 0 {
+					break // unreadable: chmod would change its ctime, so its identity
+				}
+				data, err := os.ReadFile(full)
+				if err != nil {
+					t.Fatal(err)
+				}
+				desc += fmt.Sprintf(" sha256 %x", sha256.Sum256(data))
+			case unix.S_IFLNK:
+				target, err := os.Readlink(full)
+				if err != nil {
+					t.Fatal(err)
+				}
+				desc = "link " + target
+			case unix.S_IFCHR:
+				desc += fmt.Sprintf(" rdev %d", st.Rdev)
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				for _, a := range []string{"user.overlay.opaque", "user.overlay.origin"} {
+					buf := make([]byte, 64)
+					if n, err := unix.Lgetxattr(full, a, buf); err == nil {
+						desc += fmt.Sprintf(" %s=%q", a, buf[:n])
+					}
+				}
+			}
+			out[p] = desc
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				walk(p)
+			}
+		}
+	}
+	walk("")
+	return out
+}
+
+func mustMode(t *testing.T, p string) fs.FileMode {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func diffHashes(a, b map[string]string) string {
+	var out []string
+	for k, v := range a {
+		if b[k] != v {
+			out = append(out, fmt.Sprintf("%s: %q, want %q", k, b[k], v))
+		}
+	}
+	for k, v := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: %q, want none", k, v))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+func blobCount(t *testing.T, l *Layer) int {
+	ents, err := os.ReadDir(filepath.Join(l.Dir, cpDir, cpBlobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// A checkpoint restores the exact tree: every file's content, mode and
+// mtime, symlinks, whiteouts, opaque directories, fifos and unreadable
+// entries; a later change copies only what changed.
+func TestCheckpointRestoresExactTree(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := l.Upper
+	t.Cleanup(func() { RemoveAll(l.Dir) })
+	build(t, up, []node{
+		file("a.txt", "alpha\n"), exe("bin/run.sh", "#!/bin/sh\n"), modeFile("secret", "s\n", 0o600),
+		link("out", "../../../etc/passwd"), link("abs", "/etc"), whiteout("gone.txt"), opaqueDir("fresh"),
+		file("fresh/only", "o\n"), file("deep/a/b/c.txt", "c\n"), whiteout("deep/a/old"),
+	})
+	if err := os.Chmod(filepath.Join(up, "gone.txt"), 0); err != nil { // as overlayfs makes whiteouts
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(up, "pipe"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(up, "deep/a/b"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(up, "secret"), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := treeHash(t, up)
+	if changed, err := l.Checkpoint("t1", CheckpointLimits{}); err != nil || !changed {
+		t.Fatalf("Checkpoint t1: changed %v, %v", changed, err)
+	}
+	if got := treeHash(t, up); diffHashes(before, got) != "" {
+		t.Fatalf("Checkpoint changed the tree:\n%s", diffHashes(before, got))
+	}
+	firstBlobs := blobCount(t, l)
+	if firstBlobs != 5 {
+		t.Errorf("first checkpoint made %d copies, want 5 (one per regular file)", firstBlobs)
+	}
+	if changed, err := l.Checkpoint("t1b", CheckpointLimits{}); err != nil || changed {
+		t.Fatalf("Checkpoint of an unchanged tree: changed %v, %v", changed, err)
+	}
+
+	// A turn's changes: in place, deletions, replacements, new whiteouts.
+	outside := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(up, "a.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	must(err)
+	_, err = f.WriteString("more\n")
+	must(err)
+	must(f.Close())
+	must(os.Remove(filepath.Join(up, "gone.txt")))
+	must(os.Remove(filepath.Join(up, "out")))
+	must(os.Symlink("elsewhere", filepath.Join(up, "out")))
+	must(os.Chmod(filepath.Join(up, "deep/a/b"), 0o700))
+	must(os.RemoveAll(filepath.Join(up, "deep")))
+	must(os.Symlink(outside, filepath.Join(up, "deep"))) // restoring deep/ must not write through it
+	must(unix.Removexattr(filepath.Join(up, "fresh"), "user.overlay.opaque"))
+	must(os.WriteFile(filepath.Join(up, "new.txt"), []byte("new\n"), 0o644))
+	must(unix.Mknod(filepath.Join(up, "bin/removed"), unix.S_IFCHR|0o600, 0))
+	must(os.Chmod(filepath.Join(up, "bin/run.sh"), 0o644))
+	after := treeHash(t, up)
+	if changed, err := l.Checkpoint("t2", CheckpointLimits{}); err != nil || !changed {
+		t.Fatalf("Checkpoint t2: changed %v, %v", changed, err)
+	}
+	// a.txt, new.txt and the chmodded run.sh are copied; the rest is reused.
+	if n := blobCount(t, l) - firstBlobs; n != 3 {
+		t.Errorf("second checkpoint made %d copies, want 3", n)
+	}
+
+	must(l.Restore("t1"))
+	if d := diffHashes(before, treeHash(t, up)); d != "" {
+		t.Fatalf("Restore t1 differs:\n%s", d)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("Restore wrote through a symlink: %v", ents)
+	}
+	must(l.Restore("t2"))
+	if d := diffHashes(after, treeHash(t, up)); d != "" {
+		t.Fatalf("Restore t2 differs:\n%s", d)
+	}
+	must(l.Restore("t1b"))
+	if d := diffHashes(before, treeHash(t, up)); d != "" {
+		t.Fatalf("Restore t1b differs:\n%s", d)
+	}
+	// The restored tree is the head: checkpointing it copies nothing.
+	n := blobCount(t, l)
+	if changed, err := l.Checkpoint("t3", CheckpointLimits{}); err != nil || changed {
+		t.Fatalf("Checkpoint after Restore: changed %v, %v", changed, err)
+	}
+	if blobCount(t, l) != n {
+		t.Errorf("Checkpoint after Restore copied %d files", blobCount(t, l)-n)
+	}
+
+	// Fork: another layer gets the same tree.
+	dst, err := s.Create("fork")
+	must(err)
+	must(l.Fork("t2", dst))
+	if d := diffHashes(after, treeHash(t, dst.Upper)); d != "" {
+		t.Fatalf("Fork t2 differs:\n%s", d)
+	}
+
+	// The unreadable file's content is back too.
+	must(l.Restore("t1"))
+	must(os.Chmod(filepath.Join(up, "secret"), 0o600))
+	if data, err := os.ReadFile(filepath.Join(up, "secret")); err != nil || string(data) != "s\n" {
+		t.Errorf("restored unreadable file: %q, %v", data, err)
+	}
+
+	// Remove drops the checkpoints with the layer.
+	must(s.Remove("conv"))
+	if _, err := os.Lstat(l.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("layer dir after Remove: %v", err)
+	}
+}
+
+// Past the limits the oldest checkpoints go, with their copies.
+func TestCheckpointLimits(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := os.WriteFile(filepath.Join(l.Upper, "f"), []byte(strings.Repeat("x", 1000*(i+1))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Checkpoint(fmt.Sprintf("t%d", i), CheckpointLimits{MaxCount: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []bool{false, false, true, true} {
+		err := l.Restore(fmt.Sprintf("t%d", i))
+		if got := err == nil; got != want {
+			t.Errorf("Restore t%d: %v, want kept %v", i, err, want)
+		}
+		if !want && !errors.Is(err, ErrNoCheckpoint) {
+			t.Errorf("Restore t%d: %v, want ErrNoCheckpoint", i, err)
+		}
+	}
+	if n := blobCount(t, l); n != 2 {
+		t.Errorf("%d copies kept, want 2", n)
+	}
+	// The bytes bound: 2500 bytes keep only the newest 2000-byte state.
+	if err := os.WriteFile(filepath.Join(l.Upper, "f"), []byte(strings.Repeat("y", 2000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Checkpoint("t4", CheckpointLimits{MaxBytes: 2500}); err != nil {
+		t.Fatal(err)
+	}
+	names, err := l.Checkpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0].Name != "t4" {
+		t.Errorf("kept %+v, want only t4", names)
+	}
+	if n := blobCount(t, l); n != 1 {
+		t.Errorf("%d copies kept, want 1", n)
+	}
+}
+
+func TestCheckpointNames(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "../x", "a/b", ".hidden"} {
+		if _, err := l.Checkpoint(name, CheckpointLimits{}); err == nil {
+			t.Errorf("Checkpoint(%q) accepted", name)
+		}
+	}
+	if err := l.Restore("never"); !errors.Is(err, ErrNoCheckpoint) {
+		t.Errorf("Restore of an unknown checkpoint: %v, want ErrNoCheckpoint", err)
+	}
+}
