@@ -2,6 +2,7 @@ package agentcore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -11,9 +12,12 @@ import (
 // step and then kept with what the turn appends: while a turn runs it is
 // the only writer of its conversation's messages, and a Store read is
 // the whole history (for the daemon's, a query and the JSON decoding of
-// every message), at every step otherwise.
+// every message), at every step otherwise. The messages it appends are
+// kept without the ID a BranchStore gives them; withIDs reads them
+// again where one is needed.
 type readOnce struct {
 	h    history
+	turn string // what storeHistory sets on each message appended
 	msgs []Message
 	read bool
 }
@@ -21,10 +25,28 @@ type readOnce struct {
 // readingOnce wraps a turn's Store history in a readOnce; a subagent's,
 // in memory, stays as it is.
 func readingOnce(h history) history {
-	if _, ok := h.(storeHistory); ok {
-		return &readOnce{h: h}
+	if sh, ok := h.(storeHistory); ok {
+		return &readOnce{h: h, turn: sh.turn}
 	}
 	return h
+}
+
+// withIDs returns hist, a history t read, with message i's ID as the
+// Store gave it: read again if t appended it (and the Store gives IDs).
+func withIDs(ctx context.Context, t *Turn, hist []Message, i int) ([]Message, error) {
+	r, ok := t.hist.(*readOnce)
+	if !ok || i < 0 || i >= len(hist) || hist[i].ID != "" || hist[0].ID == "" {
+		return hist, nil
+	}
+	msgs, err := r.h.messages(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the conversation: %w", err)
+	}
+	r.msgs, r.read = msgs, true
+	if len(msgs) != len(hist) {
+		return hist, nil
+	}
+	return r.messages(ctx)
 }
 
 func (r *readOnce) messages(ctx context.Context) ([]Message, error) {
@@ -48,6 +70,7 @@ func (r *readOnce) append(ctx context.Context, msgs ...Message) error {
 	}
 	if r.read {
 		for _, m := range msgs {
+			m.Turn = r.turn
 			r.msgs = append(r.msgs, asStored(m))
 		}
 	}
