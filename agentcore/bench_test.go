@@ -3,6 +3,7 @@ package agentcore_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -13,20 +14,33 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit"
 )
 
-// instantLLM replies at once: a shell call of `true` to a user message,
-// then "ok" once the result is in. (llmtest's Script picks a step by
-// the number of assistant messages, which grows without end over the
-// turns of one conversation.)
+// instantLLM replies at once, in process: a shell call of `true` to a
+// user message, then "ok" once the result is in, each with the usage an
+// endpoint reports. (llmtest's Script picks a step by the number of
+// assistant messages, which grows without end over the turns of one
+// conversation; its HTTP server would be measured with the engine.)
 type instantLLM struct{}
 
 func (instantLLM) Stream(ctx context.Context, req agentcore.Request) (agentcore.Stream, error) {
+	// What vLLM would report, about a token per 4 bytes.
+	n := 0
+	for _, m := range req.Messages {
+		n += len(m.Content) + len(m.ToolCallID)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.ID) + len(tc.Name) + len(tc.Arguments)
+		}
+	}
+	for _, t := range req.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	usage := &agentcore.Usage{Model: "bench", PromptTokens: n/4 + 8*len(req.Messages), CompletionTokens: 10, Reported: true}
 	if len(req.Tools) == 0 { // a compaction
-		return &chunks{c: []agentcore.Chunk{{Text: "summary"}, {FinishReason: "stop"}}}, nil
+		return &chunks{c: []agentcore.Chunk{{Text: "summary"}, {FinishReason: "stop"}, {Usage: usage}}}, nil
 	}
 	if req.Messages[len(req.Messages)-1].Role == agentcore.RoleUser {
-		return &chunks{c: []agentcore.Chunk{{ToolCall: &agentcore.ToolCall{ID: "c", Name: "shell", Arguments: `{"command":"true"}`}}, {FinishReason: "tool_calls"}}}, nil
+		return &chunks{c: []agentcore.Chunk{{ToolCall: &agentcore.ToolCall{ID: "c", Name: "shell", Arguments: `{"command":"true"}`}}, {FinishReason: "tool_calls"}, {Usage: usage}}}, nil
 	}
-	return &chunks{c: []agentcore.Chunk{{Text: "ok"}, {FinishReason: "stop"}}}, nil
+	return &chunks{c: []agentcore.Chunk{{Text: "ok"}, {FinishReason: "stop"}, {Usage: usage}}}, nil
 }
 
 type chunks struct{ c []agentcore.Chunk }
@@ -45,11 +59,13 @@ func (s *chunks) Close() error { return nil }
 // BenchmarkToolRoundTrip measures a turn with one tool round trip
 // (model → shell `true` → model → text, always-allow) against the bare
 // exec of `true` in a warm Session of the same conversation, and reports
-// the medians and their difference: the engine's overhead.
+// the medians and their difference: the engine's overhead (target ≤ 250
+// µs p50, issue 28), with accounting and budgeting on.
 func BenchmarkToolRoundTrip(b *testing.B) {
 	h := newHarness(b, &llmtest.Script{}, func(c *agentcore.Config) {
 		c.LLM, c.ShellAlwaysAllow = instantLLM{}, true
 		c.ContextWindow = 32000 // budgeting on: the conversation grows with every turn
+		c.Usage = &recorder{}   // accounting on: Allow before and Record after each model call
 	})
 	// The bare exec runs in a Session of its own over the same kind of
 	// layer, as the engine's is.
@@ -82,11 +98,17 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 		execP50 = p50(d)
 		b.ReportMetric(float64(execP50.Microseconds()), "p50-µs")
 	})
-	// Warm: the first turn starts the conversation's sandbox.
-	if err := h.wait(h.start("bench", "go")); err != nil {
-		b.Fatal(err)
-	}
+	runs := 0
 	b.Run("turn-roundtrip", func(b *testing.B) {
+		// Each run (-count) has a conversation of its own, which grows
+		// by a turn at each iteration: the runs measure the same.
+		runs++
+		conv := fmt.Sprintf("bench%d", runs)
+		defer h.e.Forget(conv)
+		// Warm: the first turn starts the conversation's sandbox.
+		if err := h.wait(h.start(conv, "go")); err != nil {
+			b.Fatal(err)
+		}
 		// A bare exec is timed next to each turn too (outside the
 		// benchmark's clock), so the difference compares the same moments
 		// of a machine whose load changes.
@@ -100,7 +122,7 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 			execs = append(execs, time.Since(t0))
 			b.StartTimer()
 			t0 = time.Now()
-			if err := h.wait(h.start("bench", "go")); err != nil {
+			if err := h.wait(h.start(conv, "go")); err != nil {
 				b.Fatal(err)
 			}
 			turns = append(turns, time.Since(t0))
@@ -108,7 +130,7 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 		turnP50, pairedP50 := p50(turns), p50(execs)
 		b.ReportMetric(float64(turnP50.Microseconds()), "p50-µs")
 		b.ReportMetric(float64((turnP50 - pairedP50).Microseconds()), "overhead-p50-µs")
-		b.Logf("turn p50 %v − session exec p50 %v (session-exec run: %v) = overhead %v (target ≤ 5ms)", turnP50, pairedP50, execP50, turnP50-pairedP50)
+		b.Logf("turn p50 %v − session exec p50 %v (session-exec run: %v) = overhead %v (target ≤ 250µs)", turnP50, pairedP50, execP50, turnP50-pairedP50)
 	})
 }
 

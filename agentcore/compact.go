@@ -96,6 +96,7 @@ func (e *Engine) request(t *Turn, msgs []Message, sys string, specs []ToolSpec, 
 	if err != nil {
 		return Request{}, err
 	}
+	in.requestOnly = true
 	cv := buildContext(in)
 	if force != "" && cv.compactTo == 0 {
 		cv.compactTo = cv.furthest
@@ -137,6 +138,9 @@ func (e *Engine) recover(t *Turn, refused Request, msgs []Message, sys string, s
 		t.window = e.calib.windowOf(t.window)
 	}
 	t.log.Info("the endpoint refused a request as too long for the model; compacting and retrying once", "window", t.window.Tokens, "err", err)
+	if r, ok := t.hist.(*readOnce); ok && r.read && len(r.msgs) == len(msgs) {
+		msgs = r.msgs // with the IDs a compaction of the refused request read
+	}
 	req, rerr := e.request(t, msgs, sys, specs, "context_length")
 	if rerr != nil {
 		return Request{}, rerr
@@ -165,6 +169,9 @@ func (e *Engine) compact(t *Turn, in *contextInput, cv Context, reason string) e
 	}
 	s := &ContextCompacted{Summary: text, From: cv.from, To: cv.compactTo, TokensBefore: cv.Tokens, Reason: reason}
 	if s.To > 0 && s.To <= len(in.history) {
+		if in.history, err = withIDs(t.ctx, t, in.history, s.To-1); err != nil {
+			return err
+		}
 		s.Last = in.history[s.To-1].ID
 	}
 	if t.sub != nil {

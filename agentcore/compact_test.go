@@ -105,3 +105,47 @@ func TestCompactionSubagentAndRestart(t *testing.T) {
 		t.Fatalf("after a restart: %+v, %v; want the compaction to %d in effect", cv.Summary, err, mine.To)
 	}
 }
+
+// A compaction within a turn ends at a message the turn itself stored
+// (the turn keeps its history rather than reading it at each step): it
+// names that message's ID as the Store gave it, and the turn's next
+// request stands on the summary.
+func TestCompactionWithinTurnNamesStoredMessage(t *testing.T) {
+	talk := strings.Repeat("Explaining what I found in the file, at length. ", 40) // ~2 KB: never elided
+	s := &llmtest.Script{Reply: func(req agentcore.Request) (llmtest.Step, error) {
+		if len(req.Tools) == 0 {
+			return llmtest.Step{Text: "SUMMARY of the earlier work."}, nil
+		}
+		if strings.Contains(req.Messages[0].Content, "SUMMARY of the earlier work.") {
+			return llmtest.Step{Text: "done"}, nil
+		}
+		n := len(req.Messages) // a new offset each step: not a repetition
+		return llmtest.Step{Text: talk, ToolCalls: []agentcore.ToolCall{{ID: fmt.Sprintf("r%d", n), Name: "read_file", Arguments: fmt.Sprintf(`{"path":"big.txt","offset":%d}`, n%100+1)}}}, nil
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.ContextWindow = 8000 })
+	if err := os.WriteFile(filepath.Join(h.lower, "big.txt"), []byte(strings.Repeat("line of the big file\n", 150)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.wait(h.start("c", "read big.txt")); err != nil {
+		t.Fatal(err)
+	}
+	cs := compactionsOf(t, h, "c")
+	if len(cs) != 1 {
+		t.Fatalf("%d compactions; want 1 (types %v)", len(cs), h.types("c"))
+	}
+	msgs, err := h.store.Messages(t.Context(), "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cs[0]
+	if c.To < 2 || c.To > len(msgs) || c.Last == "" || msgs[c.To-1].ID != c.Last {
+		t.Fatalf("the compaction covers [%d,%d) and names message %q; the stored history has %d messages, message %d is %q", c.From, c.To, c.Last, len(msgs), c.To-1, msgs[min(max(c.To-1, 0), len(msgs)-1)].ID)
+	}
+	if c.To-1 < 1 {
+		t.Errorf("the compaction ends after message %d, the user's; want after one the turn stored", c.To-1)
+	}
+	reqs := h.llm.requests()
+	if last := reqs[len(reqs)-1]; !strings.Contains(last.Messages[0].Content, "SUMMARY") {
+		t.Errorf("the last request's system message does not carry the summary")
+	}
+}

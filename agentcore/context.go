@@ -287,6 +287,9 @@ type contextInput struct {
 	learnt  bool
 	// elideAll elides even the outputs of the latest step.
 	elideAll bool
+	// requestOnly leaves Context.Messages empty: a step needs only the
+	// request and its fit, not the account of each message.
+	requestOnly bool
 }
 
 // buildContext makes the next request from in: system message (with the
@@ -334,8 +337,9 @@ func buildContext(in contextInput) Context {
 	if newest >= 0 && newest < start {
 		msgs, idx = append(msgs, hist[newest]), append(idx, newest)
 	}
+	msgs = append(msgs, hist[start:]...) // one copy: a history is long
 	for i := start; i < len(hist); i++ {
-		msgs, idx = append(msgs, hist[i]), append(idx, i)
+		idx = append(idx, i)
 	}
 	c.ToolTokens = tokensOf(toolBytes(in.tools), in.ratio)
 	sizes := make([]int, len(msgs))
@@ -344,8 +348,9 @@ func buildContext(in contextInput) Context {
 		sizes[i] = tokensOf(messageBytes(m), in.ratio)
 		total += sizes[i]
 	}
-	elided := make([]int, len(msgs)) // bytes left out
+	var elided []int // bytes left out, once any is
 	if c.Budget > 0 && total > c.Budget {
+		elided = make([]int, len(msgs))
 		// The latest step's outputs are what the model asked for just
 		// now: elided only when asked to (elideAll).
 		latest := len(msgs)
@@ -418,16 +423,21 @@ func buildContext(in contextInput) Context {
 	c.Tokens = total
 	c.Fits = c.Budget == 0 || total <= c.Budget
 	c.req = Request{Messages: msgs, Tools: in.tools}
-	c.Messages = make([]ContextMessage, len(msgs))
-	for i, m := range msgs {
-		cm := ContextMessage{Role: m.Role, Index: idx[i], Bytes: len(m.Content), Tokens: sizes[i], ToolCallID: m.ToolCallID, Elided: elided[i] > 0, ElidedBytes: elided[i]}
-		if i == 0 {
-			cm.Summary = c.Summary != nil
+	if !in.requestOnly {
+		c.Messages = make([]ContextMessage, len(msgs))
+		for i, m := range msgs {
+			cm := ContextMessage{Role: m.Role, Index: idx[i], Bytes: len(m.Content), Tokens: sizes[i], ToolCallID: m.ToolCallID}
+			if elided != nil {
+				cm.Elided, cm.ElidedBytes = elided[i] > 0, elided[i]
+			}
+			if i == 0 {
+				cm.Summary = c.Summary != nil
+			}
+			for _, tc := range m.ToolCalls {
+				cm.ToolCalls = append(cm.ToolCalls, tc.Name)
+			}
+			c.Messages[i] = cm
 		}
-		for _, tc := range m.ToolCalls {
-			cm.ToolCalls = append(cm.ToolCalls, tc.Name)
-		}
-		c.Messages[i] = cm
 	}
 	best, furthest := compactionEnd(msgs, idx, sizes, newest, start, total-sum(sizes[1:]), c.Budget)
 	c.furthest = furthest

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -250,6 +251,8 @@ type conv struct {
 	sumMu     sync.Mutex
 	sums      []*ContextCompacted
 	sumLoaded bool
+
+	prompt atomic.Pointer[promptMemo] // the last system prompt made
 }
 
 // New returns an Engine with the built-in tools registered: shell,

@@ -19,10 +19,13 @@ type headTail struct {
 	full  bool   // the ring has wrapped
 	total int64
 	max   int // head size
+	tail  int // ring size
 }
 
+// newHeadTail makes the buffers as output arrives: most commands print
+// little or nothing.
 func newHeadTail(head, tail int) *headTail {
-	return &headTail{head: make([]byte, 0, head), ring: make([]byte, tail), max: head}
+	return &headTail{max: head, tail: tail}
 }
 
 func (h *headTail) Write(p []byte) (int, error) {
@@ -30,13 +33,19 @@ func (h *headTail) Write(p []byte) (int, error) {
 	defer h.mu.Unlock()
 	n := len(p)
 	h.total += int64(n)
-	if room := h.max - len(h.head); room > 0 {
+	if room := h.max - len(h.head); room > 0 && len(p) > 0 {
 		k := min(room, len(p))
+		if len(h.head)+k > cap(h.head) {
+			h.head = append(make([]byte, 0, min(h.max, max(2*cap(h.head), len(h.head)+k, 512))), h.head...)
+		}
 		h.head = append(h.head, p[:k]...)
 		p = p[k:]
 	}
-	if len(h.ring) == 0 {
+	if h.tail == 0 || len(p) == 0 {
 		return n, nil
+	}
+	if h.ring == nil {
+		h.ring = make([]byte, h.tail)
 	}
 	if len(p) > len(h.ring) {
 		p = p[len(p)-len(h.ring):]
@@ -71,13 +80,13 @@ func (h *headTail) Reset() {
 }
 
 // fits reports whether n bytes of output are shown whole.
-func (h *headTail) fits(n int64) bool { return n <= int64(h.max+len(h.ring)) }
+func (h *headTail) fits(n int64) bool { return n <= int64(h.max+h.tail) }
 
 // elided reports whether text leaves out a middle part.
 func (h *headTail) elided() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.total > int64(len(h.head)+len(h.ring))
+	return h.total > int64(len(h.head)+h.tail)
 }
 
 // newOutput is the head-and-tail buffer of one command's output shown to

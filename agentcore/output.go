@@ -69,24 +69,80 @@ func validOutputName(name string) bool {
 }
 
 // keptOutput is an io.Writer keeping the first max bytes written to it in
-// a file of the output area, and counting the rest.
+// a file of the output area, and counting the rest. A lazy one holds the
+// first bytes in memory and makes its file only once they are more than
+// a command's output shown whole: most commands never need one.
 type keptOutput struct {
 	mu      sync.Mutex // a background job's copier writes, its watcher finishes
-	f       *os.File
-	dir     string // the area
-	name    string // the file's name in the area
+	f       *os.File   // nil until made
+	dir     string     // the area
+	name    string     // the file's name in the area
 	max     int64
 	n       int64 // bytes kept
 	dropped int64
 	err     error
+
+	// Lazy: create makes the file; buf holds what came before, up to
+	// lazy bytes; createErr is create's failure.
+	create    func() (*os.File, string, string, error)
+	buf       []byte
+	lazy      int
+	createErr error
 }
 
 func (k *keptOutput) Write(p []byte) (int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n := len(p)
-	if k.err != nil {
+	if k.err != nil || k.createErr != nil {
 		return n, nil
+	}
+	if k.f == nil {
+		if len(k.buf)+len(p) <= k.lazy {
+			k.buf = appendCapped(k.buf, p, k.lazy)
+			return n, nil
+		}
+		if !k.made() {
+			return n, nil
+		}
+	}
+	k.write(p)
+	return n, nil
+}
+
+// appendCapped appends p to b, growing b to at most limit bytes.
+func appendCapped(b, p []byte, limit int) []byte {
+	if len(b)+len(p) > cap(b) {
+		b = append(make([]byte, 0, min(limit, max(2*cap(b), len(b)+len(p), 512))), b...)
+	}
+	return append(b, p...)
+}
+
+// made makes a lazy output's file, if not yet made, and writes what it
+// held to it; false if it could not be made (createErr).
+func (k *keptOutput) made() bool {
+	if k.f != nil {
+		return true
+	}
+	if k.createErr != nil {
+		return false
+	}
+	f, dir, name, err := k.create()
+	if err != nil {
+		k.createErr, k.buf = err, nil
+		return false
+	}
+	k.f, k.dir, k.name = f, dir, name
+	buf := k.buf
+	k.buf = nil
+	k.write(buf)
+	return true
+}
+
+// write writes p to the file, within max.
+func (k *keptOutput) write(p []byte) {
+	if k.err != nil {
+		return
 	}
 	if room := k.max - k.n; int64(len(p)) > room {
 		k.dropped += int64(len(p)) - room
@@ -99,14 +155,14 @@ func (k *keptOutput) Write(p []byte) (int, error) {
 			k.err = err // the command goes on; the note says the copy is short
 		}
 	}
-	return n, nil
 }
 
 // reset forgets what was written (a command started again).
 func (k *keptOutput) reset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.err == nil {
+	k.buf = k.buf[:0]
+	if k.err == nil && k.f != nil {
 		k.err = k.f.Truncate(0)
 		k.f.Seek(0, io.SeekStart)
 	}
@@ -117,6 +173,10 @@ func (k *keptOutput) reset() {
 func (k *keptOutput) discard() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.buf = nil
+	if k.f == nil {
+		return
+	}
 	k.f.Close()
 	k.remove()
 }
@@ -150,6 +210,9 @@ func (k *keptOutput) path() string { return outputPrefix + k.name }
 func (k *keptOutput) finish(red *redactor, margin int) string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if !k.made() {
+		return "[the whole output could not be kept: " + k.createErr.Error() + "]"
+	}
 	defer k.f.Close()
 	if k.err == nil && red != nil && red.r != nil {
 		b := make([]byte, k.n)
@@ -250,20 +313,40 @@ func (e *Engine) outputDir(conversation string, make bool) (*os.Root, error) {
 	return r, nil
 }
 
-// keepOutput makes the file that keeps the output of call c, first
+// keepOutput returns the writer that keeps the output of call c. Its
+// file is made at once when now is set (a background job's, whose path
+// is told before it ends), else once the output is more than the model
+// is shown whole (see keptOutput).
+func (e *Engine) keepOutput(c *Call, now bool) (*keptOutput, error) {
+	k := &keptOutput{max: e.cfg.OutputKeep, create: func() (*os.File, string, string, error) { return e.makeKept(c) }}
+	if !now {
+		out := e.newOutput()
+		k.lazy = out.max + out.tail
+		return k, nil
+	}
+	f, dir, name, err := e.makeKept(c)
+	if err != nil {
+		return nil, err
+	}
+	k.f, k.dir, k.name = f, dir, name
+	return k, nil
+}
+
+// makeKept makes the file that keeps the output of call c, first
 // dropping the conversation's oldest kept outputs until the area holds at
-// most OutputKeepTotal bytes with this one at its largest.
-func (e *Engine) keepOutput(c *Call) (*keptOutput, error) {
+// most OutputKeepTotal bytes with this one at its largest. It returns
+// the file, the area and the file's name.
+func (e *Engine) makeKept(c *Call) (*os.File, string, string, error) {
 	e.outputMu.Lock()
 	defer e.outputMu.Unlock()
 	root, err := e.outputDir(c.Conversation, true)
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
 	defer root.Close()
 	if err := pruneOutputs(root, e.cfg.OutputKeepTotal-e.cfg.OutputKeep); err != nil {
 		e.log.Error("pruning the output area failed", "conversation", c.Conversation, "err", err)
-		return nil, errors.New("the conversation's output area could not be pruned; the server log has the details")
+		return nil, "", "", errors.New("the conversation's output area could not be pruned; the server log has the details")
 	}
 	stem := outputStem(c.ID)
 	for i := 1; i <= 1000; i++ {
@@ -282,11 +365,11 @@ func (e *Engine) keepOutput(c *Call) (*keptOutput, error) {
 		}
 		if err != nil {
 			e.log.Error("keeping a command's output failed", "conversation", c.Conversation, "err", err)
-			return nil, errors.New("the command's output could not be kept; the server log has the details")
+			return nil, "", "", errors.New("the command's output could not be kept; the server log has the details")
 		}
-		return &keptOutput{f: f, dir: root.Name(), name: name, max: e.cfg.OutputKeep}, nil
+		return f, root.Name(), name, nil
 	}
-	return nil, fmt.Errorf("too many kept outputs for the call ID %q", c.ID)
+	return nil, "", "", fmt.Errorf("too many kept outputs for the call ID %q", c.ID)
 }
 
 // pruneOutputs removes the oldest files of the area (by modification

@@ -131,7 +131,15 @@ func (e *Engine) systemPrompt(t *Turn, tools []ToolSpec) (string, error) {
 	if m, ok := t.llm.(modeLLM); ok && m.prompt != nil {
 		tmpl = m.prompt
 	}
-	return renderPrompt(tmpl, d)
+	if m := t.c.prompt.Load(); m != nil && m.tmpl == tmpl && m.data.equal(d) {
+		return m.text, nil
+	}
+	text, err := renderPrompt(tmpl, d)
+	if err != nil {
+		return "", err
+	}
+	t.c.prompt.Store(&promptMemo{tmpl: tmpl, data: d, text: text})
+	return text, nil
 }
 
 // PreviewPrompt renders the server's system prompt (Config.SystemPrompt)
@@ -164,6 +172,22 @@ func renderPrompt(tmpl *template.Template, d PromptData) (string, error) {
 		return "", fmt.Errorf("system prompt: %w", err)
 	}
 	return b.String(), nil
+}
+
+// promptMemo is a conversation's last system prompt and what it was
+// rendered from: a template's output depends on its data alone, so the
+// next model call renders it again only when that changed (a commit,
+// the date).
+type promptMemo struct {
+	tmpl *template.Template
+	data PromptData
+	text string
+}
+
+func (d PromptData) equal(o PromptData) bool {
+	return d.Repository == o.Repository && d.Commit == o.Commit && d.Workspace == o.Workspace &&
+		d.Approval == o.Approval && d.HostReadOnly == o.HostReadOnly && d.Date == o.Date &&
+		slices.Equal(d.Tools, o.Tools) && slices.Equal(d.Network, o.Network) && slices.Equal(d.AutoApproved, o.AutoApproved)
 }
 
 var errPromptTooLong = errors.New("rendered system prompt too long")

@@ -13,9 +13,14 @@ import (
 )
 
 // shellTool runs a command with sh -c in the conversation's sandbox.
-type shellTool struct{ e *Engine }
+type shellTool struct {
+	e    *Engine
+	spec ToolSpec // made once: it depends only on the configuration
+}
 
-func (s *shellTool) Spec() ToolSpec {
+func (s *shellTool) Spec() ToolSpec { return s.spec }
+
+func (s *shellTool) makeSpec() ToolSpec {
 	return ToolSpec{
 		Name: "shell",
 		Description: "Run a command with sh -c in the conversation's sandbox, in /workspace (a copy-on-write view of the project; no network). " +
@@ -103,7 +108,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	ctx = withApproved(ctx, argv, []string{"sh", "-c", c.Action.Command})
 	if c.Action.Background {
 		// Its whole output is kept too, and finished once it ends.
-		kept, kerr := e.keepOutput(c)
+		kept, kerr := e.keepOutput(c, true)
 		var tee io.Writer
 		if kerr == nil {
 			tee = kept
@@ -138,7 +143,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 	// status lines: all else is read, counted and dropped as it comes,
 	// and kept whole (up to OutputKeep) for read_file.
 	out := e.newOutput()
-	kept, kerr := e.keepOutput(c)
+	kept, kerr := e.keepOutput(c, false)
 	var w io.Writer = out
 	if kerr == nil {
 		w = io.MultiWriter(out, kept)
@@ -286,8 +291,10 @@ func jobState(s *sandboxkit.Session, id int) string {
 
 func (e *Engine) shellTools() []Tool {
 	killArgs := schema([]string{"job"}, map[string]any{"job": prop("integer", "the job id that shell returned")})
+	sh := &shellTool{e: e}
+	sh.spec = sh.makeSpec()
 	return []Tool{
-		&shellTool{e: e},
+		sh,
 		&jobTool{e: e, spec: ToolSpec{
 			Name:        "shell_output",
 			Description: "Show the state and output (stdout and stderr together: its start and its real end, the middle elided if long) of a background job. wait: N waits up to N seconds for it to end or print something new since you last looked.",

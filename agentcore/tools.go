@@ -82,12 +82,8 @@ func (c *Call) Args(v any) error {
 // tool sees them: a misspelt argument would otherwise be silently
 // ignored.
 func checkArgs(spec ToolSpec, args json.RawMessage) error {
-	var schema struct {
-		Properties           map[string]json.RawMessage
-		AdditionalProperties *bool
-	}
-	if len(spec.Parameters) == 0 || json.Unmarshal(spec.Parameters, &schema) != nil ||
-		schema.AdditionalProperties == nil || *schema.AdditionalProperties {
+	schema, ok := closedSchemas.get(spec.Parameters)
+	if !ok {
 		return nil
 	}
 	if len(args) == 0 {
@@ -195,3 +191,45 @@ func schema(required []string, props map[string]any) json.RawMessage {
 }
 
 func prop(typ, desc string) map[string]any { return map[string]any{"type": typ, "description": desc} }
+
+// closedSchema is what checkArgs reads of a tool's parameter schema.
+type closedSchema struct {
+	Properties           map[string]json.RawMessage
+	AdditionalProperties *bool
+}
+
+// schemaCache keeps the schemas checkArgs parsed, by their text: a tool's
+// schema is the same at every call. It is bounded, since tool sources
+// may offer ever new tools.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]*closedSchema // nil: not closed (or not a schema)
+}
+
+var closedSchemas schemaCache
+
+const maxCachedSchemas = 256
+
+// get returns the schema params, if it is an object schema that says
+// "additionalProperties": false.
+func (c *schemaCache) get(params json.RawMessage) (*closedSchema, bool) {
+	if len(params) == 0 {
+		return nil, false
+	}
+	c.mu.Lock()
+	s, ok := c.m[string(params)]
+	c.mu.Unlock()
+	if !ok {
+		s = new(closedSchema)
+		if json.Unmarshal(params, s) != nil || s.AdditionalProperties == nil || *s.AdditionalProperties {
+			s = nil
+		}
+		c.mu.Lock()
+		if len(c.m) >= maxCachedSchemas || c.m == nil {
+			c.m = map[string]*closedSchema{}
+		}
+		c.m[string(params)] = s
+		c.mu.Unlock()
+	}
+	return s, s != nil
+}

@@ -153,7 +153,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		return nil, err
 	}
 	t.secrets, t.red = secrets, newRedactor(secrets)
-	t.log = slog.New(redactHandler{e.log.Handler(), t.red}).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
+	t.log = slog.New(lazy(redactHandler{e.log.Handler(), t.red})).With("conversation", r.Conversation, "turn", t.ID, "user", r.User)
 	content := t.red.String(r.Content)
 	if err := e.beginCheckpoint(ctx, t, r.From); err != nil {
 		return nil, err
@@ -247,6 +247,7 @@ func (e *Engine) loop(t *Turn) error {
 	if !t.winSet {
 		t.window, t.winSet = e.window(ctx, t.llm), true
 	}
+	t.hist = readingOnce(t.hist)
 	// The last step's calls' key and how often they came in a row
 	// (RepeatLimit).
 	var last callKey
@@ -498,39 +499,55 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 			addText(p.text)
 		}
 	}
-	// Next runs in its own goroutine so that text held for coalescing
-	// is shown while the model pauses; it ends at Next's first error,
-	// which the loop below always waits for, so Close follows it.
+	// Once text is held for coalescing, Next runs in its own goroutine,
+	// so that the text is shown while the model pauses; it ends at
+	// Next's first error, which the loop below always waits for, so
+	// Close follows it. Until then nothing waits to be shown, and Next
+	// is called here: a goroutine's hand-offs cost more than a reply of
+	// a few chunks.
 	type next struct {
 		ch  Chunk
 		err error
 	}
-	chunks := make(chan next)
-	go func() {
-		for {
-			ch, err := s.Next()
-			chunks <- next{ch, err}
-			if err != nil {
-				return
-			}
+	var chunks chan next
+	var pause *time.Timer // made once text is held
+	defer func() {
+		if pause != nil {
+			pause.Stop()
 		}
 	}()
-	pause := time.NewTimer(deltaInterval)
-	pause.Stop()
-	defer pause.Stop()
 	for {
+		if chunks == nil && (deltas.waiting() || thoughts.waiting()) {
+			if pause == nil {
+				pause = time.NewTimer(deltaInterval)
+			}
+			chunks = make(chan next)
+			go func() {
+				for {
+					ch, err := s.Next()
+					chunks <- next{ch, err}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
 		var ch Chunk
-		select {
-		case n := <-chunks:
-			ch, err = n.ch, n.err
-		case <-pause.C:
-			if d, ok := thoughts.write("", time.Now()); ok {
-				emitThought(d)
+		if chunks == nil {
+			ch, err = s.Next()
+		} else {
+			select {
+			case n := <-chunks:
+				ch, err = n.ch, n.err
+			case <-pause.C:
+				if d, ok := thoughts.write("", time.Now()); ok {
+					emitThought(d)
+				}
+				if d, ok := deltas.write("", time.Now()); ok {
+					emitText(d)
+				}
+				continue
 			}
-			if d, ok := deltas.write("", time.Now()); ok {
-				emitText(d)
-			}
-			continue
 		}
 		if err == io.EOF {
 			break
@@ -568,7 +585,11 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 			addCall(*ch.ToolCall, nil)
 		}
 		if deltas.waiting() || thoughts.waiting() {
-			pause.Reset(deltaInterval)
+			if pause == nil {
+				pause = time.NewTimer(deltaInterval)
+			} else {
+				pause.Reset(deltaInterval)
+			}
 		}
 	}
 	if scan != nil {
