@@ -109,7 +109,19 @@ type cpIndexFile struct {
 	Bytes  map[string]int64 `json:"bytes"` // blob → size
 	Refs   map[string]int   `json:"refs"`  // blob → kept states using it
 	Total  int64            `json:"total"` // bytes of the blobs in use
+	// Gen numbers the names journal (names-<gen>) that extends Names:
+	// an unchanged checkpoint appends a line there instead of rewriting
+	// the index, and the next rewrite folds the journal in.
+	Gen uint64 `json:"gen,omitempty"`
+
+	journal int // lines read from the journal
 }
+
+// cpJournal names the file of names added since the index was written.
+const (
+	cpJournal  = "names-"
+	maxJournal = 256 // lines before the index is rewritten with them
+)
 
 var cpMu sync.Map // layer dir → *sync.Mutex, serialising checkpoint work in this process
 
@@ -174,6 +186,12 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 	}
 	changed = !sameState(st, head)
 	now := time.Now().UTC()
+	if !changed && slices.EqualFunc(st.Entries, head.Entries, sameIdentity) &&
+		idx.lookupName(name) < 0 && len(idx.Names) < maxCPNames && idx.journal < maxJournal {
+		// Nothing to copy, drop or re-record: a line in the journal names
+		// the head state.
+		return false, c.appendJournal(idx, cpName{Name: name, State: idx.Head, Created: now, Same: true})
+	}
 	id := idx.Head
 	if changed {
 		id = idx.Next
@@ -282,12 +300,22 @@ func (l *Layer) Checkpoints() ([]CheckpointInfo, error) {
 }
 
 func (x *cpIndexFile) lookup(layer, name string) (uint64, error) {
-	for _, n := range x.Names {
-		if n.Name == name {
-			return n.State, nil
-		}
+	if i := x.lookupName(name); i >= 0 {
+		return x.Names[i].State, nil
 	}
 	return 0, fmt.Errorf("overlay: layer %q has no checkpoint %q (never taken, or dropped as the oldest): %w", layer, name, ErrNoCheckpoint)
+}
+
+// lookupName returns the index of name in x.Names, or -1.
+func (x *cpIndexFile) lookupName(name string) int {
+	return slices.IndexFunc(x.Names, func(n cpName) bool { return n.Name == name })
+}
+
+// sameIdentity reports whether a and b are the same entry, identities
+// included.
+func sameIdentity(a, b cpEntry) bool {
+	return a.Path == b.Path && a.Type == b.Type && a.Mode == b.Mode && a.Blob == b.Blob && a.Size == b.Size &&
+		a.Link == b.Link && a.Mtime == b.Mtime && a.Ino == b.Ino && a.Ctime == b.Ctime && xattrsEqual(a.Xattr, b.Xattr)
 }
 
 // checkpoints is the checkpoint directory of one layer.
@@ -319,17 +347,88 @@ func (c checkpoints) readIndex() (cpIndexFile, error) {
 	if idx.Refs == nil {
 		idx.Refs = map[string]int{}
 	}
+	if err := c.readJournal(&idx); err != nil {
+		return idx, fmt.Errorf("overlay: checkpoint index of layer %q: %w", c.layer, err)
+	}
 	return idx, nil
 }
 
+func (c checkpoints) journalPath(gen uint64) string {
+	return filepath.Join(c.dir, cpJournal+strconv.FormatUint(gen, 16))
+}
+
+// readJournal adds to idx the names of its journal: lines of name, state
+// and creation time (Unix ns), each an unchanged checkpoint. A last line
+// without its newline was cut short by a crash and is ignored.
+func (c checkpoints) readJournal(idx *cpIndexFile) error {
+	data, err := os.ReadFile(c.journalPath(idx.Gen))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(data) > maxJournal*(maxIDLen+64) {
+		return errors.New("the names journal is too large")
+	}
+	lines := strings.Split(string(data), "\n")
+	for _, line := range lines[:len(lines)-1] {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 || checkID(f[0]) != nil {
+			return fmt.Errorf("bad line %q in the names journal", line)
+		}
+		state, err1 := strconv.ParseUint(f[1], 16, 64)
+		ns, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("bad line %q in the names journal", line)
+		}
+		idx.Names = slices.DeleteFunc(idx.Names, func(n cpName) bool { return n.Name == f[0] })
+		idx.Names = append(idx.Names, cpName{Name: f[0], State: state, Created: time.Unix(0, ns).UTC(), Same: true})
+		idx.journal++
+	}
+	return nil
+}
+
+// appendJournal records n in idx's journal: one write, where rewriting
+// the index would encode and rename all of it.
+func (c checkpoints) appendJournal(idx cpIndexFile, n cpName) error {
+	f, err := os.OpenFile(c.journalPath(idx.Gen), os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "%s\t%x\t%d\n", n.Name, n.State, n.Created.UnixNano())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("overlay: write the checkpoint index of layer %q: %w", c.layer, err)
+	}
+	return nil
+}
+
+// writeIndex replaces the index with idx, whose Names include its
+// journal's, and starts a new, empty journal.
 func (c checkpoints) writeIndex(idx cpIndexFile) error {
-	data, err := json.Marshal(idx)
+	old := idx.Gen
+	idx.Gen++
+	// A journal of that number left by an older index (written by a
+	// version that knew no journal) must not add its names.
+	err := os.Remove(c.journalPath(idx.Gen))
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	var data []byte
+	if err == nil {
+		data, err = json.Marshal(idx)
+	}
 	if err == nil {
 		err = writeAtomic(filepath.Join(c.dir, cpIndex), data)
 	}
 	if err != nil {
 		return fmt.Errorf("overlay: write the checkpoint index of layer %q: %w", c.layer, err)
 	}
+	// The new index no longer reads the old journal; a crash here only
+	// leaves the file behind.
+	_ = os.Remove(c.journalPath(old))
 	return nil
 }
 

@@ -292,3 +292,104 @@ func TestCheckpointNames(t *testing.T) {
 		t.Errorf("Restore of an unknown checkpoint: %v, want ErrNoCheckpoint", err)
 	}
 }
+
+// A checkpoint of a layer that nothing changed since its last one, as a
+// turn's "<turn>.after" and the next turn's "<turn>", rewrites neither the
+// index nor a state, and stays restorable by its name, within the limits
+// and after the older name of its state is dropped.
+func TestCheckpointUnchanged(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(l.Upper, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := func(name string, wantChanged bool) {
+		t.Helper()
+		changed, err := l.Checkpoint(name, CheckpointLimits{MaxCount: 2})
+		if err != nil || changed != wantChanged {
+			t.Fatalf("Checkpoint(%q): changed %v, %v; want changed %v", name, changed, err, wantChanged)
+		}
+	}
+	stamp := func() string {
+		t.Helper()
+		var out []string
+		for _, p := range []string{cpIndex, cpStates} {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(l.Dir, cpDir, p), &st); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(st.Ino, st.Size, st.Mtim, st.Ctim))
+		}
+		return strings.Join(out, " ")
+	}
+	restore := func(name, want string) {
+		t.Helper()
+		if err := l.Restore(name); err != nil {
+			t.Fatalf("Restore(%q): %v", name, err)
+		}
+		if got, err := os.ReadFile(filepath.Join(l.Upper, "f")); err != nil || string(got) != want {
+			t.Fatalf("after Restore(%q): %q, %v; want %q", name, got, err, want)
+		}
+	}
+
+	write("one")
+	checkpoint("t1", true)
+	before := stamp()
+	checkpoint("t1.after", false)
+	checkpoint("t2", false)
+	if after := stamp(); after != before {
+		t.Errorf("an unchanged checkpoint rewrote the index or a state:\n%s\nthen\n%s", before, after)
+	}
+	names, err := l.Checkpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 3 || names[1].Name != "t1.after" || !names[1].Same || names[2].Name != "t2" || !names[2].Same || names[0].Same {
+		t.Errorf("checkpoints %+v, want t1, then t1.after and t2 marked Same", names)
+	}
+	write("two")
+	restore("t2", "one")
+
+	// t1 names another state now; t1.after and t2 still name the old one.
+	write("three")
+	checkpoint("t1", true)
+	restore("t1.after", "one")
+	restore("t1", "three")
+
+	// Past MaxCount (2 states) the oldest state goes with every name of it.
+	write("four")
+	checkpoint("t3", true)
+	checkpoint("t3.after", false)
+	for _, name := range []string{"t1.after", "t2"} {
+		if err := l.Restore(name); !errors.Is(err, ErrNoCheckpoint) {
+			t.Errorf("Restore(%q) of a dropped state: %v, want ErrNoCheckpoint", name, err)
+		}
+	}
+	restore("t3.after", "four")
+	restore("t1", "three")
+	if n := blobCount(t, l); n != 2 {
+		t.Errorf("%d copies kept, want 2", n)
+	}
+
+	// Many unchanged checkpoints: the journal is folded into the index
+	// past its bound, and every name stays.
+	for i := range maxJournal + 10 {
+		checkpoint(fmt.Sprintf("u%d", i), false)
+	}
+	names, err = l.Checkpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 3+maxJournal+10 {
+		t.Errorf("%d checkpoints kept, want %d", len(names), 3+maxJournal+10)
+	}
+	write("five")
+	restore("u0", "three")
+	restore(fmt.Sprintf("u%d", maxJournal+9), "three")
+}
