@@ -115,6 +115,61 @@ type cpIndexFile struct {
 	Gen uint64 `json:"gen,omitempty"`
 
 	journal int // lines read from the journal
+
+	// The bytes of the index file and of the journal idx was decoded
+	// from, by which the cache knows it.
+	raw, rawJournal []byte
+}
+
+// cpCache keeps the decoded indexes of the layers checkpointed last, so
+// that a turn's checkpoints do not decode the whole index each time. An
+// entry is used only while the index and journal files hold exactly the
+// bytes it was decoded from (another process may have written them), and
+// is taken out while in use, so a call that fails half way leaves none.
+var cpCache struct {
+	sync.Mutex
+	m     map[string]cpIndexFile // layer dir → index
+	order []string               // oldest first
+}
+
+const maxCPCache = 16 // layers whose index is kept decoded
+
+// takeCached returns and removes the cached index of dir if it was
+// decoded from index and its journal, which read reads.
+func takeCached(dir string, index []byte, read func(gen uint64) ([]byte, error)) (cpIndexFile, bool) {
+	cpCache.Lock()
+	idx, ok := cpCache.m[dir]
+	if ok {
+		delete(cpCache.m, dir)
+		cpCache.order = slices.DeleteFunc(cpCache.order, func(d string) bool { return d == dir })
+	}
+	cpCache.Unlock()
+	if !ok || !bytes.Equal(idx.raw, index) {
+		return cpIndexFile{}, false
+	}
+	j, err := read(idx.Gen)
+	if err != nil || !bytes.Equal(j, idx.rawJournal) {
+		return cpIndexFile{}, false
+	}
+	return idx, true
+}
+
+// keepCached caches idx, which the files of dir now hold, dropping the
+// oldest entry past maxCPCache.
+func keepCached(dir string, idx cpIndexFile) {
+	cpCache.Lock()
+	defer cpCache.Unlock()
+	if cpCache.m == nil {
+		cpCache.m = map[string]cpIndexFile{}
+	}
+	if _, ok := cpCache.m[dir]; !ok {
+		cpCache.order = append(cpCache.order, dir)
+	}
+	cpCache.m[dir] = idx
+	for len(cpCache.order) > maxCPCache {
+		delete(cpCache.m, cpCache.order[0])
+		cpCache.order = cpCache.order[1:]
+	}
 }
 
 // cpJournal names the file of names added since the index was written.
@@ -190,7 +245,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 		idx.lookupName(name) < 0 && len(idx.Names) < maxCPNames && idx.journal < maxJournal {
 		// Nothing to copy, drop or re-record: a line in the journal names
 		// the head state.
-		return false, c.appendJournal(idx, cpName{Name: name, State: idx.Head, Created: now, Same: true})
+		return false, c.appendJournal(&idx, cpName{Name: name, State: idx.Head, Created: now, Same: true})
 	}
 	id := idx.Head
 	if changed {
@@ -288,7 +343,8 @@ func (l *Layer) Checkpoints() ([]CheckpointInfo, error) {
 		return nil, err
 	}
 	defer unlock()
-	idx, err := l.cps().readIndex()
+	c := l.cps()
+	idx, err := c.readIndex()
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +352,7 @@ func (l *Layer) Checkpoints() ([]CheckpointInfo, error) {
 	for _, n := range idx.Names {
 		out = append(out, CheckpointInfo{Name: n.Name, Created: n.Created, Same: n.Same})
 	}
+	keepCached(c.dir, idx)
 	return out, nil
 }
 
@@ -333,10 +390,16 @@ func (c checkpoints) readIndex() (cpIndexFile, error) {
 	idx := cpIndexFile{Next: 1, Bytes: map[string]int64{}, Refs: map[string]int{}}
 	data, err := os.ReadFile(filepath.Join(c.dir, cpIndex))
 	if errors.Is(err, fs.ErrNotExist) {
-		return idx, nil
+		data, err = nil, nil // no index yet; the journal may name the empty state
 	}
 	if err == nil {
-		err = json.Unmarshal(data, &idx)
+		if cached, ok := takeCached(c.dir, data, c.readJournalFile); ok {
+			return cached, nil
+		}
+		if data != nil {
+			err = json.Unmarshal(data, &idx)
+		}
+		idx.raw = data
 	}
 	if err != nil {
 		return idx, fmt.Errorf("overlay: checkpoint index of layer %q: %w", c.layer, err)
@@ -361,16 +424,11 @@ func (c checkpoints) journalPath(gen uint64) string {
 // and creation time (Unix ns), each an unchanged checkpoint. A last line
 // without its newline was cut short by a crash and is ignored.
 func (c checkpoints) readJournal(idx *cpIndexFile) error {
-	data, err := os.ReadFile(c.journalPath(idx.Gen))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	data, err := c.readJournalFile(idx.Gen)
 	if err != nil {
 		return err
 	}
-	if len(data) > maxJournal*(maxIDLen+64) {
-		return errors.New("the names journal is too large")
-	}
+	idx.rawJournal = data
 	lines := strings.Split(string(data), "\n")
 	for _, line := range lines[:len(lines)-1] {
 		f := strings.Split(line, "\t")
@@ -389,12 +447,32 @@ func (c checkpoints) readJournal(idx *cpIndexFile) error {
 	return nil
 }
 
+// readJournalFile returns the journal of generation gen (nil if there
+// is none).
+func (c checkpoints) readJournalFile(gen uint64) ([]byte, error) {
+	f, err := os.OpenFile(c.journalPath(gen), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const max = maxJournal * (maxIDLen + 64)
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && len(data) > max {
+		err = errors.New("the names journal is too large")
+	}
+	return data, err
+}
+
 // appendJournal records n in idx's journal: one write, where rewriting
 // the index would encode and rename all of it.
-func (c checkpoints) appendJournal(idx cpIndexFile, n cpName) error {
+func (c checkpoints) appendJournal(idx *cpIndexFile, n cpName) error {
+	line := fmt.Sprintf("%s\t%x\t%d\n", n.Name, n.State, n.Created.UnixNano())
 	f, err := os.OpenFile(c.journalPath(idx.Gen), os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err == nil {
-		_, err = fmt.Fprintf(f, "%s\t%x\t%d\n", n.Name, n.State, n.Created.UnixNano())
+		_, err = f.WriteString(line)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -402,6 +480,12 @@ func (c checkpoints) appendJournal(idx cpIndexFile, n cpName) error {
 	if err != nil {
 		return fmt.Errorf("overlay: write the checkpoint index of layer %q: %w", c.layer, err)
 	}
+	// The name as readJournal will read it back: Created to the ns.
+	n.Created = time.Unix(0, n.Created.UnixNano()).UTC()
+	idx.Names = append(idx.Names, n)
+	idx.journal++
+	idx.rawJournal = append(idx.rawJournal, line...)
+	keepCached(c.dir, *idx)
 	return nil
 }
 
@@ -429,6 +513,8 @@ func (c checkpoints) writeIndex(idx cpIndexFile) error {
 	// The new index no longer reads the old journal; a crash here only
 	// leaves the file behind.
 	_ = os.Remove(c.journalPath(old))
+	idx.raw, idx.rawJournal, idx.journal = data, nil, 0
+	keepCached(c.dir, idx)
 	return nil
 }
 

@@ -338,6 +338,15 @@ func TestCheckpointUnchanged(t *testing.T) {
 		}
 	}
 
+	// A new layer's first checkpoint names the empty state.
+	checkpoint("t0", false)
+	write("one")
+	if err := l.Restore("t0"); err != nil {
+		t.Fatalf("Restore of the empty state: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Upper, "f")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after Restore of the empty state: %v, want no file", err)
+	}
 	write("one")
 	checkpoint("t1", true)
 	before := stamp()
@@ -350,7 +359,7 @@ func TestCheckpointUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(names) != 3 || names[1].Name != "t1.after" || !names[1].Same || names[2].Name != "t2" || !names[2].Same || names[0].Same {
+	if len(names) != 4 || names[2].Name != "t1.after" || !names[2].Same || names[3].Name != "t2" || !names[3].Same || names[1].Same {
 		t.Errorf("checkpoints %+v, want t1, then t1.after and t2 marked Same", names)
 	}
 	write("two")
@@ -386,10 +395,52 @@ func TestCheckpointUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(names) != 3+maxJournal+10 {
-		t.Errorf("%d checkpoints kept, want %d", len(names), 3+maxJournal+10)
+	if len(names) != 4+maxJournal+10 {
+		t.Errorf("%d checkpoints kept, want %d", len(names), 4+maxJournal+10)
 	}
 	write("five")
 	restore("u0", "three")
 	restore(fmt.Sprintf("u%d", maxJournal+9), "three")
+}
+
+// The decoded index kept between calls is not used once the files say
+// otherwise: another process may have written them.
+func TestCheckpointIndexWrittenElsewhere(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(l.Dir, cpDir, cpIndex)
+	if err := os.WriteFile(filepath.Join(l.Upper, "f"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Checkpoint("t1", CheckpointLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.Upper, "f"), []byte("two"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Checkpoint("t2", CheckpointLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Checkpoint("t2.after", CheckpointLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer puts back the index as it was after t1.
+	if err := os.WriteFile(index, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t2", "t2.after"} {
+		if err := l.Restore(name); !errors.Is(err, ErrNoCheckpoint) {
+			t.Errorf("Restore(%q) after the index was written back: %v, want ErrNoCheckpoint", name, err)
+		}
+	}
+	if err := l.Restore("t1"); err != nil {
+		t.Fatal(err)
+	}
 }
