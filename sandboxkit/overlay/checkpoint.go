@@ -444,6 +444,9 @@ func (c checkpoints) readJournal(idx *cpIndexFile) error {
 		idx.Names = append(idx.Names, cpName{Name: f[0], State: state, Created: time.Unix(0, ns).UTC(), Same: true})
 		idx.journal++
 	}
+	if lines[len(lines)-1] != "" {
+		idx.journal = maxJournal // a line appended now would join the cut one: rewrite the index first
+	}
 	return nil
 }
 

@@ -444,3 +444,50 @@ func TestCheckpointIndexWrittenElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A journal line cut short by a crash is ignored, and the next
+// checkpoint's name is not appended to it.
+func TestCheckpointJournalCut(t *testing.T) {
+	s := openStore(t)
+	l, err := s.Create("conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t1", "t1.after"} {
+		if _, err := l.Checkpoint(name, CheckpointLimits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx, err := l.cps().readIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(l.cps().journalPath(idx.Gen), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("t2\t0\t17"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, name := range []string{"t3", "t3.after"} {
+		if _, err := l.Checkpoint(name, CheckpointLimits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As another process would read them.
+	cpCache.Lock()
+	cpCache.m, cpCache.order = nil, nil
+	cpCache.Unlock()
+	names, err := l.Checkpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name)
+	}
+	if strings.Join(got, " ") != "t1 t1.after t3 t3.after" {
+		t.Errorf("checkpoints %q, want t1 t1.after t3 t3.after", got)
+	}
+}
