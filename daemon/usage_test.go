@@ -270,7 +270,7 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 	admin, a := p.login("root", pw), p.login("alice", pw)
 
 	// The first turn starts below the quota and crosses it.
-	turnEvents(t, a, "hello", agentcore.EventTurnFinished)
+	first, _ := turnEvents(t, a, "hello", agentcore.EventTurnFinished)
 	if n := len(srv.Requests()); n != 1 {
 		t.Fatalf("%d model requests, want 1", n)
 	}
@@ -290,6 +290,17 @@ func TestQuotaRefusedBeforeModel(t *testing.T) {
 	}
 	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d model requests after the refusal, want still 1: the model must not be called", n)
+	}
+	// Editing or regenerating a message starts a turn too.
+	msgs := a.messages(first, false)
+	if len(msgs) == 0 || msgs[0].Role != agentcore.RoleUser {
+		t.Fatalf("the first conversation's messages: %+v", msgs)
+	}
+	mid := "/api/v1/conversations/" + first + "/messages/" + msgs[0].ID
+	wantError(t, a, http.StatusTooManyRequests, "quota_exceeded", "PUT", mid, map[string]string{"content": "hello again"})
+	wantError(t, a, http.StatusTooManyRequests, "quota_exceeded", "POST", mid+"/regenerate", nil)
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("%d model requests after the refused edit and regeneration, want still 1", n)
 	}
 	var cv store.Conversation
 	if a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv, nil, &cv); cv.LastSeq != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // listMessages is GET …/messages: the active branch of the history, or
@@ -34,10 +35,13 @@ func (s *Server) listMessages(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"messages": msgs})
 }
 
-// checkpointError answers the engine's refusals of a revert, a branch or
-// a fork.
-func checkpointError(err error) error {
+// turnError answers the engine's refusals of a turn (a new message, an
+// edit or a regeneration), a revert or a fork.
+func turnError(err error) error {
+	var qe *store.QuotaError
 	switch {
+	case errors.As(err, &qe):
+		return quotaAnswer(qe)
 	case errors.Is(err, agentcore.ErrTurnInProgress):
 		return apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running; wait for its turn_finished event, or cancel it")
 	case errors.Is(err, agentcore.ErrWorkspaceBusy):
@@ -60,7 +64,7 @@ func (s *Server) revertTurn(c *fiber.Ctx) error {
 	conv := conversation(c)
 	turn := strings.Clone(c.Params("tid"))
 	if err := s.d.Engine.RevertTurn(c.UserContext(), user(c).ID, conv.ID, turn); err != nil {
-		return checkpointError(err)
+		return turnError(err)
 	}
 	return c.JSON(fiber.Map{"turn": turn, "status": "reverted"})
 }
@@ -104,12 +108,7 @@ func (s *Server) regenerate(c *fiber.Ctx) error {
 }
 
 func (s *Server) branchTurn(c *fiber.Ctx, from, content string) error {
-	t, err := s.d.Engine.StartTurn(c.UserContext(), agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: content, From: from})
-	if err != nil {
-		return checkpointError(err)
-	}
-	s.metrics.turns.Inc()
-	return c.Status(http.StatusAccepted).JSON(fiber.Map{"turn_id": t.ID})
+	return s.startTurn(c, agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: content, From: from})
 }
 
 // forkConversation is POST …/messages/{mid}/fork: a new conversation of
@@ -168,7 +167,7 @@ func (s *Server) forkConversation(c *fiber.Ctx) error {
 	}
 	if err := s.d.Engine.Fork(c.UserContext(), conv.UserID, src.ID, mid, conv.ID); err != nil {
 		undo()
-		return checkpointError(err)
+		return turnError(err)
 	}
 	got, err := s.d.Conversations.Get(c.UserContext(), conv.UserID, conv.ID)
 	if err != nil {

@@ -317,20 +317,16 @@ func (s *Server) postMessage(c *fiber.Ctx) error {
 	if err := checkContent(req.Content); err != nil {
 		return err
 	}
-	t, err := s.d.Engine.StartTurn(c.UserContext(), agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
-	var qe *store.QuotaError
-	switch {
-	case errors.As(err, &qe):
-		return quotaAnswer(qe)
-	case errors.Is(err, agentcore.ErrTurnInProgress):
-		return apiError(http.StatusConflict, "turn_in_progress", "this conversation has a turn running; wait for its turn_finished event")
-	case errors.Is(err, agentcore.ErrClosed):
-		return apiError(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down; retry shortly")
-	case errors.Is(err, agentcore.ErrNotFound):
-		// Deleted since the ownership check.
-		return errNotFound
-	case err != nil:
-		return err
+	return s.startTurn(c, agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
+}
+
+// startTurn starts r's turn and answers 202 with its ID, or the engine's
+// refusal (turnError): a quota used up, a turn running, a conversation
+// deleted since the ownership check.
+func (s *Server) startTurn(c *fiber.Ctx, r agentcore.TurnRequest) error {
+	t, err := s.d.Engine.StartTurn(c.UserContext(), r)
+	if err != nil {
+		return turnError(err)
 	}
 	s.metrics.turns.Inc()
 	return c.Status(http.StatusAccepted).JSON(fiber.Map{"turn_id": t.ID})
