@@ -113,6 +113,8 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 		{"credential token", map[string]string{"README": "push with ghp_deploytoken123\n"}, "README", "the repository's credential DEPLOY (its token)", 1},
 		{"file name", map[string]string{"keys/" + tok + ".txt": "x\n"}, "keys/[secret:MYTOK].txt", "MYTOK", 0},
 		{"multi-line value", map[string]string{"id_ed25519": "# key\n" + pem + "\n"}, "id_ed25519", "PEM", 2},
+		// Its patch line is "+++ ...", which is no file header inside a hunk.
+		{"added line starting ++", map[string]string{"notes.txt": "a\n++ " + tok + "\n"}, "notes.txt", "MYTOK", 2},
 		{"commit message", map[string]string{"ok.txt": "x\n"}, "", "MYTOK", 0},
 	} {
 		f, _ := patchOf(t, s.o.Dir, lower, tt.files, nil)
@@ -142,8 +144,8 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 9 {
-		t.Fatalf("%d push records, want 9 refusals", len(recs))
+	if len(recs) != 10 {
+		t.Fatalf("%d push records, want 10 refusals", len(recs))
 	}
 	var d map[string]any
 	json.Unmarshal(recs[0].Data, &d)

@@ -130,13 +130,19 @@ func scanPatch(r io.Reader, sc *agentcore.SecretScanner, max int64) error {
 			continue
 		case binary == 3 && !strings.HasPrefix(l, "diff --git "):
 			continue
-		case strings.HasPrefix(l, "+") && !strings.HasPrefix(l, "+++ ") && line > 0:
+		// In a hunk (line > 0) every line is one of its own, "+++ x" (an
+		// added "++ x") too: a file's headers follow its "diff --git"
+		// line, which sets line to 0.
+		case strings.HasPrefix(l, "+") && line > 0:
 			block, starts = append(block, l[1:]), append(starts, line)
 			line++
 			continue
 		case strings.HasPrefix(l, " ") && line > 0:
 			line++
-		case strings.HasPrefix(l, "-") && !strings.HasPrefix(l, "--- ") && line > 0, strings.HasPrefix(l, `\`):
+		case (strings.HasPrefix(l, "-") || strings.HasPrefix(l, `\`)) && line > 0:
+			// Not in the new tree (a removed line, or the mark of a
+			// missing newline): the added run goes on past it.
+			continue
 		}
 		if err := flush(); err != nil {
 			return err
