@@ -34,8 +34,6 @@ const (
 	kdfPassphrase = "passphrase"
 	// chunkSize is the plaintext of one sealed chunk.
 	chunkSize = 1 << 20
-	// maxHeader bounds the header line read back.
-	maxHeader = 4096
 )
 
 type backupHeader struct {

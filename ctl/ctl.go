@@ -64,6 +64,7 @@ func exitWith(code int, err error) error { return &exitError{code: code, err: er
 // usageError reports a wrong command line of cmd, pointing at its help.
 func usageError(cmd *cli.Command, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
+	//lint:ignore ST1005 printed to the user as is: its last line is the hint to --help
 	return exitWith(exitUsage, fmt.Errorf("%s\nRun '%s --help' for usage.", msg, cmd.FullName()))
 }
 

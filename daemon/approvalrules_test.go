@@ -70,9 +70,13 @@ func TestApprovalRulesEndToEnd(t *testing.T) {
 	}
 	a.must(http.StatusConflict, "POST", "/api/v1/conversations/"+conv+"/approvals/"+asked.ID+"/rule", nil, nil)
 
-	// 3: the user's rule approves the next touch.
+	// 3: the user's rule approves the next touch: after the card's
+	// decision, the next one comes with no approval asked.
 	evs = s.until(agentcore.EventApprovalDecided, 60*time.Second)
-	evs = s.until(agentcore.EventApprovalDecided, 60*time.Second)
+	if d := decodeApproval(t, evs[len(evs)-1]); d.ID != asked.ID {
+		t.Fatalf("decided %+v before the card's approval %s", d, asked.ID)
+	}
+	evs = append(evs, s.until(agentcore.EventApprovalDecided, 60*time.Second)...)
 	third := decodeApproval(t, evs[len(evs)-1])
 	for _, ev := range evs {
 		if ev.Type == agentcore.EventApprovalPending {

@@ -42,6 +42,7 @@ func testServer() {
 	s := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
 	sdk.AddTool(s, &sdk.Tool{Name: "ask"}, func(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, any, error) {
 		var out []string
+		//lint:ignore SA1019 sampling is deprecated (SEP-2577) but still functional: servers may ask, and the client must refuse
 		_, err := req.Session.CreateMessage(ctx, &sdk.CreateMessageParams{MaxTokens: 10, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}})
 		out = append(out, fmt.Sprintf("sampling refused=%v (%v)", err != nil, err))
 		_, err = req.Session.Elicit(ctx, &sdk.ElicitParams{Message: "your password?", RequestedSchema: &jsonschemaObject})
@@ -55,6 +56,7 @@ func testServer() {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "the client answered"}}}, nil, nil
 		}
 		return &sdk.CallToolResult{InputRequests: sdk.InputRequestMap{
+			//lint:ignore SA1019 sampling is deprecated (SEP-2577) but still functional: servers may ask, and the client must refuse
 			"s": &sdk.CreateMessageParams{MaxTokens: 10, Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}},
 			"e": &sdk.ElicitParams{Message: "your password?", RequestedSchema: &jsonschemaObject},
 		}}, nil, nil

@@ -76,11 +76,15 @@ func (t *callTool) call(ctx context.Context, args map[string]any) (string, error
 
 // inputKind names what a server's input request asks for.
 func inputKind(r sdk.InputRequest) string {
+	// Sampling and roots are deprecated (SEP-2577) but still functional:
+	// while servers may ask for them, the refusal names what they asked.
 	switch r.(type) {
+	//lint:ignore SA1019 see above
 	case *sdk.CreateMessageParams, *sdk.CreateMessageWithToolsParams:
 		return "sampling (a completion from our model)"
 	case *sdk.ElicitParams:
 		return "elicitation (input from the user)"
+	//lint:ignore SA1019 see above
 	case *sdk.ListRootsParams:
 		return "roots"
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +65,16 @@ func gitT(dir string, stdin io.Reader, args ...string) (string, error) {
 	return strings.TrimSpace(out.String()), nil
 }
 
+// goRoot is the GOROOT of the go command on PATH: the tests read its
+// source tree.
+var goRoot = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %v", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+})
+
 // goTreeRepo returns the Go tree repository, building it on first use.
 func goTreeRepo(t testing.TB) goTree {
 	t.Helper()
@@ -94,12 +103,16 @@ func buildGoTree() goTree {
 	if _, err := gitT(testDir, nil, "init", "-q", "--bare", g.dir); err != nil {
 		return goTree{err: err}
 	}
+	root, err := goRoot()
+	if err != nil {
+		return goTree{err: err}
+	}
 	// One fast-import stream (a pack, not 11k loose objects): building
 	// the repository costs about as much as reading the tree.
-	src := filepath.Join(runtime.GOROOT(), "src")
+	src := filepath.Join(root, "src")
 	var stream, second bytes.Buffer
 	stream.WriteString("commit refs/heads/main\nmark :1\ncommitter t <t@example.org> 1700000000 +0000\ndata 8\ngo tree\n")
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}

@@ -3,7 +3,6 @@ package retrieval
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"unicode"
@@ -57,8 +56,12 @@ func identifiers(s string, f func(id string)) {
 func TestTermsMatchWords(t *testing.T) {
 	texts := []string{"", "a", "_", "__x__", "HTTPServer", "parseConfig parse_config", "ÉtéCafé_x", "utf8 SHA256sum x509Cert",
 		"A_B_C", "aB", "ABc", "ab_CD_ef", "get2XValue", "The IS x _i_ é Été the_ isValid", strings.Repeat("x", maxToken+1) + " y", "naïveCase_über", "日本語テキスト abc"}
-	files, _ := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", "strings", "*.go"))
-	files = append(files, filepath.Join(runtime.GOROOT(), "src", "unicode", "tables.go"))
+	root, err := goRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "src", "strings", "*.go"))
+	files = append(files, filepath.Join(root, "src", "unicode", "tables.go"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
