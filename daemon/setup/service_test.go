@@ -1,0 +1,380 @@
+package setup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+	"gorm.io/gorm"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/repos"
+	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
+)
+
+func TestMain(m *testing.M) {
+	sandboxkit.Main()
+	os.Exit(m.Run())
+}
+
+// fixture is a Service over a real database, repository mirror and
+// sandbox, with one repository whose setup.sh is script.
+type fixture struct {
+	t      *testing.T
+	db     *gorm.DB
+	convs  *store.Conversations
+	repo   repos.Repository
+	commit string
+	s      *Service
+	dir    string
+	log    *sandboxtest.Buffer
+
+	mu     sync.Mutex
+	events []published // in order
+	wake   chan struct{}
+}
+
+func newFixture(t *testing.T, script string) *fixture {
+	t.Helper()
+	sandboxtest.RequireUnprivileged(t)
+	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { overlay.RemoveAll(dir) })
+	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
+	gitRun(t, dir, "init", "-q", "-b", "main", work)
+	if err := os.WriteFile(filepath.Join(work, "setup.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, work, "add", "-A")
+	gitRun(t, work, "commit", "-q", "-m", "setup")
+	gitRun(t, dir, "clone", "-q", "--bare", work, bare)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := store.Open(ctx, filepath.Join(dir, store.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := jobs.New(db, jobs.Options{Poll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, err := secrets.New(db, secrets.NewKeyring("", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := repos.Open(repos.Options{DB: db, Queue: q, Secrets: sec, Dir: filepath.Join(dir, "repos")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	go func() { defer close(queued); q.Run(ctx) }()
+	convs, err := store.NewConversations(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, db: db, convs: convs, dir: filepath.Join(dir, "setups"), log: &sandboxtest.Buffer{}, wake: make(chan struct{}, 1)}
+	f.s, err = Open(ctx, Options{
+		Dir: f.dir, DB: db, Conversations: convs, Repositories: rs, Publish: f.publish,
+		Launching: func(context.Context, sandboxkit.LaunchRecord) error { return nil },
+		Log:       hclog.New(&hclog.LoggerOptions{Output: f.log}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last first: the setups end, then the queue, then
+	// the database closes.
+	t.Cleanup(func() { store.Close(db) })
+	t.Cleanup(func() { cancel(); <-queued })
+	t.Cleanup(f.s.Close)
+
+	if f.repo, err = rs.Add(ctx, repos.Add{Name: "demo", URL: "file://" + bare, RunSetup: true}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := rs.Sync(ctx, f.repo.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); j.Status != jobs.StatusSucceeded; time.Sleep(10 * time.Millisecond) {
+		if j, err = q.Get(ctx, j.ID); err != nil || j.Status == jobs.StatusFailed || time.Now().After(deadline) {
+			t.Fatalf("sync: %+v %v", j, err)
+		}
+	}
+	if f.repo, err = rs.Get(ctx, f.repo.ID); err != nil {
+		t.Fatal(err)
+	}
+	if f.commit, err = rs.Resolve(ctx, f.repo, ""); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func gitRun(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@x", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@x")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v %s", args, err, out)
+	}
+}
+
+// published is an event a setup told its conversation of.
+type published struct {
+	conversation, typ string
+	data              any
+}
+
+func (f *fixture) publish(conversation, typ string, data any) {
+	f.mu.Lock()
+	f.events = append(f.events, published{conversation, typ, data})
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// output is the setup_output the conversation was told of so far.
+func (f *fixture) output() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range f.events {
+		if o, ok := ev.data.(agentcore.SetupOutput); ok {
+			b.WriteString(o.Text)
+		}
+	}
+	return b.String()
+}
+
+// waitOutput waits until the setup's output has text.
+func (f *fixture) waitOutput(text string) {
+	f.t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for !strings.Contains(f.output(), text) {
+		select {
+		case <-f.wake:
+		case <-timeout:
+			f.t.Fatalf("no %q in the setup's output %q", text, f.output())
+		}
+	}
+}
+
+// start creates a conversation on the repository, its setup row in the
+// same transaction, and starts its setup.
+func (f *fixture) start() store.Conversation {
+	f.t.Helper()
+	c, err := f.convs.CreateWith(context.Background(), "user_1", store.New{Repository: f.repo.ID, BaseCommit: f.commit},
+		func(tx *gorm.DB, c store.Conversation) error { return f.s.Record(tx, c.ID, f.repo) })
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.s.Start(c.UserID, c.ID)
+	return c
+}
+
+func (f *fixture) row(conversation string) setupRow {
+	f.t.Helper()
+	var row setupRow
+	if err := f.db.Where("conversation = ?", conversation).Take(&row).Error; err != nil {
+		f.t.Fatal(err)
+	}
+	return row
+}
+
+func layerNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// The layer a setup makes is the one its conversation's row names, so
+// the GC keeps it while the conversation lives, and removes it (and the
+// row) once it is deleted.
+func TestGCKeepsTheLayerASetupMade(t *testing.T) {
+	f := newFixture(t, "# codumentor-setup-outputs: out\nmkdir out && echo made > out/f\n")
+	c := f.start()
+	layers, err := f.s.Layers(context.Background(), c.UserID, c.ID)
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("Layers: %v %v", layers, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(layers[0], "out", "f")); err != nil || string(b) != "made\n" {
+		t.Fatalf("the layer's output: %q %v", b, err)
+	}
+	if row := f.row(c.ID); row.Status != setupOK || f.s.layerDir(row.Key) != layers[0] {
+		t.Fatalf("row %+v for layer %s", row, layers[0])
+	}
+	removed, err := f.s.GC(context.Background())
+	if err != nil || len(removed) != 0 {
+		t.Fatalf("GC of a used layer removed %v, %v", removed, err)
+	}
+	if _, err := os.Stat(layers[0]); err != nil {
+		t.Fatalf("the used layer is gone: %v", err)
+	}
+	if err := f.convs.Delete(context.Background(), c.UserID, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	removed, err = f.s.GC(context.Background())
+	if err != nil || len(removed) != 1 || removed[0] != filepath.Base(layers[0]) {
+		t.Fatalf("GC of an unused layer removed %v, %v", removed, err)
+	}
+	if names := layerNames(t, f.dir); len(names) != 0 {
+		t.Fatalf("left in the setups directory: %v", names)
+	}
+}
+
+// A setup whose row cannot be made to name its layer's key (which keeps
+// the layer from the GC) fails, saying so, and makes no layer.
+func TestSetupFailsWhenItsLayerCannotBeProtected(t *testing.T) {
+	f := newFixture(t, "# codumentor-setup-outputs: out\nmkdir out && echo made > out/f\n")
+	var failed atomic.Bool
+	err := f.db.Callback().Update().Before("gorm:update").Register("test:fail-protect", func(tx *gorm.DB) {
+		if tx.Statement.Table == "conversation_setups" && failed.CompareAndSwap(false, true) {
+			tx.AddError(errors.New("disk I/O error"))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.start()
+	layers, err := f.s.Layers(context.Background(), c.UserID, c.ID)
+	if err == nil || !strings.Contains(err.Error(), "the setup could not be recorded") || len(layers) != 0 {
+		t.Fatalf("Layers: %v %v; want the setup failed", layers, err)
+	}
+	if !failed.Load() {
+		t.Fatal("the update was not made")
+	}
+	if row := f.row(c.ID); row.Status != setupFailed || row.Key != "" {
+		t.Fatalf("row %+v; want failed", row)
+	}
+	if names := layerNames(t, f.dir); len(names) != 0 {
+		t.Fatalf("a layer was made: %v", names)
+	}
+	if !strings.Contains(f.log.String(), "disk I/O error") {
+		t.Fatalf("the log does not say why: %s", f.log.String())
+	}
+}
+
+// Close stops a running setup and returns once it has ended: its
+// sandbox is gone, nothing is told or written after, and its row stays
+// running for the next start.
+func TestCloseJoinsARunningSetup(t *testing.T) {
+	arg := fmt.Sprintf("1700.%09d", time.Now().UnixNano()%1e9)
+	f := newFixture(t, "sleep "+arg+" &\nuntil grep -qa "+arg+" /proc/$!/cmdline; do :; done\necho started\nwait\n")
+	c := f.start()
+	f.waitOutput("started\n")
+	pidfd := sleeper(t, arg)
+	closed := make(chan struct{})
+	go func() { f.s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Close did not return")
+	}
+	if !exited(pidfd) {
+		t.Fatal("the setup's sandbox still runs after Close returned")
+	}
+	f.mu.Lock()
+	told := len(f.events)
+	f.mu.Unlock()
+	if row := f.row(c.ID); row.Status != setupRunning {
+		t.Fatalf("row %+v; want still running", row)
+	}
+	// Nothing starts any more.
+	if _, err := f.s.Layers(context.Background(), c.UserID, c.ID); !errors.Is(err, errStopped) {
+		t.Fatalf("Layers after Close: %v", err)
+	}
+	f.s.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.events) != told {
+		t.Fatalf("events after Close: %v", f.events[told:])
+	}
+	if slices.ContainsFunc(f.events, func(ev published) bool { return ev.typ == agentcore.EventSetupFailed }) {
+		t.Fatalf("a stopped setup was told as failed: %v", f.events)
+	}
+	if s := f.log.String(); strings.Contains(s, "[ERROR]") {
+		t.Fatalf("errors logged: %s", s)
+	}
+}
+
+// sleeper returns a pidfd of the one process running "sleep arg".
+func sleeper(t *testing.T, arg string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && string(b) == "sleep\x00"+arg+"\x00" {
+			var pid int
+			fmt.Sscanf(p, "/proc/%d/cmdline", &pid)
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("processes running sleep %s: %v, want one", arg, pids)
+	}
+	fd, err := unix.PidfdOpen(pids[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// exited reports whether the process of pidfd has ended.
+func exited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err != unix.EINTR {
+			return n == 1
+		}
+	}
+}
+
+// A conversation's setup row is made in the transaction that creates
+// it: when it cannot be, no conversation is left.
+func TestRecordIsPartOfTheConversation(t *testing.T) {
+	f := newFixture(t, "true\n")
+	err := f.db.Callback().Create().Before("gorm:create").Register("test:fail-setup-row", func(tx *gorm.DB) {
+		if tx.Statement.Table == "conversation_setups" {
+			tx.AddError(errors.New("disk I/O error"))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.convs.CreateWith(context.Background(), "user_1", store.New{Repository: f.repo.ID, BaseCommit: f.commit},
+		func(tx *gorm.DB, c store.Conversation) error { return f.s.Record(tx, c.ID, f.repo) })
+	if err == nil || !strings.Contains(err.Error(), "disk I/O error") {
+		t.Fatalf("CreateWith: %v", err)
+	}
+	if cs, err := f.convs.List(context.Background(), "user_1", 10); err != nil || len(cs) != 0 {
+		t.Fatalf("conversations left: %v %v", cs, err)
+	}
+}
