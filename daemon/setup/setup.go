@@ -114,7 +114,8 @@ type setupRow struct {
 
 func (setupRow) TableName() string { return "conversation_setups" }
 
-// Options are what a Service needs; all are required but OnEgress.
+// Options are what a Service needs; all are required but OnEgress,
+// EgressCaps and Log.
 type Options struct {
 	// Dir holds the setup layers (<workspaces>/setups).
 	Dir           string
@@ -213,6 +214,9 @@ func Open(ctx context.Context, o Options) (*Service, error) {
 	if err := db.Model(&setupRow{}).Where("status = ? AND key NOT LIKE ?", setupOK, "%"+setupKeyFormat+"%").
 		Update("status", setupRunning).Error; err != nil {
 		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
+	}
+	if o.Log == nil {
+		o.Log = hclog.NewNullLogger()
 	}
 	s := &Service{
 		dir: o.Dir, db: db, convs: o.Conversations, repos: o.Repositories, publish: o.Publish,
