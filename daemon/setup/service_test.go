@@ -45,6 +45,8 @@ type fixture struct {
 	dir    string
 	log    *sandboxtest.Buffer
 
+	launches atomic.Int32 // setup sandboxes started
+
 	mu     sync.Mutex
 	events []published // in order
 	wake   chan struct{}
@@ -93,7 +95,7 @@ func newFixture(t *testing.T, script string) *fixture {
 	f := &fixture{t: t, db: db, convs: convs, dir: filepath.Join(dir, "setups"), log: &sandboxtest.Buffer{}, wake: make(chan struct{}, 1)}
 	f.s, err = Open(ctx, Options{
 		Dir: f.dir, DB: db, Conversations: convs, Repositories: rs, Publish: f.publish,
-		Launching: func(context.Context, sandboxkit.LaunchRecord) error { return nil },
+		Launching: func(context.Context, sandboxkit.LaunchRecord) error { f.launches.Add(1); return nil },
 		Log:       hclog.New(&hclog.LoggerOptions{Output: f.log}),
 	})
 	if err != nil {
@@ -245,6 +247,54 @@ func TestGCKeepsTheLayerASetupMade(t *testing.T) {
 	}
 	if names := layerNames(t, f.dir); len(names) != 0 {
 		t.Fatalf("left in the setups directory: %v", names)
+	}
+}
+
+// Conversations whose setups have one key wait for one run of the
+// script, however many start while it waits for a slot.
+func TestSetupsOfOneKeyRunOnce(t *testing.T) {
+	f := newFixture(t, "# codumentor-setup-outputs: out\nmkdir out && echo made > out/f\n")
+	// Both slots are taken: the first setup waits for one.
+	ctx := context.Background()
+	var releases []func()
+	for range maxSetupsRunning {
+		_, release, err := f.s.slots.acquire(ctx, "user_2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, release)
+	}
+	a, b := f.start(), f.start()
+	waiting := func() int {
+		f.s.mu.Lock()
+		defer f.s.mu.Unlock()
+		n := 0
+		for _, build := range f.s.builds {
+			n += len(build.waiters)
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); waiting() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d conversations wait for a run; want 2", waiting())
+		}
+	}
+	if n := len(f.s.builds); n != 1 {
+		t.Fatalf("%d runs for one key", n)
+	}
+	for _, release := range releases {
+		release()
+	}
+	la, err := f.s.Layers(ctx, a.UserID, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := f.s.Layers(ctx, b.UserID, b.ID)
+	if err != nil || len(la) != 1 || !slices.Equal(la, lb) {
+		t.Fatalf("layers %v and %v (%v); want one shared", la, lb, err)
+	}
+	if n := f.launches.Load(); n != 1 {
+		t.Fatalf("the script ran %d times; want once", n)
 	}
 }
 
