@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,9 +18,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/agentcore"
-	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
-	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/repos/repostest"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
@@ -34,7 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 // fixture is a Service over a real database, repository mirror and
-// sandbox, with one repository whose setup.sh is script.
+// sandbox, with one repository (run_setup) whose setup.sh is script.
 type fixture struct {
 	t      *testing.T
 	db     *gorm.DB
@@ -60,39 +58,22 @@ func newFixture(t *testing.T, script string) *fixture {
 	}
 	dir := t.TempDir()
 	t.Cleanup(func() { overlay.RemoveAll(dir) })
-	work, bare := filepath.Join(dir, "work"), filepath.Join(dir, "remote.git")
-	gitRun(t, dir, "init", "-q", "-b", "main", work)
-	if err := os.WriteFile(filepath.Join(work, "setup.sh"), []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitRun(t, work, "add", "-A")
-	gitRun(t, work, "commit", "-q", "-m", "setup")
-	gitRun(t, dir, "clone", "-q", "--bare", work, bare)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	db, err := store.Open(ctx, filepath.Join(dir, store.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := jobs.New(db, jobs.Options{Poll: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec, err := secrets.New(db, secrets.NewKeyring("", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := repos.Open(repos.Options{DB: db, Queue: q, Secrets: sec, Dir: filepath.Join(dir, "repos")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	queued := make(chan struct{})
-	go func() { defer close(queued); q.Run(ctx) }()
+	// Cleanups run last first: the setups end, then the queue, then
+	// the database closes.
+	t.Cleanup(func() { store.Close(db) })
+	t.Cleanup(cancel)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, db: db, convs: convs, dir: filepath.Join(dir, "setups"), log: &sandboxtest.Buffer{}, wake: make(chan struct{}, 1)}
+	var rs *repos.Service
+	rs, f.repo, f.commit = repostest.Synced(t, db, filepath.Join(dir, "repo"), map[string]string{"setup.sh": script}, repos.Add{Name: "demo", RunSetup: true})
 	f.s, err = Open(ctx, Options{
 		Dir: f.dir, DB: db, Conversations: convs, Repositories: rs, Publish: f.publish,
 		Launching: func(context.Context, sandboxkit.LaunchRecord) error { f.launches.Add(1); return nil },
@@ -101,41 +82,8 @@ func newFixture(t *testing.T, script string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Cleanups run last first: the setups end, then the queue, then
-	// the database closes.
-	t.Cleanup(func() { store.Close(db) })
-	t.Cleanup(func() { cancel(); <-queued })
 	t.Cleanup(f.s.Close)
-
-	if f.repo, err = rs.Add(ctx, repos.Add{Name: "demo", URL: "file://" + bare, RunSetup: true}); err != nil {
-		t.Fatal(err)
-	}
-	j, err := rs.Sync(ctx, f.repo.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(2 * time.Minute); j.Status != jobs.StatusSucceeded; time.Sleep(10 * time.Millisecond) {
-		if j, err = q.Get(ctx, j.ID); err != nil || j.Status == jobs.StatusFailed || time.Now().After(deadline) {
-			t.Fatalf("sync: %+v %v", j, err)
-		}
-	}
-	if f.repo, err = rs.Get(ctx, f.repo.ID); err != nil {
-		t.Fatal(err)
-	}
-	if f.commit, err = rs.Resolve(ctx, f.repo, ""); err != nil {
-		t.Fatal(err)
-	}
 	return f
-}
-
-func gitRun(t *testing.T, dir string, args ...string) {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@x", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@x")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git %v: %v %s", args, err, out)
-	}
 }
 
 // published is an event a setup told its conversation of.
