@@ -188,20 +188,6 @@ func (s *Conversations) CreateWith(ctx context.Context, user string, n New, also
 	return c, nil
 }
 
-// SetRepository records the repository and base commit that user's
-// conversation id starts on.
-func (s *Conversations) SetRepository(ctx context.Context, user, id, repository, commit string) error {
-	res := s.db.WithContext(ctx).Model(&Conversation{}).Where("id = ? AND user_id = ?", id, user).
-		Updates(map[string]any{"repository": repository, "base_commit": commit})
-	if res.Error != nil {
-		return fmt.Errorf("store: recording a conversation's repository: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return ErrNotFound
-	}
-	return nil
-}
-
 // RepositoryCommits returns every (repository, base commit) pair that a
 // conversation uses, each as name gives it (repos.SnapshotName: the
 // name the snapshots' GC keeps).
