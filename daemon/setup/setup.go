@@ -1,7 +1,8 @@
-// Package setup runs repositories' project setup scripts. A repository with run_setup has its setup.sh
-// (or .codumentor/setup.sh) run in the setup sandbox over the snapshot of
-// a new conversation's commit, in the background from the conversation's
-// creation; the workspace tools wait for it. Of the script's upper layer
+// Package setup runs the repositories' project setup scripts. A
+// repository with run_setup has its setup.sh (or .codumentor/setup.sh)
+// run in the setup sandbox over the snapshot of a new conversation's
+// commit, in the background from the conversation's creation; the
+// workspace tools wait for it. Of the script's upper layer
 // only the outputs it declares on a comment line
 //
 //	# codumentor-setup-outputs: node_modules .venv
