@@ -130,6 +130,14 @@ func (e *Engine) midLayers(ctx context.Context, user, conversation string) ([]st
 	return l, nil
 }
 
+// awaitLayers waits for call's conversation's read-only layers (a
+// project setup may take half an hour) before its workspace lock is
+// taken: workspaceLayers then finds them made.
+func (e *Engine) awaitLayers(ctx context.Context, call *Call) error {
+	_, err := e.midLayers(ctx, call.User, call.Conversation)
+	return err
+}
+
 // reversed returns a copy of l in reverse order (view.mid is top first).
 func reversed(l []string) []string {
 	r := make([]string, len(l))

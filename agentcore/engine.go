@@ -500,6 +500,15 @@ type workspace struct {
 func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) {
 	c := e.conv(call.wsKey())
 	c.wsMu.Lock()
+	if c.ws != nil && c.ws.sess.Err() == nil {
+		defer c.wsMu.Unlock()
+		return c.ws, nil
+	}
+	c.wsMu.Unlock()
+	if err := e.awaitLayers(ctx, call); err != nil {
+		return nil, err
+	}
+	c.wsMu.Lock()
 	defer c.wsMu.Unlock()
 	if c.ws != nil && c.ws.sess.Err() == nil {
 		return c.ws, nil

@@ -41,6 +41,9 @@ var ErrCopyBack = errors.New("the changes made in the copy of the workspace coul
 // RunOnCopy returns. A changes error wraps ErrCopyBack and takes
 // precedence over run's.
 func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Context, dir string) error) error {
+	if err := e.awaitLayers(ctx, c); err != nil {
+		return err
+	}
 	cv := e.conv(c.wsKey())
 	cv.wsMu.Lock()
 	defer cv.wsMu.Unlock()

@@ -94,6 +94,9 @@ func (e *Engine) startWorkspaceCommand(cmd *sandboxkit.Cmd, w WorkspaceCommand) 
 // starts until w ends: the conversation's workspace lock is held.
 // The returned release ends that, once the command was waited for.
 func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand) (*sandboxkit.Cmd, func(), error) {
+	if err := e.awaitLayers(ctx, c); err != nil {
+		return nil, nil, err
+	}
 	cv := e.conv(c.wsKey())
 	cv.wsMu.Lock()
 	started := false

@@ -38,6 +38,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
+	"github.com/codumentor/codumentor/daemon/setup"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/integrations/ldap"
@@ -255,19 +256,21 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
-	if trees.setups, err = openSetups(ctx, filepath.Join(inst.WorkspacesDir(), "setups"), db, &setups{
-		convs: convs, repos: s.repos, log: log.Named("setup"),
-		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
-		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: setupLimits(cfg),
-		launching: launchRecorder(db, s.sandboxes),
+	if trees.setups, err = setup.Open(ctx, setup.Options{
+		Dir: filepath.Join(inst.WorkspacesDir(), "setups"), DB: db,
+		Conversations: convs, Repositories: s.repos, Log: log.Named("setup"),
+		Publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
+		Bwrap:   cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: setupLimits(cfg),
+		Launching: launchRecorder(db, s.sandboxes),
+		OnEgress:  egressCount.observer("setup"), EgressCaps: cfg.Sandbox.Egress.Options(),
 	}); err != nil {
 		return nil, err
 	}
-	s.queue.Handle(kindSetupGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
-		removed, err := trees.setups.gc(ctx)
+	s.queue.Handle(setup.KindGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
+		removed, err := trees.setups.GC(ctx)
 		return map[string][]string{"removed": removed}, err
 	})
-	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), kindSetupGC, nil)
+	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil)
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
 		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling, ContextWindow: cfg.LLM.ContextWindow})
@@ -288,7 +291,6 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
 	approver := &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs}
-	trees.setups.onEgress, trees.setups.egressCaps = egressCount.observer("setup"), cfg.Sandbox.Egress.Options()
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
 		Model:            s.turnModel(convs),
@@ -365,7 +367,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Usage:         s.usage,
 		Search:        s.search,
 		Diagrams:      s.diagrams,
-		StartSetup:    trees.setups.Start,
+		Setups:        trees.setups,
 
 		TrustedProxies: proxies,
 		DB:             db,
@@ -485,6 +487,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 		}
 		err = nil
 	}
+	s.trees.setups.Close()
 	s.engine.Close()
 	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
 		s.log.Warn("job queue", "err", qerr)
@@ -611,10 +614,10 @@ type trees struct {
 	dir    string
 	convs  *store.Conversations
 	repos  *repos.Service
-	setups *setups
+	setups *setup.Service
 }
 
-// Layers is the conversation's project setup layer, if any (setup.go).
+// Layers is the conversation's project setup layer, if any.
 func (t *trees) Layers(ctx context.Context, user, conversation string) ([]string, error) {
 	return t.setups.Layers(ctx, user, conversation)
 }
@@ -674,7 +677,9 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 		return nil, err
 	}
 	q.Handle(repos.KindSnapshotGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
-		removed, err := r.GCSnapshots(ctx, convs.RepositoryCommits)
+		removed, err := r.GCSnapshots(ctx, func(ctx context.Context) (map[string]bool, error) {
+			return convs.RepositoryCommits(ctx, repos.SnapshotName)
+		})
 		return map[string][]string{"removed": removed}, err
 	})
 	q.Every("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil)

@@ -45,13 +45,22 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
+// Setups runs the project setups (daemon/setup.Service).
+type Setups interface {
+	// Record records, in tx (the transaction creating conversation on
+	// r), that its setup is to run if r has run_setup; its error undoes
+	// the conversation.
+	Record(tx *gorm.DB, conversation string, r repos.Repository) error
+	// Start begins the setup Record recorded, once tx is committed; it
+	// returns at once.
+	Start(user, conversation string)
+}
+
 // Deps are what the API serves. All are required but Registry.
 type Deps struct {
-	// StartSetup, if set, begins the project setup of a conversation
-	// just started on a repository (in the background). Its error means
-	// the setup could not even be recorded: the conversation must not
-	// be kept (its tools would run without the setup).
-	StartSetup    func(user, conversation string) error
+	// Setups, if set, runs the project setup of conversations started
+	// on a repository with run_setup.
+	Setups        Setups
 	Conversations *store.Conversations
 	Users         *auth.Users
 	Login         *auth.Authenticator

@@ -35,6 +35,12 @@ type testAPI struct {
 
 func startAPI(tb testing.TB, immutable bool) *testAPI {
 	tb.Helper()
+	return startAPIWith(tb, immutable, nil)
+}
+
+// startAPIWith is startAPI with more of the Deps, which with sets.
+func startAPIWith(tb testing.TB, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
+	tb.Helper()
 	dir := tb.TempDir()
 	db, err := store.Open(context.Background(), filepath.Join(dir, "test.db"))
 	if err != nil {
@@ -63,7 +69,11 @@ func startAPI(tb testing.TB, immutable bool) *testAPI {
 	}
 	var tp atomic.Pointer[auth.Tokens]
 	tp.Store(tokens)
-	s := newServer(Deps{Conversations: convs, Users: users, Tokens: &tp}, immutable)
+	d := Deps{Conversations: convs, Users: users, Tokens: &tp}
+	if with != nil {
+		with(db, dir, &d)
+	}
+	s := newServer(d, immutable)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/store"
 )
 
@@ -123,7 +124,17 @@ func (s *Server) forkConversation(c *fiber.Ctx) error {
 	} else {
 		title = "" // proposed from its first message
 	}
-	conv, err := s.d.Conversations.Create(c.UserContext(), src.UserID, title)
+	n := store.New{Title: title, Mode: src.Mode, ModelProfile: src.ModelProfile}
+	var repo repos.Repository
+	if src.Repository != "" {
+		// The caller must still be allowed to start on the repository.
+		r, commit, err := s.startOnRepository(c, src.Repository, src.BaseCommit)
+		if err != nil {
+			return err
+		}
+		repo, n.Repository, n.BaseCommit = r, r.ID, commit
+	}
+	conv, err := s.newConversation(c, src.UserID, n, repo)
 	if err != nil {
 		return err
 	}
@@ -133,37 +144,11 @@ func (s *Server) forkConversation(c *fiber.Ctx) error {
 			s.log.Warn("removing a fork that failed", "conversation", conv.ID, "err", derr)
 		}
 	}
-	if src.Mode != "" {
-		if err := s.d.Conversations.SetMode(c.UserContext(), conv.UserID, conv.ID, src.Mode); err != nil {
-			undo()
-			return err
+	if n.Repository != "" {
+		if err := s.attachRepository(c, &conv, repo); err != nil {
+			return err // conv is removed
 		}
-		conv.Mode = src.Mode
-	}
-	if src.ModelProfile != "" {
-		if err := s.d.Conversations.SetModelProfile(c.UserContext(), conv.UserID, conv.ID, src.ModelProfile); err != nil {
-			undo()
-			return err
-		}
-		conv.ModelProfile = src.ModelProfile
-	}
-	if src.Repository != "" {
-		// The caller must still be allowed to start on the repository.
-		repo, commit, err := s.startOnRepository(c, src.Repository, src.BaseCommit)
-		if err == nil {
-			err = s.attachRepository(c, &conv, repo, commit) // removes conv on failure
-		} else {
-			undo()
-		}
-		if err != nil {
-			return err
-		}
-		if s.d.StartSetup != nil {
-			if err := s.d.StartSetup(conv.UserID, conv.ID); err != nil {
-				undo()
-				return err
-			}
-		}
+		s.startSetup(conv, repo)
 	}
 	if err := s.d.Engine.Fork(c.UserContext(), conv.UserID, src.ID, mid, conv.ID); err != nil {
 		undo()

@@ -180,40 +180,28 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	conv, err := s.d.Conversations.Create(c.UserContext(), user(c).ID, req.Title)
+	n := store.New{Title: req.Title, ModelProfile: req.ModelProfile}
+	if req.Mode == store.ModeHostReadOnly {
+		n.Mode = req.Mode
+	}
+	if commit != "" {
+		n.Repository, n.BaseCommit = repo.ID, commit
+	}
+	conv, err := s.newConversation(c, user(c).ID, n, repo)
 	if errors.Is(err, store.ErrBadTitle) {
 		return badRequest("%v", err)
 	}
 	if err != nil {
 		return err // the store's failure is for the log only
 	}
-	if req.Mode == store.ModeHostReadOnly {
-		if err := s.d.Conversations.SetMode(c.UserContext(), user(c).ID, conv.ID, req.Mode); err != nil {
-			s.d.Conversations.Delete(c.UserContext(), user(c).ID, conv.ID)
-			return err
-		}
-		conv.Mode = req.Mode
+	if conv.Mode == store.ModeHostReadOnly {
 		s.log.Info("host read-only investigation created", "conversation", conv.ID, "user", user(c).Name)
 	}
-	if req.ModelProfile != "" {
-		if err := s.d.Conversations.SetModelProfile(c.UserContext(), user(c).ID, conv.ID, req.ModelProfile); err != nil {
-			s.d.Conversations.Delete(c.UserContext(), user(c).ID, conv.ID)
-			return err
-		}
-		conv.ModelProfile = req.ModelProfile
-	}
 	if commit != "" {
-		if err := s.attachRepository(c, &conv, repo, commit); err != nil {
+		if err := s.attachRepository(c, &conv, repo); err != nil {
 			return err
 		}
-		if s.d.StartSetup != nil {
-			if err := s.d.StartSetup(conv.UserID, conv.ID); err != nil {
-				if derr := s.d.Conversations.Delete(c.UserContext(), conv.UserID, conv.ID); derr != nil {
-					s.log.Warn("removing a conversation whose setup was not recorded", "conversation", conv.ID, "err", derr)
-				}
-				return err // for the log only: a generic 500
-			}
-		}
+		s.startSetup(conv, repo)
 	}
 	return c.Status(http.StatusCreated).JSON(conv)
 }

@@ -163,16 +163,13 @@ func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.
 	return r, commit, nil
 }
 
-// attachRepository records the conversation's repository and prepares
-// its snapshot; on failure the conversation is removed again, unless the
+// attachRepository prepares the snapshot of the conversation's
+// repository; on failure the conversation is removed again, unless the
 // repository runs a setup (its failure then disables the tools).
-func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repos.Repository, commit string) error {
+func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repos.Repository) error {
 	ctx := audit.ForConversation(c.UserContext(), conv.UserID, conv.ID)
-	err := s.d.Conversations.SetRepository(ctx, conv.UserID, conv.ID, r.ID, commit)
-	if err == nil {
-		_, err = s.d.Repositories.Snapshot(ctx, r.ID, commit)
-	}
-	if errors.Is(err, repos.ErrSnapshot) && !errors.Is(err, repos.ErrSnapshotTooLarge) && r.RunSetup && s.d.StartSetup != nil {
+	_, err := s.d.Repositories.Snapshot(ctx, r.ID, conv.BaseCommit)
+	if errors.Is(err, repos.ErrSnapshot) && !errors.Is(err, repos.ErrSnapshotTooLarge) && r.RunSetup && s.d.Setups != nil {
 		// Its setup fails in turn, saying why: the conversation stays,
 		// with its workspace tools disabled. A tree too large is
 		// refused: no tool could ever use it.
@@ -190,7 +187,6 @@ func (s *Server) attachRepository(c *fiber.Ctx, conv *store.Conversation, r repo
 		}
 		return err
 	}
-	conv.Repository, conv.BaseCommit = r.ID, commit
 	return nil
 }
 

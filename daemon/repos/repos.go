@@ -512,7 +512,7 @@ func (s *Service) Resolve(ctx context.Context, r Repository, ref string) (string
 
 // snapshotDir is where the snapshot of a repository at commit lives.
 func (s *Service) snapshotDir(id, commit string) string {
-	return filepath.Join(s.o.Dir, "snapshots", id+"-"+commit)
+	return filepath.Join(s.o.Dir, "snapshots", SnapshotName(id, commit))
 }
 
 // ErrSnapshot is wrapped by Snapshot's error; its text names no host path.
@@ -600,7 +600,9 @@ func (s *Service) GCSnapshots(ctx context.Context, inUse func(context.Context) (
 	return removed, nil
 }
 
-// SnapshotName is the name GCSnapshots' inUse gives a snapshot.
+// SnapshotName is the name of repository id's snapshot at commit: its
+// directory's, and the one GCSnapshots' inUse must give it
+// (store.Conversations.RepositoryCommits with SnapshotName).
 func SnapshotName(id, commit string) string { return id + "-" + commit }
 
 // Push is one push through the gateway.

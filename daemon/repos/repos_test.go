@@ -181,11 +181,28 @@ func TestSnapshots(t *testing.T) {
 	if err != nil || a != b {
 		t.Fatalf("second snapshot %s, %v; want the shared %s", b, err, a)
 	}
-	name := SnapshotName(r.ID, commit)
-	if removed, err := s.GCSnapshots(ctx, func(context.Context) (map[string]bool, error) { return map[string]bool{name: true}, nil }); err != nil || len(removed) != 0 {
+	// The GC keeps what Snapshot made while a conversation is on its
+	// commit: the store names the pairs in use as Snapshot does.
+	convs, err := store.NewConversations(s.o.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := convs.CreateWith(ctx, "user_1", store.New{Repository: r.ID, BaseCommit: commit}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inUse := func(ctx context.Context) (map[string]bool, error) { return convs.RepositoryCommits(ctx, SnapshotName) }
+	if removed, err := s.GCSnapshots(ctx, inUse); err != nil || len(removed) != 0 {
 		t.Fatalf("GC of a used snapshot removed %v, %v", removed, err)
 	}
-	if removed, err := s.GCSnapshots(ctx, func(context.Context) (map[string]bool, error) { return nil, nil }); err != nil || len(removed) != 1 || removed[0] != name {
+	if _, err := os.Stat(a); err != nil {
+		t.Fatalf("the used snapshot is gone: %v", err)
+	}
+	if err := convs.Delete(ctx, "user_1", conv.ID); err != nil {
+		t.Fatal(err)
+	}
+	name := SnapshotName(r.ID, commit)
+	if removed, err := s.GCSnapshots(ctx, inUse); err != nil || len(removed) != 1 || removed[0] != name {
 		t.Fatalf("GC of an unused snapshot removed %v, %v", removed, err)
 	}
 	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {

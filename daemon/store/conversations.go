@@ -150,42 +150,55 @@ func hidden(r rune) bool { return unicode.IsControl(r) || agentcore.Invisible(r)
 // Create starts a conversation of user; an empty title is proposed from
 // its first message (see AppendMessages).
 func (s *Conversations) Create(ctx context.Context, user, title string) (Conversation, error) {
-	title, err := checkTitle(title)
+	return s.CreateWith(ctx, user, New{Title: title}, nil)
+}
+
+// New is what a conversation starts with.
+type New struct {
+	Title        string
+	Mode         string // "" or ModeHostReadOnly
+	ModelProfile string
+	// Repository and BaseCommit: see Conversation.
+	Repository, BaseCommit string
+}
+
+// CreateWith creates user's conversation n and, in the same
+// transaction, what also records with it (its setup row); also's error
+// undoes both, and is returned.
+func (s *Conversations) CreateWith(ctx context.Context, user string, n New, also func(tx *gorm.DB, c Conversation) error) (Conversation, error) {
+	title, err := checkTitle(n.Title)
 	if err != nil {
 		return Conversation{}, err
 	}
 	now := time.Now().UTC()
-	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now}
-	if err := s.db.WithContext(ctx).Create(&c).Error; err != nil {
-		return Conversation{}, fmt.Errorf("store: creating a conversation: %w", err)
+	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now,
+		Mode: n.Mode, ModelProfile: n.ModelProfile, Repository: n.Repository, BaseCommit: n.BaseCommit}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&c).Error; err != nil {
+			return fmt.Errorf("store: creating a conversation: %w", err)
+		}
+		if also != nil {
+			return also(tx, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return Conversation{}, err
 	}
 	return c, nil
 }
 
-// SetRepository records the repository and base commit that user's
-// conversation id starts on.
-func (s *Conversations) SetRepository(ctx context.Context, user, id, repository, commit string) error {
-	res := s.db.WithContext(ctx).Model(&Conversation{}).Where("id = ? AND user_id = ?", id, user).
-		Updates(map[string]any{"repository": repository, "base_commit": commit})
-	if res.Error != nil {
-		return fmt.Errorf("store: recording a conversation's repository: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return ErrNotFound
-	}
-	return nil
-}
-
 // RepositoryCommits returns every (repository, base commit) pair that a
-// conversation uses, as "<repository>-<commit>".
-func (s *Conversations) RepositoryCommits(ctx context.Context) (map[string]bool, error) {
+// conversation uses, each as name gives it (repos.SnapshotName: the
+// name the snapshots' GC keeps).
+func (s *Conversations) RepositoryCommits(ctx context.Context, name func(repository, commit string) string) (map[string]bool, error) {
 	var rows []struct{ Repository, BaseCommit string }
 	if err := s.db.WithContext(ctx).Model(&Conversation{}).Distinct("repository", "base_commit").Where("repository != ''").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("store: listing the conversations' repositories: %w", err)
 	}
 	m := make(map[string]bool, len(rows))
 	for _, r := range rows {
-		m[r.Repository+"-"+r.BaseCommit] = true
+		m[name(r.Repository, r.BaseCommit)] = true
 	}
 	return m, nil
 }

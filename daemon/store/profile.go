@@ -5,12 +5,6 @@ import (
 	"fmt"
 )
 
-// SetModelProfile records the model profile of user's conversation id,
-// just created (a conversation keeps its model profile).
-func (s *Conversations) SetModelProfile(ctx context.Context, user, id, profile string) error {
-	return s.setColumn(ctx, user, id, "model_profile", profile)
-}
-
 // setColumn sets one column of user's conversation id.
 func (s *Conversations) setColumn(ctx context.Context, user, id, column, value string) error {
 	res := s.db.WithContext(ctx).Model(&Conversation{}).Where("id = ? AND user_id = ?", id, user).Update(column, value)

@@ -1,4 +1,4 @@
-package daemon
+package setup
 
 import (
 	"context"

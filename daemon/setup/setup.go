@@ -1,4 +1,31 @@
-package daemon
+// Package setup runs the repositories' project setup scripts. A
+// repository with run_setup has its setup.sh (or .codumentor/setup.sh)
+// run in the setup sandbox over the snapshot of a new conversation's
+// commit, in the background from the conversation's creation; the
+// workspace tools wait for it. Of the script's upper layer
+// only the outputs it declares on a comment line
+//
+//	# codumentor-setup-outputs: node_modules .venv
+//
+// are kept, under <workspaces>/setups/<repository>-<key>, and stacked,
+// read-only and shared, between the snapshot and every later
+// conversation's own upper layer with the same key, so the script runs
+// once per key. The layer is shared across commits, so it must never
+// hide the repository's files: an output is a path the commit does not
+// have (checked on every commit that stacks it), and nothing else of the
+// upper layer survives (no changed or deleted files, no whiteouts).
+//
+// The key hashes the repository, the script and the files it names on
+// a comment line
+//
+//	# codumentor-setup-inputs: go.sum package-lock.json
+//
+// (paths relative to the repository root; several such lines add up), and
+// the network setting. Conversations whose setups have one key wait for
+// one run of the script, which stops when none waits any more (they were
+// deleted). A failed setup disables the conversation's workspace tools
+// with the reason; nothing ever runs outside a sandbox.
+package setup
 
 import (
 	"context"
@@ -32,35 +59,8 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// Project setup scripts. A repository with run_setup has its setup.sh
-// (or .codumentor/setup.sh) run in the setup sandbox over the snapshot of
-// a new conversation's commit, in the background from the conversation's
-// creation; the workspace tools wait for it. Of the script's upper layer
-// only the outputs it declares on a comment line
-//
-//	# codumentor-setup-outputs: node_modules .venv
-//
-// are kept, under <workspaces>/setups/<repository>-<key>, and stacked,
-// read-only and shared, between the snapshot and every later
-// conversation's own upper layer with the same key, so the script runs
-// once per key. The layer is shared across commits, so it must never
-// hide the repository's files: an output is a path the commit does not
-// have (checked on every commit that stacks it), and nothing else of the
-// upper layer survives (no changed or deleted files, no whiteouts).
-//
-// The key hashes the repository, the script and the files it names on
-// a comment line
-//
-//	# codumentor-setup-inputs: go.sum package-lock.json
-//
-// (paths relative to the repository root; several such lines add up), and
-// the network setting. Conversations whose setups have one key wait for
-// one run of the script, which stops when none waits any more (they were
-// deleted). A failed setup disables the conversation's workspace tools
-// with the reason; nothing ever runs outside a sandbox.
-
-// kindSetupGC is the job collecting unused setup layers.
-const kindSetupGC = "setup_gc"
+// KindGC is the job collecting unused setup layers (Service.GC).
+const KindGC = "setup_gc"
 
 // The comment lines naming a setup's inputs and outputs.
 const (
@@ -71,6 +71,14 @@ const (
 // setupKeyFormat separates a layer's repository and digest; layers
 // without it kept the whole upper layer.
 const setupKeyFormat = "-v2-"
+
+// layerKey is the key of repository's setup layer whose inputs hash to
+// digest (setupKey): what its conversations' rows hold, and the name of
+// its directory (layerDir), which GC keeps while a row holds the key.
+func layerKey(repository, digest string) string { return repository + setupKeyFormat + digest }
+
+// layerDir is where the layer of key lives.
+func (s *Service) layerDir(key string) string { return filepath.Join(s.dir, key) }
 
 // setupScripts are where a setup script is looked for, first match wins.
 var setupScripts = []string{".codumentor/setup.sh", "setup.sh"}
@@ -107,9 +115,35 @@ type setupRow struct {
 
 func (setupRow) TableName() string { return "conversation_setups" }
 
-// setups runs and caches the conversations' setup scripts.
-type setups struct {
+// Options are what a Service needs; all are required but OnEgress,
+// EgressCaps and Log.
+type Options struct {
+	// Dir holds the setup layers (<workspaces>/setups).
+	Dir           string
+	DB            *gorm.DB
+	Conversations *store.Conversations
+	Repositories  *repos.Service
+	// Publish records an event of a conversation (agentcore.Engine.Publish).
+	Publish func(conversation, typ string, data any)
+	// The setup sandbox's settings: runScript builds its Policy from
+	// them. Launching records each setup sandbox in the audit log
+	// (nothing starts unrecorded).
+	Bwrap     string
+	Seccomp   seccomp.Mode
+	Limits    *sandboxkit.Limits
+	Launching func(context.Context, sandboxkit.LaunchRecord) error
+	// OnEgress hears of every attempt through a setup's egress proxy
+	// (metrics), besides the conversation's egress event.
+	OnEgress func(egress.Event)
+	// EgressCaps are sandbox.egress's caps of each setup's proxy.
+	EgressCaps egress.Options
+	Log        hclog.Logger
+}
+
+// Service runs and caches the conversations' setup scripts.
+type Service struct {
 	ctx     context.Context // the server's: a setup outlives its request
+	stop    context.CancelFunc
 	dir     string
 	db      *gorm.DB
 	convs   *store.Conversations
@@ -120,11 +154,8 @@ type setups struct {
 	limits  *sandboxkit.Limits
 	// launching records each setup sandbox in the audit log (nothing
 	// starts unrecorded).
-	launching func(context.Context, sandboxkit.LaunchRecord) error
-	// onEgress hears of every attempt through a setup's egress proxy
-	// (metrics), besides the conversation's egress event.
-	onEgress func(egress.Event)
-	// egressCaps are sandbox.egress's caps of each setup's proxy.
+	launching  func(context.Context, sandboxkit.LaunchRecord) error
+	onEgress   func(egress.Event)
 	egressCaps egress.Options
 	log        hclog.Logger
 	slots      *setupSlots
@@ -132,6 +163,9 @@ type setups struct {
 	mu     sync.Mutex
 	runs   map[string]*setupRun   // by conversation, while running
 	builds map[string]*setupBuild // by key, while some conversation waits
+	closed bool                   // Close was called: nothing starts
+	// wg counts the runs' and builds' goroutines, joined by Close.
+	wg sync.WaitGroup
 	// scratch counts the setups' scratch directories in use.
 	scratch atomic.Int32
 	// layerMu orders making a layer visible against collecting layers.
@@ -152,7 +186,7 @@ type setupBuild struct {
 	done    chan struct{}
 	err     error
 	cancel  context.CancelFunc
-	waiters map[string]bool         // conversations, under setups.mu
+	waiters map[string]bool         // conversations, under Service.mu
 	started *agentcore.SetupStarted // its setup_started event, once it runs
 }
 
@@ -162,10 +196,17 @@ const errSetupDisabled = "execution tools are disabled in this conversation: "
 // errSetupAbandoned ends the setup of a deleted conversation.
 var errSetupAbandoned = errors.New("the conversation was deleted during its project setup")
 
-func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setups, error) {
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+// errStopped ends the setups the server's stop interrupts: they run
+// again after its restart (their rows stay running).
+var errStopped = errors.New(errSetupDisabled + "the server stopped during the project setup")
+
+// Open opens the setups of conversations: its setups end with ctx, or
+// Close.
+func Open(ctx context.Context, o Options) (*Service, error) {
+	if err := os.Mkdir(o.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
 	}
+	db := o.DB
 	if err := db.AutoMigrate(&setupRow{}); err != nil {
 		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
 	}
@@ -175,42 +216,56 @@ func openSetups(ctx context.Context, dir string, db *gorm.DB, s *setups) (*setup
 		Update("status", setupRunning).Error; err != nil {
 		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
 	}
-	s.ctx, s.dir, s.db = ctx, dir, db
-	s.runs, s.builds = map[string]*setupRun{}, map[string]*setupBuild{}
-	s.slots = newSetupSlots(maxSetupsRunning)
+	if o.Log == nil {
+		o.Log = hclog.NewNullLogger()
+	}
+	s := &Service{
+		dir: o.Dir, db: db, convs: o.Conversations, repos: o.Repositories, publish: o.Publish,
+		bwrap: o.Bwrap, seccomp: o.Seccomp, limits: o.Limits, launching: o.Launching,
+		onEgress: o.OnEgress, egressCaps: o.EgressCaps, log: o.Log,
+		runs: map[string]*setupRun{}, builds: map[string]*setupBuild{},
+		slots: newSetupSlots(maxSetupsRunning),
+	}
+	s.ctx, s.stop = context.WithCancel(ctx)
 	return s, nil
 }
 
-// Start begins the setup of a new conversation on a repository with
-// run_setup; it returns at once. Its error says the setup could not be
-// recorded: without its row the conversation's tools would run without
-// the setup, so the caller must not keep the conversation.
-func (s *setups) Start(user, conversation string) error {
-	c, err := s.convs.Get(s.ctx, user, conversation)
-	if err != nil {
-		return fmt.Errorf("reading the conversation for its setup: %w", err)
-	}
-	if c.Repository == "" {
-		return nil
-	}
-	r, err := s.repos.Get(s.ctx, c.Repository)
-	if err != nil {
-		return fmt.Errorf("reading the repository for a setup: %w", err)
-	}
+// Close stops the running setups (they run again after a restart) and
+// waits for them: once it returns, no setup writes to the database or
+// publishes an event. Nothing starts afterwards.
+func (s *Service) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.stop()
+	s.wg.Wait()
+}
+
+// Record records, in tx (the transaction creating conversation on r),
+// that its setup is to run if r has run_setup: the conversation is not
+// kept without its setup row, whose tools would run without the setup.
+// Start begins the setup once tx is committed.
+func (s *Service) Record(tx *gorm.DB, conversation string, r repos.Repository) error {
 	if !r.RunSetup {
 		return nil
 	}
 	row := setupRow{Conversation: conversation, Status: setupRunning, Updated: time.Now().UTC()}
-	if err := s.db.Create(&row).Error; err != nil {
+	if err := tx.Create(&row).Error; err != nil {
 		return fmt.Errorf("recording a setup: %w", err)
 	}
-	s.begin(user, conversation)
 	return nil
+}
+
+// Start begins the setup Record recorded for user's conversation; it
+// returns at once. A setup that does not start now (the server stops)
+// starts when a workspace tool waits for it (Layers).
+func (s *Service) Start(user, conversation string) {
+	s.begin(user, conversation)
 }
 
 // Cancel ends the setup of a deleted conversation: its script's sandbox
 // is killed unless another conversation waits for the same key.
-func (s *setups) Cancel(conversation string) {
+func (s *Service) Cancel(conversation string) {
 	s.mu.Lock()
 	run := s.runs[conversation]
 	s.mu.Unlock()
@@ -220,7 +275,7 @@ func (s *setups) Cancel(conversation string) {
 }
 
 // begin starts conversation's setup run unless one runs, and returns it.
-func (s *setups) begin(user, conversation string) *setupRun {
+func (s *Service) begin(user, conversation string) *setupRun {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if run := s.runs[conversation]; run != nil {
@@ -228,8 +283,16 @@ func (s *setups) begin(user, conversation string) *setupRun {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	run := &setupRun{done: make(chan struct{}), cancel: cancel}
+	if s.closed {
+		cancel()
+		run.err = errStopped
+		close(run.done)
+		return run
+	}
 	s.runs[conversation] = run
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		defer cancel()
 		run.layers, run.err = s.run(ctx, user, conversation)
 		s.mu.Lock()
@@ -243,7 +306,7 @@ func (s *setups) begin(user, conversation string) *setupRun {
 // Layers are the conversation's setup layer (none without a setup),
 // waiting for a running setup; a failed setup's error says why the
 // workspace tools are disabled.
-func (s *setups) Layers(ctx context.Context, user, conversation string) ([]string, error) {
+func (s *Service) Layers(ctx context.Context, user, conversation string) ([]string, error) {
 	s.mu.Lock()
 	run := s.runs[conversation]
 	s.mu.Unlock()
@@ -260,7 +323,7 @@ func (s *setups) Layers(ctx context.Context, user, conversation string) ([]strin
 		case row.Status == setupFailed:
 			return nil, errors.New(errSetupDisabled + row.Reason)
 		case row.Status == setupOK:
-			return []string{filepath.Join(s.dir, row.Key)}, nil
+			return []string{s.layerDir(row.Key)}, nil
 		}
 		// Running, but not here: the server stopped during it. Again.
 		run = s.begin(user, conversation)
@@ -275,12 +338,12 @@ func (s *setups) Layers(ctx context.Context, user, conversation string) ([]strin
 
 // run runs (or reuses) conversation's setup and records its end; ctx
 // ends when the conversation is deleted.
-func (s *setups) run(ctx context.Context, user, conversation string) ([]string, error) {
+func (s *Service) run(ctx context.Context, user, conversation string) ([]string, error) {
 	key, err := s.setup(ctx, user, conversation)
 	if err != nil && s.ctx.Err() != nil {
 		// The server is stopping: the setup runs again after its restart
 		// (its row stays running).
-		return nil, errors.New(errSetupDisabled + "the server stopped during the project setup")
+		return nil, errStopped
 	}
 	if err != nil && ctx.Err() != nil {
 		// Deleted: nobody to tell, and the collection removes its row.
@@ -305,13 +368,13 @@ func (s *setups) run(ctx context.Context, user, conversation string) ([]string, 
 	case setupNone:
 		return nil, nil
 	}
-	return []string{filepath.Join(s.dir, key)}, nil
+	return []string{s.layerDir(key)}, nil
 }
 
 // setup returns the layer name of conversation's setup, waiting for a
 // run of the script when no layer of its key exists; "" means no script.
 // Its error's text is shown to the user and the model: no host paths.
-func (s *setups) setup(ctx context.Context, user, conversation string) (string, error) {
+func (s *Service) setup(ctx context.Context, user, conversation string) (string, error) {
 	// The snapshot's checkout and the script's sandbox are recorded for
 	// this conversation in the audit log.
 	actx := audit.ForConversation(ctx, user, conversation)
@@ -335,8 +398,13 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 		s.publish(conversation, agentcore.EventSetupFinished, agentcore.SetupFinished{})
 		return "", nil
 	}
-	key := r.ID + setupKeyFormat + spec.digest
-	s.db.Model(&setupRow{}).Where("conversation = ?", conversation).Update("key", key)
+	key := layerKey(r.ID, spec.digest)
+	// The row holds the key before the layer is looked for or made: GC
+	// keeps only the layers of keys in rows.
+	if err := s.protect(ctx, conversation, key); err != nil {
+		s.log.Error("recording a setup's layer failed", "conversation", conversation, "key", key, "err", err)
+		return "", errors.New("the setup could not be recorded; the server log has the details")
+	}
 	b := s.join(key, conversation, func(bctx context.Context, b *setupBuild) error {
 		// Recorded in the audit log for the conversation that started it.
 		return s.build(audit.ForConversation(bctx, user, conversation), b, user, r, snap, key, spec)
@@ -359,9 +427,21 @@ func (s *setups) setup(ctx context.Context, user, conversation string) (string, 
 	return key, nil
 }
 
+// protect records key as conversation's layer, so that GC keeps it.
+func (s *Service) protect(ctx context.Context, conversation, key string) error {
+	res := s.db.WithContext(ctx).Model(&setupRow{}).Where("conversation = ?", conversation).Update("key", key)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != 1 {
+		return fmt.Errorf("no setup row of conversation %s", conversation)
+	}
+	return nil
+}
+
 // join makes conversation wait for the run of key's script, starting it
 // with build unless one runs; nil means key's layer exists.
-func (s *setups) join(key, conversation string, build func(context.Context, *setupBuild) error) *setupBuild {
+func (s *Service) join(key, conversation string, build func(context.Context, *setupBuild) error) *setupBuild {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if b := s.builds[key]; b != nil {
@@ -373,13 +453,21 @@ func (s *setups) join(key, conversation string, build func(context.Context, *set
 	}
 	// A run ends by making the layer, then leaving s.builds: looked for
 	// under s.mu, the layer is there unless no run made it yet.
-	if st, err := os.Lstat(filepath.Join(s.dir, key)); err == nil && st.IsDir() {
+	if st, err := os.Lstat(s.layerDir(key)); err == nil && st.IsDir() {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	b := &setupBuild{done: make(chan struct{}), cancel: cancel, waiters: map[string]bool{conversation: true}}
+	if s.closed {
+		cancel()
+		b.err = errStopped
+		close(b.done)
+		return b
+	}
 	s.builds[key] = b
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		defer cancel()
 		b.err = build(ctx, b)
 		s.mu.Lock()
@@ -394,7 +482,7 @@ func (s *setups) join(key, conversation string, build func(context.Context, *set
 
 // leave ends conversation's wait for b; a run none waits for is
 // cancelled, and a later conversation of its key starts another.
-func (s *setups) leave(key string, b *setupBuild, conversation string) {
+func (s *Service) leave(key string, b *setupBuild, conversation string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(b.waiters, conversation)
@@ -407,7 +495,7 @@ func (s *setups) leave(key string, b *setupBuild, conversation string) {
 }
 
 // publishAll publishes an event of b to the conversations waiting for it.
-func (s *setups) publishAll(b *setupBuild, typ string, data any) {
+func (s *Service) publishAll(b *setupBuild, typ string, data any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d, ok := data.(agentcore.SetupStarted); ok {
@@ -421,7 +509,7 @@ func (s *setups) publishAll(b *setupBuild, typ string, data any) {
 // build runs key's script on snap in a setup slot of user's, again when
 // the slot was given to another user's setup, and keeps its outputs as
 // key's layer.
-func (s *setups) build(ctx context.Context, b *setupBuild, user string, r repos.Repository, snap, key string, spec setupSpec) error {
+func (s *Service) build(ctx context.Context, b *setupBuild, user string, r repos.Repository, snap, key string, spec setupSpec) error {
 	for {
 		attempt, release, err := s.slots.acquire(ctx, user)
 		if err != nil {
@@ -439,7 +527,7 @@ func (s *setups) build(ctx context.Context, b *setupBuild, user string, r repos.
 
 // runScript runs spec's script once on snap and keeps its outputs as
 // key's layer.
-func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repository, snap, key string, spec setupSpec) error {
+func (s *Service) runScript(ctx context.Context, b *setupBuild, r repos.Repository, snap, key string, spec setupSpec) error {
 	s.publishAll(b, agentcore.EventSetupStarted, agentcore.SetupStarted{Script: spec.script, Network: r.SetupNetwork, Egress: r.SetupEgress})
 	s.scratch.Add(1)
 	defer s.scratch.Add(-1)
@@ -503,7 +591,7 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 	}
 	s.layerMu.Lock()
 	defer s.layerMu.Unlock()
-	dst := filepath.Join(s.dir, key)
+	dst := s.layerDir(key)
 	if _, err := os.Lstat(dst); err != nil {
 		if err := os.Rename(layer, dst); err != nil {
 			s.log.Error("keeping a setup layer failed", "err", err)
@@ -519,7 +607,7 @@ const maxSetupEgressEvents = 200
 // egressEvents returns the OnEvent of a setup's egress proxy: each
 // attempt is an egress event of the conversations waiting for b (the
 // first maxSetupEgressEvents) and counted.
-func (s *setups) egressEvents(b *setupBuild) func(egress.Event) {
+func (s *Service) egressEvents(b *setupBuild) func(egress.Event) {
 	var n atomic.Int64
 	return func(ev egress.Event) {
 		if s.onEgress != nil {
@@ -1012,10 +1100,10 @@ func (o *setupOutput) flush() {
 	}
 }
 
-// gc removes the setup layers no conversation uses (and the records of
+// GC removes the setup layers no conversation uses (and the records of
 // deleted conversations), and scratch directories of setups a stopped
 // server left.
-func (s *setups) gc(ctx context.Context) ([]string, error) {
+func (s *Service) GC(ctx context.Context) ([]string, error) {
 	s.layerMu.Lock()
 	defer s.layerMu.Unlock()
 	db := s.db.WithContext(ctx)
@@ -1028,7 +1116,7 @@ func (s *setups) gc(ctx context.Context) ([]string, error) {
 	}
 	used := map[string]bool{}
 	for _, k := range keys {
-		used[k] = true
+		used[s.layerDir(k)] = true
 	}
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -1037,10 +1125,11 @@ func (s *setups) gc(ctx context.Context) ([]string, error) {
 	running := s.scratch.Load() > 0
 	removed := []string{}
 	for _, e := range ents {
-		if used[e.Name()] || strings.HasPrefix(e.Name(), ".tmp-") && running {
+		p := filepath.Join(s.dir, e.Name())
+		if used[p] || strings.HasPrefix(e.Name(), ".tmp-") && running {
 			continue
 		}
-		if err := overlay.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+		if err := overlay.RemoveAll(p); err != nil {
 			return removed, err
 		}
 		removed = append(removed, e.Name())
