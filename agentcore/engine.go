@@ -197,6 +197,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// closeSession closes a sandbox for Close; tests watch it.
+	closeSession func(*sandboxkit.Session) error
+
 	// outputMu serialises making and pruning kept outputs.
 	outputMu sync.Mutex
 
@@ -318,7 +321,7 @@ func New(cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}, forgotten: map[string]bool{}}
+	e := &Engine{cfg: cfg, log: log, convs: map[string]*conv{}, awaiting: map[string]*pending{}, forgotten: map[string]bool{}, closeSession: (*sandboxkit.Session).Close}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	if !cfg.NoWorkspaceTools {
 		for _, t := range append(e.shellTools(), e.fileTools()...) {
@@ -347,7 +350,8 @@ func (e *Engine) Register(t Tool) error { return e.tools.add(t) }
 func (e *Engine) AddSource(s ToolSource) { e.tools.addSource(s) }
 
 // Close cancels every turn, waits for them to end and closes every
-// sandbox. The Engine cannot be used afterwards.
+// sandbox, concurrently. It returns the errors of releasing the
+// sandboxes' workspaces. The Engine cannot be used afterwards.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
@@ -358,14 +362,28 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
-	for _, c := range convs {
+	// A session's Close waits for its sandbox to be gone: in parallel and
+	// outside the conversations' locks, so closing many takes about as
+	// long as closing one.
+	var wg sync.WaitGroup
+	errs := make([]error, len(convs))
+	for i, c := range convs {
 		c.wsMu.Lock()
-		if c.ws != nil {
-			c.ws.sess.Close()
-		}
+		ws := c.ws
 		c.wsMu.Unlock()
+		if ws == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.closeSession(ws.sess); err != nil {
+				errs[i] = fmt.Errorf("closing the sandbox of conversation %s: %w", c.id, err)
+			}
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (e *Engine) conv(id string) *conv {

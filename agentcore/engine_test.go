@@ -572,6 +572,52 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// TestCloseConcurrent: Close closes the conversations' sandboxes at
+// once, not one after another: every close is seen under way while none
+// has been let finish.
+func TestCloseConcurrent(t *testing.T) {
+	const n = 4
+	h := newHarness(t, &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{call("c1", "read_file", map[string]string{"path": "README.md"})}},
+		{Expect: "hello world", Text: "Done."},
+	}}, nil)
+	for i := range n {
+		if err := h.wait(h.start(fmt.Sprintf("conv%d", i), "read it")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closing := make(chan *sandboxkit.Session, n)
+	release := make(chan struct{})
+	agentcore.SetCloseSession(h.e, func(s *sandboxkit.Session) error {
+		closing <- s
+		<-release
+		return s.Close()
+	})
+	done := make(chan error, 1)
+	go func() { done <- h.e.Close() }()
+	stuck := time.After(60 * time.Second)
+	var sessions []*sandboxkit.Session
+	for len(sessions) < n {
+		select {
+		case s := <-closing:
+			sessions = append(sessions, s)
+		case <-stuck:
+			close(release)
+			<-done
+			t.Fatalf("%d of %d sandboxes closing at once, want all", len(sessions), n)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i, s := range sessions {
+		if !errors.Is(s.Err(), sandboxkit.ErrSessionClosed) {
+			t.Errorf("session %d after Close: %v, want ErrSessionClosed", i, s.Err())
+		}
+	}
+}
+
 // TestSandboxLimitReported: a command stopped by a sandbox limit tells
 // the model which limit, and an event records it; background jobs are
 // capped per conversation.

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/daemon/repos"
+	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/llm"
 )
@@ -21,7 +24,7 @@ import (
 // another endpoint. The key goes only into the client's Authorization
 // header: not into the model's context, events, logs or a sandbox.
 // Other conversations use the server's own model (nil).
-func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context, user, conversation string) (agentcore.LLM, error) {
+func turnModel(convs *store.Conversations, sec *secrets.Store, live *atomic.Pointer[config.Config]) func(ctx context.Context, user, conversation string) (agentcore.LLM, error) {
 	return func(ctx context.Context, user, conversation string) (agentcore.LLM, error) {
 		c, err := convs.Get(ctx, user, conversation)
 		if err != nil {
@@ -31,14 +34,14 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 		if name == "" {
 			return nil, nil
 		}
-		p, err := s.secrets.Profile(ctx, user, name)
+		p, err := sec.Profile(ctx, user, name)
 		if errors.Is(err, agentcore.ErrNotFound) {
 			return nil, fmt.Errorf("this conversation's model profile %q no longer exists: create it again (PUT /api/v1/model-profiles/%s) or start a new conversation", name, name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("this conversation's model profile %q cannot be read: %w", name, err)
 		}
-		cfg := s.cfg.Load()
+		cfg := live.Load()
 		endpoint, err := cfg.LLM.AllowedEndpoint(p.BaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("this conversation's model profile %q: %w; change the profile's endpoint to an allowed one", name, err)
@@ -69,7 +72,7 @@ func (s *server) turnModel(convs *store.Conversations) func(ctx context.Context,
 // rules that run its owner's commands unasked (read at each model call,
 // as the approver reads them). Its sandbox has no network (commands with
 // an allow-list run in sandboxes of their own).
-func (s *server) promptContext(convs *store.Conversations, approver *ruleApprover) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
+func promptContext(convs *store.Conversations, approver *ruleApprover, rs *repos.Service) func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 	return func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error) {
 		c, err := convs.Get(ctx, user, conversation)
 		if err != nil {
@@ -85,7 +88,7 @@ func (s *server) promptContext(convs *store.Conversations, approver *ruleApprove
 		if c.Repository == "" {
 			return pc, nil
 		}
-		r, err := s.repos.Get(ctx, c.Repository)
+		r, err := rs.Get(ctx, c.Repository)
 		if err != nil {
 			return agentcore.PromptContext{}, fmt.Errorf("the conversation's repository: %w", err)
 		}

@@ -2,17 +2,13 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"gorm.io/gorm"
 
-	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
@@ -55,7 +51,7 @@ func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 	if _, err := exec.LookPath("pdftotext"); err != nil {
 		s.log.Warn("pdftotext is not installed: PDF attachments cannot be read (Debian: apt-get install poppler-utils)")
 	}
-	return s.engine.Register(&readAttachment{store: s.attach.Store})
+	return s.engine.Register(office.ReadTool{Store: attachmentStore{s.attach.Store}})
 }
 
 // officeLimits are the worker's own limits, in the server's delegated
@@ -88,56 +84,31 @@ func officeChecks(ctx context.Context, s *server, cfg config.Config) []api.Check
 	return []api.Check{c, pdf}
 }
 
-// readAttachment is the read_attachment tool: the text of one part of
-// an attachment of the call's conversation.
-type readAttachment struct{ store *store.Attachments }
+// attachmentStore is the attachments' table as office.ReadTool reads it.
+type attachmentStore struct{ st *store.Attachments }
 
-func (*readAttachment) Spec() agentcore.ToolSpec {
-	return agentcore.ToolSpec{
-		Name:        "read_attachment",
-		Description: "Read a document the user attached to this conversation (spreadsheet, document, slides, PDF), one part at a time (a sheet, a slide, some pages). Without an id, lists the attachments and their parts.",
-		Parameters:  json.RawMessage(`{"type":"object","properties":{"id":{"type":"string","description":"the attachment's id (att_…) or its file name; omit to list the attachments"},"part":{"type":"integer","minimum":1,"description":"the part to read, from 1 (default 1)"}},"additionalProperties":false}`),
+func (a attachmentStore) List(ctx context.Context, conversation string) ([]office.Attachment, error) {
+	list, err := a.st.List(ctx, conversation)
+	if err != nil {
+		return nil, err
 	}
+	out := make([]office.Attachment, len(list))
+	for i, at := range list {
+		out[i] = officeAttachment(at)
+	}
+	return out, nil
 }
 
-func (t *readAttachment) Run(ctx context.Context, c *agentcore.Call) (string, error) {
-	var args struct {
-		ID   string `json:"id"`
-		Part int    `json:"part"`
-	}
-	if err := c.Args(&args); err != nil {
-		return "", err
-	}
-	if args.ID == "" {
-		list, err := t.store.List(ctx, c.Conversation)
-		if err != nil {
-			return "", errors.New("the attachments cannot be listed right now")
-		}
-		if len(list) == 0 {
-			return "This conversation has no attachments.", nil
-		}
-		var b strings.Builder
-		for _, a := range list {
-			fmt.Fprintf(&b, "%s %q (%s, %d parts)\n", a.ID, a.Name, a.Kind, len(a.Parts))
-		}
-		return b.String(), nil
-	}
-	at, parts, err := t.store.Find(ctx, c.Conversation, args.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", fmt.Errorf("no attachment %q in this conversation; call read_attachment without an id to list them", args.ID)
-	}
+// Find's not-found error is store.ErrNotFound, which wraps
+// agentcore.ErrNotFound.
+func (a attachmentStore) Find(ctx context.Context, conversation, idOrName string) (office.Attachment, []office.Part, error) {
+	at, parts, err := a.st.Find(ctx, conversation, idOrName)
 	if err != nil {
-		return "", errors.New("the attachment cannot be read right now")
+		return office.Attachment{}, nil, err
 	}
-	if args.Part == 0 {
-		args.Part = 1
-	}
-	if len(parts) == 0 {
-		return fmt.Sprintf("%q (%s) has no text.", at.Name, at.Kind), nil
-	}
-	if args.Part < 1 || args.Part > len(parts) {
-		return "", fmt.Errorf("%q has parts 1 to %d", at.Name, len(parts))
-	}
-	p := parts[args.Part-1]
-	return fmt.Sprintf("%q (%s), part %d of %d: %s\n\n%s", at.Name, at.Kind, args.Part, len(parts), p.Title, p.Text), nil
+	return officeAttachment(at), parts, nil
+}
+
+func officeAttachment(at store.Attachment) office.Attachment {
+	return office.Attachment{ID: at.ID, Name: at.Name, Kind: at.Kind, Parts: len(at.Parts)}
 }

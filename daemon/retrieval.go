@@ -19,31 +19,27 @@ import (
 	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
-// startRetrieval builds the code index of the retrieval: section (the
-// embedded SQLite backend in the instance database by default, or
-// Weaviate), its Searcher for GET /api/v1/search, and registers the
-// search_code tool. The sync job indexes through s.search.Index.Ingest.
-//
-// search_code searches the conversation's repository by default (Scope);
-// a repository named that is not in table repositories is not found
-// (Exists); Readable stays nil: every signed-in user may read every
-// repository, as GET /api/v1/repositories shows them.
-func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, convs *store.Conversations, log hclog.Logger) error {
+// openCodeIndex opens the code index of the retrieval: section (the
+// embedded SQLite backend beside the instance database by default, or
+// Weaviate), and returns the embedded index's files for the server to
+// close. The sync job indexes through its Ingest.
+func openCodeIndex(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger) (*retrieval.Index, indexFiles, error) {
 	var backend retrieval.Backend
+	var files indexFiles
 	switch cfg.Retrieval.Backend {
 	case config.RetrievalWeaviate:
 		w := cfg.Retrieval.Weaviate
 		b, err := retrieval.NewWeaviate(ctx, retrieval.WeaviateOptions{URL: w.URL, APIKey: w.APIKey, Class: w.Class})
 		if err != nil {
-			return fmt.Errorf("retrieval.backend weaviate: %w", err)
+			return nil, nil, fmt.Errorf("retrieval.backend weaviate: %w", err)
 		}
 		backend = b
 	default:
-		b, err := s.openEmbeddedIndex(ctx, inst, db)
+		b, dbs, err := openEmbeddedIndex(ctx, inst, db)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		backend = b
+		backend, files = b, dbs
 	}
 	o := retrieval.Options{
 		Backend:      backend,
@@ -55,28 +51,40 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 	if m := cfg.Retrieval.Embeddings.Model; m != "" {
 		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cmp.Or(cfg.LLM.Model, m), APIKey: cfg.LLM.APIKey, EmbeddingModel: m, Timeout: cfg.LLM.Timeout.Std()})
 		if err != nil {
-			return fmt.Errorf("retrieval.embeddings: %w", err)
+			files.close()
+			return nil, nil, fmt.Errorf("retrieval.embeddings: %w", err)
 		}
 		o.Embedder = c
 	}
 	ix, err := retrieval.New(o)
 	if err != nil {
-		return err
+		files.close()
+		return nil, nil, err
 	}
-	s.search = &retrieval.Searcher{Index: ix, Scope: func(ctx context.Context, user, conversation string) (string, error) {
+	return ix, files, nil
+}
+
+// newSearcher is ix's Searcher for GET /api/v1/search and the search_code
+// tool.
+//
+// search_code searches the conversation's repository by default (Scope);
+// a repository named that is not in table repositories is not found
+// (Exists); Readable stays nil: every signed-in user may read every
+// repository, as GET /api/v1/repositories shows them.
+func newSearcher(ix *retrieval.Index, convs *store.Conversations, rs *repos.Service) *retrieval.Searcher {
+	return &retrieval.Searcher{Index: ix, Scope: func(ctx context.Context, user, conversation string) (string, error) {
 		c, err := convs.Get(ctx, user, conversation)
 		if err != nil {
 			return "", err
 		}
 		return c.Repository, nil
 	}, Exists: func(ctx context.Context, repository string) (bool, error) {
-		_, err := s.repos.Get(ctx, repository)
+		_, err := rs.Get(ctx, repository)
 		if errors.Is(err, repos.ErrNotFound) {
 			return false, nil
 		}
 		return err == nil, err
 	}}
-	return s.engine.Register(s.search.Tool())
 }
 
 // openEmbeddedIndex opens the embedded code index: retrieval.Shards
@@ -84,10 +92,10 @@ func (s *server) startRetrieval(ctx context.Context, cfg config.Config, inst con
 // its own writer. An index that an older version built in the instance
 // database (retrieval_chunks has rows) keeps working there, with one
 // writer, until its repositories are removed.
-func (s *server) openEmbeddedIndex(ctx context.Context, inst config.Instance, db *gorm.DB) (*retrieval.SQLite, error) {
+func openEmbeddedIndex(ctx context.Context, inst config.Instance, db *gorm.DB) (*retrieval.SQLite, indexFiles, error) {
 	sqlDB, err := db.DB()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var legacy bool
 	err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'retrieval_chunks')`).Scan(&legacy)
@@ -95,10 +103,11 @@ func (s *server) openEmbeddedIndex(ctx context.Context, inst config.Instance, db
 		err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM retrieval_chunks)`).Scan(&legacy)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("retrieval: looking for an index in the instance database: %w", err)
+		return nil, nil, fmt.Errorf("retrieval: looking for an index in the instance database: %w", err)
 	}
 	if legacy {
-		return retrieval.NewSQLite(ctx, sqlDB)
+		ix, err := retrieval.NewSQLite(ctx, sqlDB)
+		return ix, nil, err
 	}
 	var dbs []*sql.DB
 	for i := range retrieval.Shards {
@@ -107,12 +116,16 @@ func (s *server) openEmbeddedIndex(ctx context.Context, inst config.Instance, db
 			for _, d := range dbs {
 				d.Close()
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		dbs = append(dbs, d)
 	}
-	s.indexDB = dbs
-	return retrieval.NewSQLite(ctx, dbs...)
+	ix, err := retrieval.NewSQLite(ctx, dbs...)
+	if err != nil {
+		indexFiles(dbs).close()
+		return nil, nil, err
+	}
+	return ix, dbs, nil
 }
 
 // indexFiles are the embedded index's databases, which the server
@@ -125,18 +138,15 @@ func (f indexFiles) close() {
 	}
 }
 
-// codeIndex hands the repositories' sync jobs the code index that
-// startRetrieval builds later in build (the jobs run only once the
-// server serves).
-type codeIndex struct{ s *server }
-
-func (s *server) codeIndex() codeIndex { return codeIndex{s} }
+// codeIndex hands the repositories' sync jobs the code index (nil: not
+// open).
+type codeIndex struct{ ix *retrieval.Index }
 
 func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string, progress func(done, total int64)) error {
-	if ix.s.search == nil {
+	if ix.ix == nil {
 		return fmt.Errorf("the code index is not open")
 	}
-	err := ix.s.search.Index.Ingest(ctx, repoID, gitDir, from, to, progress)
+	err := ix.ix.Ingest(ctx, repoID, gitDir, from, to, progress)
 	if errors.Is(err, retrieval.ErrTooManyEntries) || errors.Is(err, retrieval.ErrBadCommit) {
 		// The same commit fails the same way again: not retried, nor
 		// taken over by a restarted server.
@@ -146,8 +156,8 @@ func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string,
 }
 
 func (ix codeIndex) drop(ctx context.Context, repoID string) error {
-	if ix.s.search == nil {
+	if ix.ix == nil {
 		return nil
 	}
-	return ix.s.search.Index.DeleteRepository(ctx, repoID)
+	return ix.ix.DeleteRepository(ctx, repoID)
 }

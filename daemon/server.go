@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -183,34 +184,176 @@ type server struct {
 	logFile *logFile // logs/codumentor.log, reopened on SIGHUP
 }
 
+// build makes the server in stages, each a function of what the stages
+// before it made (store → auth → metrics → code index → workspaces and
+// repositories → model → engine → search → attachments → plugins → API).
+// No closure made here reads the server: a stage gets its inputs as
+// arguments, so reordering stages fails to compile rather than reading
+// a field not yet set (TestBuildStages).
 func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
 	s := &server{log: log, db: db, inst: inst, hostMasks: hostMasks(inst, o.ConfigFile, cfg)}
 	s.cfg.Store(&cfg)
-	if err := recordConfig(ctx, db, cfg); err != nil {
-		return nil, err
-	}
-	convs, err := store.NewConversations(db)
+	live := &s.cfg // the running configuration, as watchConfig reloads it
+	st, err := openStores(ctx, cfg, db, log)
 	if err != nil {
 		return nil, err
 	}
-	if ids, err := convs.Recover(ctx, InterruptedReason); err != nil {
+	s.secrets, s.queue, s.usage = st.secrets, st.queue, st.usage
+	au, err := openAuth(ctx, cfg, st.users)
+	if err != nil {
 		return nil, err
+	}
+	s.tokens.Store(au.tokens)
+	m := newMetrics(st.convs)
+	s.egress, s.sandboxes = m.egress, m.sandboxes
+	index, indexDB, err := openCodeIndex(ctx, cfg, inst, db, log)
+	if err != nil {
+		return nil, err
+	}
+	s.indexDB = indexDB
+	built := false
+	defer func() {
+		if !built {
+			indexDB.close()
+		}
+	}()
+	ws, err := openWorkspaces(ctx, cfg, inst, db, st, m, codeIndex{index}, log)
+	if err != nil {
+		return nil, err
+	}
+	s.layers, s.repos, s.trees = ws.layers, ws.repos, ws.trees
+	model, prompt, err := newModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	approver := &ruleApprover{sandbox: func() config.Sandbox { return live.Load().Sandbox }, rules: st.userRules, convs: st.convs}
+	engine, err := newEngine(cfg, engineDeps{
+		stores: st, metrics: m, workspaces: ws, model: model, prompt: prompt.template,
+		turnModel: turnModel(st.convs, st.secrets, live), promptContext: promptContext(st.convs, approver, ws.repos),
+		approver: approver, hostMasks: s.hostMasks, db: db, log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.engine = engine
+	// The setups' events are their conversations': published by the
+	// engine, which needs the setups' layers first.
+	ws.trees.setups.SetPublish(engine.Publish)
+	s.search = newSearcher(index, st.convs, ws.repos)
+	if err := engine.Register(s.search.Tool()); err != nil {
+		return nil, err
+	}
+	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.Plugins {
+		if err := plugins[name].start(ctx, s, cfg); err != nil {
+			return nil, fmt.Errorf("plugin %s: %w", name, err)
+		}
+	}
+	if !cfg.Enabled(config.PluginWorkspaceIsolation) {
+		log.Warn("the workspace_isolation plugin is not enabled: the agent has no shell or file tools")
+	}
+	_, apiLimits := limits(cfg.Server)
+	s.api = api.New(api.Deps{
+		Conversations: st.convs,
+		Users:         st.users,
+		Login:         au.login,
+		Tokens:        &s.tokens,
+		Secrets:       st.secrets,
+		Jobs:          st.queue,
+		Engine:        engine,
+		Workspaces:    ws.trees,
+		Layers:        ws.layers,
+		Repositories:  ws.repos,
+		Ready:         s.ready,
+		Log:           log.Named("api"),
+		Registry:      m.registry,
+		Heartbeat:     o.Heartbeat,
+		Limits:        apiLimits,
+		MCP:           s.mcp,
+		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
+		Attachments:   s.attach,
+		Usage:         st.usage,
+		Search:        s.search,
+		Diagrams:      s.diagrams,
+		Setups:        ws.trees.setups,
+
+		TrustedProxies: au.proxies,
+		DB:             db,
+		LLM:            func() config.LLM { return live.Load().LLM },
+		ApprovalRules:  st.userRules,
+		UserRules:      func() []approvalrule.Rule { return live.Load().Sandbox.UserRules },
+		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
+		MetricsToken:   cfg.Metrics.Token,
+		SystemPrompt:   api.SystemPrompt{Source: prompt.source, Text: prompt.text},
+		AutoApproved:   approver.autoApproved,
+	})
+	built = true
+	return s, nil
+}
+
+// stores are the database's tables and what keeps them: build's first
+// stage.
+type stores struct {
+	convs     *store.Conversations
+	userRules *store.ApprovalRules
+	users     *auth.Users
+	secrets   *secrets.Store
+	queue     *jobs.Queue
+	usage     *store.Usage
+}
+
+// openStores records the configuration, opens the tables and marks the
+// turns the last stop interrupted as failed.
+func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, log hclog.Logger) (stores, error) {
+	var st stores
+	if err := recordConfig(ctx, db, cfg); err != nil {
+		return st, err
+	}
+	var err error
+	if st.convs, err = store.NewConversations(db); err != nil {
+		return st, err
+	}
+	if ids, err := st.convs.Recover(ctx, InterruptedReason); err != nil {
+		return st, err
 	} else if len(ids) > 0 {
 		log.Warn("turns interrupted by the last stop were marked failed", "conversations", ids)
 	}
-	userRules, err := store.NewApprovalRules(db)
-	if err != nil {
-		return nil, err
+	if st.userRules, err = store.NewApprovalRules(db); err != nil {
+		return st, err
 	}
-	users, err := auth.NewUsers(db)
-	if err != nil {
-		return nil, err
+	if st.users, err = auth.NewUsers(db); err != nil {
+		return st, err
 	}
-	tokens, err := auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std())
-	if err != nil {
-		return nil, err
+	if st.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return st, err
 	}
-	s.tokens.Store(tokens)
+	if st.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs")}); err != nil {
+		return st, err
+	}
+	if st.usage, err = store.NewUsage(db); err != nil {
+		return st, err
+	}
+	st.usage.SetDefaultQuota(int64(cfg.Quotas.DailyTokens))
+	return st, nil
+}
+
+// authn is how users sign in: build's auth stage.
+type authn struct {
+	tokens  *auth.Tokens
+	login   *auth.Authenticator
+	proxies []netip.Prefix
+}
+
+// openAuth makes the login tokens, the login limiter (swept until ctx
+// ends) and the authenticator (local users, LDAP if configured).
+func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn, error) {
+	var a authn
+	var err error
+	if a.tokens, err = auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std()); err != nil {
+		return a, err
+	}
 	var ldapCfg *ldap.Config
 	if cfg.Auth.LDAP.URL != "" {
 		ldapCfg = &cfg.Auth.LDAP
@@ -221,165 +364,161 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
 	})
 	go limiter.Sweep(ctx, time.Minute)
-	login, err := auth.NewAuthenticator(users, ldapCfg, limiter)
-	if err != nil {
-		return nil, err
+	if a.login, err = auth.NewAuthenticator(users, ldapCfg, limiter); err != nil {
+		return a, err
 	}
-	proxies, err := cfg.Proxies()
-	if err != nil {
-		return nil, err
+	if a.proxies, err = cfg.Proxies(); err != nil {
+		return a, err
 	}
-	if s.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
-		return nil, err
-	}
-	if s.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs")}); err != nil {
-		return nil, err
-	}
+	return a, nil
+}
 
-	registry := prometheus.NewRegistry()
-	egressCount := newEgressMetrics(registry)
-	if s.usage, err = store.NewUsage(db); err != nil {
-		return nil, err
+// metrics are the server's Prometheus registry and the counters that
+// stages share.
+type metrics struct {
+	registry *prometheus.Registry
+	egress   *egressMetrics
+	// sandboxes count the sandboxes started, stopped by a limit, running.
+	sandboxes *sandboxMetrics
+}
+
+func newMetrics(convs *store.Conversations) metrics {
+	m := metrics{registry: prometheus.NewRegistry()}
+	m.egress = newEgressMetrics(m.registry)
+	m.sandboxes = newSandboxMetrics(m.registry)
+	convs.Observe(m.sandboxes.observe)
+	return m
+}
+
+// workspaces are what conversations' workspaces are made of: the layers,
+// the repositories and their snapshots, the lower trees and the project
+// setups.
+type workspaces struct {
+	layers *overlay.Store
+	repos  *repos.Service
+	trees  *trees
+}
+
+// openWorkspaces opens the layers, the repositories (indexing into
+// index), the trees and the setups, and schedules their collection. The
+// setups publish nothing until their publish is set.
+func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, st stores, m metrics, index codeIndex, log hclog.Logger) (workspaces, error) {
+	var ws workspaces
+	var err error
+	if ws.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
+		return ws, err
 	}
-	s.usage.SetDefaultQuota(int64(cfg.Quotas.DailyTokens))
-	s.egress = egressCount
-	s.sandboxes = newSandboxMetrics(registry)
-	convs.Observe(s.sandboxes.observe)
-	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
-		return nil, err
+	if ws.repos, err = openRepos(cfg, inst, db, st.queue, st.secrets, st.convs, log, index, m.sandboxes); err != nil {
+		return ws, err
 	}
-	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex(), s.sandboxes); err != nil {
-		return nil, err
-	}
-	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
-	s.trees = trees
+	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: st.convs, repos: ws.repos}
+	ws.trees = trees
 	if err := os.Mkdir(trees.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, err
+		return ws, err
 	}
 	if trees.setups, err = setup.Open(ctx, setup.Options{
 		Dir: filepath.Join(inst.WorkspacesDir(), "setups"), DB: db,
-		Conversations: convs, Repositories: s.repos, Log: log.Named("setup"),
-		Publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
-		Bwrap:   cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: setupLimits(cfg),
-		Launching: launchRecorder(db, s.sandboxes),
-		OnEgress:  egressCount.observer("setup"), EgressCaps: cfg.Sandbox.Egress.Options(),
+		Conversations: st.convs, Repositories: ws.repos, Log: log.Named("setup"),
+		Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: setupLimits(cfg),
+		Launching: launchRecorder(db, m.sandboxes),
+		OnEgress:  m.egress.observer("setup"), EgressCaps: cfg.Sandbox.Egress.Options(),
 	}); err != nil {
-		return nil, err
+		return ws, err
 	}
-	s.queue.Handle(setup.KindGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
+	st.queue.Handle(setup.KindGC, func(ctx context.Context, _ *jobs.Job) (any, error) {
 		removed, err := trees.setups.GC(ctx)
 		return map[string][]string{"removed": removed}, err
 	})
-	s.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil)
+	st.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil)
+	return ws, nil
+}
+
+// systemPrompt is the system prompt's text, read once (what the engine
+// runs is what the admin route shows), its source, and its template
+// (nil: the built-in one).
+type systemPrompt struct {
+	text, source string
+	template     *template.Template
+}
+
+// newModel is the configured model (one that says what to configure if
+// none is) and the system prompt.
+func newModel(cfg config.Config) (agentcore.LLM, systemPrompt, error) {
 	var model agentcore.LLM = unconfiguredLLM{}
 	if cfg.LLM.BaseURL != "" {
 		c, err := llm.New(llm.Config{BaseURL: cfg.LLM.BaseURL, Model: cfg.LLM.Model, APIKey: cfg.LLM.APIKey, Timeout: cfg.LLM.Timeout.Std(), Sampling: cfg.LLM.Sampling, ContextWindow: cfg.LLM.ContextWindow})
 		if err != nil {
-			return nil, err
+			return nil, systemPrompt{}, err
 		}
 		model = c
 	}
-	// The text read once: what the engine runs is what the admin route
-	// shows.
-	promptText, promptSource, err := cfg.LLM.PromptText()
-	var prompt *template.Template
-	if err == nil && promptSource != config.PromptBuiltin {
-		prompt, err = config.ParsePrompt(promptSource, promptText, config.MaxPromptTemplate)
+	var p systemPrompt
+	var err error
+	p.text, p.source, err = cfg.LLM.PromptText()
+	if err == nil && p.source != config.PromptBuiltin {
+		p.template, err = config.ParsePrompt(p.source, p.text, config.MaxPromptTemplate)
 	}
 	if err != nil {
-		return nil, err
+		return nil, systemPrompt{}, err
 	}
-	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
-	approver := &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs}
-	s.engine, err = agentcore.New(agentcore.Config{
-		LLM:              model,
-		Model:            s.turnModel(convs),
-		Store:            convs,
-		Workspaces:       trees,
-		Layers:           s.layers,
-		Secrets:          s.secrets,
-		Usage:            newAccounting(s.usage, registry),
-		Logger:           slog.New(slogHandler{log: log.Named("agent")}),
+	return model, p, nil
+}
+
+// engineDeps are what the engine is built from.
+type engineDeps struct {
+	stores        stores
+	metrics       metrics
+	workspaces    workspaces
+	model         agentcore.LLM
+	prompt        *template.Template
+	turnModel     func(ctx context.Context, user, conversation string) (agentcore.LLM, error)
+	promptContext func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error)
+	approver      *ruleApprover
+	hostMasks     []string
+	db            *gorm.DB // for the launches' audit records
+	log           hclog.Logger
+}
+
+// newEngine is the agent engine over the conversations and their
+// workspaces.
+func newEngine(cfg config.Config, d engineDeps) (*agentcore.Engine, error) {
+	db, sandboxes := d.db, d.metrics.sandboxes
+	return agentcore.New(agentcore.Config{
+		LLM:              d.model,
+		Model:            d.turnModel,
+		Store:            d.stores.convs,
+		Workspaces:       d.workspaces.trees,
+		Layers:           d.workspaces.layers,
+		Secrets:          d.stores.secrets,
+		Usage:            newAccounting(d.stores.usage, d.metrics.registry),
+		Logger:           slog.New(slogHandler{log: d.log.Named("agent")}),
 		Bwrap:            cfg.Sandbox.Bwrap,
 		Seccomp:          cfg.Sandbox.Seccomp,
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
 		Checkpoints:      overlay.CheckpointLimits{MaxCount: cfg.Sandbox.Checkpoints.MaxCount, MaxBytes: int64(cfg.Sandbox.Checkpoints.MaxBytes)},
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
-		SystemPrompt:     prompt,
+		SystemPrompt:     d.prompt,
 		ToolCalls:        cfg.LLM.ToolCalls,
 		MaxSteps:         cfg.LLM.MaxSteps,
 		RepeatLimit:      cfg.LLM.RepeatLimit,
-		PromptContext:    s.promptContext(convs, approver),
-		NoWorkspaceTools: !isolation,
+		PromptContext:    d.promptContext,
+		NoWorkspaceTools: !cfg.Enabled(config.PluginWorkspaceIsolation),
 		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 		Programs:         externalAgentPrograms(cfg),
 		Subagents:        cfg.SubagentIsolation,
-		HostReadOnly:     hostReadOnly(cfg, convs),
-		HostMasks:        s.hostMasks,
-		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
-		OnEgress:         egressCount.observer("agent"),
+		HostReadOnly:     hostReadOnly(cfg, d.stores.convs),
+		HostMasks:        d.hostMasks,
+		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, sandboxes, l) },
+		OnEgress:         d.metrics.egress.observer("agent"),
 		EgressCaps:       cfg.Sandbox.Egress.Options(),
-		Approver:         approver,
+		Approver:         d.approver,
 
 		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
 		MaxCommandTimeout: cfg.Sandbox.MaxCommandTimeout.Std(),
 		OutputKeep:        int64(cfg.Sandbox.OutputKeep),
 		OutputKeepTotal:   int64(cfg.Sandbox.OutputKeepTotal),
 	})
-	if err != nil {
-		return nil, err
-	}
-	if s.attach, err = openAttachments(db, inst, cfg); err != nil {
-		return nil, err
-	}
-	if err := s.startRetrieval(ctx, cfg, inst, db, convs, log); err != nil {
-		return nil, err
-	}
-	for _, name := range cfg.Plugins {
-		if err := plugins[name].start(ctx, s, cfg); err != nil {
-			return nil, fmt.Errorf("plugin %s: %w", name, err)
-		}
-	}
-	if !isolation {
-		log.Warn("the workspace_isolation plugin is not enabled: the agent has no shell or file tools")
-	}
-	_, apiLimits := limits(cfg.Server)
-	s.api = api.New(api.Deps{
-		Conversations: convs,
-		Users:         users,
-		Login:         login,
-		Tokens:        &s.tokens,
-		Secrets:       s.secrets,
-		Jobs:          s.queue,
-		Engine:        s.engine,
-		Workspaces:    trees,
-		Layers:        s.layers,
-		Repositories:  s.repos,
-		Ready:         s.ready,
-		Log:           log.Named("api"),
-		Registry:      registry,
-		Heartbeat:     o.Heartbeat,
-		Limits:        apiLimits,
-		MCP:           s.mcp,
-		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
-		Attachments:   s.attach,
-		Usage:         s.usage,
-		Search:        s.search,
-		Diagrams:      s.diagrams,
-		Setups:        trees.setups,
-
-		TrustedProxies: proxies,
-		DB:             db,
-		LLM:            func() config.LLM { return s.cfg.Load().LLM },
-		ApprovalRules:  userRules,
-		UserRules:      func() []approvalrule.Rule { return s.cfg.Load().Sandbox.UserRules },
-		StorageDirs:    map[string]string{"data": inst.DataDir(), "workspaces": inst.WorkspacesDir(), "repos": inst.ReposDir(), "logs": inst.LogsDir()},
-		MetricsToken:   cfg.Metrics.Token,
-		SystemPrompt:   api.SystemPrompt{Source: promptSource, Text: promptText},
-		AutoApproved:   approver.autoApproved,
-	})
-	return s, nil
 }
 
 // ready is GET /readyz: the database answers, and every enabled plugin's

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 
@@ -254,31 +252,6 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case !sha256Hex.MatchString(req.DiffSHA256):
 		return badRequest("diff_sha256 must be the 64 lowercase hex digits of the %s that GET …/workspace/diff sent", HeaderPatchSHA256)
 	}
-	if err := s.d.Repositories.CheckPushBranch(req.Branch); err != nil {
-		return repoAnswer(err)
-	}
-	if _, err := s.d.Repositories.Get(ctx, conv.Repository); errors.Is(err, repos.ErrNotFound) {
-		return errRepositoryGone
-	} else if err != nil {
-		return err
-	}
-	if s.d.Engine.Turn(conv.ID) != nil {
-		return apiError(http.StatusConflict, "turn_in_progress", "a turn is running and may still change the workspace; push after its turn_finished event")
-	}
-	f, size, digest, outside, err := s.writePatch(c, conv)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	if digest != req.DiffSHA256 {
-		return apiError(http.StatusConflict, "diff_changed", "the workspace changed since that diff was read: read GET …/workspace/diff again, review it, and push with its %s", HeaderPatchSHA256)
-	}
-	if empty, err := noFiles(f); err != nil {
-		return err
-	} else if empty || size == 0 {
-		return apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
-	}
 	u := user(c)
 	email := u.Email
 	if email == "" {
@@ -288,15 +261,33 @@ func (s *Server) push(c *fiber.Ctx) error {
 	if name == "" {
 		name = u.Name
 	}
-	res, err := s.d.Repositories.Push(audit.ForConversation(ctx, u.ID, conv.ID), repos.Push{
+	res, err := s.d.Repositories.PushWorkspace(audit.ForConversation(ctx, u.ID, conv.ID), repos.Push{
 		Repository: conv.Repository, Base: conv.BaseCommit, Branch: req.Branch, Message: req.Message,
-		Author: git.Author{Name: name, Email: email}, User: u.ID, Conversation: conv.ID, Patch: f,
-		OutsideLinks: outside, AllowOutsideLinks: req.AllowOutsideLinks,
+		Author: git.Author{Name: name, Email: email}, User: u.ID, Conversation: conv.ID,
+		AllowOutsideLinks: req.AllowOutsideLinks,
+	}, req.DiffSHA256, func(max int64) (*overlay.Patch, error) {
+		if s.d.Engine.Turn(conv.ID) != nil {
+			return nil, apiError(http.StatusConflict, "turn_in_progress", "a turn is running and may still change the workspace; push after its turn_finished event")
+		}
+		return s.workspacePatch(c, conv, max)
 	})
 	var gerr *git.Error
 	var sd *repos.SecretInDiffError
 	var ol *repos.OutsideLinksError
+	var pe *repos.PatchError
 	switch {
+	case errors.As(err, &pe):
+		// As the error handler answers it: an *Error as is, an OS
+		// error by its class.
+		return pe.Err
+	case errors.Is(err, repos.ErrDiffChanged):
+		return apiError(http.StatusConflict, "diff_changed", "the workspace changed since that diff was read: read GET …/workspace/diff again, review it, and push with its %s", HeaderPatchSHA256)
+	case errors.Is(err, repos.ErrPatchChanging):
+		return apiError(http.StatusConflict, "diff_changed", "the workspace changed while its patch was written; try again")
+	case errors.Is(err, repos.ErrEmptyPatch):
+		return errEmptyDiff
+	case errors.Is(err, repos.ErrPatchTooLarge):
+		return apiError(http.StatusRequestEntityTooLarge, "patch_too_large", "%v", err)
 	case errors.As(err, &sd):
 		where := "in " + sd.File
 		switch {
@@ -321,6 +312,9 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case errors.As(err, &gerr) && gerr.Op == "push":
 		return apiError(http.StatusBadGateway, "push_failed", "the remote refused the push: %s", gerr.Stderr)
 	case err != nil:
+		if _, busy := storageAnswer(err); busy {
+			return err // the error handler logs and answers it
+		}
 		s.log.Error("building a push commit failed", "conversation", conv.ID, "err", err)
 		return apiError(http.StatusUnprocessableEntity, "commit_failed", "the patch could not be committed on the conversation's base commit; the server log has the details")
 	}
@@ -331,80 +325,22 @@ func (s *Server) push(c *fiber.Ctx) error {
 // could not be recorded in the audit log, so nothing was pushed.
 var errPushUnrecorded = &Error{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Message: "the push could not be recorded in the audit log, so nothing was pushed; the server log has the details"}
 
-// writePatch writes the conversation's patch to a private temporary file,
-// within the push size cap, and returns it (at offset 0), its size, its
-// SHA-256 and its symlinks that point outside the tree.
-func (s *Server) writePatch(c *fiber.Ctx, conv store.Conversation) (*os.File, int64, string, []string, error) {
-	max := s.d.Repositories.MaxPatchBytes()
-	tooLarge := func(err error) error {
-		return apiError(http.StatusRequestEntityTooLarge, "patch_too_large", "the patch is larger than the push limit of %d bytes (repositories.max_push_bytes): %v", max, err)
-	}
+// errEmptyDiff: the workspace has no changes.
+var errEmptyDiff = &Error{Status: http.StatusBadRequest, Code: "empty_diff", Message: "the workspace has no changes to push"}
+
+// workspacePatch is the conversation's patch within max bytes, as
+// repos.WorkspacePatch; nil for a workspace never written to.
+func (s *Server) workspacePatch(c *fiber.Ctx, conv store.Conversation, max int64) (*overlay.Patch, error) {
 	layer, err := s.d.Layers.Get(conv.ID)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, "", nil, apiError(http.StatusBadRequest, "empty_diff", "the workspace has no changes to push")
+		return nil, nil
 	}
 	if err != nil {
-		return nil, 0, "", nil, err
+		return nil, err
 	}
 	lower, err := s.d.Workspaces.Lower(c.UserContext(), user(c).ID, conv.ID)
 	if err != nil {
-		return nil, 0, "", nil, err
+		return nil, err
 	}
-	p, err := newPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
-	if errors.Is(err, overlay.ErrPatchTooLarge) {
-		return nil, 0, "", nil, tooLarge(err)
-	}
-	if err != nil {
-		return nil, 0, "", nil, err
-	}
-	defer p.Close()
-	f, err := s.d.Repositories.TempFile()
-	if err != nil {
-		return nil, 0, "", nil, err
-	}
-	h := sha256.New()
-	lw := &capped{w: io.MultiWriter(f, h), left: max}
-	n, err := p.WriteTo(lw)
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		if lw.over {
-			return nil, 0, "", nil, tooLarge(errors.New("the patch text is over the limit"))
-		}
-		return nil, 0, "", nil, apiError(http.StatusConflict, "diff_changed", "the workspace changed while its patch was written; try again")
-	}
-	return f, n, hex.EncodeToString(h.Sum(nil)), p.OutsideLinks(), nil
-}
-
-// capped fails a write past left bytes.
-type capped struct {
-	w    io.Writer
-	left int64
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if int64(len(p)) > c.left {
-		c.over = true
-		return 0, fmt.Errorf("over the size limit")
-	}
-	c.left -= int64(len(p))
-	return c.w.Write(p)
-}
-
-// noFiles reports whether the patch in f (read from its start, and
-// rewound) changes no file: only comment lines.
-func noFiles(f *os.File) (bool, error) {
-	defer f.Seek(0, io.SeekStart)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		if bytes.HasPrefix(sc.Bytes(), []byte("diff --git ")) {
-			return false, nil
-		}
-	}
-	return true, sc.Err()
+	return newPatch(lower, layer.Upper, overlay.PatchOptions{MaxBytes: max})
 }

@@ -43,12 +43,15 @@ func (i Instance) Lock() (*os.File, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", i.LockFile(), err)
 	}
-	if err := f.Truncate(0); err == nil {
+	// A lock naming no pid, or a stale one, would misname the holder to
+	// the next server that tries.
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("writing the instance lock: %w", err)
+		return nil, fmt.Errorf("writing this server's pid into %s: %w", i.LockFile(), err)
 	}
 	return f, nil
 }

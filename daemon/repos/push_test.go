@@ -2,6 +2,7 @@ package repos
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
@@ -174,6 +177,129 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// PushWorkspace pushes the workspace's patch only as reviewed (its
+// digest), non-empty and within MaxPatchBytes, after the branch and the
+// repository are checked; the WorkspacePatch's own errors come back as
+// they were. The push's ref leaves the mirror, and when it cannot, the
+// push stands and the log says so.
+func TestPushWorkspace(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
+	}
+	ctx := context.Background()
+	logs := &sandboxtest.Buffer{}
+	s, q := service(t, Options{MaxPatchBytes: 1000, Log: hclog.New(&hclog.LoggerOptions{Output: logs})})
+	url, _ := remote(t)
+	bare := strings.TrimPrefix(url, "file://")
+	r, err := s.Add(ctx, Add{Name: "demo", URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncNow(t, s, q, r.ID)
+	r, _ = s.Get(ctx, r.ID)
+	lower, err := s.Snapshot(ctx, r.ID, r.Head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := func(files map[string]string) string {
+		d := t.TempDir()
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	patchOf := func(upper string) WorkspacePatch {
+		return func(max int64) (*overlay.Patch, error) {
+			return overlay.NewPatch(lower, upper, overlay.PatchOptions{MaxBytes: max})
+		}
+	}
+	digest := func(upper string) string {
+		p, err := overlay.NewPatch(lower, upper, overlay.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		h := sha256.New()
+		if _, err := p.WriteTo(h); err != nil {
+			t.Fatal(err)
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	push := func(branch, reviewed string, patch WorkspacePatch) (PushResult, error) {
+		return s.PushWorkspace(ctx, Push{Repository: r.ID, Base: r.Head, Branch: branch, Message: "m", Author: git.Author{Name: "Alice", Email: "a@x"},
+			User: "usr_alice", Conversation: "conv_1"}, reviewed, patch)
+	}
+	ok := upper(map[string]string{"ok.txt": "fine\n"})
+	var notCalled = func(int64) (*overlay.Patch, error) {
+		t.Error("the patch was made for a push refused before")
+		return nil, nil
+	}
+	errOwn := errors.New("the workspace is held")
+	for _, tt := range []struct {
+		name, branch, reviewed string
+		patch                  WorkspacePatch
+		want                   error
+	}{
+		{"protected branch", "main", digest(ok), notCalled, ErrProtected},
+		{"invalid branch", "-x", digest(ok), notCalled, ErrInvalid},
+		{"stale digest", "codumentor/a", digest(upper(map[string]string{"ok.txt": "other\n"})), patchOf(ok), ErrDiffChanged},
+		{"no layer", "codumentor/a", emptySHA256, func(int64) (*overlay.Patch, error) { return nil, nil }, ErrEmptyPatch},
+		{"no changes", "codumentor/a", emptySHA256, patchOf(t.TempDir()), ErrEmptyPatch},
+		{"too large", "codumentor/a", digest(upper(map[string]string{"big.txt": strings.Repeat("x", 2000)})), patchOf(upper(map[string]string{"big.txt": strings.Repeat("x", 2000)})), ErrPatchTooLarge},
+		{"its own error", "codumentor/a", digest(ok), func(int64) (*overlay.Patch, error) { return nil, errOwn }, errOwn},
+	} {
+		_, err := push(tt.branch, tt.reviewed, tt.patch)
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: PushWorkspace = %v, want %v", tt.name, err, tt.want)
+		}
+		var pe *PatchError
+		if errors.Is(tt.want, errOwn) && (!errors.As(err, &pe) || pe.Err != errOwn) {
+			t.Errorf("%s: PushWorkspace = %#v, want a PatchError of it", tt.name, err)
+		}
+	}
+	if out := run(t, bare, "for-each-ref", "--format=%(refname)"); out != "refs/heads/main" {
+		t.Fatalf("the remote's refs changed: %q", out)
+	}
+
+	pushRefs := func() string {
+		return run(t, s.Mirror(r.ID), "for-each-ref", "--format=%(refname)", "refs/codumentor/")
+	}
+	res, err := push("codumentor/ok", digest(ok), patchOf(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, bare, "show", res.Commit+":ok.txt"); got != "fine" {
+		t.Fatalf("pushed ok.txt = %q", got)
+	}
+	if refs := pushRefs(); refs != "" {
+		t.Fatalf("push refs left in the mirror: %q", refs)
+	}
+	// A held packed-refs lock makes git refuse to delete a ref (after
+	// core.packedRefsTimeout), not to make one.
+	lock := filepath.Join(s.Mirror(r.ID), "packed-refs.lock")
+	if err := os.WriteFile(lock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	more := upper(map[string]string{"more.txt": "more\n"})
+	if _, err := push("codumentor/more", digest(more), patchOf(more)); err != nil {
+		t.Fatalf("a push whose ref could not be removed: %v", err)
+	}
+	os.Remove(lock)
+	if got := run(t, bare, "show", "codumentor/more:more.txt"); got != "more" {
+		t.Fatalf("pushed more.txt = %q", got)
+	}
+	refs := pushRefs()
+	if refs == "" || !strings.Contains(logs.String(), "removing a push's ref from the mirror failed") || !strings.Contains(logs.String(), refs) {
+		t.Fatalf("push refs %q; log:\n%s\nwant the ref left and the log naming it", refs, logs.String())
+	}
+}
+
+// emptySHA256 is the digest of no bytes.
+var emptySHA256 = func() string { h := sha256.Sum256(nil); return hex.EncodeToString(h[:]) }()
 
 // Lines are counted on the new side, across hunks and context lines;
 // removed lines and the patch's comments are not looked at.

@@ -11,8 +11,11 @@
 package repos
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -132,13 +135,21 @@ type Options struct {
 type Service struct {
 	o   Options
 	log hclog.Logger
-	// snapMu serializes making and collecting snapshots.
+	// snapMu guards snaps and tooLarge, and orders publishing snapshots
+	// against collecting them; no checkout runs under it.
 	snapMu sync.Mutex
+	// snaps are the checkouts under way that calls wait for, by
+	// snapshot name; tmps the directories in snapshots/ of every
+	// checkout under way, which GCSnapshots leaves alone.
+	snaps map[string]*snapFlight
+	tmps  map[string]bool
 	// tooLarge are the snapshots ("<repository>-<commit>") whose
-	// checkout crossed Sandbox.CheckoutBytes (guarded by snapMu): a
-	// commit's tree does not shrink, so they are refused without
-	// another checkout.
+	// checkout crossed Sandbox.CheckoutBytes: a commit's tree does not
+	// shrink, so they are refused without another checkout.
 	tooLarge map[string]error
+	// joined, if set (by tests), is called under snapMu when a Snapshot
+	// call joins a checkout under way.
+	joined func(name string)
 }
 
 // maxTooLarge bounds Service.tooLarge; past it the record starts over.
@@ -526,7 +537,9 @@ var ErrSnapshotTooLarge = fmt.Errorf("%w: its files take more disk than reposito
 // checking it out in a sandbox first if missing. Snapshots are shared
 // read-only by every conversation on that commit (as their workspaces'
 // lower layer; nothing writes them) and removed by GCSnapshots when none
-// uses them.
+// uses them. Concurrent calls for one snapshot share one checkout, which
+// ends early only when every caller's ctx is done; a checkout never
+// delays the snapshots of other commits or GCSnapshots.
 func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, error) {
 	if !repoID.MatchString(id) || !git.IsCommitID(commit) {
 		return "", fmt.Errorf("%w: not a repository and commit: %q %q", ErrInvalid, id, commit)
@@ -535,20 +548,81 @@ func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, erro
 	if st, err := os.Lstat(d); err == nil && st.IsDir() {
 		return d, nil
 	}
+	name := SnapshotName(id, commit)
 	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
 	if st, err := os.Lstat(d); err == nil && st.IsDir() {
+		s.snapMu.Unlock()
 		return d, nil
 	}
-	name := SnapshotName(id, commit)
 	if err := s.tooLarge[name]; err != nil {
+		s.snapMu.Unlock()
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(filepath.Join(s.o.Dir, "snapshots"), ".tmp-")
-	if err != nil {
-		s.log.Error("making a repository snapshot's directory failed", "err", err)
-		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
+	f := s.snaps[name]
+	if f == nil {
+		tmp, err := os.MkdirTemp(filepath.Join(s.o.Dir, "snapshots"), ".tmp-")
+		if err != nil {
+			s.snapMu.Unlock()
+			s.log.Error("making a repository snapshot's directory failed", "err", err)
+			return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
+		}
+		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &snapFlight{done: make(chan struct{}), cancel: cancel}
+		if s.snaps == nil {
+			s.snaps, s.tmps = map[string]*snapFlight{}, map[string]bool{}
+		}
+		s.snaps[name] = f
+		s.tmps[filepath.Base(tmp)] = true
+		go func() {
+			defer cancel()
+			f.err = s.checkout(cctx, id, commit, tmp, d)
+			s.snapMu.Lock()
+			if s.snaps[name] == f {
+				delete(s.snaps, name)
+			}
+			delete(s.tmps, filepath.Base(tmp))
+			s.snapMu.Unlock()
+			close(f.done)
+		}()
+	} else if s.joined != nil {
+		s.joined(name)
 	}
+	f.waiters++
+	s.snapMu.Unlock()
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return "", f.err
+		}
+		return d, nil
+	case <-ctx.Done():
+		s.snapMu.Lock()
+		if f.waiters--; f.waiters == 0 {
+			// No one waits: a later call starts afresh.
+			f.cancel()
+			if s.snaps[name] == f {
+				delete(s.snaps, name)
+			}
+		}
+		s.snapMu.Unlock()
+		return "", fmt.Errorf("%w: %w", ErrSnapshot, context.Cause(ctx))
+	}
+}
+
+// snapFlight is a checkout under way, shared by the Snapshot calls that
+// wait for it.
+type snapFlight struct {
+	done   chan struct{}
+	err    error // set before done is closed
+	cancel context.CancelFunc
+	// waiters are the calls waiting (guarded by Service.snapMu).
+	waiters int
+}
+
+// checkout writes repository id's tree at commit into tmp, outside the
+// snapshot lock, and publishes it as d under the lock.
+func (s *Service) checkout(ctx context.Context, id, commit, tmp, d string) error {
+	name := SnapshotName(id, commit)
 	if err := s.o.Sandbox.Checkout(ctx, s.Mirror(id), commit, tmp); err != nil {
 		overlay.RemoveAll(tmp)
 		// The model and clients see this error: the details (host
@@ -556,25 +630,35 @@ func (s *Service) Snapshot(ctx context.Context, id, commit string) (string, erro
 		s.log.Error("checking out a repository snapshot failed", "repository", id, "commit", commit, "err", err)
 		if errors.Is(err, git.ErrTooLarge) {
 			err := fmt.Errorf("%w (%d MiB); the checkout was stopped and removed", ErrSnapshotTooLarge, s.o.Sandbox.CheckoutBytes>>20)
+			s.snapMu.Lock()
 			if len(s.tooLarge) >= maxTooLarge || s.tooLarge == nil {
 				s.tooLarge = map[string]error{}
 			}
 			s.tooLarge[name] = err
-			return "", err
+			s.snapMu.Unlock()
+			return err
 		}
-		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
+		return fmt.Errorf("%w; the server log has the details", ErrSnapshot)
+	}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if st, err := os.Lstat(d); err == nil && st.IsDir() {
+		// A checkout whose callers had all gone finished first.
+		overlay.RemoveAll(tmp)
+		return nil
 	}
 	if err := os.Rename(tmp, d); err != nil {
 		overlay.RemoveAll(tmp)
 		s.log.Error("keeping a repository snapshot failed", "err", err)
-		return "", fmt.Errorf("%w; the server log has the details", ErrSnapshot)
+		return fmt.Errorf("%w; the server log has the details", ErrSnapshot)
 	}
-	return d, nil
+	return nil
 }
 
 // GCSnapshots removes the snapshots no conversation uses: inUse returns
 // the "<repository>-<commit>" names in use. It is called with the
-// snapshot lock held, so no snapshot is made meanwhile.
+// snapshot lock held, so no snapshot is published meanwhile; checkouts
+// under way are left alone.
 func (s *Service) GCSnapshots(ctx context.Context, inUse func(context.Context) (map[string]bool, error)) ([]string, error) {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
@@ -589,7 +673,7 @@ func (s *Service) GCSnapshots(ctx context.Context, inUse func(context.Context) (
 	}
 	removed := []string{}
 	for _, e := range ents {
-		if used[e.Name()] {
+		if used[e.Name()] || s.tmps[e.Name()] {
 			continue
 		}
 		if err := overlay.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
@@ -657,6 +741,141 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	if err != nil {
 		return PushResult{}, err
 	}
+	return s.push(ctx, p, r)
+}
+
+// Refusals of PushWorkspace, wrapped by its error.
+var (
+	// ErrDiffChanged: the workspace's patch is not the one reviewed.
+	ErrDiffChanged = errors.New("repos: the workspace changed since its diff was read")
+	// ErrPatchChanging: the workspace changed while its patch was
+	// written.
+	ErrPatchChanging = errors.New("repos: the workspace changed while its patch was written")
+	// ErrEmptyPatch: the patch changes no file.
+	ErrEmptyPatch = errors.New("repos: the workspace has no changes to push")
+	// ErrPatchTooLarge: the patch is over MaxPatchBytes.
+	ErrPatchTooLarge = errors.New("the patch is larger than the push limit")
+)
+
+// A PatchError is PushWorkspace's error when its WorkspacePatch failed,
+// or the patch could not be kept: Err as it came.
+type PatchError struct{ Err error }
+
+func (e *PatchError) Error() string { return "repos: making the workspace's patch: " + e.Err.Error() }
+func (e *PatchError) Unwrap() error { return e.Err }
+
+// A WorkspacePatch makes the patch of a conversation's workspace for
+// PushWorkspace, within maxBytes (past them its error wraps
+// overlay.ErrPatchTooLarge). A nil patch with a nil error is a workspace
+// without changes.
+type WorkspacePatch func(maxBytes int64) (*overlay.Patch, error)
+
+// PushWorkspace pushes a conversation's workspace as the user reviewed
+// it: Push with p.Patch and p.OutsideLinks taken from the patch that
+// patch makes, once the repository and branch are checked. That patch
+// must have the hex SHA-256 reviewed, which the user read (else
+// ErrDiffChanged), and change a file (else ErrEmptyPatch). It is kept in
+// a private temporary file within MaxPatchBytes (ErrPatchTooLarge), so
+// the patch scanned for secrets is the one committed.
+func (s *Service) PushWorkspace(ctx context.Context, p Push, reviewed string, patch WorkspacePatch) (PushResult, error) {
+	if err := s.CheckPushBranch(p.Branch); err != nil {
+		return PushResult{}, err
+	}
+	r, err := s.Get(ctx, p.Repository)
+	if err != nil {
+		return PushResult{}, err
+	}
+	f, size, digest, outside, err := s.keepPatch(patch)
+	if err != nil {
+		return PushResult{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if digest != reviewed {
+		return PushResult{}, ErrDiffChanged
+	}
+	if empty, err := noFiles(f); err != nil {
+		return PushResult{}, &PatchError{Err: err}
+	} else if empty || size == 0 {
+		return PushResult{}, ErrEmptyPatch
+	}
+	p.Patch, p.OutsideLinks = f, outside
+	return s.push(ctx, p, r)
+}
+
+// keepPatch writes the patch that patch makes to a private temporary
+// file within MaxPatchBytes, and returns it (at offset 0), its size, its
+// SHA-256 and its symlinks that point outside the tree. The caller
+// removes the file.
+func (s *Service) keepPatch(patch WorkspacePatch) (*os.File, int64, string, []string, error) {
+	max := s.o.MaxPatchBytes
+	tooLarge := func(err error) error {
+		return fmt.Errorf("%w of %d bytes (repositories.max_push_bytes): %w", ErrPatchTooLarge, max, err)
+	}
+	p, err := patch(max)
+	if errors.Is(err, overlay.ErrPatchTooLarge) {
+		return nil, 0, "", nil, tooLarge(err)
+	}
+	if err != nil {
+		return nil, 0, "", nil, &PatchError{Err: err}
+	}
+	if p == nil {
+		return nil, 0, "", nil, ErrEmptyPatch
+	}
+	defer p.Close()
+	f, err := s.TempFile()
+	if err != nil {
+		return nil, 0, "", nil, &PatchError{Err: err}
+	}
+	h := sha256.New()
+	lw := &capped{w: io.MultiWriter(f, h), left: max}
+	n, err := p.WriteTo(lw)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		if lw.over {
+			return nil, 0, "", nil, tooLarge(errors.New("the patch text is over the limit"))
+		}
+		return nil, 0, "", nil, fmt.Errorf("%w: %w", ErrPatchChanging, err)
+	}
+	return f, n, hex.EncodeToString(h.Sum(nil)), p.OutsideLinks(), nil
+}
+
+// capped fails a write past left bytes.
+type capped struct {
+	w    io.Writer
+	left int64
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.over = true
+		return 0, fmt.Errorf("over the size limit")
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}
+
+// noFiles reports whether the patch in f (read from its start, and
+// rewound) changes no file: only comment lines.
+func noFiles(f *os.File) (bool, error) {
+	defer f.Seek(0, io.SeekStart)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		if bytes.HasPrefix(sc.Bytes(), []byte("diff --git ")) {
+			return false, nil
+		}
+	}
+	return true, sc.Err()
+}
+
+// push is Push of p to r, its branch checked.
+func (s *Service) push(ctx context.Context, p Push, r Repository) (PushResult, error) {
 	cred, err := s.credential(ctx, r)
 	if err != nil {
 		return PushResult{}, err
@@ -692,7 +911,13 @@ func (s *Service) Push(ctx context.Context, p Push) (PushResult, error) {
 	}
 	ref := "refs/codumentor/push/" + strings.TrimPrefix(filepath.Base(out), "push-")
 	got, err := s.o.Git.FetchBundle(ctx, mirror, filepath.Join(out, git.BundleName), ref)
-	defer s.o.Git.DeleteRef(context.WithoutCancel(ctx), mirror, ref)
+	defer func() {
+		// Left behind, the ref keeps the commit's objects in the mirror
+		// (nothing is shown or pushed from it); the push itself stands.
+		if err := s.o.Git.DeleteRef(context.WithoutCancel(ctx), mirror, ref); err != nil {
+			s.log.Error("removing a push's ref from the mirror failed; remove it with git update-ref -d", "repository", r.ID, "ref", ref, "err", err)
+		}
+	}()
 	if err != nil {
 		return PushResult{}, fmt.Errorf("repos: taking the commit into the mirror: %w", err)
 	}

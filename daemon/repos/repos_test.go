@@ -3,17 +3,21 @@ package repos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
@@ -207,6 +211,144 @@ func TestSnapshots(t *testing.T) {
 	}
 	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the snapshot is still there: %v", err)
+	}
+}
+
+// A checkout held up (on a FIFO in the mirror that git opens when it
+// reads the object store, until the test opens its other end) delays
+// neither another repository's snapshot nor the GC; calls for the same
+// snapshot share that one checkout, and a caller that gives up does not
+// end it for the others.
+func TestSnapshotSingleFlight(t *testing.T) {
+	sandboxtest.RequireUnprivileged(t)
+	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
+	}
+	var launches atomic.Int32
+	s, q := service(t, Options{Sandbox: git.Sandbox{Launching: func(context.Context, sandboxkit.LaunchRecord) error {
+		launches.Add(1)
+		return nil
+	}}})
+	ctx := context.Background()
+	var rs []Repository
+	for _, name := range []string{"slow", "other"} {
+		url, _ := remote(t)
+		r, err := s.Add(ctx, Add{Name: name, URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncNow(t, s, q, r.ID)
+		r, _ = s.Get(ctx, r.ID)
+		rs = append(rs, r)
+	}
+	slow, other := rs[0], rs[1]
+	fifo := filepath.Join(s.Mirror(slow.ID), "objects", "info", "alternates")
+	os.MkdirAll(filepath.Dir(fifo), 0o755)
+	os.Remove(fifo)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	launches.Store(0)
+	joined := make(chan string, 1)
+	s.snapMu.Lock()
+	s.joined = func(name string) { joined <- name }
+	s.snapMu.Unlock()
+
+	stuck := time.After(2 * time.Minute)
+	type result struct {
+		dir string
+		err error
+	}
+	snapshot := func(ctx context.Context, r Repository) chan result {
+		c := make(chan result, 1)
+		go func() {
+			d, err := s.Snapshot(ctx, r.ID, r.Head)
+			c <- result{d, err}
+		}()
+		return c
+	}
+	wait := func(what string, c chan result) result {
+		t.Helper()
+		select {
+		case r := <-c:
+			return r
+		case <-stuck:
+			t.Fatalf("%s: stuck", what)
+			return result{}
+		}
+	}
+	first := snapshot(ctx, slow)
+	opened := make(chan *os.File, 1)
+	go func() {
+		// Returns once the checkout has opened the FIFO.
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- w
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case <-stuck:
+		t.Fatal("the checkout never opened the mirror's FIFO")
+	}
+	defer w.Close()
+
+	if r := wait("the other repository's snapshot", snapshot(ctx, other)); r.err != nil {
+		t.Fatalf("the other repository's snapshot: %v", r.err)
+	}
+	gcDone := make(chan error, 1)
+	go func() {
+		removed, err := s.GCSnapshots(ctx, func(context.Context) (map[string]bool, error) {
+			return map[string]bool{SnapshotName(other.ID, other.Head): true}, nil
+		})
+		if err == nil && len(removed) > 0 {
+			err = fmt.Errorf("removed %v, a checkout under way", removed)
+		}
+		gcDone <- err
+	}()
+	select {
+	case err := <-gcDone:
+		if err != nil {
+			t.Fatalf("GC during a checkout: %v", err)
+		}
+	case <-stuck:
+		t.Fatal("GC waited for a checkout")
+	}
+
+	second := snapshot(ctx, slow)
+	join := func(what string) {
+		t.Helper()
+		select {
+		case name := <-joined:
+			if name != SnapshotName(slow.ID, slow.Head) {
+				t.Fatalf("%s joined %s", what, name)
+			}
+		case <-stuck:
+			t.Fatalf("%s did not join the checkout under way", what)
+		}
+	}
+	join("the second call")
+	gone, cancel := context.WithCancel(ctx)
+	third := snapshot(gone, slow)
+	join("the third call")
+	cancel()
+	if r := wait("a cancelled call", third); !errors.Is(r.err, ErrSnapshot) || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("a cancelled call = %q, %v; want ErrSnapshot and context.Canceled", r.dir, r.err)
+	}
+
+	w.Close() // the checkout reads no alternates and goes on
+	r1, r2 := wait("the first call", first), wait("the second call", second)
+	if r1.err != nil || r2.err != nil || r1.dir != r2.dir || r1.dir != s.snapshotDir(slow.ID, slow.Head) {
+		t.Fatalf("the two calls: %q, %v and %q, %v", r1.dir, r1.err, r2.dir, r2.err)
+	}
+	if n := launches.Load(); n != 2 {
+		t.Fatalf("%d sandboxed checkouts, want 2 (one per repository)", n)
+	}
+	ents, err := os.ReadDir(filepath.Join(s.o.Dir, "snapshots"))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("snapshots/: %v, %v; want the two snapshots and no leftover", ents, err)
 	}
 }
 

@@ -124,6 +124,7 @@ type Options struct {
 	Conversations *store.Conversations
 	Repositories  *repos.Service
 	// Publish records an event of a conversation (agentcore.Engine.Publish).
+	// Nil means SetPublish is called before the first Start.
 	Publish func(conversation, typ string, data any)
 	// The setup sandbox's settings: runScript builds its Policy from
 	// them. Launching records each setup sandbox in the audit log
@@ -228,6 +229,13 @@ func Open(ctx context.Context, o Options) (*Service, error) {
 	}
 	s.ctx, s.stop = context.WithCancel(ctx)
 	return s, nil
+}
+
+// SetPublish sets where the setups' events go, for a caller that builds
+// its publisher (the engine) after the Service it needs. Call it before
+// the first Start.
+func (s *Service) SetPublish(publish func(conversation, typ string, data any)) {
+	s.publish = publish
 }
 
 // Close stops the running setups (they run again after a restart) and
