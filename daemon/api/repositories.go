@@ -252,6 +252,11 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case !sha256Hex.MatchString(req.DiffSHA256):
 		return badRequest("diff_sha256 must be the 64 lowercase hex digits of the %s that GET …/workspace/diff sent", HeaderPatchSHA256)
 	}
+	// A store that cannot be read answers as the error handler says (the
+	// push itself would call it a failed commit).
+	if _, err := s.d.Repositories.Get(ctx, conv.Repository); err != nil && !errors.Is(err, repos.ErrNotFound) {
+		return err
+	}
 	u := user(c)
 	email := u.Email
 	if email == "" {
