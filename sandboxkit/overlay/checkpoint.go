@@ -115,6 +115,13 @@ type cpIndexFile struct {
 	Gen uint64 `json:"gen,omitempty"`
 
 	journal int // lines read from the journal
+	// head is state Head once read or written (nil: not yet), cached with
+	// the index: a state file is written only together with the index
+	// (whose bytes always change then, Gen with them), so an index read
+	// back unchanged names the same head. (A writer that crashed between
+	// the two left at most other identities in the file, which only make
+	// the next checkpoint copy more.)
+	head *cpState
 
 	// The bytes of the index file and of the journal idx was decoded
 	// from, by which the cache knows it.
@@ -185,13 +192,21 @@ func (l *Layer) cpLock() (unlock func(), err error) {
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	dir := filepath.Join(l.Dir, cpDir)
-	for _, d := range []string{dir, filepath.Join(dir, cpBlobs), filepath.Join(dir, cpStates)} {
-		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			mu.Unlock()
-			return nil, fmt.Errorf("overlay: checkpoints of layer %q: %w", l.ID, err)
-		}
+	open := func() (*os.File, error) {
+		return os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := open()
+	if errors.Is(err, fs.ErrNotExist) {
+		// The first checkpoint: the lock is made after the directories,
+		// so where it exists they do.
+		for _, d := range []string{dir, filepath.Join(dir, cpBlobs), filepath.Join(dir, cpStates)} {
+			if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				mu.Unlock()
+				return nil, fmt.Errorf("overlay: checkpoints of layer %q: %w", l.ID, err)
+			}
+		}
+		f, err = open()
+	}
 	if err == nil {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
 	}
@@ -231,7 +246,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 	if err != nil {
 		return false, err
 	}
-	head, err := c.readState(idx.Head)
+	head, err := c.headState(&idx)
 	if err != nil {
 		return false, err
 	}
@@ -245,6 +260,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 		idx.lookupName(name) < 0 && len(idx.Names) < maxCPNames && idx.journal < maxJournal {
 		// Nothing to copy, drop or re-record: a line in the journal names
 		// the head state.
+		idx.head = &st
 		return false, c.appendJournal(&idx, cpName{Name: name, State: idx.Head, Created: now, Same: true})
 	}
 	id := idx.Head
@@ -269,6 +285,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 	if err := c.trim(&idx, lim); err != nil {
 		return false, err
 	}
+	idx.head = &st
 	return changed, c.writeIndex(idx)
 }
 
@@ -278,7 +295,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 // upper directory's Lock: no sandbox may have it mounted.
 func (l *Layer) Restore(name string) error {
 	return l.withCheckpoint(name, func(c checkpoints, idx cpIndexFile, id uint64, target cpState) error {
-		head, err := c.readState(idx.Head)
+		head, err := c.headState(&idx)
 		if err != nil {
 			return err
 		}
@@ -295,7 +312,7 @@ func (l *Layer) Restore(name string) error {
 		if err := c.writeState(id, st); err != nil {
 			return err
 		}
-		idx.Head = id
+		idx.Head, idx.head = id, &st
 		return c.writeIndex(idx)
 	})
 }
@@ -303,9 +320,12 @@ func (l *Layer) Restore(name string) error {
 // Fork fills dst's upper directory, which must be empty, with checkpoint
 // name of l. dst starts with no checkpoints of its own.
 func (l *Layer) Fork(name string, dst *Layer) error {
-	return l.withCheckpoint(name, func(c checkpoints, _ cpIndexFile, _ uint64, target cpState) error {
-		_, err := c.restore(dst.Upper, target, cpState{})
-		return err
+	return l.withCheckpoint(name, func(c checkpoints, idx cpIndexFile, _ uint64, target cpState) error {
+		if _, err := c.restore(dst.Upper, target, cpState{}); err != nil {
+			return err
+		}
+		keepCached(c.dir, idx) // unchanged
+		return nil
 	})
 }
 
@@ -523,6 +543,18 @@ func (c checkpoints) writeIndex(idx cpIndexFile) error {
 
 func (c checkpoints) statePath(id uint64) string {
 	return filepath.Join(c.dir, cpStates, strconv.FormatUint(id, 16))
+}
+
+// headState returns state idx.Head, from idx if it holds it.
+func (c checkpoints) headState(idx *cpIndexFile) (cpState, error) {
+	if idx.head != nil {
+		return *idx.head, nil
+	}
+	st, err := c.readState(idx.Head)
+	if err == nil {
+		idx.head = &st
+	}
+	return st, err
 }
 
 // readState returns state id; state 0 is the empty upper directory.
@@ -758,12 +790,12 @@ func (c checkpoints) snapshot(upper string, head cpState, idx *cpIndexFile) (cpS
 		return cpState{}, cpErr("open the upper directory", err)
 	}
 	defer root.close()
-	blobs, err := openRootDir(filepath.Join(c.dir, cpBlobs))
-	if err != nil {
-		return cpState{}, cpErr("open the checkpoint copies", err)
-	}
-	defer blobs.close()
-	s := snapper{prev: prev, idx: idx, blobs: blobs}
+	s := snapper{prev: prev, idx: idx, blobsDir: filepath.Join(c.dir, cpBlobs)}
+	defer func() {
+		if s.blobs != nil {
+			s.blobs.close()
+		}
+	}()
 	if err := s.walk(root, ""); err != nil {
 		return cpState{}, err
 	}
@@ -775,10 +807,11 @@ func cpErr(what string, err error) error {
 }
 
 type snapper struct {
-	prev    map[string]*cpEntry
-	idx     *cpIndexFile
-	blobs   *dirFD
-	entries []cpEntry
+	prev     map[string]*cpEntry
+	idx      *cpIndexFile
+	blobsDir string
+	blobs    *dirFD // opened at the first copy
+	entries  []cpEntry
 }
 
 func (s *snapper) walk(d *dirFD, rel string) error {
@@ -911,6 +944,13 @@ func overlayXattrs(fd int) (map[string][]byte, error) {
 // Blob, Xattr and identity. A file that changed while it was copied (a
 // background job writing) is copied again, up to three times.
 func (s *snapper) copyFile(d *dirFD, name string, e *cpEntry) error {
+	if s.blobs == nil {
+		blobs, err := openRootDir(s.blobsDir)
+		if err != nil {
+			return cpErr("open the checkpoint copies", err)
+		}
+		s.blobs = blobs
+	}
 	for try := 0; ; try++ {
 		f, err := openFileAt(d, name)
 		if errors.Is(err, unix.EACCES) {
