@@ -515,15 +515,23 @@ func (c checkpoints) appendJournal(idx *cpIndexFile, n cpName) error {
 }
 
 // readFile returns the content of path, read with plain system calls
-// (see cpLock) and without following a symlink there; past max bytes
-// (if max > 0) it stops and returns what it read, more than max.
-func readFile(path string, max int) ([]byte, error) {
+// (see cpLock) and without following a symlink there; past limit bytes
+// (if limit > 0) it stops and returns what it read, more than limit.
+func readFile(path string, limit int) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: filepath.Base(path), Err: err}
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 0, 4096)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: filepath.Base(path), Err: err}
+	}
+	size := int(st.Size) + 1 // one more, to see the end at once
+	if limit > 0 {
+		size = min(size, limit+1)
+	}
+	buf := make([]byte, 0, max(size, 512))
 	for {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, cap(buf))
@@ -535,7 +543,7 @@ func readFile(path string, max int) ([]byte, error) {
 		if err != nil {
 			return nil, &fs.PathError{Op: "read", Path: filepath.Base(path), Err: err}
 		}
-		if n == 0 || max > 0 && len(buf)+n > max {
+		if n == 0 || limit > 0 && len(buf)+n > limit {
 			return buf[:len(buf)+n], nil
 		}
 		buf = buf[:len(buf)+n]
