@@ -278,7 +278,7 @@ func (s *toolSource) Tools(ctx context.Context) []agentcore.Tool {
 	return s.tools
 }
 
-type fakeShell struct{ echoTool }
+type fakeShell struct{}
 
 func (fakeShell) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{Name: "shell", Parameters: []byte(`{"type":"object"}`)}
