@@ -53,15 +53,29 @@ const afterSuffix = ".after"
 // checkpoint records the conversation's upper layer as name, logging a
 // failure: a turn goes on without its checkpoint (reverting to it will
 // say there is none).
-func (e *Engine) checkpoint(conversation, name string) error {
-	l, err := e.layer(conversation)
+func (e *Engine) checkpoint(c *conv, name string) error {
+	// The layer of the last checkpoint, unless it was removed since
+	// (then it is made again, as for the first): Layers.Get would only
+	// check that its directories exist.
+	if l := c.cpLayer.Load(); l != nil {
+		_, err := l.Checkpoint(name, e.cfg.Checkpoints)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			if err != nil {
+				e.log.Error("checkpointing a workspace failed", "conversation", c.id, "checkpoint", name, "err", err)
+			}
+			return err
+		}
+	}
+	l, err := e.layer(c.id)
 	if err == nil {
 		_, err = l.Checkpoint(name, e.cfg.Checkpoints)
 	}
 	if err != nil {
-		e.log.Error("checkpointing a workspace failed", "conversation", conversation, "checkpoint", name, "err", err)
+		e.log.Error("checkpointing a workspace failed", "conversation", c.id, "checkpoint", name, "err", err)
+		return err
 	}
-	return err
+	c.cpLayer.Store(l)
+	return nil
 }
 
 // turnCheckpoint checkpoints the workspace as turn t begins, under the
@@ -73,12 +87,12 @@ func (e *Engine) turnCheckpoint(t *Turn) {
 	owed := e.takeOwed(c)
 	if owed == "" {
 		c.wsMu.Unlock()
-		e.checkpoint(t.Conversation, t.ID)
+		e.checkpoint(c, t.ID)
 		return
 	}
 	// Held: a Fork from the last reply waits for the name.
 	defer c.wsMu.Unlock()
-	if e.checkpoint(t.Conversation, t.ID) == nil {
+	if e.checkpoint(c, t.ID) == nil {
 		c.afterOf, c.afterAs = owed, t.ID
 	}
 }

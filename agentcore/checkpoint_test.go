@@ -114,3 +114,35 @@ func TestCheckpointAfterTurn(t *testing.T) {
 		t.Errorf("fork from a reply while its background job runs: %v, want ErrNoCheckpoint", err)
 	}
 }
+
+// A turn after its workspace was discarded checkpoints the new layer: a
+// revert to its beginning finds the checkpoint.
+func TestCheckpointAfterDiscard(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{
+		{ToolCalls: []agentcore.ToolCall{shellCall("c1", "echo one > a.txt")}},
+		{Text: "t1"},
+		{ToolCalls: []agentcore.ToolCall{shellCall("c2", "echo two > b.txt")}},
+		{Text: "t2"},
+	}}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow = true })
+	if err := h.wait(h.start("c", "go")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.DiscardWorkspace("c"); err != nil {
+		t.Fatal(err)
+	}
+	t2 := h.start("c", "go")
+	if err := h.wait(t2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.RevertTurn(t.Context(), "alice", "c", t2.ID); err != nil {
+		t.Fatalf("revert of the turn after the discard: %v", err)
+	}
+	l, err := h.layers.Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(l.Upper); err != nil || len(ents) != 0 {
+		t.Errorf("after the revert the upper layer holds %v (%v), want nothing", ents, err)
+	}
+}

@@ -248,6 +248,7 @@ type conv struct {
 	owed             string
 	owedStop         func() bool
 	afterOf, afterAs string
+	cpLayer          atomic.Pointer[overlay.Layer] // the turns' checkpoints' (see checkpoint)
 	// hostNet: a host read-only investigation's network decision, once
 	// known (nil: not asked yet).
 	hostNet *bool
