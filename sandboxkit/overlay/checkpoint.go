@@ -516,7 +516,9 @@ func (c checkpoints) appendJournal(idx *cpIndexFile, n cpName) error {
 
 // readFile returns the content of path, read with plain system calls
 // (see cpLock) and without following a symlink there; past limit bytes
-// (if limit > 0) it stops and returns what it read, more than limit.
+// (if limit > 0) it stops and returns what it read, more than limit. The
+// caller holds the checkpoints' lock, under which no writer changes the
+// file: it ends at its size, without a read to see the end.
 func readFile(path string, limit int) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -527,12 +529,16 @@ func readFile(path string, limit int) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: filepath.Base(path), Err: err}
 	}
-	size := int(st.Size) + 1 // one more, to see the end at once
+	end := int(st.Size)
+	size := end
 	if limit > 0 {
 		size = min(size, limit+1)
 	}
 	buf := make([]byte, 0, max(size, 512))
 	for {
+		if len(buf) >= end {
+			return buf, nil
+		}
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, cap(buf))
 		}
