@@ -9,14 +9,18 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
-// Each turn checkpoints the conversation's upper layer twice: as it
-// begins (named by the turn's ID: what RevertTurn and a branch from the
-// turn's user message go back to) and as it ends, once no command runs in
-// the sandbox (ID + ".after": what a fork from the turn's reply starts
-// from). A checkpoint that nothing changed since the last one costs a walk
-// of the upper layer and no copy. The one as a turn begins is taken even
-// while a background job of an earlier turn runs: then each file is
-// consistent, not the tree as a whole.
+// Each turn checkpoints the conversation's upper layer as it begins
+// (named by the turn's ID: what RevertTurn and a branch from the turn's
+// user message go back to) and is owed one of the tree it leaves, once no
+// command runs in the sandbox (ID + ".after": what a fork from the turn's
+// reply starts from). That one is taken only when needed: nothing writes
+// the layer between turns but a background job (with one running none is
+// owed) and a restore, so the next turn's begin checkpoint is the same
+// tree (Fork names it instead), and a restore, a Fork from the reply and
+// Close take the owed one first. A checkpoint that nothing changed since
+// the last one costs a walk of the upper layer and no copy. The one as a
+// turn begins is taken even while a background job of an earlier turn
+// runs: then each file is consistent, not the tree as a whole.
 
 // BranchStore is a Store whose history branches: a turn started From an
 // earlier user message continues from the message before it, and the old
@@ -49,14 +53,118 @@ const afterSuffix = ".after"
 // checkpoint records the conversation's upper layer as name, logging a
 // failure: a turn goes on without its checkpoint (reverting to it will
 // say there is none).
-func (e *Engine) checkpoint(conversation, name string) {
-	l, err := e.layer(conversation)
+func (e *Engine) checkpoint(c *conv, name string) error {
+	// The layer of the last checkpoint, unless it was removed since
+	// (then it is made again, as for the first): Layers.Get would only
+	// check that its directories exist.
+	if l := c.cpLayer.Load(); l != nil {
+		_, err := l.Checkpoint(name, e.cfg.Checkpoints)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			if err != nil {
+				e.log.Error("checkpointing a workspace failed", "conversation", c.id, "checkpoint", name, "err", err)
+			}
+			return err
+		}
+	}
+	l, err := e.layer(c.id)
 	if err == nil {
 		_, err = l.Checkpoint(name, e.cfg.Checkpoints)
 	}
 	if err != nil {
-		e.log.Error("checkpointing a workspace failed", "conversation", conversation, "checkpoint", name, "err", err)
+		e.log.Error("checkpointing a workspace failed", "conversation", c.id, "checkpoint", name, "err", err)
+		return err
 	}
+	c.cpLayer.Store(l)
+	return nil
+}
+
+// turnCheckpoint checkpoints the workspace as turn t begins, under the
+// turn's ID. The tree is the one the last turn was owed a checkpoint of,
+// if it is: Fork names this one for it.
+func (e *Engine) turnCheckpoint(t *Turn) {
+	c := t.c
+	c.wsMu.Lock()
+	owed := e.takeOwed(c)
+	if owed == "" {
+		c.wsMu.Unlock()
+		e.checkpoint(c, t.ID)
+		return
+	}
+	// Held: a Fork from the last reply waits for the name.
+	defer c.wsMu.Unlock()
+	if e.checkpoint(c, t.ID) == nil {
+		c.afterOf, c.afterAs = owed, t.ID
+	}
+}
+
+// owe records that the workspace as it is now is checkpoint name, to be
+// taken when needed (see above). The caller holds c.wsMu and the Engine
+// (a turn's count of e.wg): Close takes it.
+func (e *Engine) owe(c *conv, name string) {
+	e.takeOwed(c)
+	e.wg.Add(1)
+	c.owed = name
+	c.owedStop = context.AfterFunc(e.ctx, func() {
+		defer e.wg.Done()
+		c.wsMu.Lock()
+		defer c.wsMu.Unlock()
+		e.payOwed(c)
+	})
+}
+
+// takeOwed returns the name of the checkpoint owed, if any, and clears
+// it. The caller holds c.wsMu.
+func (e *Engine) takeOwed(c *conv) string {
+	name := c.owed
+	if name != "" && c.owedStop() {
+		e.wg.Done() // Close will not take it
+	}
+	c.owed, c.owedStop = "", nil
+	return name
+}
+
+// payOwed takes the checkpoint owed, if any, before something changes the
+// workspace or names it. The caller holds c.wsMu. A layer removed since
+// is not made again: its checkpoints went with it.
+func (e *Engine) payOwed(c *conv) {
+	name := e.takeOwed(c)
+	if name == "" {
+		return
+	}
+	l, err := e.cfg.Layers.Get(c.id)
+	if err == nil {
+		_, err = l.Checkpoint(name, e.cfg.Checkpoints)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		e.log.Error("checkpointing a workspace failed", "conversation", c.id, "checkpoint", name, "err", err)
+	}
+}
+
+// dropOwed forgets the checkpoint owed and what names it: the workspace
+// is discarded. The caller holds c.wsMu.
+func (e *Engine) dropOwed(c *conv) {
+	e.takeOwed(c)
+	c.afterOf, c.afterAs = "", ""
+}
+
+// afterName returns the checkpoint that holds conversation's tree named
+// name (a turn's ".after"), taking it if it is owed.
+func (e *Engine) afterName(conversation, name string) string {
+	e.mu.Lock()
+	c := e.convs[conversation]
+	e.mu.Unlock()
+	if c == nil {
+		return name
+	}
+	c.wsMu.Lock()
+	defer c.wsMu.Unlock()
+	if c.afterOf == name {
+		return c.afterAs
+	}
+	if c.owed == name {
+		e.payOwed(c)
+	}
+	return name
 }
 
 // beginCheckpoint runs as turn t begins, before its user message is
@@ -87,7 +195,7 @@ func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) erro
 	return nil
 }
 
-// endCheckpoint checkpoints the workspace as turn t ends, unless a
+// endCheckpoint owes turn t its checkpoint as it ends, unless a
 // background job still runs in its sandbox (its writes would tear the
 // checkpoint; the next turn's begins after them).
 func (e *Engine) endCheckpoint(t *Turn) {
@@ -107,7 +215,7 @@ func (e *Engine) endCheckpoint(t *Turn) {
 			}
 		}
 	}
-	e.checkpoint(t.Conversation, t.ID+afterSuffix)
+	e.owe(c, t.ID+afterSuffix)
 }
 
 // findMessage returns message id of the conversation's active history and
@@ -138,6 +246,7 @@ func (e *Engine) restoreWorkspace(c *conv, name string) error {
 	if err := c.closeSandbox(); err != nil {
 		return err
 	}
+	e.payOwed(c)
 	l, err := e.cfg.Layers.Get(c.id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: the workspace was discarded since", ErrNoCheckpoint)
@@ -239,6 +348,9 @@ func (e *Engine) Fork(ctx context.Context, user, src, id, dst string) error {
 	}
 	if m.Turn == "" {
 		return fmt.Errorf("%w: the message was written before checkpoints were kept", ErrNoCheckpoint)
+	}
+	if name == m.Turn+afterSuffix {
+		name = e.afterName(src, name)
 	}
 	from, err := e.cfg.Layers.Get(src)
 	if errors.Is(err, fs.ErrNotExist) {

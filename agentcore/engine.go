@@ -244,6 +244,14 @@ type conv struct {
 
 	wsMu sync.Mutex
 	ws   *workspace
+	// owed is the checkpoint the last turn's end is owed (see
+	// endCheckpoint), "" if none; owedStop cancels Close's taking it.
+	// afterOf is the last one the next turn's begin checkpoint, afterAs,
+	// holds the tree of.
+	owed             string
+	owedStop         func() bool
+	afterOf, afterAs string
+	cpLayer          atomic.Pointer[overlay.Layer] // the turns' checkpoints' (see checkpoint)
 	// hostNet: a host read-only investigation's network decision, once
 	// known (nil: not asked yet).
 	hostNet *bool

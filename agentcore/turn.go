@@ -196,7 +196,7 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 
 // run is the turn loop.
 func (e *Engine) run(t *Turn) {
-	e.checkpoint(t.Conversation, t.ID)
+	e.turnCheckpoint(t)
 	err := e.loop(t)
 	e.endCheckpoint(t)
 	cause := context.Cause(t.ctx)

@@ -185,6 +185,7 @@ func (e *Engine) Forget(conversation string) {
 		c.ws.sess.Close()
 		c.ws = nil
 	}
+	e.dropOwed(c)
 	c.wsMu.Unlock()
 	c.mu.Lock()
 	idle := len(c.subs) == 0 && c.turn == nil
@@ -237,6 +238,7 @@ func (e *Engine) DiscardWorkspace(conversation string) error {
 	if err := c.closeSandbox(); err != nil {
 		return err
 	}
+	e.dropOwed(c)
 	if err := e.cfg.Layers.Remove(conversation); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log.Error("discarding a workspace layer failed", "conversation", conversation, "err", err)
 		return errors.New("the workspace's changes could not be removed; the server log has the details")

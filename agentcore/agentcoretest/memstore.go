@@ -60,14 +60,17 @@ func (s *MemStore) branch(conv string) []agentcore.Message {
 	if !ok {
 		head = len(all)
 	}
-	var out []agentcore.Message
+	// Filled from the end: the branch has at most head messages. Room
+	// is left for a turn's appends, as a slice built by append has.
+	out := make([]agentcore.Message, head+8)
+	n := head
 	for i := head; i > 0; {
 		m := all[i-1]
-		out = append(out, m)
+		n--
+		out[n] = m
 		i, _ = strconv.Atoi(m.Parent) // "" is 0: the first
 	}
-	slices.Reverse(out)
-	return out
+	return out[n:head]
 }
 
 // AllMessages returns every branch's messages, in the order written.

@@ -115,6 +115,13 @@ type cpIndexFile struct {
 	Gen uint64 `json:"gen,omitempty"`
 
 	journal int // lines read from the journal
+	// head is state Head once read or written (nil: not yet), cached with
+	// the index: a state file is written only together with the index
+	// (whose bytes always change then, Gen with them), so an index read
+	// back unchanged names the same head. (A writer that crashed between
+	// the two left at most other identities in the file, which only make
+	// the next checkpoint copy more.)
+	head *cpState
 
 	// The bytes of the index file and of the journal idx was decoded
 	// from, by which the cache knows it.
@@ -185,24 +192,35 @@ func (l *Layer) cpLock() (unlock func(), err error) {
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	dir := filepath.Join(l.Dir, cpDir)
-	for _, d := range []string{dir, filepath.Join(dir, cpBlobs), filepath.Join(dir, cpStates)} {
-		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			mu.Unlock()
-			return nil, fmt.Errorf("overlay: checkpoints of layer %q: %w", l.ID, err)
-		}
+	// Plain descriptors here and below: an os.File costs five more
+	// system calls (its poller registration fails for a regular file),
+	// and a turn's checkpoint is mostly such fixed costs.
+	open := func() (int, error) {
+		return unix.Open(filepath.Join(dir, "lock"), unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := open()
+	if errors.Is(err, fs.ErrNotExist) {
+		// The first checkpoint: the lock is made after the directories,
+		// so where it exists they do.
+		for _, d := range []string{dir, filepath.Join(dir, cpBlobs), filepath.Join(dir, cpStates)} {
+			if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				mu.Unlock()
+				return nil, fmt.Errorf("overlay: checkpoints of layer %q: %w", l.ID, err)
+			}
+		}
+		fd, err = open()
+	}
 	if err == nil {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if err != nil {
+			unix.Close(fd)
+		}
 	}
 	if err != nil {
-		if f != nil {
-			f.Close()
-		}
 		mu.Unlock()
 		return nil, fmt.Errorf("overlay: lock the checkpoints of layer %q: %w", l.ID, err)
 	}
-	return func() { f.Close(); mu.Unlock() }, nil
+	return func() { unix.Close(fd); mu.Unlock() }, nil
 }
 
 // checkCPName refuses names that are not plain file names.
@@ -231,7 +249,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 	if err != nil {
 		return false, err
 	}
-	head, err := c.readState(idx.Head)
+	head, err := c.headState(&idx)
 	if err != nil {
 		return false, err
 	}
@@ -245,6 +263,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 		idx.lookupName(name) < 0 && len(idx.Names) < maxCPNames && idx.journal < maxJournal {
 		// Nothing to copy, drop or re-record: a line in the journal names
 		// the head state.
+		idx.head = &st
 		return false, c.appendJournal(&idx, cpName{Name: name, State: idx.Head, Created: now, Same: true})
 	}
 	id := idx.Head
@@ -269,6 +288,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 	if err := c.trim(&idx, lim); err != nil {
 		return false, err
 	}
+	idx.head = &st
 	return changed, c.writeIndex(idx)
 }
 
@@ -278,7 +298,7 @@ func (l *Layer) Checkpoint(name string, lim CheckpointLimits) (changed bool, err
 // upper directory's Lock: no sandbox may have it mounted.
 func (l *Layer) Restore(name string) error {
 	return l.withCheckpoint(name, func(c checkpoints, idx cpIndexFile, id uint64, target cpState) error {
-		head, err := c.readState(idx.Head)
+		head, err := c.headState(&idx)
 		if err != nil {
 			return err
 		}
@@ -295,7 +315,7 @@ func (l *Layer) Restore(name string) error {
 		if err := c.writeState(id, st); err != nil {
 			return err
 		}
-		idx.Head = id
+		idx.Head, idx.head = id, &st
 		return c.writeIndex(idx)
 	})
 }
@@ -303,9 +323,12 @@ func (l *Layer) Restore(name string) error {
 // Fork fills dst's upper directory, which must be empty, with checkpoint
 // name of l. dst starts with no checkpoints of its own.
 func (l *Layer) Fork(name string, dst *Layer) error {
-	return l.withCheckpoint(name, func(c checkpoints, _ cpIndexFile, _ uint64, target cpState) error {
-		_, err := c.restore(dst.Upper, target, cpState{})
-		return err
+	return l.withCheckpoint(name, func(c checkpoints, idx cpIndexFile, _ uint64, target cpState) error {
+		if _, err := c.restore(dst.Upper, target, cpState{}); err != nil {
+			return err
+		}
+		keepCached(c.dir, idx) // unchanged
+		return nil
 	})
 }
 
@@ -388,7 +411,7 @@ func (c checkpoints) blob(id uint64) string {
 
 func (c checkpoints) readIndex() (cpIndexFile, error) {
 	idx := cpIndexFile{Next: 1, Bytes: map[string]int64{}, Refs: map[string]int{}}
-	data, err := os.ReadFile(filepath.Join(c.dir, cpIndex))
+	data, err := readFile(filepath.Join(c.dir, cpIndex), 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		data, err = nil, nil // no index yet; the journal may name the empty state
 	}
@@ -453,16 +476,11 @@ func (c checkpoints) readJournal(idx *cpIndexFile) error {
 // readJournalFile returns the journal of generation gen (nil if there
 // is none).
 func (c checkpoints) readJournalFile(gen uint64) ([]byte, error) {
-	f, err := os.OpenFile(c.journalPath(gen), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	const max = maxJournal * (maxIDLen + 64)
+	data, err := readFile(c.journalPath(gen), max)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	const max = maxJournal * (maxIDLen + 64)
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err == nil && len(data) > max {
 		err = errors.New("the names journal is too large")
 	}
@@ -473,10 +491,14 @@ func (c checkpoints) readJournalFile(gen uint64) ([]byte, error) {
 // the index would encode and rename all of it.
 func (c checkpoints) appendJournal(idx *cpIndexFile, n cpName) error {
 	line := fmt.Sprintf("%s\t%x\t%d\n", n.Name, n.State, n.Created.UnixNano())
-	f, err := os.OpenFile(c.journalPath(idx.Gen), os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Open(c.journalPath(idx.Gen), unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err == nil {
-		_, err = f.WriteString(line)
-		if cerr := f.Close(); err == nil {
+		var n int
+		n, err = unix.Write(fd, []byte(line))
+		if err == nil && n < len(line) {
+			err = io.ErrShortWrite
+		}
+		if cerr := unix.Close(fd); err == nil {
 			err = cerr
 		}
 	}
@@ -490,6 +512,48 @@ func (c checkpoints) appendJournal(idx *cpIndexFile, n cpName) error {
 	idx.rawJournal = append(idx.rawJournal, line...)
 	keepCached(c.dir, *idx)
 	return nil
+}
+
+// readFile returns the content of path, read with plain system calls
+// (see cpLock) and without following a symlink there; past limit bytes
+// (if limit > 0) it stops and returns what it read, more than limit. The
+// caller holds the checkpoints' lock, under which no writer changes the
+// file: it ends at its size, without a read to see the end.
+func readFile(path string, limit int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: filepath.Base(path), Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: filepath.Base(path), Err: err}
+	}
+	end := int(st.Size)
+	size := end
+	if limit > 0 {
+		size = min(size, limit+1)
+	}
+	buf := make([]byte, 0, max(size, 512))
+	for {
+		if len(buf) >= end {
+			return buf, nil
+		}
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: filepath.Base(path), Err: err}
+		}
+		if n == 0 || limit > 0 && len(buf)+n > limit {
+			return buf[:len(buf)+n], nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 // writeIndex replaces the index with idx, whose Names include its
@@ -525,13 +589,25 @@ func (c checkpoints) statePath(id uint64) string {
 	return filepath.Join(c.dir, cpStates, strconv.FormatUint(id, 16))
 }
 
+// headState returns state idx.Head, from idx if it holds it.
+func (c checkpoints) headState(idx *cpIndexFile) (cpState, error) {
+	if idx.head != nil {
+		return *idx.head, nil
+	}
+	st, err := c.readState(idx.Head)
+	if err == nil {
+		idx.head = &st
+	}
+	return st, err
+}
+
 // readState returns state id; state 0 is the empty upper directory.
 func (c checkpoints) readState(id uint64) (cpState, error) {
 	var st cpState
 	if id == 0 {
 		return st, nil
 	}
-	data, err := os.ReadFile(c.statePath(id))
+	data, err := readFile(c.statePath(id), 0)
 	if err == nil {
 		err = gob.NewDecoder(bytes.NewReader(data)).Decode(&st)
 	}
@@ -758,12 +834,12 @@ func (c checkpoints) snapshot(upper string, head cpState, idx *cpIndexFile) (cpS
 		return cpState{}, cpErr("open the upper directory", err)
 	}
 	defer root.close()
-	blobs, err := openRootDir(filepath.Join(c.dir, cpBlobs))
-	if err != nil {
-		return cpState{}, cpErr("open the checkpoint copies", err)
-	}
-	defer blobs.close()
-	s := snapper{prev: prev, idx: idx, blobs: blobs}
+	s := snapper{prev: prev, idx: idx, blobsDir: filepath.Join(c.dir, cpBlobs)}
+	defer func() {
+		if s.blobs != nil {
+			s.blobs.close()
+		}
+	}()
 	if err := s.walk(root, ""); err != nil {
 		return cpState{}, err
 	}
@@ -775,10 +851,11 @@ func cpErr(what string, err error) error {
 }
 
 type snapper struct {
-	prev    map[string]*cpEntry
-	idx     *cpIndexFile
-	blobs   *dirFD
-	entries []cpEntry
+	prev     map[string]*cpEntry
+	idx      *cpIndexFile
+	blobsDir string
+	blobs    *dirFD // opened at the first copy
+	entries  []cpEntry
 }
 
 func (s *snapper) walk(d *dirFD, rel string) error {
@@ -911,6 +988,13 @@ func overlayXattrs(fd int) (map[string][]byte, error) {
 // Blob, Xattr and identity. A file that changed while it was copied (a
 // background job writing) is copied again, up to three times.
 func (s *snapper) copyFile(d *dirFD, name string, e *cpEntry) error {
+	if s.blobs == nil {
+		blobs, err := openRootDir(s.blobsDir)
+		if err != nil {
+			return cpErr("open the checkpoint copies", err)
+		}
+		s.blobs = blobs
+	}
 	for try := 0; ; try++ {
 		f, err := openFileAt(d, name)
 		if errors.Is(err, unix.EACCES) {
