@@ -45,10 +45,10 @@
 // return an *UnavailableError (errors.Is ErrUnavailable) that names the
 // check and its remedy, and nothing is executed on the host. There is no
 // fallback without a namespace, without /proc, or without a requested
-// filter: a filter that is missing or damaged makes Profile and Run
+// filter: a filter that is missing or damaged makes Settings' constructors and Run
 // return ErrUnavailable rather than start the sandbox without it.
 //
-// Accountability. Policy.Launching (ProfileOptions.Launching) is told of
+// Accountability. Policy.Launching (Settings.Launching) is told of
 // every start before it runs, a one-shot sandbox, a Session and each
 // command in it, with the profile, argv, cwd and the filter's mode and
 // digest; its error (say, an audit record that could not be written)
@@ -65,9 +65,7 @@
 //
 // The call most users need:
 //
-//	p, _ := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
-//		Workspace: &sandboxkit.Workspace{Lower: repo, Upper: upper, Work: work},
-//	})
+//	p, err := sandboxkit.Settings{}.Workspace("build", &sandboxkit.Workspace{Lower: repo, Upper: upper, Work: work})
 //	cmd := sandboxkit.Command(ctx, p, "sh", "-c", "make test")
 //	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 //	err := cmd.Run()
