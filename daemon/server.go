@@ -172,6 +172,8 @@ type server struct {
 	indexDB   indexFiles          // the embedded index's files
 	// hostMasks are hidden from host read-only investigations.
 	hostMasks []string
+	// sandbox are the settings every sandbox of the server shares.
+	sandbox sandboxkit.Settings
 
 	// usage is the model calls' usage and the users' quotas.
 	usage *store.Usage
@@ -243,11 +245,13 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	s.usage.SetDefaultQuota(int64(cfg.Quotas.DailyTokens))
 	s.egress = egressCount
 	s.sandboxes = newSandboxMetrics(registry)
+	s.sandbox = cfg.Sandbox.Settings()
+	s.sandbox.Launching = launchRecorder(db, s.sandboxes)
 	convs.Observe(s.sandboxes.observe)
 	if s.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return nil, err
 	}
-	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex(), s.sandboxes); err != nil {
+	if s.repos, err = openRepos(cfg, inst, db, s.queue, s.secrets, convs, log, s.codeIndex(), s.sandbox); err != nil {
 		return nil, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: convs, repos: s.repos}
@@ -258,8 +262,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if trees.setups, err = openSetups(ctx, filepath.Join(inst.WorkspacesDir(), "setups"), db, &setups{
 		convs: convs, repos: s.repos, log: log.Named("setup"),
 		publish: func(c, typ string, data any) { s.engine.Publish(c, typ, data) },
-		bwrap:   cfg.Sandbox.Bwrap, seccomp: cfg.Sandbox.Seccomp, limits: setupLimits(cfg),
-		launching: launchRecorder(db, s.sandboxes),
+		sandbox: s.sandbox, maxLayer: int64(cfg.Repositories.MaxSnapshotBytes),
 	}); err != nil {
 		return nil, err
 	}
@@ -288,7 +291,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	}
 	isolation := cfg.Enabled(config.PluginWorkspaceIsolation)
 	approver := &ruleApprover{sandbox: func() config.Sandbox { return s.cfg.Load().Sandbox }, rules: userRules, convs: convs}
-	trees.setups.onEgress, trees.setups.egressCaps = egressCount.observer("setup"), cfg.Sandbox.Egress.Options()
+	trees.setups.onEgress = egressCount.observer("setup")
 	s.engine, err = agentcore.New(agentcore.Config{
 		LLM:              model,
 		Model:            s.turnModel(convs),
@@ -298,8 +301,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Secrets:          s.secrets,
 		Usage:            newAccounting(s.usage, registry),
 		Logger:           slog.New(slogHandler{log: log.Named("agent")}),
-		Bwrap:            cfg.Sandbox.Bwrap,
-		Seccomp:          cfg.Sandbox.Seccomp,
+		Sandbox:          s.sandbox,
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
 		Checkpoints:      overlay.CheckpointLimits{MaxCount: cfg.Sandbox.Checkpoints.MaxCount, MaxBytes: int64(cfg.Sandbox.Checkpoints.MaxBytes)},
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
@@ -309,15 +311,12 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		RepeatLimit:      cfg.LLM.RepeatLimit,
 		PromptContext:    s.promptContext(convs, approver),
 		NoWorkspaceTools: !isolation,
-		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 		Programs:         externalAgentPrograms(cfg),
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, convs),
 		HostMasks:        s.hostMasks,
-		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, s.sandboxes, l) },
 		OnEgress:         egressCount.observer("agent"),
-		EgressCaps:       cfg.Sandbox.Egress.Options(),
 		Approver:         approver,
 
 		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
@@ -646,25 +645,14 @@ func (t *trees) Remove(conversation string) error {
 	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
 }
 
-// setupLimits are the setup sandbox's limits: a setup layer is shared
-// like a snapshot, and bounded like one (repositories.max_snapshot_bytes,
-// or the workspace's budget if smaller).
-func setupLimits(cfg config.Config) *sandboxkit.Limits {
-	l := cfg.Sandbox.SandboxLimits()
-	if m := int64(cfg.Repositories.MaxSnapshotBytes); l.Disk == 0 || m < l.Disk {
-		l.Disk = m
-	}
-	return &l
-}
-
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sm *sandboxMetrics) (*repos.Service, error) {
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sb sandboxkit.Settings) (*repos.Service, error) {
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db, sm),
+		Sandbox: git.Sandbox{Settings: sb,
 			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes), History: cfg.Repositories.SnapshotHistory},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,

@@ -29,7 +29,6 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Project setup scripts. A repository with run_setup has its setup.sh
@@ -115,19 +114,17 @@ type setups struct {
 	convs   *store.Conversations
 	repos   *repos.Service
 	publish func(conversation, typ string, data any)
-	bwrap   string
-	seccomp seccomp.Mode
-	limits  *sandboxkit.Limits
-	// launching records each setup sandbox in the audit log (nothing
+	// sandbox are the server's sandbox settings (SetupPolicy); its
+	// Launching records each setup sandbox in the audit log (nothing
 	// starts unrecorded).
-	launching func(context.Context, sandboxkit.LaunchRecord) error
+	sandbox sandboxkit.Settings
+	// maxLayer bounds a setup layer (repositories.max_snapshot_bytes).
+	maxLayer int64
 	// onEgress hears of every attempt through a setup's egress proxy
 	// (metrics), besides the conversation's egress event.
 	onEgress func(egress.Event)
-	// egressCaps are sandbox.egress's caps of each setup's proxy.
-	egressCaps egress.Options
-	log        hclog.Logger
-	slots      *setupSlots
+	log      hclog.Logger
+	slots    *setupSlots
 
 	mu     sync.Mutex
 	runs   map[string]*setupRun   // by conversation, while running
@@ -455,16 +452,10 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 			return errors.New("the setup layer could not be made; the server log has the details")
 		}
 	}
-	var eg *egress.Options
-	if len(r.SetupEgress) > 0 {
-		o := s.egressCaps
-		o.Allow, o.OnEvent = r.SetupEgress, s.egressEvents(b)
-		eg = &o
+	p, err := SetupPolicy(s.sandbox, s.maxLayer, &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work}, r.SetupNetwork, r.SetupEgress)
+	if err == nil && p.Egress != nil {
+		p.Egress.OnEvent = s.egressEvents(b)
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
-		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Egress: eg, Launching: s.launching,
-		Workspace: &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work},
-	})
 	if err == nil {
 		out := &setupOutput{publish: func(text string) {
 			s.publishAll(b, agentcore.EventSetupOutput, agentcore.SetupOutput{Text: text})
@@ -493,7 +484,7 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 			return fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
 		}
 		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
-			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, s.limits.Disk>>20)
+			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, p.Limits.Disk>>20)
 		}
 		var oe *outputError
 		if errors.As(err, &oe) {
