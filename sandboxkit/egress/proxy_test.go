@@ -591,3 +591,39 @@ func TestProxyHostileHandover(t *testing.T) {
 		}
 	}
 }
+
+// A name that resolves to loopback is refused unless the resolver is a
+// test's marked one (egresstest.AllowLoopback): no field of Options
+// turns the check off.
+func TestResolvedLoopbackNeedsTestResolver(t *testing.T) {
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(net.Conn) {})
+	hp := fmt.Sprintf("allowed.test:%d", port)
+	res := egresstest.Resolver{"allowed.test": loopback}
+	for _, tc := range []struct {
+		name    string
+		res     egress.Resolver
+		allowed bool
+	}{
+		{"plain", res, false},
+		{"marked", egresstest.AllowLoopback(res), true},
+	} {
+		ev := &egresstest.Events{}
+		p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"allowed.test"}, Resolver: tc.res, OnEvent: ev.Add})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, st, err := connect(p, hp)
+		if err != nil || (c != nil) != tc.allowed {
+			t.Errorf("%s resolver: CONNECT %s = %q, %v; want allowed=%v", tc.name, hp, st, err, tc.allowed)
+		}
+		if c != nil {
+			c.Close()
+		}
+		p.Close() // returns once every connection's event is reported
+		if !tc.allowed {
+			if e, ok := ev.Find("allowed.test", egress.Refused); !ok || !strings.Contains(e.Reason, "loopback") {
+				t.Errorf("plain resolver: no refusal naming loopback: %s", ev)
+			}
+		}
+	}
+}
