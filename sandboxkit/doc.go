@@ -17,7 +17,7 @@
 // The sandbox dies with the process that started it, at any moment, even
 // while bwrap is still setting it up.
 //
-// What it may consume. Policy.Limits (profiles: DefaultLimits) puts each
+// What it may consume. Policy.Limits (Settings.Limits, else DefaultLimits) puts each
 // Run and each Session in a cgroup of its own under a subtree delegated to
 // the service user (package cgroup): a fork bomb stops at its pids limit,
 // an allocation beyond its memory is OOM-killed inside it, its CPU is a
@@ -31,7 +31,7 @@
 // What is not. The command runs as the same user id as its caller: the
 // kernel is the boundary, and a kernel bug reachable from inside the
 // namespaces is an escape. The seccomp blocklist (package seccomp, loaded
-// by every profile; Policy.Seccomp) narrows that surface: nested user
+// by every Policy Settings makes; Policy.Seccomp) narrows that surface: nested user
 // namespaces, the mount API, io_uring, bpf, keyrings, ptrace, TIOCSTI and
 // the rest of its list. In the default mode, log, those calls still run
 // and the kernel logs them; enforce refuses them. Binds in the Policy
