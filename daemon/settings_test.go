@@ -108,7 +108,7 @@ investigation:
 	for _, r := range page.Records {
 		var d struct {
 			Profile, Seccomp, Launch string
-			Filter               string `json:"filter_sha256"`
+			Filter                   string `json:"filter_sha256"`
 		}
 		if err := json.Unmarshal(r.Data, &d); err != nil {
 			t.Fatal(err)
