@@ -73,9 +73,7 @@ func BenchmarkToolRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
-		Workspace: &sandboxkit.Workspace{Lower: h.lower, Upper: layer.Upper, Work: layer.Work},
-	})
+	p, err := agentcore.WorkspacePolicy(sandboxkit.Settings{}, &sandboxkit.Workspace{Lower: h.lower, Upper: layer.Upper, Work: layer.Work})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -282,7 +282,7 @@ func (e *Engine) subagentDiff(ctx context.Context, c *Call) (string, error) {
 	if len(paths) == 0 {
 		return "", nil
 	}
-	p, err := e.policy(c, sandboxkit.ProfileWorkspace, sw, false)
+	p, err := e.policy(c, sw)
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,7 +147,11 @@ func TestDelegateIsolated(t *testing.T) {
 	var launches []agentcore.Launch
 	h := newHarness(t, s, func(c *agentcore.Config) {
 		c.Subagents, c.Approver = agentcore.SubagentsIsolated, rec
-		c.Launching = func(_ context.Context, l agentcore.Launch) error {
+		c.Sandbox.Launching = func(ctx context.Context, _ sandboxkit.LaunchRecord) error {
+			l, ok := agentcore.LaunchOf(ctx)
+			if !ok {
+				return errors.New("a start without the engine's Launch")
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			launches = append(launches, l)
@@ -165,7 +170,7 @@ func TestDelegateIsolated(t *testing.T) {
 	for _, l := range launches {
 		kinds[l.Kind]++
 		job = job || l.ArgvSHA256 == hex.EncodeToString(sleep[:])
-		if l.Conversation != "c" || l.Profile != sandboxkit.ProfileWorkspace || l.Seccomp != "log" || len(l.FilterSHA256) != 64 {
+		if l.Conversation != "c" || l.Profile != "workspace" || l.Seccomp != "log" || len(l.FilterSHA256) != 64 {
 			t.Errorf("launch %+v", l)
 		}
 	}

@@ -11,7 +11,7 @@
 //     sandbox's error (errors.Is sandboxkit.ErrUnavailable) and a
 //     sandbox_unavailable event says why. There is no fallback.
 //   - One conversation cannot take the server down. Its sandbox runs
-//     under Config.Limits (processes, memory, CPU, tmpfs, file size, open
+//     under Config.Sandbox.Limits (processes, memory, CPU, tmpfs, file size, open
 //     files, a disk budget for its workspace; sandboxkit.Limits) with at
 //     most Config.MaxJobs background jobs running; a command a limit
 //     stopped or hampered gets a tool result that names the limit, and a

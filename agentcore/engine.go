@@ -16,7 +16,6 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Errors of the Engine.
@@ -67,12 +66,14 @@ type Config struct {
 	// turns and model calls (a quota); see UsageRecorder.
 	Usage UsageRecorder
 
-	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
-	Bwrap string
-	// Seccomp is the filter mode of the conversations' sandboxes (the
-	// server's sandbox.seccomp); empty means seccomp.Log. A filter that
-	// cannot be loaded makes shell and the file tools fail closed.
-	Seccomp seccomp.Mode
+	// Sandbox are the settings of every sandbox of the conversations
+	// (bubblewrap, seccomp mode, limits, egress caps). A filter that
+	// cannot be loaded makes shell and the file tools fail closed. Its
+	// Launching is told of every start in a conversation's sandboxes
+	// (for an audit log) before it runs, with ctx telling LaunchOf: the
+	// sandbox itself, each command in it; an error refuses the start and
+	// nothing runs (errors.Is sandboxkit.ErrLaunchRefused).
+	Sandbox sandboxkit.Settings
 	// ShellAlwaysAllow runs shell commands without asking. Off by default:
 	// every command waits for its owner's decision. Other executing tools
 	// (ExecTool) are always gated.
@@ -95,9 +96,6 @@ type Config struct {
 	// SessionIdle closes a conversation's sandbox after this long without
 	// a command (default 15 min); the next command starts a new one.
 	SessionIdle time.Duration
-	// Limits bound each conversation's sandbox (processes, memory, CPU,
-	// tmpfs, files, disk budget); nil means sandboxkit.DefaultLimits.
-	Limits *sandboxkit.Limits
 	// MaxJobs caps a conversation's running background jobs (default
 	// sandboxkit.DefaultMaxJobs, 8).
 	MaxJobs int
@@ -157,25 +155,10 @@ type Config struct {
 	// server without workspace isolation offers the model no way to run
 	// or touch anything.
 	NoWorkspaceTools bool
-	// Launching, if set, is told of every start in a conversation's
-	// sandboxes (for an audit log) before it runs: the sandbox itself,
-	// each command in it; an error refuses the start and nothing runs
-	// (errors.Is sandboxkit.ErrLaunchRefused).
-	Launching func(ctx context.Context, l Launch) error
 	// OnEgress, if set, is told of every attempt through the egress proxy
 	// of a conversation's sandbox (e.g. to count it), besides the
 	// conversation's egress event. It is called concurrently; keep it quick.
 	OnEgress func(e egress.Event)
-	// EgressCaps are the caps of every egress proxy (its MaxConns,
-	// MaxBytes, MaxConnDuration and DialTimeout; zero: egress's
-	// defaults); its other fields are ignored.
-	EgressCaps egress.Options
-	// EgressTestResolver is for tests only; no configuration sets it.
-	// It resolves the names of the egress proxies, and the loopback
-	// addresses it returns are allowed (egress.Options'
-	// TestResolvedLoopback), so that a test can serve allowed names on
-	// 127.0.0.1.
-	EgressTestResolver egress.Resolver
 }
 
 // Engine runs the turns of every user's conversations. User and
@@ -555,7 +538,7 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.policy(call, sandboxkit.ProfileWorkspace, sw, false)
+	p, err := e.policy(call, sw)
 	if err != nil {
 		return nil, err
 	}

@@ -320,7 +320,7 @@ func TestSandboxWaiting(t *testing.T) {
 	release := make(chan struct{})
 	h := newHarness(t, echoScript("echo started", "started"), func(c *agentcore.Config) {
 		c.ShellAlwaysAllow = true
-		c.Launching = func(ctx context.Context, l agentcore.Launch) error {
+		c.Sandbox.Launching = func(ctx context.Context, l sandboxkit.LaunchRecord) error {
 			if l.Kind == sandboxkit.LaunchSession {
 				select {
 				case <-release:
@@ -372,7 +372,7 @@ func TestSeccompMode(t *testing.T) {
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			h := newHarness(t, echoScript("grep Seccomp: /proc/self/status; unshare -U true", c.want), func(cfg *agentcore.Config) {
-				cfg.ShellAlwaysAllow, cfg.Seccomp = true, c.mode
+				cfg.ShellAlwaysAllow, cfg.Sandbox.Seccomp = true, c.mode
 			})
 			if err := h.wait(h.start("c", "go")); err != nil {
 				t.Fatal(err)
@@ -394,7 +394,7 @@ func TestFailClosed(t *testing.T) {
 		}},
 		{Text: "could not"},
 	}}
-	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.Bwrap = true, "/nonexistent/bwrap" })
+	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.Sandbox.Bwrap = true, "/nonexistent/bwrap" })
 	turn := h.start("c", "go")
 	if err := h.wait(turn); err != nil {
 		t.Fatal(err)
@@ -639,7 +639,7 @@ func TestSandboxLimitReported(t *testing.T) {
 		{Expect: "sandbox limit: the command was stopped", Text: "Done."},
 	}}
 	h := newHarness(t, script, func(cfg *agentcore.Config) {
-		cfg.ShellAlwaysAllow, cfg.Seccomp, cfg.Limits, cfg.MaxJobs = true, seccomp.Enforce, &l, 1
+		cfg.ShellAlwaysAllow, cfg.Sandbox.Seccomp, cfg.Sandbox.Limits, cfg.MaxJobs = true, seccomp.Enforce, &l, 1
 	})
 	if err := h.wait(h.start("c", "fill the disk")); err != nil {
 		t.Fatal(err)

@@ -74,8 +74,8 @@ func (e *Engine) RunOnCopy(ctx context.Context, c *Call, run func(ctx context.Co
 	defer overlay.RemoveAll(tmp)
 	tree := filepath.Join(tmp, "tree")
 	budget := sandboxkit.DefaultLimits().Disk
-	if e.cfg.Limits != nil {
-		budget = e.cfg.Limits.Disk
+	if e.cfg.Sandbox.Limits != nil {
+		budget = e.cfg.Sandbox.Limits.Disk
 	}
 	x := &copier{skipped: map[string]bool{}, budget: budget}
 	if err := x.export(v, tree); err != nil {

@@ -109,7 +109,7 @@ func TestRunOnCopyHostile(t *testing.T) {
 func TestRunOnCopyBudget(t *testing.T) {
 	l := sandboxkit.DefaultLimits()
 	l.Disk = 1 << 20
-	h := newHarness(t, &llmtest.Script{}, func(c *agentcore.Config) { c.Limits = &l })
+	h := newHarness(t, &llmtest.Script{}, func(c *agentcore.Config) { c.Sandbox.Limits = &l })
 	call := &agentcore.Call{User: "alice", Conversation: "conv1"}
 	err := h.e.RunOnCopy(t.Context(), call, func(ctx context.Context, dir string) error {
 		return os.WriteFile(filepath.Join(dir, "big.bin"), make([]byte, 2<<20), 0o644)

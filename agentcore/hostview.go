@@ -38,10 +38,7 @@ func (e *Engine) hostWorkspace(ctx context.Context, c *conv, call *Call) (*works
 	if err != nil {
 		return nil, err
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileHostReadOnly, sandboxkit.ProfileOptions{
-		Bwrap: e.cfg.Bwrap, ShareNet: share, Mask: e.cfg.HostMasks, Seccomp: e.cfg.Seccomp, Limits: e.cfg.Limits,
-		Launching: e.launchHook(call),
-	})
+	p, err := InvestigationPolicy(e.sandbox(call), e.cfg.HostMasks, share)
 	if err != nil {
 		return nil, err
 	}

@@ -8,14 +8,15 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// Launch describes a start in a conversation's sandbox
-// (Config.Launching): the sandbox itself, or a command in it.
+// Launch describes a start in a conversation's sandbox (see LaunchOf):
+// the sandbox itself, or a command in it.
 type Launch struct {
 	User, Conversation string
 	// Kind says what starts: a one-shot sandbox, a session's sandbox, or
 	// a command in the session.
 	Kind sandboxkit.LaunchKind
-	// Profile is the sandbox profile (sandboxkit.ProfileWorkspace).
+	// Profile is the sandbox's label ("workspace", "external-agent",
+	// "host-readonly").
 	Profile string
 	// ArgvSHA256 is the SHA-256 (hex) of the argv joined by NUL bytes,
 	// secret placeholders unsubstituted; empty for a session's start.
@@ -45,14 +46,33 @@ func withApproved(ctx context.Context, argv, approvedArgv []string) context.Cont
 	return context.WithValue(ctx, approvedKey{}, &approvedLaunch{argv: argv, approved: approvedArgv})
 }
 
-// launchHook is the sandboxes' Launching hook for call's conversation:
-// it tells Config.Launching of every start (nil when that is unset).
-func (e *Engine) launchHook(call *Call) func(context.Context, sandboxkit.LaunchRecord) error {
-	if e.cfg.Launching == nil {
-		return nil
+// launchKey is the context key of a Launch.
+type launchKey struct{}
+
+// LaunchOf returns, to Config.Sandbox.Launching, what the engine tells
+// of the start it is asked about: the user and conversation, and the
+// secrets substituted into the command (Launch.Secrets). ok is false for
+// a start that is not in a conversation's sandbox.
+func LaunchOf(ctx context.Context) (l Launch, ok bool) {
+	p, ok := ctx.Value(launchKey{}).(*Launch)
+	if !ok {
+		return Launch{}, false
+	}
+	return *p, true
+}
+
+// sandbox is Config.Sandbox for call's conversation: its Launching
+// (if set) is told of every start with LaunchOf the conversation's, and
+// the record of an approved command names the placeholders of its
+// secrets, never their values.
+func (e *Engine) sandbox(call *Call) sandboxkit.Settings {
+	s := e.cfg.Sandbox
+	next := s.Launching
+	if next == nil {
+		return s
 	}
 	user, conv := call.User, call.Conversation
-	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
+	s.Launching = func(ctx context.Context, r sandboxkit.LaunchRecord) error {
 		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == sandboxkit.LaunchInSession && slices.Equal(a.argv, r.Argv) {
 			r.Argv = a.approved
 		}
@@ -66,6 +86,7 @@ func (e *Engine) launchHook(call *Call) func(context.Context, sandboxkit.LaunchR
 				}
 			}
 		}
-		return e.cfg.Launching(ctx, l)
+		return next(context.WithValue(ctx, launchKey{}, &l), r)
 	}
+	return s
 }

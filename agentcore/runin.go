@@ -112,14 +112,12 @@ func (e *Engine) startNetworked(ctx context.Context, c *Call, w WorkspaceCommand
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := e.policy(c, sandboxkit.ProfileExternalAgent, sw, false)
+	p, err := ExternalAgentPolicy(e.sandbox(c), sw, w.Egress)
 	if err != nil {
 		return nil, nil, err
 	}
-	caps := e.cfg.EgressCaps
-	p.Egress = &egress.Options{Allow: w.Egress, OnEvent: e.egressEvents(c),
-		MaxConns: caps.MaxConns, MaxBytes: caps.MaxBytes, MaxConnDuration: caps.MaxConnDuration, DialTimeout: caps.DialTimeout,
-		Resolver: e.cfg.EgressTestResolver, TestResolvedLoopback: e.cfg.EgressTestResolver != nil}
+	p.Egress.OnEvent = e.egressEvents(c)
+	p.ReadOnly = append(p.ReadOnly, e.cfg.Programs...)
 	cmd := sandboxkit.Command(ctx, p, w.Argv...)
 	if err := e.startWorkspaceCommand(cmd, w); err != nil {
 		err = hidePaths(err, lower, layer.Dir)
@@ -196,18 +194,10 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// policy is the sandbox Policy of profile name over ws for call's
-// conversation, with the configured seccomp mode, limits, read-only
-// programs and Launching hook.
-func (e *Engine) policy(call *Call, name string, ws *sandboxkit.Workspace, shareNet bool) (*sandboxkit.Policy, error) {
-	p, err := sandboxkit.Profile(name, sandboxkit.ProfileOptions{
-		Bwrap:     e.cfg.Bwrap,
-		Workspace: ws,
-		ShareNet:  shareNet,
-		Seccomp:   e.cfg.Seccomp,
-		Limits:    e.cfg.Limits,
-		Launching: e.launchHook(call),
-	})
+// policy is the sandbox Policy of call's conversation over ws (the
+// shell's), with the configured read-only programs.
+func (e *Engine) policy(call *Call, ws *sandboxkit.Workspace) (*sandboxkit.Policy, error) {
+	p, err := WorkspacePolicy(e.sandbox(call), ws)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/setup"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
@@ -124,19 +127,26 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	opts := sandboxkit.ProfileOptions{Bwrap: cmd.String("bwrap"), ShareNet: cmd.Bool("share-net"), Seccomp: seccomp.Mode(cmd.String("seccomp"))}
-	if hosts := cmd.StringSlice("allow-host"); len(hosts) > 0 {
-		if opts.ShareNet {
+	// The sandboxes of the server's own shapes, by their owners'
+	// constructors: without a workspace the MCP server's (the strict zero
+	// Policy plus an optional network), with one the agent's shell's, or
+	// the setup script's when it has a network.
+	s := sandboxkit.Settings{Bwrap: cmd.String("bwrap"), Seccomp: seccomp.Mode(cmd.String("seccomp"))}
+	shareNet := cmd.Bool("share-net")
+	hosts := cmd.StringSlice("allow-host")
+	if len(hosts) > 0 {
+		if shareNet {
 			return usageError(cmd, "--allow-host and --share-net exclude each other: the allow-list is enforced only without the host network")
 		}
 		if err := egress.ParseAllow(hosts); err != nil {
 			return usageError(cmd, "--allow-host: %v", err)
 		}
-		opts.Egress = &egress.Options{Allow: hosts, OnEvent: egressPrinter(cmd.Root().ErrWriter)}
 	}
-	// Without a workspace: the MCP profile is the strict zero Policy plus
-	// an optional network, and takes no workspace or input.
-	profile := sandboxkit.ProfileMCP
+	server := mcp.ServerConfig{Name: "exec", EgressAllowlist: hosts}
+	if shareNet {
+		server.Network = mcp.NetworkHost
+	}
+	policy := func() (*sandboxkit.Policy, error) { return mcp.ServerPolicy(s, server) }
 	run := &execRun{}
 	if lower != "" {
 		var err error
@@ -150,15 +160,16 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 			}
 			return exitWith(exitSandbox, err)
 		}
-		opts.Workspace = &sandboxkit.Workspace{Lower: lower, Upper: run.upper, Work: run.work}
-		// The agent's shell has no network, so ProfileWorkspace refuses
-		// ShareNet; setup is the profile with workspace and network.
-		profile = sandboxkit.ProfileWorkspace
-		if opts.ShareNet || opts.Egress != nil {
-			profile = sandboxkit.ProfileSetup
+		ws := &sandboxkit.Workspace{Lower: lower, Upper: run.upper, Work: run.work}
+		policy = func() (*sandboxkit.Policy, error) { return agentcore.WorkspacePolicy(s, ws) }
+		if shareNet || len(hosts) > 0 {
+			policy = func() (*sandboxkit.Policy, error) { return setup.Policy(s, 0, ws, shareNet, hosts) }
 		}
 	}
-	p, err := sandboxkit.Profile(profile, opts)
+	p, err := policy()
+	if err == nil && p.Egress != nil {
+		p.Egress.OnEvent = egressPrinter(cmd.Root().ErrWriter)
+	}
 	if err != nil {
 		run.cleanup(false)
 		// A filter that cannot be loaded is ErrUnavailable: nothing
@@ -184,8 +195,8 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	}
 	err = c.Wait()
 	// A SetupError means the command never ran: its upper dir is empty.
-	var setup *sandboxkit.SetupError
-	run.cleanup(!errors.As(err, &setup))
+	var se *sandboxkit.SetupError
+	run.cleanup(!errors.As(err, &se))
 	return execError(ctx, c, err)
 }
 
@@ -194,7 +205,7 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 // Profile), which never reports a command that was not found.
 func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 	var exit *sandboxkit.ExitError
-	var setup *sandboxkit.SetupError
+	var se *sandboxkit.SetupError
 	switch {
 	case err == nil:
 		return nil
@@ -216,7 +227,7 @@ func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxkit.DefaultPath))
 	case errors.Is(err, sandboxkit.ErrNotExecutable):
 		return exitWith(exitCannotRun, fmt.Errorf("%s: cannot execute in the sandbox: permission denied", c.Args[0]))
-	case errors.As(err, &setup):
+	case errors.As(err, &se):
 		return exitWith(exitSandbox, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitWith(exitTimeout, fmt.Errorf("timed out after %s; the sandbox was killed", c.Timeout))

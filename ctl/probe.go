@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -55,7 +57,7 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 				return nil, fmt.Errorf("probe workspace: %w", err)
 			}
 		}
-		p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{Bwrap: o.bwrap, Workspace: w, Seccomp: m})
+		p, err := agentcore.WorkspacePolicy(sandboxkit.Settings{Bwrap: o.bwrap, Seccomp: m}, w)
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +76,7 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 			}
 		}
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{Bwrap: o.bwrap, ShareNet: true, Seccomp: seccomp.Enforce})
+	p, err := mcp.ServerPolicy(sandboxkit.Settings{Bwrap: o.bwrap, Seccomp: seccomp.Enforce}, mcp.ServerConfig{Name: "probe", Network: mcp.NetworkHost})
 	if err != nil {
 		return nil, err
 	}

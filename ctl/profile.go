@@ -11,6 +11,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/setup"
+	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
@@ -29,12 +33,41 @@ var (
 	exampleArgv  = []string{"CMD", "ARG..."}
 )
 
+// profileNames are the sandboxes the server starts, by the label its
+// audit log and metrics give them; profilePolicy builds each with its
+// owner's constructor.
+var profileNames = []string{"workspace", "setup", "external-agent", "office", "mcp", "host-readonly", "git"}
+
+// profilePolicy is the example Policy of one profile, under the default
+// settings; allow is the egress allow-list of those that take one
+// (setup, external-agent, mcp).
+func profilePolicy(name string, allow []string) (*sandboxkit.Policy, error) {
+	var s sandboxkit.Settings
+	switch name {
+	case "workspace":
+		return agentcore.WorkspacePolicy(s, exampleWorkspace)
+	case "setup":
+		return setup.Policy(s, 0, exampleWorkspace, false, allow)
+	case "external-agent":
+		return agentcore.ExternalAgentPolicy(s, exampleWorkspace, allow)
+	case "office":
+		return office.WorkerPolicy(s, exampleInput)
+	case "mcp":
+		return mcp.ServerPolicy(s, mcp.ServerConfig{Name: "example", Command: exampleArgv[0], EgressAllowlist: allow})
+	case "host-readonly":
+		return agentcore.InvestigationPolicy(s, nil, false)
+	case "git":
+		return git.MirrorPolicy(s, "/srv/codumentor/repos/ID.git", "/srv/codumentor/repos/snapshots/ID-COMMIT")
+	}
+	return nil, fmt.Errorf("unknown profile %q (known: %s)", name, strings.Join(profileNames, ", "))
+}
+
 func profileCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "profile",
 		Usage:     "print the bwrap command line of each sandbox profile",
 		ArgsUsage: "[NAME...]",
-		Description: "Prints, for each named profile (default: all of " + strings.Join(sandboxkit.ProfileNames, ", ") + "),\n" +
+		Description: "Prints, for each named profile (default: all of " + strings.Join(profileNames, ", ") + "),\n" +
 			"the bwrap argv that sandboxkit builds for it, one option per line. The workspace\n" +
 			"dirs (" + exampleWorkspace.Lower + ", …), the office input (" + exampleInput + ") and\n" +
 			"the command (" + strings.Join(exampleArgv, " ") + ") are placeholders; the network is not shared\n" +
@@ -54,19 +87,7 @@ func profileCommand() *cli.Command {
 
 // profileLaunch builds the example launch of one profile.
 func profileLaunch(name string, allow []string) (*sandboxkit.Launch, error) {
-	o := sandboxkit.ProfileOptions{}
-	if len(allow) > 0 && slices.Contains([]string{sandboxkit.ProfileSetup, sandboxkit.ProfileExternalAgent, sandboxkit.ProfileMCP}, name) {
-		o.Egress = &egress.Options{Allow: allow}
-	}
-	switch name {
-	case sandboxkit.ProfileWorkspace, sandboxkit.ProfileSetup, sandboxkit.ProfileExternalAgent:
-		o.Workspace = exampleWorkspace
-	case sandboxkit.ProfileOffice:
-		o.Input = exampleInput
-	case sandboxkit.ProfileGit:
-		o.Input, o.Output = "/srv/codumentor/repos/ID.git", "/srv/codumentor/repos/snapshots/ID-COMMIT"
-	}
-	p, err := sandboxkit.Profile(name, o)
+	p, err := profilePolicy(name, allow)
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +97,11 @@ func profileLaunch(name string, allow []string) (*sandboxkit.Launch, error) {
 func runProfile(_ context.Context, cmd *cli.Command) error {
 	names := cmd.Args().Slice()
 	if len(names) == 0 {
-		names = sandboxkit.ProfileNames
+		names = profileNames
 	}
 	for _, n := range names {
-		if !slices.Contains(sandboxkit.ProfileNames, n) {
-			return usageError(cmd, "unknown profile %q (known: %s)", n, strings.Join(sandboxkit.ProfileNames, ", "))
+		if !slices.Contains(profileNames, n) {
+			return usageError(cmd, "unknown profile %q (known: %s)", n, strings.Join(profileNames, ", "))
 		}
 	}
 	allow := cmd.StringSlice("allow-host")

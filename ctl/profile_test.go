@@ -25,13 +25,13 @@ func TestProfileListsEveryProfile(t *testing.T) {
 		name, body, _ := strings.Cut(s, "\n")
 		sections[name] = body
 	}
-	for _, name := range sandboxkit.ProfileNames {
+	for _, name := range []string{"workspace", "setup", "external-agent", "office", "mcp", "host-readonly", "git"} {
 		if !strings.HasPrefix(sections[name], "bwrap\n") {
 			t.Errorf("profile %s missing or not a bwrap argv:\n%s", name, sections[name])
 		}
 	}
 	// One option per line, with its arguments.
-	lines := strings.Split(sections[sandboxkit.ProfileWorkspace], "\n")
+	lines := strings.Split(sections["workspace"], "\n")
 	for _, want := range []string{
 		"--unshare-all", "--disable-userns", "--cap-drop ALL", "--clearenv",
 		"--overlay-src /srv/codumentor/lower",
@@ -39,19 +39,19 @@ func TestProfileListsEveryProfile(t *testing.T) {
 		"--ro-bind /usr /usr", "--tmpfs /tmp", "-- CMD ARG...",
 	} {
 		if !slices.Contains(lines, "  "+want) {
-			t.Errorf("workspace profile lacks the line %q:\n%s", want, sections[sandboxkit.ProfileWorkspace])
+			t.Errorf("workspace profile lacks the line %q:\n%s", want, sections["workspace"])
 		}
 	}
-	if strings.Contains(sections[sandboxkit.ProfileWorkspace], "--share-net") {
+	if strings.Contains(sections["workspace"], "--share-net") {
 		t.Errorf("workspace profile shares the network")
 	}
-	if !strings.Contains(sections[sandboxkit.ProfileOffice], "--ro-bind /srv/codumentor/input/document.docx /input/document.docx") {
-		t.Errorf("office profile lacks its read-only input:\n%s", sections[sandboxkit.ProfileOffice])
+	if !strings.Contains(sections["office"], "--ro-bind /srv/codumentor/input/document.docx /input/document.docx") {
+		t.Errorf("office profile lacks its read-only input:\n%s", sections["office"])
 	}
 }
 
 func TestProfileJSON(t *testing.T) {
-	r := ctl(t, "sandbox", "profile", "--json", sandboxkit.ProfileWorkspace, sandboxkit.ProfileMCP)
+	r := ctl(t, "sandbox", "profile", "--json", "workspace", "mcp")
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
 	}
@@ -62,11 +62,11 @@ func TestProfileJSON(t *testing.T) {
 	if len(m) != 2 {
 		t.Errorf("want the two profiles asked for, got %d", len(m))
 	}
-	ws := strings.Join(m[sandboxkit.ProfileWorkspace], " ")
+	ws := strings.Join(m["workspace"], " ")
 	if !strings.Contains(ws, "--overlay-src /srv/codumentor/lower --overlay /srv/codumentor/upper /srv/codumentor/work /workspace") {
 		t.Errorf("workspace argv lacks the overlay: %s", ws)
 	}
-	mcp := m[sandboxkit.ProfileMCP]
+	mcp := m["mcp"]
 	if len(mcp) == 0 || mcp[0] != "bwrap" || slices.Contains(mcp, "--overlay") || !slices.Contains(mcp, "--unshare-all") {
 		t.Errorf("mcp argv: %q", mcp)
 	}
@@ -74,13 +74,13 @@ func TestProfileJSON(t *testing.T) {
 
 func TestProfileUnknown(t *testing.T) {
 	r := ctl(t, "sandbox", "profile", "nope")
-	if r.code != 2 || !strings.Contains(r.stderr, `unknown profile "nope"`) || !strings.Contains(r.stderr, sandboxkit.ProfileWorkspace) {
+	if r.code != 2 || !strings.Contains(r.stderr, `unknown profile "nope"`) || !strings.Contains(r.stderr, "workspace") {
 		t.Errorf("want exit 2 naming the known profiles, got %v", r)
 	}
 }
 
 func TestProfileAllowHost(t *testing.T) {
-	r := ctl(t, "sandbox", "profile", "--allow-host", "registry.npmjs.org:443", sandboxkit.ProfileSetup, sandboxkit.ProfileWorkspace)
+	r := ctl(t, "sandbox", "profile", "--allow-host", "registry.npmjs.org:443", "setup", "workspace")
 	if r.code != 0 {
 		t.Fatal(r)
 	}

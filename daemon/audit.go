@@ -53,12 +53,17 @@ func recordConfig(ctx context.Context, db *gorm.DB, cfg config.Config) error {
 	return audit.Write(ctx, db, audit.Entry{Kind: audit.KindConfig, User: "server", Data: map[string]any{"config": m}})
 }
 
-// launchRecorder is the Launching hook of every sandbox the server's
-// integrations start (office worker, git checkouts and push commits,
-// MCP servers): each start is recorded before it runs, for the
-// conversation that ctx names (audit.ForConversation), if any.
+// launchRecorder is the Launching hook of every sandbox the server
+// starts (sandboxkit.Settings.Launching): each start is recorded before
+// it runs, for the conversation the engine tells (agentcore.LaunchOf:
+// its workspace, investigation and external-agent sandboxes) or that
+// ctx names (audit.ForConversation: the office worker, git checkouts
+// and push commits), if any; MCP servers are recorded for none.
 func launchRecorder(db *gorm.DB, m *sandboxMetrics) func(context.Context, sandboxkit.LaunchRecord) error {
 	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
+		if l, ok := agentcore.LaunchOf(ctx); ok {
+			return recordLaunch(ctx, db, m, l)
+		}
 		user, conv := audit.ConversationOf(ctx)
 		if user == "" {
 			user = "server"
@@ -71,7 +76,7 @@ func launchRecorder(db *gorm.DB, m *sandboxMetrics) func(context.Context, sandbo
 }
 
 // recordLaunch puts a start in a sandbox in the audit log
-// (agentcore.Config.Launching, launchRecorder), with a use of each
+// (launchRecorder), with a use of each
 // secret substituted into the command, in one transaction: nothing
 // starts unless it is recorded.
 func recordLaunch(ctx context.Context, db *gorm.DB, m *sandboxMetrics, l agentcore.Launch) error {

@@ -42,8 +42,8 @@ func openAttachments(db *gorm.DB, inst config.Instance, cfg config.Config) (*api
 // and the model reads them with read_attachment. An unavailable sandbox
 // is logged; uploads then fail closed.
 func startOffice(ctx context.Context, s *server, cfg config.Config) error {
-	sl := officeLimits(cfg)
-	p := &office.Parser{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Timeout: cfg.Office.Timeout.Std(), Sandbox: &sl, Launching: launchRecorder(s.db, s.sandboxes)}
+	sl := office.WorkerLimitsUnder(s.sandbox)
+	p := &office.Parser{Sandbox: s.sandbox, Timeout: cfg.Office.Timeout.Std()}
 	s.attach.Parser = p
 	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: &sl}).Err(); err != nil {
 		s.log.Error("the office plugin is enabled but its sandbox is unavailable: attachments are refused until it is fixed (nothing is parsed outside it)", "err", sandboxkit.UnavailableDetail(err))
@@ -54,20 +54,10 @@ func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 	return s.engine.Register(office.ReadTool{Store: attachmentStore{s.attach.Store}})
 }
 
-// officeLimits are the worker's own limits, in the server's delegated
-// cgroup subtree, refused like every sandbox's when
-// sandbox.require_limits cannot be met.
-func officeLimits(cfg config.Config) sandboxkit.Limits {
-	sl := office.WorkerLimits()
-	server := cfg.Sandbox.SandboxLimits()
-	sl.Cgroup, sl.Require = server.Cgroup, server.Require
-	return sl
-}
-
 // officeChecks: the worker's sandbox and pdftotext.
 func officeChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
 	c := api.Check{Name: "office/sandbox", OK: true, Detail: "attachments are parsed in the office worker's sandbox"}
-	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: new(officeLimits(cfg))}).Err(); err != nil {
+	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: new(office.WorkerLimitsUnder(cfg.Sandbox.Settings()))}).Err(); err != nil {
 		c.OK, c.Detail = false, "attachments are refused: "+err.Error()
 		var ue *sandboxkit.UnavailableError
 		if errors.As(err, &ue) {

@@ -18,17 +18,12 @@ import (
 // conversation's events: every conversation shares it. The servers stop
 // when the server does.
 func startMCP(ctx context.Context, s *server, cfg config.Config) error {
-	eg := cfg.Sandbox.Egress.Options()
-	eg.OnEvent = s.egress.observer("mcp")
 	m, err := mcp.New(mcp.Options{
-		Egress:  eg,
 		Servers: cfg.MCP.Servers,
-		Bwrap:   cfg.Sandbox.Bwrap,
-		Seccomp: cfg.Sandbox.Seccomp,
-		Limits:  new(cfg.Sandbox.SandboxLimits()),
 		// Started once for every conversation: recorded for none.
-		Launching: launchRecorder(s.db, s.sandboxes),
-		Logger:    slog.New(slogHandler{log: s.log.Named("mcp")}),
+		Sandbox:  s.sandbox,
+		OnEgress: s.egress.observer("mcp"),
+		Logger:   slog.New(slogHandler{log: s.log.Named("mcp")}),
 	})
 	if err != nil {
 		return err

@@ -174,6 +174,8 @@ type server struct {
 	indexDB   indexFiles          // the embedded index's files
 	// hostMasks are hidden from host read-only investigations.
 	hostMasks []string
+	// sandbox are the settings every sandbox of the server shares.
+	sandbox sandboxkit.Settings
 
 	// usage is the model calls' usage and the users' quotas.
 	usage *store.Usage
@@ -206,6 +208,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	s.tokens.Store(au.tokens)
 	m := newMetrics(st.convs)
 	s.egress, s.sandboxes = m.egress, m.sandboxes
+	// The settings every sandbox of the server shares, built once.
+	s.sandbox = cfg.Sandbox.Settings()
+	s.sandbox.Launching = launchRecorder(db, m.sandboxes)
 	index, indexDB, err := openCodeIndex(ctx, cfg, inst, db, log)
 	if err != nil {
 		return nil, err
@@ -217,7 +222,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 			indexDB.close()
 		}
 	}()
-	ws, err := openWorkspaces(ctx, cfg, inst, db, st, m, codeIndex{index}, log)
+	ws, err := openWorkspaces(ctx, cfg, inst, db, st, m, s.sandbox, codeIndex{index}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +235,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	engine, err := newEngine(cfg, engineDeps{
 		stores: st, metrics: m, workspaces: ws, model: model, prompt: prompt.template,
 		turnModel: turnModel(st.convs, st.secrets, live), promptContext: promptContext(st.convs, approver, ws.repos),
-		approver: approver, hostMasks: s.hostMasks, db: db, log: log,
+		approver: approver, hostMasks: s.hostMasks, sandbox: s.sandbox, log: log,
 	})
 	if err != nil {
 		return nil, err
@@ -402,13 +407,13 @@ type workspaces struct {
 // openWorkspaces opens the layers, the repositories (indexing into
 // index), the trees and the setups, and schedules their collection. The
 // setups publish nothing until their publish is set.
-func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, st stores, m metrics, index codeIndex, log hclog.Logger) (workspaces, error) {
+func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, st stores, m metrics, sandbox sandboxkit.Settings, index codeIndex, log hclog.Logger) (workspaces, error) {
 	var ws workspaces
 	var err error
 	if ws.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return ws, err
 	}
-	if ws.repos, err = openRepos(cfg, inst, db, st.queue, st.secrets, st.convs, log, index, m.sandboxes); err != nil {
+	if ws.repos, err = openRepos(cfg, inst, db, st.queue, st.secrets, st.convs, log, index, sandbox); err != nil {
 		return ws, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: st.convs, repos: ws.repos}
@@ -419,9 +424,8 @@ func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance
 	if trees.setups, err = setup.Open(ctx, setup.Options{
 		Dir: filepath.Join(inst.WorkspacesDir(), "setups"), DB: db,
 		Conversations: st.convs, Repositories: ws.repos, Log: log.Named("setup"),
-		Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: setupLimits(cfg),
-		Launching: launchRecorder(db, m.sandboxes),
-		OnEgress:  m.egress.observer("setup"), EgressCaps: cfg.Sandbox.Egress.Options(),
+		Sandbox: sandbox, MaxLayer: int64(cfg.Repositories.MaxSnapshotBytes),
+		OnEgress: m.egress.observer("setup"),
 	}); err != nil {
 		return ws, err
 	}
@@ -475,14 +479,13 @@ type engineDeps struct {
 	promptContext func(ctx context.Context, user, conversation string) (agentcore.PromptContext, error)
 	approver      *ruleApprover
 	hostMasks     []string
-	db            *gorm.DB // for the launches' audit records
+	sandbox       sandboxkit.Settings
 	log           hclog.Logger
 }
 
 // newEngine is the agent engine over the conversations and their
 // workspaces.
 func newEngine(cfg config.Config, d engineDeps) (*agentcore.Engine, error) {
-	db, sandboxes := d.db, d.metrics.sandboxes
 	return agentcore.New(agentcore.Config{
 		LLM:              d.model,
 		Model:            d.turnModel,
@@ -492,8 +495,7 @@ func newEngine(cfg config.Config, d engineDeps) (*agentcore.Engine, error) {
 		Secrets:          d.stores.secrets,
 		Usage:            newAccounting(d.stores.usage, d.metrics.registry),
 		Logger:           slog.New(slogHandler{log: d.log.Named("agent")}),
-		Bwrap:            cfg.Sandbox.Bwrap,
-		Seccomp:          cfg.Sandbox.Seccomp,
+		Sandbox:          d.sandbox,
 		ShellAlwaysAllow: cfg.Sandbox.ShellAlwaysAllow,
 		Checkpoints:      overlay.CheckpointLimits{MaxCount: cfg.Sandbox.Checkpoints.MaxCount, MaxBytes: int64(cfg.Sandbox.Checkpoints.MaxBytes)},
 		ApprovalTimeout:  cfg.Sandbox.ApprovalTimeout.Std(),
@@ -503,15 +505,12 @@ func newEngine(cfg config.Config, d engineDeps) (*agentcore.Engine, error) {
 		RepeatLimit:      cfg.LLM.RepeatLimit,
 		PromptContext:    d.promptContext,
 		NoWorkspaceTools: !cfg.Enabled(config.PluginWorkspaceIsolation),
-		Limits:           new(cfg.Sandbox.SandboxLimits()),
 		MaxJobs:          cfg.Sandbox.Limits.BackgroundJobs,
 		Programs:         externalAgentPrograms(cfg),
 		Subagents:        cfg.SubagentIsolation,
 		HostReadOnly:     hostReadOnly(cfg, d.stores.convs),
 		HostMasks:        d.hostMasks,
-		Launching:        func(ctx context.Context, l agentcore.Launch) error { return recordLaunch(ctx, db, sandboxes, l) },
 		OnEgress:         d.metrics.egress.observer("agent"),
-		EgressCaps:       cfg.Sandbox.Egress.Options(),
 		Approver:         d.approver,
 
 		CommandTimeout:    cfg.Sandbox.CommandTimeout.Std(),
@@ -788,25 +787,14 @@ func (t *trees) Remove(conversation string) error {
 	return overlay.RemoveAll(filepath.Join(t.dir, conversation))
 }
 
-// setupLimits are the setup sandbox's limits: a setup layer is shared
-// like a snapshot, and bounded like one (repositories.max_snapshot_bytes,
-// or the workspace's budget if smaller).
-func setupLimits(cfg config.Config) *sandboxkit.Limits {
-	l := cfg.Sandbox.SandboxLimits()
-	if m := int64(cfg.Repositories.MaxSnapshotBytes); l.Disk == 0 || m < l.Disk {
-		l.Disk = m
-	}
-	return &l
-}
-
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sm *sandboxMetrics) (*repos.Service, error) {
+func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sb sandboxkit.Settings) (*repos.Service, error) {
 	r, err := repos.Open(repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
-		Sandbox: git.Sandbox{Bwrap: cfg.Sandbox.Bwrap, Seccomp: cfg.Sandbox.Seccomp, Limits: new(cfg.Sandbox.SandboxLimits()), Launching: launchRecorder(db, sm),
+		Sandbox: git.Sandbox{Settings: sb,
 			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes), History: cfg.Repositories.SnapshotHistory},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,

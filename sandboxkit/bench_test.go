@@ -105,7 +105,7 @@ func median(v []float64) float64 {
 // milliseconds, too noisy to show it.
 func BenchmarkHideOptions(b *testing.B) {
 	w := &Workspace{Lower: "/srv/repo", Layers: []string{"/var/ws/c1/upper"}, Upper: "/var/ws/c2/upper", Work: "/var/ws/c2/work"}
-	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w})
+	p, err := Settings{}.Workspace("workspace", w)
 	if err != nil {
 		b.Fatal(err)
 	}

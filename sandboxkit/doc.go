@@ -17,7 +17,7 @@
 // The sandbox dies with the process that started it, at any moment, even
 // while bwrap is still setting it up.
 //
-// What it may consume. Policy.Limits (profiles: DefaultLimits) puts each
+// What it may consume. Policy.Limits (Settings.Limits, else DefaultLimits) puts each
 // Run and each Session in a cgroup of its own under a subtree delegated to
 // the service user (package cgroup): a fork bomb stops at its pids limit,
 // an allocation beyond its memory is OOM-killed inside it, its CPU is a
@@ -31,7 +31,7 @@
 // What is not. The command runs as the same user id as its caller: the
 // kernel is the boundary, and a kernel bug reachable from inside the
 // namespaces is an escape. The seccomp blocklist (package seccomp, loaded
-// by every profile; Policy.Seccomp) narrows that surface: nested user
+// by every Policy Settings makes; Policy.Seccomp) narrows that surface: nested user
 // namespaces, the mount API, io_uring, bpf, keyrings, ptrace, TIOCSTI and
 // the rest of its list. In the default mode, log, those calls still run
 // and the kernel logs them; enforce refuses them. Binds in the Policy
@@ -45,10 +45,10 @@
 // return an *UnavailableError (errors.Is ErrUnavailable) that names the
 // check and its remedy, and nothing is executed on the host. There is no
 // fallback without a namespace, without /proc, or without a requested
-// filter: a filter that is missing or damaged makes Profile and Run
+// filter: a filter that is missing or damaged makes Settings' constructors and Run
 // return ErrUnavailable rather than start the sandbox without it.
 //
-// Accountability. Policy.Launching (ProfileOptions.Launching) is told of
+// Accountability. Policy.Launching (Settings.Launching) is told of
 // every start before it runs, a one-shot sandbox, a Session and each
 // command in it, with the profile, argv, cwd and the filter's mode and
 // digest; its error (say, an audit record that could not be written)
@@ -65,9 +65,7 @@
 //
 // The call most users need:
 //
-//	p, _ := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{
-//		Workspace: &sandboxkit.Workspace{Lower: repo, Upper: upper, Work: work},
-//	})
+//	p, err := sandboxkit.Settings{}.Workspace("build", &sandboxkit.Workspace{Lower: repo, Upper: upper, Work: work})
 //	cmd := sandboxkit.Command(ctx, p, "sh", "-c", "make test")
 //	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 //	err := cmd.Run()

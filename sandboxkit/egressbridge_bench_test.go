@@ -47,9 +47,9 @@ func BenchmarkEgressCurlDownload(b *testing.B) {
 	})
 	p := sessionPolicy(b)
 	p.Egress = &egress.Options{Allow: []string{"allowed.test"},
-		Resolver: egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}},
 		// Test only: allowed.test may resolve to 127.0.0.1.
-		TestResolvedLoopback: true, MaxBytes: 1 << 40}
+		Resolver: egresstest.AllowLoopback(egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}}),
+		Caps:     egress.Caps{MaxBytes: 1 << 40}}
 	viaProxy := startSession(b, p, SessionOptions{})
 	hp := sessionPolicy(b)
 	hp.ShareNet = true

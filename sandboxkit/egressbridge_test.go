@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,11 +52,10 @@ func newEgressFixture(t *testing.T) *egressFixture {
 	f := &egressFixture{p: p, port: srv.Port(), ev: &egresstest.Events{}, hostIP: hostAddr(t)}
 	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	p.Egress = &egress.Options{
-		Allow:    []string{"allowed.test", "meta.test"},
-		Resolver: egresstest.Resolver{"allowed.test": lo, "other.test": lo, "meta.test": {netip.MustParseAddr("169.254.169.254")}},
-		OnEvent:  f.ev.Add,
+		Allow: []string{"allowed.test", "meta.test"},
 		// Test only: the names above may resolve to 127.0.0.1.
-		TestResolvedLoopback: true,
+		Resolver: egresstest.AllowLoopback(egresstest.Resolver{"allowed.test": lo, "other.test": lo, "meta.test": {netip.MustParseAddr("169.254.169.254")}}),
+		OnEvent:  f.ev.Add,
 	}
 	return f
 }
@@ -271,29 +271,34 @@ func TestEgressPolicy(t *testing.T) {
 	}
 }
 
-func TestEgressProfiles(t *testing.T) {
-	w := &Workspace{Lower: "/l", Upper: "/u", Work: "/w"}
+// TestEgressNeedsOwnNetwork: a Policy with Egress keeps its own network
+// namespace: with ShareNet or HostView it does not build (the proxy is
+// the way out of a sandbox without the host network), alone it binds the
+// proxy's socket in and points the *_PROXY variables at the bridge.
+func TestEgressNeedsOwnNetwork(t *testing.T) {
 	eg := &egress.Options{Allow: []string{"registry.npmjs.org"}}
 	for _, tc := range []struct {
 		name string
-		o    ProfileOptions
+		set  func(*Policy)
 		ok   bool
 	}{
-		{ProfileSetup, ProfileOptions{Workspace: w, Egress: eg}, true},
-		{ProfileExternalAgent, ProfileOptions{Workspace: w, Egress: eg}, true},
-		{ProfileMCP, ProfileOptions{Egress: eg}, true},
-		{ProfileExternalAgent, ProfileOptions{Workspace: w, Egress: eg, ShareNet: true}, false},
-		{ProfileWorkspace, ProfileOptions{Workspace: w, Egress: eg}, false},
-		{ProfileOffice, ProfileOptions{Input: "/in.docx", Egress: eg}, false},
-		{ProfileHostReadOnly, ProfileOptions{Egress: eg}, false},
+		{"alone", func(*Policy) {}, true},
+		{"share-net", func(p *Policy) { p.ShareNet = true }, false},
+		{"host-view", func(p *Policy) { p.HostView = true }, false},
 	} {
-		p, err := Profile(tc.name, tc.o)
+		p, err := Settings{}.Workspace("test", &Workspace{Lower: "/l", Upper: "/u", Work: "/w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Egress = eg
+		tc.set(p)
+		l, err := p.Build("true")
 		if (err == nil) != tc.ok {
-			t.Errorf("Profile(%s, Egress) = %v, want ok=%v", tc.name, err, tc.ok)
+			t.Errorf("%s: Build = %v, want ok=%v", tc.name, err, tc.ok)
 			continue
 		}
-		if tc.ok && p.Egress != eg {
-			t.Errorf("Profile(%s) dropped Egress", tc.name)
+		if tc.ok && (!slices.Contains(l.Args, EgressSocketPlaceholder) || !slices.Contains(l.Args, "HTTPS_PROXY")) {
+			t.Errorf("%s: the argv lacks the proxy's socket or HTTPS_PROXY: %q", tc.name, l.Args)
 		}
 	}
 }

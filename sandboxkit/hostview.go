@@ -13,7 +13,7 @@ import (
 
 // A read-only bind does not stop connect() on a UNIX socket file: a
 // host view would let the sandbox talk to every service listening on a
-// path it can reach. The host-readonly profile masks the usual socket
+// path it can reach. Settings.HostView masks the usual socket
 // directories (/run, /var/run; /tmp is the sandbox's own), and
 // hostSockets finds the sockets elsewhere in the view, each then hidden
 // behind /dev/null (connect: ECONNREFUSED).

@@ -81,7 +81,7 @@ func TestHostReadOnlyView(t *testing.T) {
 	if err != nil || !bytes.Contains(content, []byte("ID=")) {
 		t.Fatalf("%s is not a readable os-release file here: %v", file, err)
 	}
-	p, err := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{secretDir, exposed, file}})
+	p, err := Settings{}.HostView("host-readonly", []string{secretDir, exposed, file})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestAbstractUnixOneShot(t *testing.T) {
 	requireAbstractScope(t)
 	for _, share := range []bool{false, true} {
 		t.Run(map[bool]string{false: "private-net", true: "shared-net"}[share], func(t *testing.T) {
-			p, err := Profile(ProfileMCP, ProfileOptions{ShareNet: share, Seccomp: seccomp.Enforce})
+			p, err := netPolicy(Settings{Seccomp: seccomp.Enforce}, share)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestAbstractUnixSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Profile(ProfileMCP, ProfileOptions{ShareNet: true})
+	p, err := netPolicy(Settings{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

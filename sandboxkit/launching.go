@@ -36,7 +36,7 @@ const (
 // an audit record of who ran what, where, under which filter.
 type LaunchRecord struct {
 	Kind LaunchKind
-	// Profile is Policy.Profile: "" for a Policy not made by Profile.
+	// Profile is Policy.Profile, the Policy's label.
 	Profile string
 	// Argv is the command line inside the sandbox (for a SelfCommand,
 	// the arguments after the program's own binary). It holds whatever

@@ -46,7 +46,7 @@ func TestLaunching(t *testing.T) {
 	out := t.TempDir()
 	marker := filepath.Join(out, "marker")
 	log := &launchLog{}
-	p, err := Profile(ProfileGit, ProfileOptions{Input: t.TempDir(), Output: out, Seccomp: seccomp.Enforce, Launching: log.launching})
+	p, err := mirrorPolicy(Settings{Seccomp: seccomp.Enforce, Launching: log.launching}, t.TempDir(), out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestLaunching(t *testing.T) {
 		t.Fatalf("%d launches reported, want %d: %+v", len(got), len(want), got)
 	}
 	for i, w := range want {
-		w.Profile, w.Seccomp, w.FilterSHA256 = ProfileGit, seccomp.Enforce, enforce.Digest
+		w.Profile, w.Seccomp, w.FilterSHA256 = "mirror", seccomp.Enforce, enforce.Digest
 		if g := got[i]; g.Kind != w.Kind || !slices.Equal(g.Argv, w.Argv) || g.Cwd != w.Cwd || g.Profile != w.Profile || g.Seccomp != w.Seccomp || g.FilterSHA256 != w.FilterSHA256 {
 			t.Errorf("launch %d = %+v, want %+v", i, g, w)
 		}

@@ -17,7 +17,7 @@ import (
 func TestLaunchStepOwnProc(t *testing.T) {
 	requireSandbox(t)
 	requireAbstractScope(t)
-	p, err := Profile(ProfileMCP, ProfileOptions{ShareNet: true})
+	p, err := netPolicy(Settings{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,8 @@ type Limits struct {
 // Core dumps are always off (RLIMIT_CORE 0): a dump lands in the
 // workspace or, with a piped core_pattern, starts a helper on the host.
 
-// DefaultLimits are the limits profiles apply unless told otherwise.
+// DefaultLimits are the limits Settings' constructors apply unless
+// Settings.Limits says otherwise.
 func DefaultLimits() Limits {
 	return Limits{
 		Pids:      512,

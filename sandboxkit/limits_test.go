@@ -80,7 +80,7 @@ func requireCgroups(t testing.TB) *cgroup.Tree {
 func enforcePolicy(t *testing.T, l Limits) *Policy {
 	t.Helper()
 	w := sessionPolicy(t).Workspace
-	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w, Seccomp: seccomp.Enforce, Limits: &l})
+	p, err := Settings{Seccomp: seccomp.Enforce, Limits: &l}.Workspace("workspace", w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestLimitsDiskReadWrite(t *testing.T) {
 		{"within the budget", "fallocate -l 16M /out/small", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := Profile(ProfileGit, ProfileOptions{Input: t.TempDir(), Output: t.TempDir(), Seccomp: seccomp.Enforce, Limits: &l})
+			p, err := mirrorPolicy(Settings{Seccomp: seccomp.Enforce, Limits: &l}, t.TempDir(), t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -83,29 +83,31 @@ type Policy struct {
 	// HostView binds the whole host filesystem read-only instead of /usr
 	// and a curated /etc: everything the server's user can read becomes
 	// readable inside, except what Tmpfs masks. /dev, /tmp, HOME and the
-	// Tmpfs masks are read-only too: nothing inside can write. Only for
-	// the host read-only investigation profile.
+	// Tmpfs masks are read-only too: nothing inside can write. Prefer
+	// Settings.HostView, which masks the host's data and sockets.
 	HostView bool
 
 	// Seccomp is a BPF program (struct sock_filter array) loaded by bwrap
 	// with --seccomp before the command starts; seccomp.Load gives the
-	// blocklist (profiles set it from ProfileOptions.Seccomp). Nil means
+	// blocklist (Settings' constructors set it from Settings.Seccomp). Nil means
 	// no filter: the sandbox can then call every system call the
 	// namespaces leave it, including nested user namespaces' entry points.
 	Seccomp []byte
 
 	// UID and GID are the ids the synthetic /etc/passwd and /etc/group
 	// name "sandbox". bwrap maps the caller's ids to themselves, so these
-	// should be os.Getuid() and os.Getgid(); profiles fill them in.
+	// should be os.Getuid() and os.Getgid(); Settings' constructors
+	// fill them in.
 	UID, GID int
 
 	// Limits bound the processes, memory, CPU, tmpfs, files and disk the
-	// sandbox may use; the zero value bounds nothing (profiles set
-	// DefaultLimits). See Limits.
+	// sandbox may use; the zero value bounds nothing (Settings'
+	// constructors set Settings.Limits or DefaultLimits). See Limits.
 	Limits Limits
 
-	// Profile names the profile the Policy came from (set by Profile).
-	// It changes nothing in the sandbox; Launching is told of it.
+	// Profile is a free-form label of the Policy's kind (the label of
+	// Settings' constructors), e.g. "build". It changes nothing in the
+	// sandbox; Launching is told of it.
 	Profile string
 
 	// Launching, if set, is called before anything starts under this

@@ -1,14 +1,19 @@
 package sandboxkit
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -237,22 +242,35 @@ func TestBuildRejects(t *testing.T) {
 	}
 }
 
-func TestProfiles(t *testing.T) {
+// TestConstructors: every Policy Settings makes is built on the strict
+// defaults and carries every setting; Workspace needs a workspace, and
+// HostView masks the host's data, the caller's extra masks included.
+func TestConstructors(t *testing.T) {
 	ws := &Workspace{Lower: "/l", Upper: "/u", Work: "/w"}
-	for _, name := range ProfileNames {
-		o := ProfileOptions{}
-		switch name {
-		case ProfileWorkspace, ProfileSetup, ProfileExternalAgent:
-			o.Workspace = ws
-		case ProfileOffice:
-			o.Input = "/srv/in/report.docx"
-		case ProfileGit:
-			o.Input, o.Output = "/srv/repos/r.git", "/srv/out"
-		}
-		p, err := Profile(name, o)
+	lim := DefaultLimits()
+	lim.Pids = 77
+	launched := 0
+	s := Settings{Bwrap: "/opt/bwrap", Seccomp: seccomp.Enforce, Limits: &lim, Launching: func(context.Context, LaunchRecord) error { launched++; return nil }}
+	enforce, err := seccomp.Load(seccomp.Enforce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, build := range map[string]func() (*Policy, error){
+		"new":       func() (*Policy, error) { return s.NewPolicy("new") },
+		"workspace": func() (*Policy, error) { return s.Workspace("workspace", ws) },
+		"host-view": func() (*Policy, error) { return s.HostView("host-view", nil) },
+	} {
+		p, err := build()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		if p.Bwrap != s.Bwrap || p.Limits != lim || !bytes.Equal(p.Seccomp, enforce.Program) || p.Profile != name || p.UID != os.Getuid() || p.GID != os.Getgid() {
+			t.Errorf("%s: a setting is lost: %+v", name, p)
+		}
+		if err := p.launching(t.Context(), LaunchRun, []string{"true"}, ""); err != nil || launched == 0 {
+			t.Errorf("%s: Launching not carried (%v)", name, err)
+		}
+		launched = 0
 		l, err := p.Build("true")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -260,41 +278,34 @@ func TestProfiles(t *testing.T) {
 		if slices.Contains(l.Args, "--share-net") {
 			t.Errorf("%s shares the network by default", name)
 		}
-		for _, must := range []string{"--unshare-all", "--disable-userns", "--clearenv", "--die-with-parent", "--new-session"} {
+		for _, must := range []string{"--unshare-all", "--disable-userns", "--clearenv", "--die-with-parent", "--new-session", "--seccomp"} {
 			if !slices.Contains(l.Args, must) {
 				t.Errorf("%s lacks %s", name, must)
 			}
 		}
-	}
-	bad := []struct {
-		name string
-		o    ProfileOptions
-		want string
-	}{
-		{"nope", ProfileOptions{}, "unknown profile"},
-		{ProfileWorkspace, ProfileOptions{}, "needs a workspace"},
-		{ProfileWorkspace, ProfileOptions{Workspace: ws, ShareNet: true}, "ShareNet"},
-		{ProfileOffice, ProfileOptions{}, "needs an input"},
-		{ProfileOffice, ProfileOptions{Input: "rel.docx"}, "absolute"},
-		{ProfileOffice, ProfileOptions{Input: "/a.docx", Workspace: ws}, "Workspace"},
-		{ProfileMCP, ProfileOptions{Input: "/a"}, "Input"},
-		{ProfileHostReadOnly, ProfileOptions{Workspace: ws}, "Workspace"},
-		{ProfileGit, ProfileOptions{Input: "/m.git"}, "absolute"},
-		{ProfileGit, ProfileOptions{Input: "/m.git", Output: "/o", ShareNet: true}, "ShareNet"},
-		{ProfileOffice, ProfileOptions{Input: "/a.docx", Output: "/o"}, "Output"},
-	}
-	for _, b := range bad {
-		if _, err := Profile(b.name, b.o); err == nil || !strings.Contains(err.Error(), b.want) {
-			t.Errorf("Profile(%s, %+v) = %v, want error mentioning %q", b.name, b.o, err, b.want)
+		if got := slices.Contains(l.Args, WorkspaceDir); got != (name == "workspace") {
+			t.Errorf("%s: workspace mounted = %v", name, got)
 		}
+	}
+	if p, err := (Settings{}).NewPolicy(""); err != nil || p.Limits != DefaultLimits() || p.Seccomp == nil {
+		t.Errorf("zero Settings: %v, %+v: want DefaultLimits and the log filter", err, p)
+	}
+	if _, err := (Settings{Seccomp: "strict"}).NewPolicy(""); err == nil {
+		t.Error("an unknown seccomp mode made a Policy")
+	}
+	if _, err := s.Workspace("workspace", nil); err == nil || !strings.Contains(err.Error(), "needs a workspace") {
+		t.Errorf("Workspace(nil) = %v", err)
 	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "config.yaml")
 	os.WriteFile(file, []byte("secret"), 0o600)
-	p, _ := Profile(ProfileHostReadOnly, ProfileOptions{Mask: []string{dir, file, filepath.Join(dir, "missing")}})
+	p, err := s.HostView("host-view", []string{dir, file, filepath.Join(dir, "missing")})
+	if err != nil || !p.HostView {
+		t.Fatalf("HostView = %v, %+v", err, p)
+	}
 	for _, m := range []string{"/home", "/root", "/var/lib", dir} {
 		if !slices.Contains(p.Tmpfs, m) {
-			t.Errorf("host-readonly does not mask %s", m)
+			t.Errorf("host view does not mask %s", m)
 		}
 	}
 	if !slices.Contains(p.ReadOnly, Bind{Src: "/dev/null", Dst: file}) || slices.Contains(p.Tmpfs, file) {
@@ -302,6 +313,39 @@ func TestProfiles(t *testing.T) {
 	}
 	if slices.Contains(p.Tmpfs, filepath.Join(dir, "missing")) {
 		t.Errorf("a missing path is masked (bwrap cannot make its mount point in a read-only view): %v", p.Tmpfs)
+	}
+}
+
+// netPolicy is the strict Policy under s, with the host network if
+// share: the shape of a long-lived tool server's sandbox.
+func netPolicy(s Settings, share bool) (*Policy, error) {
+	p, err := s.NewPolicy("net")
+	if err == nil {
+		p.ShareNet = share
+	}
+	return p, err
+}
+
+// mirrorPolicy is the strict Policy under s with ro read-only at
+// /mirror and rw read-write at /out, the working directory: the shape of
+// a git checkout's sandbox.
+func mirrorPolicy(s Settings, ro, rw string) (*Policy, error) {
+	p, err := s.NewPolicy("mirror")
+	if err == nil {
+		p.ReadOnly = []Bind{{Src: ro, Dst: "/mirror"}}
+		p.ReadWrite = []Bind{{Src: rw, Dst: "/out"}}
+		p.Dir = "/out"
+	}
+	return p, err
+}
+
+// TestEgressOptions: Settings.Egress carries the caps and the resolver.
+func TestEgressOptions(t *testing.T) {
+	caps := egress.Caps{MaxConns: 3, MaxBytes: 5, MaxConnDuration: time.Second, DialTimeout: time.Millisecond}
+	res := &net.Resolver{}
+	o := Settings{EgressCaps: caps, EgressResolver: res}.Egress([]string{"a.test"})
+	if o.Caps != caps || o.Resolver != res || !slices.Equal(o.Allow, []string{"a.test"}) || o.OnEvent != nil {
+		t.Errorf("Egress = %+v", o)
 	}
 }
 

@@ -20,7 +20,7 @@ func TestSeccompProbeMatrix(t *testing.T) {
 	requireSandbox(t)
 	for _, m := range seccomp.Modes {
 		t.Run(string(m), func(t *testing.T) {
-			p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: m})
+			p, err := Settings{Seccomp: m}.Workspace("workspace", testWorkspace(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestSeccompProbeMatrix(t *testing.T) {
 // Real toolchains keep working under enforce, in the workspace.
 func TestSeccompToolchains(t *testing.T) {
 	requireSandbox(t)
-	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: seccomp.Enforce})
+	p, err := Settings{Seccomp: seccomp.Enforce}.Workspace("workspace", testWorkspace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSeccompDamagedFilterFailsClosed(t *testing.T) {
 // starts foreground and background commands, and they are filtered.
 func TestSeccompEnforceSession(t *testing.T) {
 	requireSandbox(t)
-	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: testWorkspace(t), Seccomp: seccomp.Enforce})
+	p, err := Settings{Seccomp: seccomp.Enforce}.Workspace("workspace", testWorkspace(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func testWorkspace(t *testing.T) *Workspace {
 
 func workspacePolicy(t *testing.T, w *Workspace) *Policy {
 	t.Helper()
-	p, err := Profile(ProfileWorkspace, ProfileOptions{Workspace: w})
+	p, err := Settings{}.Workspace("workspace", w)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,9 +36,9 @@ func DefaultEgress() Egress {
 		MaxConnectionDuration: Duration(egress.DefaultMaxConnDuration), DialTimeout: Duration(egress.DefaultDialTimeout)}
 }
 
-// Options returns the caps as egress.Options, the base of every proxy's.
-func (e Egress) Options() egress.Options {
-	return egress.Options{MaxConns: e.MaxConnections, MaxBytes: int64(e.MaxBytes),
+// Caps returns the caps of every egress proxy.
+func (e Egress) Caps() egress.Caps {
+	return egress.Caps{MaxConns: e.MaxConnections, MaxBytes: int64(e.MaxBytes),
 		MaxConnDuration: time.Duration(e.MaxConnectionDuration), DialTimeout: time.Duration(e.DialTimeout)}
 }
 

@@ -52,6 +52,13 @@ func DefaultLimits() Limits {
 	}
 }
 
+// Settings returns sandbox.* as the settings every sandbox of the server
+// shares: bubblewrap, seccomp mode, limits and egress caps. The caller
+// adds the Launching hook (the audit log).
+func (s Sandbox) Settings() sandboxkit.Settings {
+	return sandboxkit.Settings{Bwrap: s.Bwrap, Seccomp: s.Seccomp, Limits: new(s.SandboxLimits()), EgressCaps: s.Egress.Caps()}
+}
+
 // SandboxLimits returns sandbox.limits and require_limits as sandboxkit takes them.
 func (s Sandbox) SandboxLimits() sandboxkit.Limits {
 	l := s.Limits

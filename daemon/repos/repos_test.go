@@ -225,10 +225,10 @@ func TestSnapshotSingleFlight(t *testing.T) {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	var launches atomic.Int32
-	s, q := service(t, Options{Sandbox: git.Sandbox{Launching: func(context.Context, sandboxkit.LaunchRecord) error {
+	s, q := service(t, Options{Sandbox: git.Sandbox{Settings: sandboxkit.Settings{Launching: func(context.Context, sandboxkit.LaunchRecord) error {
 		launches.Add(1)
 		return nil
-	}}})
+	}}}})
 	ctx := context.Background()
 	var rs []Repository
 	for _, name := range []string{"slow", "other"} {

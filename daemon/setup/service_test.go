@@ -74,8 +74,8 @@ func newFixture(t *testing.T, script string) *fixture {
 	rs, f.repo, f.commit = repostest.Synced(t, db, filepath.Join(dir, "repo"), map[string]string{"setup.sh": script}, repos.Add{Name: "demo", RunSetup: true})
 	f.s, err = Open(ctx, Options{
 		Dir: f.dir, DB: db, Conversations: convs, Repositories: rs, Publish: f.publish,
-		Launching: func(context.Context, sandboxkit.LaunchRecord) error { f.launches.Add(1); return nil },
-		Log:       hclog.New(&hclog.LoggerOptions{Output: f.log}),
+		Sandbox: sandboxkit.Settings{Launching: func(context.Context, sandboxkit.LaunchRecord) error { f.launches.Add(1); return nil }},
+		Log:     hclog.New(&hclog.LoggerOptions{Output: f.log}),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,6 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // KindGC is the job collecting unused setup layers (Service.GC).
@@ -116,7 +115,7 @@ type setupRow struct {
 func (setupRow) TableName() string { return "conversation_setups" }
 
 // Options are what a Service needs; all are required but OnEgress,
-// EgressCaps and Log.
+// MaxLayer and Log.
 type Options struct {
 	// Dir holds the setup layers (<workspaces>/setups).
 	Dir           string
@@ -126,19 +125,16 @@ type Options struct {
 	// Publish records an event of a conversation (agentcore.Engine.Publish).
 	// Nil means SetPublish is called before the first Start.
 	Publish func(conversation, typ string, data any)
-	// The setup sandbox's settings: runScript builds its Policy from
-	// them. Launching records each setup sandbox in the audit log
-	// (nothing starts unrecorded).
-	Bwrap     string
-	Seccomp   seccomp.Mode
-	Limits    *sandboxkit.Limits
-	Launching func(context.Context, sandboxkit.LaunchRecord) error
+	// Sandbox are the server's sandbox settings: Policy builds each
+	// setup's sandbox from them, and their Launching records it in the
+	// audit log (nothing starts unrecorded).
+	Sandbox sandboxkit.Settings
+	// MaxLayer bounds a setup layer (repositories.max_snapshot_bytes).
+	MaxLayer int64
 	// OnEgress hears of every attempt through a setup's egress proxy
 	// (metrics), besides the conversation's egress event.
 	OnEgress func(egress.Event)
-	// EgressCaps are sandbox.egress's caps of each setup's proxy.
-	EgressCaps egress.Options
-	Log        hclog.Logger
+	Log      hclog.Logger
 }
 
 // Service runs and caches the conversations' setup scripts.
@@ -150,16 +146,17 @@ type Service struct {
 	convs   *store.Conversations
 	repos   *repos.Service
 	publish func(conversation, typ string, data any)
-	bwrap   string
-	seccomp seccomp.Mode
-	limits  *sandboxkit.Limits
-	// launching records each setup sandbox in the audit log (nothing
+	// sandbox are the server's sandbox settings (Policy); its
+	// Launching records each setup sandbox in the audit log (nothing
 	// starts unrecorded).
-	launching  func(context.Context, sandboxkit.LaunchRecord) error
-	onEgress   func(egress.Event)
-	egressCaps egress.Options
-	log        hclog.Logger
-	slots      *setupSlots
+	sandbox sandboxkit.Settings
+	// maxLayer bounds a setup layer (repositories.max_snapshot_bytes).
+	maxLayer int64
+	// onEgress hears of every attempt through a setup's egress proxy
+	// (metrics), besides the conversation's egress event.
+	onEgress func(egress.Event)
+	log      hclog.Logger
+	slots    *setupSlots
 
 	mu     sync.Mutex
 	runs   map[string]*setupRun   // by conversation, while running
@@ -222,8 +219,7 @@ func Open(ctx context.Context, o Options) (*Service, error) {
 	}
 	s := &Service{
 		dir: o.Dir, db: db, convs: o.Conversations, repos: o.Repositories, publish: o.Publish,
-		bwrap: o.Bwrap, seccomp: o.Seccomp, limits: o.Limits, launching: o.Launching,
-		onEgress: o.OnEgress, egressCaps: o.EgressCaps, log: o.Log,
+		sandbox: o.Sandbox, maxLayer: o.MaxLayer, onEgress: o.OnEgress, log: o.Log,
 		runs: map[string]*setupRun{}, builds: map[string]*setupBuild{},
 		slots: newSetupSlots(maxSetupsRunning),
 	}
@@ -551,16 +547,10 @@ func (s *Service) runScript(ctx context.Context, b *setupBuild, r repos.Reposito
 			return errors.New("the setup layer could not be made; the server log has the details")
 		}
 	}
-	var eg *egress.Options
-	if len(r.SetupEgress) > 0 {
-		o := s.egressCaps
-		o.Allow, o.OnEvent = r.SetupEgress, s.egressEvents(b)
-		eg = &o
+	p, err := Policy(s.sandbox, s.maxLayer, &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work}, r.SetupNetwork, r.SetupEgress)
+	if err == nil && p.Egress != nil {
+		p.Egress.OnEvent = s.egressEvents(b)
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileSetup, sandboxkit.ProfileOptions{
-		Bwrap: s.bwrap, Seccomp: s.seccomp, Limits: s.limits, ShareNet: r.SetupNetwork, Egress: eg, Launching: s.launching,
-		Workspace: &sandboxkit.Workspace{Lower: snap, Upper: upper, Work: work},
-	})
 	if err == nil {
 		out := &setupOutput{publish: func(text string) {
 			s.publishAll(b, agentcore.EventSetupOutput, agentcore.SetupOutput{Text: text})
@@ -589,7 +579,7 @@ func (s *Service) runScript(ctx context.Context, b *setupBuild, r repos.Reposito
 			return fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
 		}
 		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
-			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, s.limits.Disk>>20)
+			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, p.Limits.Disk>>20)
 		}
 		var oe *outputError
 		if errors.As(err, &oe) {

@@ -124,7 +124,7 @@ func newEnv(t *testing.T, agents []externalagent.Config, isolation, allow bool, 
 		Approver: approveAll{}, Logger: log, NoWorkspaceTools: !isolation,
 		Programs: externalagent.Programs(agents, isolation),
 		// Test only: allowed.test is the listener above.
-		EgressTestResolver: egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}},
+		Sandbox: sandboxkit.Settings{EgressResolver: egresstest.AllowLoopback(egresstest.Resolver{"allowed.test": {netip.MustParseAddr("127.0.0.1")}})},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,32 +14,48 @@ import (
 	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// Sandbox runs git on a mirror inside a sandbox (sandboxkit.ProfileGit):
-// the mirror read-only, one output directory read-write, no network, no
+// Sandbox runs git on a mirror inside a sandbox (MirrorPolicy): the
+// mirror read-only, one output directory read-write, no network, no
 // credentials. The program must call sandboxkit.Main first.
 type Sandbox struct {
-	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
-	Bwrap string
-	// Seccomp is the filter mode; empty means seccomp.Log.
-	Seccomp seccomp.Mode
-	// Limits bound the sandbox; nil means sandboxkit.DefaultLimits.
-	Limits *sandboxkit.Limits
+	// Settings are the sandbox's; its Launching is told of each run
+	// before it starts, and its error refuses the run.
+	Settings sandboxkit.Settings
 	// Timeout bounds one run (default 10 minutes).
 	Timeout time.Duration
 	// CheckoutBytes bounds the blocks a checkout writes, its .git
 	// included, measured while it runs (Limits.Disk of its sandbox); 0
-	// means Limits.Disk.
+	// means Settings.Limits.Disk.
 	CheckoutBytes int64
 	// History is how many commits of history a checkout's .git holds
 	// (a shallow repository; the commit itself is one). 0 means none:
 	// the checkout is the tree alone, without .git.
 	History int
-	// Launching, if set, is told of each run before it starts
-	// (sandboxkit.Policy.Launching); its error refuses the run.
-	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
+}
+
+// mirrorLabel is the label of git's sandboxes (Policy.Profile).
+const mirrorLabel = "git"
+
+// MirrorPolicy is the sandbox git runs in for the server (checkout of a
+// snapshot, the push gateway's commit, the server side of a local
+// remote): the repository ro read-only at /mirror, one directory rw
+// read-write at /out, the working directory, no network, no
+// credentials. Both paths must be absolute host paths. Repository
+// contents are hostile; git parses them in here.
+func MirrorPolicy(s sandboxkit.Settings, ro, rw string) (*sandboxkit.Policy, error) {
+	if !filepath.IsAbs(ro) || !filepath.IsAbs(rw) {
+		return nil, fmt.Errorf("git: the sandbox needs absolute paths (%q, %q)", ro, rw)
+	}
+	p, err := s.NewPolicy(mirrorLabel)
+	if err != nil {
+		return nil, err
+	}
+	p.ReadOnly = []sandboxkit.Bind{{Src: ro, Dst: "/mirror"}}
+	p.ReadWrite = []sandboxkit.Bind{{Src: rw, Dst: "/out"}}
+	p.Dir = "/out"
+	return p, nil
 }
 
 // sandboxGit are the git options inside: no configuration but the
@@ -105,16 +121,16 @@ const BundleName = "push.bundle"
 var ErrTooLarge = errors.New("git: the checkout is larger than its disk budget")
 
 func (sb Sandbox) run(ctx context.Context, mirror, out string, disk int64, env []string, stdin io.Reader, argv ...string) (string, error) {
-	limits := sb.Limits
+	s := sb.Settings
 	if disk > 0 {
 		l := sandboxkit.DefaultLimits()
-		if limits != nil {
-			l = *limits
+		if s.Limits != nil {
+			l = *s.Limits
 		}
 		l.Disk = disk
-		limits = &l
+		s.Limits = &l
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: limits, Input: mirror, Output: out, Launching: sb.Launching})
+	p, err := MirrorPolicy(s, mirror, out)
 	if err != nil {
 		return "", err
 	}
@@ -239,7 +255,7 @@ func (sb Sandbox) serve(ctx context.Context, dir, empty string, write bool, stdi
 	if write {
 		in, out, service, at = empty, dir, "receive-pack", "/out"
 	}
-	p, err := sandboxkit.Profile(sandboxkit.ProfileGit, sandboxkit.ProfileOptions{Bwrap: sb.Bwrap, Seccomp: sb.Seccomp, Limits: sb.Limits, Input: in, Output: out, Launching: sb.Launching})
+	p, err := MirrorPolicy(sb.Settings, in, out)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func inWorkspace(t *testing.T, lower, upper, script string) (string, error) {
 	t.Helper()
 	work := filepath.Join(filepath.Dir(upper), "work")
 	os.MkdirAll(work, 0o700)
-	p, err := sandboxkit.Profile(sandboxkit.ProfileWorkspace, sandboxkit.ProfileOptions{Workspace: &sandboxkit.Workspace{Lower: lower, Upper: upper, Work: work}})
+	p, err := sandboxkit.Settings{}.Workspace("workspace", &sandboxkit.Workspace{Lower: lower, Upper: upper, Work: work})
 	if err != nil {
 		t.Fatal(err)
 	}

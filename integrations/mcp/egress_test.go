@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
 )
@@ -62,7 +63,7 @@ func fetcher(t *testing.T, o Options, c ServerConfig) (*Manager, agentcore.Tool)
 // reaches allowed.test through the egress proxy (HTTPS via CONNECT),
 // and nothing else: another name, an IP literal (not a loopback one:
 // Go's HTTP client never proxies those); each attempt is counted
-// in its status and passed to Options.Egress.OnEvent. Without the list it
+// in its status and passed to Options.OnEgress. Without the list it
 // has no network at all.
 func TestEgressAllowlist(t *testing.T) {
 	requireSandbox(t)
@@ -74,11 +75,11 @@ func TestEgressAllowlist(t *testing.T) {
 	cfg := ServerConfig{Name: "fetch", Command: bin, Env: map[string]string{"FETCHSERVER_CA": string(srv.CAPEM)}, AutoApprove: []string{"fetch"}}
 	withList := cfg
 	withList.EgressAllowlist = []string{"allowed.test"}
-	m, fetch := fetcher(t, Options{Egress: egress.Options{Resolver: res, TestResolvedLoopback: true, OnEvent: func(e egress.Event) {
+	m, fetch := fetcher(t, Options{Sandbox: sandboxkit.Settings{EgressResolver: egresstest.AllowLoopback(res)}, OnEgress: func(e egress.Event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
-	}}}, withList)
+	}}, withList)
 	for _, tc := range []struct{ url, want string }{
 		{"https://allowed.test:" + port + "/", "status 200, 29 bytes: hello from allowed.test:" + port},
 		{"https://allowed.test:" + port + "/big", "status 200, 1048576 bytes"},
@@ -120,7 +121,7 @@ func TestEgressAllowlist(t *testing.T) {
 	}
 	m.Close()
 
-	m, fetch = fetcher(t, Options{Egress: egress.Options{Resolver: res, TestResolvedLoopback: true}}, cfg)
+	m, fetch = fetcher(t, Options{Sandbox: sandboxkit.Settings{EgressResolver: egresstest.AllowLoopback(res)}}, cfg)
 	for _, u := range []string{"https://allowed.test:" + port + "/", "https://127.0.0.1:" + port + "/"} {
 		if out, err := call(t.Context(), fetch, map[string]string{"url": u}); err != nil || !strings.HasPrefix(out, "fetch failed") {
 			t.Errorf("without the allow-list, fetch %s = %q, %v; want no network", u, out, err)
@@ -131,14 +132,14 @@ func TestEgressAllowlist(t *testing.T) {
 	}
 }
 
-// TestEgressCaps: the caps of Options.Egress (sandbox.egress in
+// TestEgressCaps: the caps of Options.Sandbox.EgressCaps (sandbox.egress in
 // config.yaml) hold through the server's proxy: with 64 KiB of bytes,
 // the 1 MiB download TestEgressAllowlist makes is cut.
 func TestEgressCaps(t *testing.T) {
 	requireSandbox(t)
 	bin := fetchServer(t)
 	srv, res := egressSite(t)
-	_, fetch := fetcher(t, Options{Egress: egress.Options{Resolver: res, TestResolvedLoopback: true, MaxBytes: 64 << 10}},
+	_, fetch := fetcher(t, Options{Sandbox: sandboxkit.Settings{EgressResolver: egresstest.AllowLoopback(res), EgressCaps: egress.Caps{MaxBytes: 64 << 10}}},
 		ServerConfig{Name: "fetch", Command: bin, Env: map[string]string{"FETCHSERVER_CA": string(srv.CAPEM)}, AutoApprove: []string{"fetch"}, EgressAllowlist: []string{"allowed.test"}})
 	u := "https://allowed.test:" + strconv.Itoa(srv.Port()) + "/big"
 	out, err := call(t.Context(), fetch, map[string]string{"url": u})

@@ -46,7 +46,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Network and mode values of ServerConfig.
@@ -194,21 +193,16 @@ func ValidateServers(servers []ServerConfig) error {
 // Options configure a Manager.
 type Options struct {
 	Servers []ServerConfig
-	// Bwrap, Seccomp and Limits are the sandbox's (the server's sandbox
-	// settings); nil Limits means sandboxkit.DefaultLimits.
-	Bwrap   string
-	Seccomp seccomp.Mode
-	Limits  *sandboxkit.Limits
-	// Launching, if set, is told of each sandboxed server's start before
-	// it runs (sandboxkit.Policy.Launching); its error refuses the start.
-	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
-	// Egress is the base of the egress proxy of each server with an
-	// egress_allowlist: its caps (MaxConns, MaxBytes, MaxConnDuration,
-	// DialTimeout; zero: egress's defaults), and OnEvent, told of every
-	// attempt of every server (a server is shared by every conversation:
+	// Sandbox are the settings of the servers' sandboxes (ServerPolicy),
+	// the caps of the egress proxy of each server with an
+	// egress_allowlist included. Its Launching is told of each sandboxed
+	// server's start before it runs; its error refuses the start.
+	Sandbox sandboxkit.Settings
+	// OnEgress, if set, is told of every attempt through the egress
+	// proxy of every server (a server is shared by every conversation:
 	// its attempts are no conversation's events; they are logged and
-	// counted in Status). Allow is the server's allow-list.
-	Egress egress.Options
+	// counted in Status).
+	OnEgress func(egress.Event)
 	// Logger may be nil.
 	Logger *slog.Logger
 	// StartTimeout bounds starting a server, its handshake and its tool
@@ -690,22 +684,15 @@ func (s *server) spawn() (*process, error) {
 		go finish(cmd.Wait)
 		return p, nil
 	}
-	var eg *egress.Options
-	if s.conf.network == NetworkAllowlist {
-		o := s.m.o.Egress
-		o.Allow, o.OnEvent = c.EgressAllowlist, s.onEgress
-		eg = &o
-		s.mu.Lock()
-		s.logged = 0
-		s.mu.Unlock()
-	}
-	pol, err := sandboxkit.Profile(sandboxkit.ProfileMCP, sandboxkit.ProfileOptions{
-		Bwrap: s.m.o.Bwrap, ShareNet: s.conf.network == NetworkHost, Seccomp: s.m.o.Seccomp, Limits: s.m.o.Limits,
-		Launching: s.m.o.Launching, Egress: eg,
-	})
+	pol, err := ServerPolicy(s.m.o.Sandbox, c)
 	if err == nil {
 		pol.Env = env
-		pol.ReadOnly, err = binds(c)
+		if pol.Egress != nil {
+			pol.Egress.OnEvent = s.onEgress
+			s.mu.Lock()
+			s.logged = 0
+			s.mu.Unlock()
+		}
 	}
 	if err != nil {
 		cancel()
@@ -728,7 +715,7 @@ func (s *server) spawn() (*process, error) {
 
 // onEgress hears of each attempt through the server's egress proxy:
 // it counts it, logs it (the first maxEgressLogged of each start) and
-// passes it on to Options.Egress.OnEvent.
+// passes it on to Options.OnEgress.
 func (s *server) onEgress(e egress.Event) {
 	s.mu.Lock()
 	s.egress[e.Verdict]++
@@ -746,7 +733,7 @@ func (s *server) onEgress(e egress.Event) {
 			s.m.log.Warn("MCP server egress: further attempts are counted, not logged, until it restarts", "server", s.cfg.Name, "logged", maxEgressLogged)
 		}
 	}
-	if f := s.m.o.Egress.OnEvent; f != nil {
+	if f := s.m.o.OnEgress; f != nil {
 		f(e)
 	}
 }
@@ -766,6 +753,37 @@ func (s *server) unavailable(err error) error {
 
 // binds are the read-only binds the command needs: itself when it is an
 // absolute path outside /usr, and the configured read_only paths.
+// serverLabel is the label of the servers' sandboxes (Policy.Profile).
+const serverLabel = "mcp"
+
+// ServerPolicy is the sandbox of a local MCP stdio server under s, for
+// the life of the process: an empty HOME (no ~/.ssh, ~/.gnupg), its own
+// pid namespace (it cannot signal the server), its command (outside
+// /usr) and read_only paths read-only, and the network of its config:
+// none, the host's (network: host), or only the destinations of its
+// egress_allowlist through an egress proxy under s's caps. A server
+// with mode off has no sandbox.
+func ServerPolicy(s sandboxkit.Settings, c ServerConfig) (*sandboxkit.Policy, error) {
+	cf := confinementOf(c)
+	if !cf.sandboxed {
+		return nil, fmt.Errorf("MCP server %s runs without a sandbox (mode: off)", c.Name)
+	}
+	p, err := s.NewPolicy(serverLabel)
+	if err != nil {
+		return nil, err
+	}
+	switch cf.network {
+	case NetworkHost:
+		p.ShareNet = true
+	case NetworkAllowlist:
+		p.Egress = s.Egress(c.EgressAllowlist)
+	}
+	if p.ReadOnly, err = binds(c); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func binds(c ServerConfig) ([]sandboxkit.Bind, error) {
 	var paths []string
 	if filepath.IsAbs(c.Command) && !strings.HasPrefix(c.Command, "/usr/") {

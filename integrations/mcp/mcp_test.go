@@ -397,7 +397,7 @@ func TestUnavailableSandboxFailsClosed(t *testing.T) {
 	old := sandboxtest.OldBwrap(t)
 	ctx := t.Context()
 	marker := filepath.Join(t.TempDir(), "ran")
-	m := newManager(t, Options{Bwrap: old, Servers: []ServerConfig{{Name: "marker", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}}}})
+	m := newManager(t, Options{Sandbox: sandboxkit.Settings{Bwrap: old}, Servers: []ServerConfig{{Name: "marker", Command: "/bin/sh", Args: []string{"-c", "touch " + marker}}}})
 	tools := m.Tools(ctx)
 	if len(tools) != 1 || tools[0].Spec().Name != "mcp__marker" || !strings.Contains(tools[0].Spec().Description, "sandbox unavailable") {
 		t.Fatalf("tools = %v", tools)

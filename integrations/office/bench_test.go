@@ -32,7 +32,7 @@ func BenchmarkParse(b *testing.B) {
 			runs := []func() error{
 				func() error { _, err := parseFile(b.Context(), path, Limits{}); return err },
 				func() error { _, err := (&Parser{}).Parse(b.Context(), path); return err },
-				func() error { _, err := (&Parser{Sandbox: &rl}).Parse(b.Context(), path); return err },
+				func() error { _, err := (&Parser{Worker: &rl}).Parse(b.Context(), path); return err },
 			}
 			ds := make([][]time.Duration, len(runs)+1)
 			for b.Loop() {

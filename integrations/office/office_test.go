@@ -160,7 +160,7 @@ func TestWorkerLimits(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sl := WorkerLimits()
 			c.lim(&sl)
-			_, err := (&Parser{Sandbox: &sl}).Parse(t.Context(), path)
+			_, err := (&Parser{Worker: &sl}).Parse(t.Context(), path)
 			var ue *UnparseableError
 			if !errors.As(err, &ue) || ue.Limit != c.limit {
 				t.Fatalf("got %v, want %s", err, c.limit)
@@ -172,7 +172,7 @@ func TestWorkerLimits(t *testing.T) {
 // TestFailClosed: without bwrap nothing is parsed, and the error says the
 // sandbox is unavailable.
 func TestFailClosed(t *testing.T) {
-	_, err := (&Parser{Bwrap: "/nonexistent/bwrap"}).Parse(t.Context(), write(t, "r.docx", officetest.GoodDOCX()))
+	_, err := (&Parser{Sandbox: sandboxkit.Settings{Bwrap: "/nonexistent/bwrap"}}).Parse(t.Context(), write(t, "r.docx", officetest.GoodDOCX()))
 	if !errors.Is(err, sandboxkit.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}

@@ -6,31 +6,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // Parser parses documents in the office worker's sandbox. The zero
 // value is ready to use, with the defaults.
 type Parser struct {
-	// Bwrap is the bubblewrap binary; empty means "bwrap" on PATH.
-	Bwrap string
-	// Seccomp is the sandbox's filter mode; empty means seccomp.Log.
-	Seccomp seccomp.Mode
-	// Sandbox bounds the worker's sandbox; nil means WorkerLimits().
-	Sandbox *sandboxkit.Limits
+	// Sandbox are the settings of the worker's sandbox (WorkerPolicy):
+	// its Launching is told of each worker's start before it runs; its
+	// error refuses the parse.
+	Sandbox sandboxkit.Settings
+	// Worker bounds the worker's sandbox; nil means
+	// WorkerLimitsUnder(Sandbox).
+	Worker *sandboxkit.Limits
 	// Limits bound the parser inside the worker (zero: DefaultLimits).
 	Limits Limits
 	// Timeout bounds one parse's wall-clock time (default 60s).
 	Timeout time.Duration
-	// Launching, if set, is told of each worker's start before it runs
-	// (sandboxkit.Policy.Launching); its error refuses the parse.
-	Launching func(ctx context.Context, r sandboxkit.LaunchRecord) error
 }
 
 // WorkerLimits are the office worker's sandbox limits: a few processes
@@ -55,6 +53,38 @@ func WorkerLimits() sandboxkit.Limits {
 	return l
 }
 
+// WorkerLimitsUnder are WorkerLimits in the cgroup subtree of s.Limits
+// (its Cgroup), refused like every sandbox of s when they cannot be met
+// (its Require).
+func WorkerLimitsUnder(s sandboxkit.Settings) sandboxkit.Limits {
+	l := WorkerLimits()
+	if s.Limits != nil {
+		l.Cgroup, l.Require = s.Limits.Cgroup, s.Limits.Require
+	}
+	return l
+}
+
+// workerLabel is the worker sandbox's label (Policy.Profile).
+const workerLabel = "office"
+
+// WorkerPolicy is the office worker's sandbox under s: the document at
+// input (an absolute host path) read-only at /input/<base name>, the
+// working directory, no workspace, no network, WorkerLimitsUnder(s).
+func WorkerPolicy(s sandboxkit.Settings, input string) (*sandboxkit.Policy, error) {
+	if !filepath.IsAbs(input) {
+		return nil, fmt.Errorf("office: input %q must be an absolute path", input)
+	}
+	l := WorkerLimitsUnder(s)
+	s.Limits = &l
+	p, err := s.NewPolicy(workerLabel)
+	if err != nil {
+		return nil, err
+	}
+	p.ReadOnly = []sandboxkit.Bind{{Src: input, Dst: "/input/" + filepath.Base(input)}}
+	p.Dir = "/input"
+	return p, nil
+}
+
 // maxStderr is how much of the worker's stderr is kept, to tell a crash
 // at the address-space limit from another.
 const maxStderr = 8 << 10
@@ -67,14 +97,14 @@ const maxStderr = 8 << 10
 // failures of the machinery.
 func (p *Parser) Parse(ctx context.Context, path string) (*Document, error) {
 	lim := p.Limits.withDefaults()
-	sl := WorkerLimits()
-	if p.Sandbox != nil {
-		sl = *p.Sandbox
-	}
-	pol, err := sandboxkit.Profile(sandboxkit.ProfileOffice, sandboxkit.ProfileOptions{Bwrap: p.Bwrap, Input: path, Seccomp: p.Seccomp, Limits: &sl, Launching: p.Launching})
+	pol, err := WorkerPolicy(p.Sandbox, path)
 	if err != nil {
 		return nil, err
 	}
+	if p.Worker != nil {
+		pol.Limits = *p.Worker
+	}
+	sl := pol.Limits
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second

@@ -38,8 +38,8 @@ func newBenchPath(b *testing.B, serve func(net.Conn)) *benchPath {
 	port := sandboxtest.ServeTCP(b, "127.0.0.1:0", serve)
 	server := fmt.Sprintf("127.0.0.1:%d", port)
 	p, err := egress.Listen(filepath.Join(b.TempDir(), "egress.sock"), egress.Options{
-		Allow: []string{"allowed.test"}, Resolver: egresstest.Resolver{"allowed.test": loopback},
-		TestResolvedLoopback: true, MaxBytes: 1 << 40})
+		Allow: []string{"allowed.test"}, Resolver: egresstest.AllowLoopback(egresstest.Resolver{"allowed.test": loopback}),
+		Caps: egress.Caps{MaxBytes: 1 << 40}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -63,11 +63,8 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// Options configure a Proxy. Only Allow is required.
-type Options struct {
-	// Allow lists the destinations (see ParseAllow). Empty allows none.
-	Allow []string
-
+// Caps bound what one proxy relays. Zero fields take the defaults.
+type Caps struct {
 	// MaxConns caps the connections open at once (0: DefaultMaxConns).
 	MaxConns int
 	// MaxBytes caps the bytes relayed, both ways, over the proxy's life
@@ -79,8 +76,18 @@ type Options struct {
 	MaxConnDuration time.Duration
 	// DialTimeout bounds resolving and connecting (0: DefaultDialTimeout).
 	DialTimeout time.Duration
+}
 
-	// Resolver resolves names; nil means net.DefaultResolver.
+// Options configure a Proxy. Only Allow is required.
+type Options struct {
+	// Allow lists the destinations (see ParseAllow). Empty allows none.
+	Allow []string
+
+	// Caps bound the proxy's connections and bytes.
+	Caps Caps
+
+	// Resolver resolves names; nil means net.DefaultResolver. Its
+	// answers are checked like any others.
 	Resolver Resolver
 
 	// OnEvent, if set, is called once per attempt: when a connection is
@@ -88,12 +95,6 @@ type Options struct {
 	// connection's goroutine, possibly concurrently: it must be safe for
 	// that, and quick.
 	OnEvent func(Event)
-
-	// TestResolvedLoopback is for tests only, and no configuration must
-	// set it: loopback addresses returned by Resolver are then allowed
-	// (only those: IP literals and every other blocked range stay
-	// refused), so that a test can map names to servers on 127.0.0.1.
-	TestResolvedLoopback bool
 }
 
 // Verdicts of an Event.

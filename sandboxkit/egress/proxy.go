@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/egress/internal/testloopback"
 )
 
 // Proxy is a running egress proxy on one UNIX socket, serving one
@@ -28,6 +30,8 @@ type Proxy struct {
 	res   Resolver
 	ln    *net.UnixListener
 	path  string
+	// loopback allows loopback answers of the resolver (a test's).
+	loopback bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,17 +56,17 @@ func Listen(path string, o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = DefaultMaxConns
+	if o.Caps.MaxConns <= 0 {
+		o.Caps.MaxConns = DefaultMaxConns
 	}
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = DefaultMaxBytes
+	if o.Caps.MaxBytes <= 0 {
+		o.Caps.MaxBytes = DefaultMaxBytes
 	}
-	if o.MaxConnDuration <= 0 {
-		o.MaxConnDuration = DefaultMaxConnDuration
+	if o.Caps.MaxConnDuration <= 0 {
+		o.Caps.MaxConnDuration = DefaultMaxConnDuration
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = DefaultDialTimeout
+	if o.Caps.DialTimeout <= 0 {
+		o.Caps.DialTimeout = DefaultDialTimeout
 	}
 	var res Resolver = net.DefaultResolver
 	if o.Resolver != nil {
@@ -77,10 +81,13 @@ func Listen(path string, o Options) (*Proxy, error) {
 		ln.Close()
 		return nil, fmt.Errorf("%w: cannot restrict its socket: %v", ErrProxyDown, errnoOf(err))
 	}
-	p := &Proxy{o: o, rules: rules, res: res, ln: ln, path: path,
-		slots: make(chan struct{}, o.MaxConns), shakes: make(chan struct{}, 2*o.MaxConns),
+	// A test's resolver (egresstest.AllowLoopback) may map names to
+	// servers on 127.0.0.1; nothing else can make one.
+	_, loopback := o.Resolver.(testloopback.Marked)
+	p := &Proxy{o: o, rules: rules, res: res, ln: ln, path: path, loopback: loopback,
+		slots: make(chan struct{}, o.Caps.MaxConns), shakes: make(chan struct{}, 2*o.Caps.MaxConns),
 		conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
-	p.budget.Store(o.MaxBytes)
+	p.budget.Store(o.Caps.MaxBytes)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.serve()
 	return p, nil
@@ -268,7 +275,7 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	if p.spent.Load() || p.budget.Load() <= 0 {
-		refuse(fmt.Sprintf("the sandbox's egress byte budget (%d) is spent", p.o.MaxBytes))
+		refuse(fmt.Sprintf("the sandbox's egress byte budget (%d) is spent", p.o.Caps.MaxBytes))
 		return
 	}
 	up, addr, why := p.dial(req.host, req.port)
@@ -291,7 +298,7 @@ func (p *Proxy) handle(c net.Conn) {
 	defer up.Close()
 	ev.Verdict = Allowed
 	start = time.Now()
-	deadline := start.Add(p.o.MaxConnDuration)
+	deadline := start.Add(p.o.Caps.MaxConnDuration)
 	c.SetDeadline(deadline)
 	up.SetDeadline(deadline)
 	if req.http != nil {
@@ -394,7 +401,7 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	if port < 1 || port > 65535 {
 		return refused("port %d out of range", port)
 	}
-	ctx, cancel := context.WithTimeout(p.ctx, p.o.DialTimeout)
+	ctx, cancel := context.WithTimeout(p.ctx, p.o.Caps.DialTimeout)
 	defer cancel()
 	own, err := HostNetworks()
 	if err != nil {
@@ -432,7 +439,7 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 		// and internal addresses is a rebinding attempt.
 		for _, a := range found {
 			a = a.Unmap()
-			if p.o.TestResolvedLoopback && a.IsLoopback() {
+			if p.loopback && a.IsLoopback() {
 				continue
 			}
 			if why := blockedReason(a); why != "" {
@@ -457,7 +464,7 @@ func (p *Proxy) dial(host string, port int) (net.Conn, netip.Addr, dialFailure) 
 	}
 	reason := "cannot connect"
 	if errors.Is(last, context.DeadlineExceeded) {
-		reason = fmt.Sprintf("no connection within %v", p.o.DialTimeout)
+		reason = fmt.Sprintf("no connection within %v", p.o.Caps.DialTimeout)
 	}
 	return nil, addrs[len(addrs)-1], dialFailure{reason: reason, failed: true}
 }
@@ -576,9 +583,9 @@ func (p *Proxy) cutReason(err error) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, errBudget):
-		return fmt.Sprintf("cut: the sandbox's egress byte budget (%d) is spent", p.o.MaxBytes)
+		return fmt.Sprintf("cut: the sandbox's egress byte budget (%d) is spent", p.o.Caps.MaxBytes)
 	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Sprintf("cut after %v (MaxConnDuration)", p.o.MaxConnDuration)
+		return fmt.Sprintf("cut after %v (MaxConnDuration)", p.o.Caps.MaxConnDuration)
 	case p.ctx.Err() != nil:
 		return "cut: the proxy stopped"
 	}
@@ -627,7 +634,7 @@ func (p *Proxy) reserve() int64 {
 			p.spent.Store(true)
 			return 0
 		}
-		chunk := min(max(left/int64(2*p.o.MaxConns+1), 1), copyChunk)
+		chunk := min(max(left/int64(2*p.o.Caps.MaxConns+1), 1), copyChunk)
 		if p.budget.CompareAndSwap(left, left-chunk) {
 			return chunk
 		}

@@ -32,7 +32,7 @@ var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 func start(t *testing.T, o egress.Options, res egresstest.Resolver) (*egress.Proxy, *egresstest.Events) {
 	t.Helper()
 	ev := &egresstest.Events{}
-	o.Resolver, o.OnEvent, o.TestResolvedLoopback = res, ev.Add, true
+	o.Resolver, o.OnEvent = egresstest.AllowLoopback(res), ev.Add
 	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), o)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestProxyCaps(t *testing.T) {
 	res := egresstest.Resolver{"allowed.test": loopback}
 
 	t.Run("conns", func(t *testing.T) {
-		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxConns: 2}, res)
+		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, Caps: egress.Caps{MaxConns: 2}}, res)
 		var open []net.Conn
 		for range 2 {
 			c, st, err := connect(p, hp)
@@ -268,7 +268,7 @@ func TestProxyCaps(t *testing.T) {
 		open[1].Close()
 	})
 	t.Run("bytes", func(t *testing.T) {
-		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxBytes: 100 << 10}, res)
+		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, Caps: egress.Caps{MaxBytes: 100 << 10}}, res)
 		c, st, err := connect(p, hp)
 		if c == nil {
 			t.Fatalf("tunnel: %s %v", st, err)
@@ -285,7 +285,7 @@ func TestProxyCaps(t *testing.T) {
 		}
 	})
 	t.Run("duration", func(t *testing.T) {
-		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxConnDuration: 300 * time.Millisecond}, res)
+		p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, Caps: egress.Caps{MaxConnDuration: 300 * time.Millisecond}}, res)
 		c, st, err := connect(p, hp)
 		if c == nil {
 			t.Fatalf("tunnel: %s %v", st, err)
@@ -364,7 +364,7 @@ func (r *rebinder) LookupNetIP(context.Context, string, string) ([]netip.Addr, e
 func TestProxyRebinding(t *testing.T) {
 	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(net.Conn) {})
 	ev := &egresstest.Events{}
-	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"rebind.test"}, Resolver: &rebinder{}, OnEvent: ev.Add, TestResolvedLoopback: true})
+	p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"rebind.test"}, Resolver: egresstest.AllowLoopback(&rebinder{}), OnEvent: ev.Add})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestProxyIdleConnectionKeepsBudget(t *testing.T) {
 			c.Write(make([]byte, 10<<10))
 		}
 	})
-	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, MaxBytes: 1 << 20}, egresstest.Resolver{"allowed.test": loopback})
+	p, ev := start(t, egress.Options{Allow: []string{"allowed.test"}, Caps: egress.Caps{MaxBytes: 1 << 20}}, egresstest.Resolver{"allowed.test": loopback})
 	waiting, st, err := connect(p, fmt.Sprintf("allowed.test:%d", idle))
 	if waiting == nil {
 		t.Fatalf("idle tunnel: %s %v", st, err)
@@ -588,6 +588,42 @@ func TestProxyHostileHandover(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); open() > before; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d descriptors open after the handovers, %d before", open(), before)
+		}
+	}
+}
+
+// A name that resolves to loopback is refused unless the resolver is a
+// test's marked one (egresstest.AllowLoopback): no field of Options
+// turns the check off.
+func TestResolvedLoopbackNeedsTestResolver(t *testing.T) {
+	port := sandboxtest.ServeTCP(t, "127.0.0.1:0", func(net.Conn) {})
+	hp := fmt.Sprintf("allowed.test:%d", port)
+	res := egresstest.Resolver{"allowed.test": loopback}
+	for _, tc := range []struct {
+		name    string
+		res     egress.Resolver
+		allowed bool
+	}{
+		{"plain", res, false},
+		{"marked", egresstest.AllowLoopback(res), true},
+	} {
+		ev := &egresstest.Events{}
+		p, err := egress.Listen(filepath.Join(t.TempDir(), "egress.sock"), egress.Options{Allow: []string{"allowed.test"}, Resolver: tc.res, OnEvent: ev.Add})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, st, err := connect(p, hp)
+		if err != nil || (c != nil) != tc.allowed {
+			t.Errorf("%s resolver: CONNECT %s = %q, %v; want allowed=%v", tc.name, hp, st, err, tc.allowed)
+		}
+		if c != nil {
+			c.Close()
+		}
+		p.Close() // returns once every connection's event is reported
+		if !tc.allowed {
+			if e, ok := ev.Find("allowed.test", egress.Refused); !ok || !strings.Contains(e.Reason, "loopback") {
+				t.Errorf("plain resolver: no refusal naming loopback: %s", ev)
+			}
 		}
 	}
 }

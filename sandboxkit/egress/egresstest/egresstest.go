@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/egress"
+	"github.com/codumentor/codumentor/sandboxkit/egress/internal/testloopback"
 )
 
 // Resolver maps names (lower case) to addresses; other names do not
@@ -36,6 +37,22 @@ func (r Resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, 
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
+
+// AllowLoopback returns r as a resolver whose loopback answers the
+// egress proxy allows (only those: IP literals and every other blocked
+// range stay refused), so that a test can map names to servers on
+// 127.0.0.1. It panics outside a test binary: no program can turn the
+// protection off.
+func AllowLoopback(r egress.Resolver) egress.Resolver {
+	if !testing.Testing() {
+		panic("egresstest: AllowLoopback outside a test binary")
+	}
+	return loopbackResolver{r}
+}
+
+type loopbackResolver struct{ egress.Resolver }
+
+func (loopbackResolver) AllowsLoopback(testloopback.Token) {}
 
 // TLSServer starts an HTTPS server on 127.0.0.1 for names, with a
 // certificate signed by a new CA; CAPEM is that CA, for clients.
