@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -350,4 +352,38 @@ func TestLimiterChecks(t *testing.T) {
 		t.Fatalf("with 128 waiting: %v after %v, want ErrBusy at once", err, time.Since(start))
 	}
 	wg.Wait()
+}
+
+// The heap an argon2id check took is returned to the operating system
+// when the last check ends, rather than kept resident by an idle server
+// until the heap grows again.
+func TestLimiterChecksReturnMemory(t *testing.T) {
+	hash, err := auth.HashPassword("correct horse battery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := auth.NewLimiter(auth.LimitOptions{})
+	retained := func() uint64 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapSys - m.HeapReleased
+	}
+	debug.FreeOSMemory()
+	before := retained()
+	if err := l.AcquireCheck(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.CheckPassword(hash, "correct horse battery"); err != nil {
+		t.Fatal(err)
+	}
+	l.ReleaseCheck()
+	// argon2id's 19 MiB: at most a quarter of it may stay.
+	const slack = 5 << 20
+	deadline := time.Now().Add(10 * time.Second)
+	for retained() > before+slack {
+		if time.Now().After(deadline) {
+			t.Fatalf("the heap kept %d MiB more than before the check after 10s, want under %d MiB", (retained()-before)>>20, slack>>20)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

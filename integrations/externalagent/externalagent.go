@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -85,10 +86,12 @@ const DefaultTimeout = 20 * time.Minute
 // maxTask bounds a task's bytes.
 const maxTask = 64 << 10
 
-var agentName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// agentName is what an agent may be called. The patterns are compiled on
+// first use: a server without the plugin never builds them.
+var agentName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`) })
 
 // envKey is a portable environment variable name.
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // Validate checks agents as config.yaml's external_agents, naming the
 // key at fault.
@@ -98,7 +101,7 @@ func Validate(agents []Config) error {
 	for i, a := range agents {
 		key := fmt.Sprintf("external_agents[%d]", i)
 		switch {
-		case !agentName.MatchString(a.Name):
+		case !agentName().MatchString(a.Name):
 			errs = append(errs, fmt.Errorf("%s.name: %q must be 1-64 of A-Z a-z 0-9 _ -", key, a.Name))
 		case seen[a.Name]:
 			errs = append(errs, fmt.Errorf("%s.name: %q is used twice", key, a.Name))
@@ -108,7 +111,7 @@ func Validate(agents []Config) error {
 			errs = append(errs, fmt.Errorf("%s.command: %q must be a program name or an absolute path", key, a.Command))
 		}
 		for k, v := range a.Env {
-			if !envKey.MatchString(k) || strings.ContainsRune(v, 0) {
+			if !envKey().MatchString(k) || strings.ContainsRune(v, 0) {
 				errs = append(errs, fmt.Errorf("%s.env: %q is not a valid variable", key, k))
 			}
 		}

@@ -131,12 +131,14 @@ type ServerConfig struct {
 // maxEgressAllow bounds a server's egress allow-list.
 const maxEgressAllow = 64
 
-var serverName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,23}$`)
+// serverName is what a server may be called. The patterns are compiled
+// on first use: a server without the plugin never builds them.
+var serverName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,23}$`) })
 
 // Validate checks c, with errors naming the setting.
 func (c ServerConfig) Validate() error {
 	var errs []error
-	if !serverName.MatchString(c.Name) {
+	if !serverName().MatchString(c.Name) {
 		errs = append(errs, fmt.Errorf("mcp.servers: name %q must be 1-24 lower-case letters, digits or '-'", c.Name))
 	}
 	if strings.TrimSpace(c.Command) == "" {
@@ -591,7 +593,7 @@ func shownName(n string) string {
 
 const maxShownName = 256
 
-var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var toolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+$`) })
 
 // maxToolName bounds the name the model sees (the OpenAI-compatible
 // APIs' limit on a function's name).
@@ -601,7 +603,7 @@ const maxToolName = 64
 func (s *server) spec(t *sdk.Tool) (agentcore.ToolSpec, string) {
 	name := "mcp__" + s.cfg.Name + "__" + t.Name
 	switch {
-	case !toolName.MatchString(t.Name):
+	case !toolName().MatchString(t.Name):
 		return agentcore.ToolSpec{}, "its name has characters other than A-Z, a-z, 0-9, _ and - (the model's tool names allow no others)"
 	case len(name) > maxToolName:
 		return agentcore.ToolSpec{}, fmt.Sprintf("its name as the model would see it (mcp__%s__<name>) is longer than %d characters", s.cfg.Name, maxToolName)

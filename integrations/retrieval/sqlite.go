@@ -97,7 +97,10 @@ const termsVersion = 2
 
 // termsFunc is an SQL function of one text or blob: its terms, which
 // the index's rows are built from in SQLite. Registered with the driver
-// for every connection opened after this package's initialization.
+// for every connection opened after this package's initialization: the
+// driver has no per-connection functions, so every SQLite connection of
+// the process has this one and pendingFunc, the instance database's too
+// (integrations/README.md says what doing without them cost).
 const termsFunc = "retrieval_terms"
 
 // pendingFunc is an SQL function of (batch, i, column): the terms of

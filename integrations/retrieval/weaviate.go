@@ -1,19 +1,18 @@
 package retrieval
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/weaviate/weaviate-go-client/v4/weaviate"
-	"github.com/weaviate/weaviate-go-client/v4/weaviate/filters"
-	"github.com/weaviate/weaviate-go-client/v4/weaviate/graphql"
-	"github.com/weaviate/weaviate/entities/models"
 )
 
 // Weaviate is the Backend for deployments that outgrow one machine
@@ -23,9 +22,15 @@ import (
 // whitespace tokenization, so BM25 there matches what it matches here;
 // with a vector, queries are Weaviate's hybrid, BM25 and vector fused
 // by reciprocal rank as the embedded backend does.
+//
+// It speaks Weaviate's REST and GraphQL API with net/http: the official
+// client would link gRPC, protobuf and OpenAPI packages whose
+// initialization every server pays for, this backend configured or not.
 type Weaviate struct {
-	c     *weaviate.Client
-	class string
+	hc     *http.Client
+	base   string // scheme://host/v1
+	apiKey string
+	class  string
 }
 
 // WeaviateOptions configure NewWeaviate.
@@ -46,6 +51,24 @@ type WeaviateOptions struct {
 // weaviateBatch is how many objects one import request carries.
 const weaviateBatch = 200
 
+// maxWeaviateAnswer bounds what is read of one answer: a search's are
+// at most Query.Limit chunks of MaxFileBytes-bounded text.
+const maxWeaviateAnswer = 64 << 20
+
+// weaviateClass reports whether name may be a collection's name: it is
+// part of the URL's path and of GraphQL queries.
+func weaviateClass(name string) bool {
+	if name == "" || len(name) > 255 || name[0] < 'A' || name[0] > 'Z' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // NewWeaviate connects to a Weaviate server and creates the collection
 // if it does not exist.
 func NewWeaviate(ctx context.Context, o WeaviateOptions) (*Weaviate, error) {
@@ -56,39 +79,107 @@ func NewWeaviate(ctx context.Context, o WeaviateOptions) (*Weaviate, error) {
 	if o.Class == "" {
 		o.Class = "CodumentorChunk"
 	}
-	cfg := weaviate.Config{Host: u.Host, Scheme: u.Scheme, Timeout: o.Timeout, ConnectionClient: &http.Client{
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
-	if o.APIKey != "" {
-		cfg.Headers = map[string]string{"Authorization": "Bearer " + o.APIKey}
+	if !weaviateClass(o.Class) {
+		return nil, fmt.Errorf("retrieval: retrieval.weaviate.class %q: want an upper-case letter, then letters, digits or _", o.Class)
 	}
-	c, err := weaviate.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("retrieval: weaviate: %w", err)
+	if o.Timeout <= 0 {
+		o.Timeout = 60 * time.Second
 	}
-	w := &Weaviate{c: c, class: o.Class}
-	exists, err := c.Schema().ClassExistenceChecker().WithClassName(o.Class).Do(ctx)
+	w := &Weaviate{
+		hc: &http.Client{Timeout: o.Timeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
+		base: u.Scheme + "://" + u.Host + "/v1", apiKey: o.APIKey, class: o.Class,
+	}
+	status, err := w.do(ctx, http.MethodGet, "/schema/"+o.Class, nil, nil, http.StatusNotFound)
 	if err != nil {
 		return nil, fmt.Errorf("retrieval: weaviate at %s: %w", u.Host, err)
 	}
-	if !exists {
-		if err := c.Schema().ClassCreator().WithClass(w.schema()).Do(ctx); err != nil {
+	if status == http.StatusNotFound {
+		if _, err := w.do(ctx, http.MethodPost, "/schema", w.schema(), nil); err != nil {
 			return nil, fmt.Errorf("retrieval: weaviate: creating collection %s: %w", o.Class, err)
 		}
 	}
 	return w, nil
 }
 
-func (w *Weaviate) schema() *models.Class {
+// do sends body (JSON) to the API's path and decodes a 2xx answer into
+// out (nil: discarded). A status of also is returned without error and
+// its body discarded; any other is an error with Weaviate's message.
+func (w *Weaviate) do(ctx context.Context, method, path string, body, out any, also ...int) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, w.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if w.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+w.apiKey)
+	}
+	res, err := w.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	lr := &io.LimitedReader{R: res.Body, N: maxWeaviateAnswer + 1}
+	ok := res.StatusCode/100 == 2
+	if !ok {
+		for _, s := range also {
+			if res.StatusCode == s {
+				return s, nil
+			}
+		}
+		var e struct {
+			Error []struct{ Message string } `json:"error"`
+		}
+		msg, _ := io.ReadAll(io.LimitReader(lr, 64<<10))
+		if json.Unmarshal(msg, &e) == nil && len(e.Error) > 0 && e.Error[0].Message != "" {
+			return res.StatusCode, fmt.Errorf("status %d: %s", res.StatusCode, e.Error[0].Message)
+		}
+		return res.StatusCode, fmt.Errorf("status %d: %.200s", res.StatusCode, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, lr)
+	} else {
+		err = json.NewDecoder(lr).Decode(out)
+	}
+	if lr.N <= 0 {
+		return res.StatusCode, fmt.Errorf("answer longer than %d MiB", maxWeaviateAnswer>>20)
+	}
+	if err != nil {
+		return res.StatusCode, fmt.Errorf("reading the answer: %w", err)
+	}
+	return res.StatusCode, nil
+}
+
+// weaviateProperty is a property of the collection (REST schema).
+type weaviateProperty struct {
+	Name            string   `json:"name"`
+	DataType        []string `json:"dataType"`
+	Tokenization    string   `json:"tokenization,omitempty"`
+	IndexSearchable *bool    `json:"indexSearchable,omitempty"`
+	IndexFilterable *bool    `json:"indexFilterable,omitempty"`
+}
+
+func (w *Weaviate) schema() any {
 	no := false
-	prop := func(name, typ, tokenization string, searchable, filterable bool) *models.Property {
-		return &models.Property{Name: name, DataType: []string{typ}, Tokenization: tokenization,
+	prop := func(name, typ, tokenization string, searchable, filterable bool) weaviateProperty {
+		return weaviateProperty{Name: name, DataType: []string{typ}, Tokenization: tokenization,
 			IndexSearchable: &searchable, IndexFilterable: &filterable}
 	}
-	return &models.Class{
-		Class:      w.class,
-		Vectorizer: "none",
-		Properties: []*models.Property{
+	return map[string]any{
+		"class":      w.class,
+		"vectorizer": "none",
+		"properties": []weaviateProperty{
 			prop("repository", "text", "field", false, true),
 			prop("path", "text", "field", false, true),
 			prop("path_terms", "text", "whitespace", true, false),
@@ -102,38 +193,49 @@ func (w *Weaviate) schema() *models.Class {
 	}
 }
 
-func textEqual(prop string, v ...string) *filters.WhereBuilder {
-	op := filters.Equal
+// textEqual is a REST where filter: prop equals v, or one of several.
+func textEqual(prop string, v ...string) map[string]any {
 	if len(v) > 1 {
-		op = filters.ContainsAny
+		return map[string]any{"path": []string{prop}, "operator": "ContainsAny", "valueTextArray": v}
 	}
-	return filters.Where().WithPath([]string{prop}).WithOperator(op).WithValueText(v...)
+	return map[string]any{"path": []string{prop}, "operator": "Equal", "valueText": v[0]}
 }
 
 // Replace implements Backend.
 func (w *Weaviate) Replace(ctx context.Context, repository string, remove []string, chunks []Chunk) error {
 	for i := 0; i < len(remove); i += 100 {
-		where := filters.Where().WithOperator(filters.And).WithOperands([]*filters.WhereBuilder{
+		where := map[string]any{"operator": "And", "operands": []any{
 			textEqual("repository", repository),
 			textEqual("path", remove[i:min(len(remove), i+100)]...),
-		})
+		}}
 		if err := w.deleteAll(ctx, where); err != nil {
 			return err
 		}
 	}
+	type object struct {
+		Class      string         `json:"class"`
+		Vector     []float32      `json:"vector,omitempty"`
+		Properties map[string]any `json:"properties"`
+	}
 	for i := 0; i < len(chunks); i += weaviateBatch {
 		part := chunks[i:min(len(chunks), i+weaviateBatch)]
-		objs := make([]*models.Object, len(part))
+		objs := make([]object, len(part))
 		for j := range part {
 			c := &part[j]
 			pt, bt := c.indexTerms()
-			objs[j] = &models.Object{Class: w.class, Vector: c.Vector, Properties: map[string]any{
+			objs[j] = object{Class: w.class, Vector: c.Vector, Properties: map[string]any{
 				"repository": repository, "path": c.Path, "path_terms": pt, "body_terms": bt,
 				"text": c.Text, "commit": c.Commit, "language": c.Language, "start_line": c.StartLine, "end_line": c.EndLine,
 			}}
 		}
-		res, err := w.c.Batch().ObjectsBatcher().WithObjects(objs...).Do(ctx)
-		if err != nil {
+		var res []struct {
+			Result *struct {
+				Errors *struct {
+					Error []struct{ Message string } `json:"error"`
+				} `json:"errors"`
+			} `json:"result"`
+		}
+		if _, err := w.do(ctx, http.MethodPost, "/batch/objects", map[string]any{"objects": objs}, &res); err != nil {
 			return fmt.Errorf("retrieval: weaviate import: %w", err)
 		}
 		for _, r := range res {
@@ -147,10 +249,16 @@ func (w *Weaviate) Replace(ctx context.Context, repository string, remove []stri
 
 // deleteAll deletes every object matching where: a batch delete stops
 // at the server's maximum, so repeat until nothing matches.
-func (w *Weaviate) deleteAll(ctx context.Context, where *filters.WhereBuilder) error {
+func (w *Weaviate) deleteAll(ctx context.Context, where map[string]any) error {
 	for {
-		res, err := w.c.Batch().ObjectsBatchDeleter().WithClassName(w.class).WithWhere(where).WithOutput("minimal").Do(ctx)
-		if err != nil {
+		var res struct {
+			Results *struct {
+				Matches int64 `json:"matches"`
+				Failed  int64 `json:"failed"`
+			} `json:"results"`
+		}
+		body := map[string]any{"match": map[string]any{"class": w.class, "where": where}, "output": "minimal"}
+		if _, err := w.do(ctx, http.MethodDelete, "/batch/objects", body, &res); err != nil {
 			return fmt.Errorf("retrieval: weaviate delete: %w", err)
 		}
 		if res.Results == nil || res.Results.Matches == 0 {
@@ -167,6 +275,21 @@ func (w *Weaviate) DeleteRepository(ctx context.Context, repository string) erro
 	return w.deleteAll(ctx, textEqual("repository", repository))
 }
 
+// graphQLString is s as a GraphQL string literal: JSON's escapes are
+// GraphQL's.
+func graphQLString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func graphQLStrings(v []string) string {
+	q := make([]string, len(v))
+	for i, s := range v {
+		q[i] = graphQLString(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
 // Search implements Backend.
 func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
@@ -181,48 +304,58 @@ func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	for _, wd := range parseQuery(q.Text) {
 		words = append(words, strings.Join(wd, ""))
 	}
-	text := strings.Join(words, " ")
-	props := []string{"path_terms^" + strconv.Itoa(int(pathWeight)), "body_terms"}
-	get := w.c.GraphQL().Get().WithClassName(w.class).WithLimit(q.Limit).WithFields(
-		graphql.Field{Name: "repository"}, graphql.Field{Name: "path"}, graphql.Field{Name: "commit"},
-		graphql.Field{Name: "language"}, graphql.Field{Name: "text"},
-		graphql.Field{Name: "start_line"}, graphql.Field{Name: "end_line"},
-		graphql.Field{Name: "_additional", Fields: []graphql.Field{{Name: "score"}}},
-	)
+	text := graphQLString(strings.Join(words, " "))
+	props := graphQLStrings([]string{"path_terms^" + strconv.Itoa(int(pathWeight)), "body_terms"})
+	args := []string{"limit: " + strconv.Itoa(q.Limit)}
 	if q.Vector != nil {
-		get = get.WithHybrid(w.c.GraphQL().HybridArgumentBuilder().WithQuery(text).WithVector(q.Vector).WithAlpha(0.5).WithFusionType(graphql.Ranked).WithProperties(props))
+		vec := make([]string, len(q.Vector))
+		for i, f := range q.Vector {
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return nil, errors.New("retrieval: weaviate search: the query's vector is not finite")
+			}
+			vec[i] = strconv.FormatFloat(float64(f), 'g', -1, 32)
+		}
+		args = append(args, "hybrid: {query: "+text+", vector: ["+strings.Join(vec, ", ")+"], alpha: 0.5, fusionType: rankedFusion, properties: "+props+"}")
 	} else {
-		get = get.WithBM25(w.c.GraphQL().Bm25ArgBuilder().WithQuery(text).WithProperties(props...))
+		args = append(args, "bm25: {query: "+text+", properties: "+props+"}")
 	}
-	if len(q.Repositories) > 0 {
-		get = get.WithWhere(textEqual("repository", q.Repositories...))
+	switch len(q.Repositories) {
+	case 0:
+	case 1:
+		args = append(args, "where: {path: [\"repository\"], operator: Equal, valueText: "+graphQLString(q.Repositories[0])+"}")
+	default:
+		args = append(args, "where: {path: [\"repository\"], operator: ContainsAny, valueText: "+graphQLStrings(q.Repositories)+"}")
 	}
-	resp, err := get.Do(ctx)
-	if err != nil {
+	query := "{Get {" + w.class + "(" + strings.Join(args, ", ") + ") {repository path commit language text start_line end_line _additional {score}}}}"
+	var resp struct {
+		Data struct {
+			Get map[string][]struct {
+				Repository, Path, Commit, Language, Text string
+				StartLine                                int `json:"start_line"`
+				EndLine                                  int `json:"end_line"`
+				Additional                               struct {
+					Score any `json:"score"`
+				} `json:"_additional"`
+			} `json:"Get"`
+		} `json:"data"`
+		Errors []struct{ Message string } `json:"errors"`
+	}
+	if _, err := w.do(ctx, http.MethodPost, "/graphql", map[string]string{"query": query}, &resp); err != nil {
 		return nil, fmt.Errorf("retrieval: weaviate search: %w", err)
 	}
 	if len(resp.Errors) > 0 {
 		return nil, fmt.Errorf("retrieval: weaviate search: %s", resp.Errors[0].Message)
 	}
-	data, _ := resp.Data["Get"].(map[string]any)
-	items, _ := data[w.class].([]any)
+	items := resp.Data.Get[w.class]
 	out := make([]Result, 0, len(items))
-	for _, it := range items {
-		m, ok := it.(map[string]any)
-		if !ok {
-			return nil, errors.New("retrieval: weaviate search: unexpected answer")
-		}
-		str := func(k string) string { s, _ := m[k].(string); return s }
-		num := func(k string) int { f, _ := m[k].(float64); return int(f) }
-		r := Result{Chunk: Chunk{Repository: str("repository"), Path: str("path"), Commit: str("commit"),
-			Language: str("language"), Text: str("text"), StartLine: num("start_line"), EndLine: num("end_line")}}
-		if add, ok := m["_additional"].(map[string]any); ok {
-			switch s := add["score"].(type) {
-			case string:
-				r.Score, _ = strconv.ParseFloat(s, 64)
-			case float64:
-				r.Score = s
-			}
+	for _, m := range items {
+		r := Result{Chunk: Chunk{Repository: m.Repository, Path: m.Path, Commit: m.Commit,
+			Language: m.Language, Text: m.Text, StartLine: m.StartLine, EndLine: m.EndLine}}
+		switch s := m.Additional.Score.(type) {
+		case string:
+			r.Score, _ = strconv.ParseFloat(s, 64)
+		case float64:
+			r.Score = s
 		}
 		out = append(out, r)
 	}
