@@ -15,6 +15,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -198,10 +199,10 @@ func TestSnapshots(t *testing.T) {
 func TestStoredURLCredentialsStripped(t *testing.T) {
 	s, _ := service(t, Options{})
 	old := []Repository{
-		{ID: newID(), Name: "token", URL: "https://ghp_T0KEN@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "userpw", URL: "https://bot:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "sshpw", URL: "ssh://git:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "clean", URL: "ssh://git@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "token", URL: "https://ghp_T0KEN@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "userpw", URL: "https://bot:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "sshpw", URL: "ssh://git:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "clean", URL: "ssh://git@example.com/org/r.git", Branch: "main"},
 	}
 	for _, r := range old {
 		r.Created, r.Updated = time.Now(), time.Now()

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // ErrNotFound wraps agentcore.ErrNotFound: a missing conversation, or one
@@ -116,12 +115,6 @@ func NewConversations(db *gorm.DB) (*Conversations, error) {
 	return &Conversations{db: db, cache: newEventCache()}, nil
 }
 
-func newID(prefix string) string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 // maxTitle bounds a conversation's title, in bytes.
 const maxTitle = 200
 
@@ -155,7 +148,7 @@ func (s *Conversations) Create(ctx context.Context, user, title string) (Convers
 		return Conversation{}, err
 	}
 	now := time.Now().UTC()
-	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now}
+	c := Conversation{ID: randid.New("conv_"), UserID: user, Title: title, Created: now, Updated: now}
 	if err := s.db.WithContext(ctx).Create(&c).Error; err != nil {
 		return Conversation{}, fmt.Errorf("store: creating a conversation: %w", err)
 	}
