@@ -444,14 +444,14 @@ func TestSessionWaitJob(t *testing.T) {
 }
 
 func TestTailBuffer(t *testing.T) {
-	b := &tailBuffer{max: 4}
+	b := newTailBuffer(4)
 	for _, s := range []string{"ab", "cd", "efghij", "k", "l", "m"} {
 		b.Write([]byte(s))
 	}
 	if got, trunc := b.snapshot(); string(got) != "jklm" || !trunc {
 		t.Errorf("got %q %v", got, trunc)
 	}
-	small := &tailBuffer{max: 10}
+	small := newTailBuffer(10)
 	small.Write([]byte("abc"))
 	if got, trunc := small.snapshot(); string(got) != "abc" || trunc {
 		t.Errorf("got %q %v", got, trunc)

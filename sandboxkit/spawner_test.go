@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // spawnerPids returns the pids of the spawners this process started.
@@ -35,7 +37,7 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, ns := sessionNS(t, s)
-	out := &headWriter{max: 1024}
+	out := headtail.New(1024, 0)
 	run := Command(t.Context(), &Policy{}, "sh", "-c", "echo ready; sleep 100; : "+marker)
 	run.Stdout = out
 	if err := run.Start(); err != nil {
