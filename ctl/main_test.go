@@ -2,6 +2,7 @@ package ctl_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -122,15 +123,17 @@ var sandboxOnce struct {
 // bwrap and runs the tests as an unprivileged user.
 func requireSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	sandboxOnce.Do(func() {
-		if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
-			sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
+	sandboxtest.RequireSandbox(t, func(context.Context) error {
+		sandboxOnce.Do(func() {
+			if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
+				sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
+			}
+		})
+		if sandboxOnce.why != "" {
+			return errors.New(sandboxOnce.why)
 		}
+		return nil
 	})
-	if sandboxOnce.why != "" {
-		sandboxtest.SkipOrFail(t, "%s", sandboxOnce.why)
-	}
 }
 
 // listDir returns the sorted names in dir; nil when dir does not exist.

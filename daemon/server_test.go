@@ -47,12 +47,12 @@ func llm(t testing.TB, steps ...llmtest.Step) string {
 // needSandbox fails (CI) or skips when this machine cannot sandbox.
 func needSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
 	// The server (not this test binary) runs the sandboxes, with bwrap
 	// from PATH.
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		sandboxtest.SkipOrFail(t, "bwrap: %v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(context.Context) error {
+		_, err := exec.LookPath("bwrap")
+		return err
+	})
 }
 
 func shellCall(cmd string) llmtest.Step {

@@ -86,10 +86,7 @@ var jsonschemaObject = map[string]any{"type": "object", "properties": map[string
 // requireSandbox skips (or fails under CI=true) where sandboxes cannot run.
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 // nodeModules is where scripts/install-prereqs installs the npm servers.

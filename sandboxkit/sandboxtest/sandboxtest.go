@@ -5,6 +5,7 @@
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -33,6 +34,19 @@ func RequireUnprivileged(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		SkipOrFail(t, "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs")
+	}
+}
+
+// RequireSandbox skips (or fails, see SkipOrFail) a test that runs real
+// sandboxes unless it runs as an unprivileged user (RequireUnprivileged)
+// on a machine where check, the program's own check that sandboxes run
+// (for most, sandboxkit.Doctor's Err), passes. The check is a parameter
+// because sandboxkit's own tests use this package.
+func RequireSandbox(t testing.TB, check func(context.Context) error) {
+	t.Helper()
+	RequireUnprivileged(t)
+	if err := check(t.Context()); err != nil {
+		SkipOrFail(t, "the sandbox cannot run here: %v", err)
 	}
 }
 
