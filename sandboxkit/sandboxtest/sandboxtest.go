@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // SkipOrFail skips t, or fails it when the environment says CI=true: a
@@ -47,6 +48,29 @@ func RequireSandbox(t testing.TB, check func(context.Context) error) {
 	RequireUnprivileged(t)
 	if err := check(t.Context()); err != nil {
 		SkipOrFail(t, "the sandbox cannot run here: %v", err)
+	}
+}
+
+// Eventually calls cond until it returns nil and fails t with cond's
+// last error if it has not by timeout. The timeout says the code is
+// stuck, never that it is slow: choose it far beyond the slowest run on
+// a loaded machine. cond runs on t's goroutine, so it may call t.Fatal.
+// Where the code under test has an event to wait on (a channel it
+// closes, a message it sends), wait on that instead.
+func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stuck: still after %v: %v", timeout, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
