@@ -17,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -205,14 +206,12 @@ func TestCancel(t *testing.T) {
 		h := newHarness(t, s, alwaysAllow)
 		turn := h.start("c", "go")
 		started := filepath.Join(h.dir, "layers", "c", "upper", "started")
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(started); err == nil {
-				break
+		sandboxtest.Eventually(t, 30*time.Second, func() error {
+			if _, err := os.Stat(started); err != nil {
+				return fmt.Errorf("command did not start: %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("command did not start")
-			}
-		}
+			return nil
+		})
 		t0 := time.Now()
 		turn.Cancel()
 		if err := h.wait(turn); !errors.Is(err, context.Canceled) {

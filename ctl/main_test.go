@@ -160,9 +160,8 @@ func listDir(t *testing.T, dir string) []string {
 // /proc entry lingers until it is reaped.
 func assertNothingLeft(t *testing.T, needle string) {
 	t.Helper()
-	var found []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		found = nil
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		var found []string
 		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range procs {
 			b, err := os.ReadFile(p)
@@ -173,13 +172,11 @@ func assertNothingLeft(t *testing.T, needle string) {
 		if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(needle)) {
 			found = append(found, "a mount under "+needle)
 		}
-		if len(found) == 0 || time.Now().After(deadline) {
-			break
+		if len(found) > 0 {
+			return fmt.Errorf("left running or mounted:\n%s", strings.Join(found, "\n"))
 		}
-	}
-	if len(found) > 0 {
-		t.Errorf("left running or mounted:\n%s", strings.Join(found, "\n"))
-	}
+		return nil
+	})
 }
 
 // workspace makes a lower tree with base.txt and an empty parent for the

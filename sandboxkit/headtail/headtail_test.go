@@ -63,7 +63,7 @@ func TestBufferConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for range 100 {
 				b.Write([]byte(strings.Repeat("x", 10)))
-				b.String()
+				_ = b.String()
 			}
 		})
 	}
