@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // clock is a settable time for the Limiter.
@@ -301,17 +302,12 @@ func TestLimiterSweep(t *testing.T) {
 	mu.Lock()
 	now = now.Add(time.Minute)
 	mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		u, ips := l.Keys()
-		if u == 1 && ips == 1 {
-			break
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if u, ips := l.Keys(); u != 1 || ips != 1 {
+			return fmt.Errorf("after the window: %d names, %d addresses still tracked, want 1 (in flight)", u, ips)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the window: %d names, %d addresses still tracked, want 1 (in flight)", u, ips)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	held.Cancel()
 }
 

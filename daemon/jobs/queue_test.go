@@ -16,6 +16,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/hashicorp/go-hclog"
 	"gorm.io/gorm"
 )
@@ -80,13 +81,12 @@ func start(t *testing.T, q *Queue) (stop func()) {
 // waitFor polls cond until it holds, failing the test after 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func waitJob(t *testing.T, q *Queue, id string, cond func(Job) bool) Job {

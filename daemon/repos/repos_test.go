@@ -3,6 +3,7 @@ package repos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,20 +86,17 @@ func syncNow(t *testing.T, s *Service, q *jobs.Queue, id string) jobs.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		j, err = q.Get(context.Background(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Status == jobs.StatusSucceeded || j.Status == jobs.StatusFailed {
-			return j
+		if j.Status != jobs.StatusSucceeded && j.Status != jobs.StatusFailed {
+			return fmt.Errorf("sync still %s", j.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sync still %s", j.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return j
 }
 
 // The indexing step runs after the fetch, from the last indexed commit
