@@ -154,7 +154,9 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	_, carol := open("carol")
 	_, dave := open("dave")
 	// All stay open across heartbeats while their tokens are good.
-	bobs[0].quiet(500 * time.Millisecond)
+	for _, s := range append(bobs, carol, dave) {
+		s.heartbeats(2, 10*time.Second)
+	}
 
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -347,6 +348,7 @@ type stream struct {
 	cancel context.CancelFunc
 	events chan sseEvent
 	err    chan error
+	beats  atomic.Int64 // heartbeat comments read
 }
 
 // follow opens GET …/events with Last-Event-ID lastID ("" for none).
@@ -384,6 +386,8 @@ func (c *client) follow(conv, lastID string) *stream {
 					s.events <- ev
 				}
 				ev = sseEvent{}
+			case line == ": heartbeat":
+				s.beats.Add(1)
 			case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
 			case strings.HasPrefix(line, "id: "):
 				ev.ID = line[4:]
@@ -428,6 +432,26 @@ func (s *stream) until(typ string, timeout time.Duration) []sseEvent {
 			return evs
 		}
 	}
+}
+
+// heartbeats waits until n more heartbeat comments arrived: the stream
+// is still open, and the server wrote nothing else in between.
+func (s *stream) heartbeats(n int64, timeout time.Duration) {
+	s.t.Helper()
+	end := s.beats.Load() + n
+	sandboxtest.Eventually(s.t, timeout, func() error {
+		select {
+		case ev := <-s.events:
+			s.t.Fatalf("unexpected event %s %s %s", ev.ID, ev.Type, ev.Data)
+		case err := <-s.err:
+			s.t.Fatalf("the stream ended: %v", err)
+		default:
+		}
+		if got := s.beats.Load(); got < end {
+			return fmt.Errorf("%d heartbeats, want %d", got, end)
+		}
+		return nil
+	})
 }
 
 // quiet checks that no event arrives within d.

@@ -93,7 +93,6 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 	out := &sandboxtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // what it leaves running may hold the output open
-	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +109,12 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 		t.Fatalf("the demo model does not listen on %s:\n%s", llmAddr, out)
 	}
 	// It ends by saying where the web UI is.
-	for want := "open http://" + srvAddr + "/ in a browser"; !strings.Contains(out.String(), want); time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("scripts/run did not print %q:\n%s", want, out)
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		if want := "open http://" + srvAddr + "/ in a browser"; !strings.Contains(out.String(), want) {
+			return fmt.Errorf("scripts/run did not print %q:\n%s", want, out)
 		}
-	}
+		return nil
+	})
 	switch target {
 	case stopGroup:
 		syscall.Kill(-cmd.Process.Pid, sig)

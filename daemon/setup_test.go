@@ -65,6 +65,21 @@ func addSetupRepo(t testing.TB, admin *client, name, url, branch string, network
 	return repo.ID
 }
 
+// jobsDone counts the jobs of kind that succeeded, in in's database.
+func jobsDone(t testing.TB, in *instance, kind string) int64 {
+	t.Helper()
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(db)
+	var n int64
+	if err := db.Raw("SELECT count(*) FROM jobs WHERE kind = ? AND status = ?", kind, jobs.StatusSucceeded).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // setupEvents reads a conversation's events up to its setup's end.
 func setupEvents(t testing.TB, s *stream) (types []string, output string, last map[string]any) {
 	t.Helper()
@@ -196,8 +211,15 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 
 	// The layer is collected once no conversation uses it.
 	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	gcs := jobsDone(t, in, "setup_gc")
 	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+conv.ID, nil, nil)
-	time.Sleep(2 * time.Second) // several setup_gc runs
+	// Two more setup_gc runs: the second started after the deletion.
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		if n := jobsDone(t, in, "setup_gc"); n < gcs+2 {
+			return fmt.Errorf("%d setup_gc runs since the deletion, want 2", n-gcs)
+		}
+		return nil
+	})
 	if layers, _ := os.ReadDir(setupsDir); len(layers) != 1 {
 		t.Fatalf("setup layers while a conversation uses one: %v", layers)
 	}
