@@ -478,7 +478,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 			// Not run (see loop): neither stored nor announced.
 			tc.Arguments = "{}"
 		} else {
-			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, ToolCallRequested{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+			e.emit(t.c, t.ID, t.red, t.log, EventToolCallRequested, ToolCallRequested(tc))
 		}
 		reply.ToolCalls = append(reply.ToolCalls, tc)
 	}
