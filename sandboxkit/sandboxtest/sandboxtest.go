@@ -1,7 +1,8 @@
 // Package sandboxtest holds helpers for testing programs that use
-// sandboxkit: the rule for when a sandbox test may be skipped, the old
-// bwrap fixture for fail-closed tests, and tree snapshots that prove a
-// workspace's lower layer unchanged.
+// sandboxkit: the rule for when a sandbox test may be skipped
+// (RequireSandbox), waiting for a condition with a limit that means
+// stuck (Eventually), the old bwrap fixture for fail-closed tests, and
+// tree snapshots that prove a workspace's lower layer unchanged.
 package sandboxtest
 
 import (
