@@ -154,9 +154,7 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	_, carol := open("carol")
 	_, dave := open("dave")
 	// All stay open across heartbeats while their tokens are good.
-	for _, s := range append(bobs, carol, dave) {
-		s.heartbeats(2, 10*time.Second)
-	}
+	heartbeats(t, 2, 3*time.Second, append(bobs, carol, dave)...)
 
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)

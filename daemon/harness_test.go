@@ -434,21 +434,26 @@ func (s *stream) until(typ string, timeout time.Duration) []sseEvent {
 	}
 }
 
-// heartbeats waits until n more heartbeat comments arrived: the stream
-// is still open, and the server wrote nothing else in between.
-func (s *stream) heartbeats(n int64, timeout time.Duration) {
-	s.t.Helper()
-	end := s.beats.Load() + n
-	sandboxtest.Eventually(s.t, timeout, func() error {
-		select {
-		case ev := <-s.events:
-			s.t.Fatalf("unexpected event %s %s %s", ev.ID, ev.Type, ev.Data)
-		case err := <-s.err:
-			s.t.Fatalf("the stream ended: %v", err)
-		default:
-		}
-		if got := s.beats.Load(); got < end {
-			return fmt.Errorf("%d heartbeats, want %d", got, end)
+// heartbeats waits until each of ss has read n more heartbeat comments:
+// they are still open, and the server wrote nothing else on them.
+func heartbeats(t testing.TB, n int64, timeout time.Duration, ss ...*stream) {
+	t.Helper()
+	end := make([]int64, len(ss))
+	for i, s := range ss {
+		end[i] = s.beats.Load() + n
+	}
+	sandboxtest.Eventually(t, timeout, func() error {
+		for i, s := range ss {
+			select {
+			case ev := <-s.events:
+				t.Fatalf("stream %d: unexpected event %s %s %s", i, ev.ID, ev.Type, ev.Data)
+			case err := <-s.err:
+				t.Fatalf("stream %d ended: %v", i, err)
+			default:
+			}
+			if got := s.beats.Load(); got < end[i] {
+				return fmt.Errorf("stream %d: %d heartbeats, want %d", i, got, end[i])
+			}
 		}
 		return nil
 	})
