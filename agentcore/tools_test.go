@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 func TestBackgroundJobs(t *testing.T) {
@@ -128,22 +131,51 @@ func TestShellTimeout(t *testing.T) {
 
 func TestSessionRestartsWhenIdle(t *testing.T) {
 	s := &llmtest.Script{Steps: []llmtest.Step{
-		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo one > one.txt")}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo one > one.txt; readlink /proc/self/ns/pid")}},
 		{Text: "first"},
-		{ToolCalls: []agentcore.ToolCall{shellCall("b", "cat one.txt")}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("b", "cat one.txt; readlink /proc/self/ns/pid")}},
 		{Text: "second"},
 	}}
 	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.SessionIdle = true, 200*time.Millisecond })
 	if err := h.wait(h.start("c", "go")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond) // the sandbox closes
+	// The sandbox (its PID namespace) closes when idle.
+	first := pidNS.FindString(h.toolResults("c")["a"])
+	if first == "" {
+		t.Fatalf("the first command's result %q names no PID namespace", h.toolResults("c")["a"])
+	}
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if p := processesInNS(first); len(p) > 0 {
+			return fmt.Errorf("the idle sandbox still runs processes %v", p)
+		}
+		return nil
+	})
 	if err := h.wait(h.start("c", "again")); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.toolResults("c")["b"]; !strings.Contains(got, "one\n") {
+	got := h.toolResults("c")["b"]
+	if !strings.Contains(got, "one\n") {
 		t.Errorf("a new sandbox over the same layer sees %q", got)
 	}
+	if second := pidNS.FindString(got); second == "" || second == first {
+		t.Errorf("the second command ran in PID namespace %q, the first in %q: want a new sandbox", second, first)
+	}
+}
+
+var pidNS = regexp.MustCompile(`pid:\[[0-9]+\]`)
+
+// processesInNS returns the PIDs of this machine's processes in the PID
+// namespace ns ("pid:[N]").
+func processesInNS(ns string) []string {
+	var found []string
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/pid")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && target == ns {
+			found = append(found, strings.Split(l, "/")[2])
+		}
+	}
+	return found
 }
 
 // deployTool is an integration's executing tool.
