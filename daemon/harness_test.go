@@ -459,16 +459,6 @@ func heartbeats(t testing.TB, n int64, timeout time.Duration, ss ...*stream) {
 	})
 }
 
-// quiet checks that no event arrives within d.
-func (s *stream) quiet(d time.Duration) {
-	s.t.Helper()
-	select {
-	case ev := <-s.events:
-		s.t.Fatalf("unexpected event %s %s %s", ev.ID, ev.Type, ev.Data)
-	case <-time.After(d):
-	}
-}
-
 func (s *stream) close() { s.cancel() }
 
 // procStatus reads a kB field of /proc/PID/status, in bytes.

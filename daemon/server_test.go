@@ -341,6 +341,7 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 		shellCall("echo hello > greeting.txt && cat greeting.txt"),
 		llmtest.Step{Expect: "hello", Text: "greeting.txt says hello."},
 	))
+	in.args = []string{"--sse-heartbeat", "100ms"} // what follows a replay is awaited
 	in.addUser("alice", pw, false)
 	p := in.start()
 	a := p.login("alice", pw)
@@ -413,7 +414,8 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 				t.Fatalf("replayed %s %s %s, want %s %s %s", got.ID, got.Type, got.Data, w.ID, w.Type, w.Data)
 			}
 		}
-		s.quiet(300 * time.Millisecond)
+		// Nothing more: the server writes only heartbeats after them.
+		heartbeats(t, 2, 10*time.Second, s)
 	}
 	resume(a, evs)
 	p.stop()
