@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // pending is an approval a turn waits on.
@@ -38,7 +40,7 @@ func (e *Engine) gate(t *Turn, call *Call, a Action) error {
 	}
 	now := time.Now().UTC()
 	p := &pending{t: t, done: make(chan struct{}), a: Approval{
-		ID: newID("appr_"), User: t.User, Conversation: t.Conversation, Turn: t.ID, ToolCallID: call.ID,
+		ID: randid.New("appr_"), User: t.User, Conversation: t.Conversation, Turn: t.ID, ToolCallID: call.ID,
 		Tool: call.Name, Agent: t.agent(), Command: a.Command, Kind: a.Kind, Cwd: a.Cwd, Background: a.Background,
 		Created: now, Expires: now.Add(e.cfg.ApprovalTimeout), Status: ApprovalPending,
 	}}

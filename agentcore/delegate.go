@@ -11,6 +11,7 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // Subagent modes of Config.Subagents.
@@ -186,7 +187,7 @@ func (d *delegateTool) Run(ctx context.Context, c *Call) (string, error) {
 	if len(a.Task) > maxTask {
 		return "", fmt.Errorf("task is %d bytes; at most %d", len(a.Task), maxTask)
 	}
-	sub := &subagent{id: newID("sub_"), isolated: e.cfg.Subagents == SubagentsIsolated}
+	sub := &subagent{id: randid.New("sub_"), isolated: e.cfg.Subagents == SubagentsIsolated}
 	t := &Turn{ID: parent.ID, User: parent.User, Conversation: parent.Conversation, c: parent.c, sub: sub,
 		secrets: parent.secrets, llm: parent.llm, mode: parent.mode, red: parent.red, log: parent.log.With("subagent", sub.id), done: make(chan struct{}), usage: parent.usage}
 	t.ctx, t.cancel = context.WithCancelCause(ctx)

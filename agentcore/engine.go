@@ -2,8 +2,6 @@ package agentcore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -386,13 +384,6 @@ func (e *Engine) conv(id string) *conv {
 		e.convs[id] = c
 	}
 	return c
-}
-
-// newID returns a random identifier with a prefix saying what it names.
-func newID(prefix string) string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
 }
 
 // emit persists one event (data redacted by red) and wakes the

@@ -17,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -201,17 +202,19 @@ func TestSecondTurnRefused(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Run("running command", func(t *testing.T) {
-		s := &llmtest.Script{Steps: []llmtest.Step{{ToolCalls: []agentcore.ToolCall{shellCall("c1", "touch started; sleep 30; touch finished")}}}}
+		marker := fmt.Sprintf("marker-cancel-%d", time.Now().UnixNano())
+		s := &llmtest.Script{Steps: []llmtest.Step{{ToolCalls: []agentcore.ToolCall{shellCall("c1", "touch started; sleep 30; touch finished; : "+marker)}}}}
 		h := newHarness(t, s, alwaysAllow)
 		turn := h.start("c", "go")
 		started := filepath.Join(h.dir, "layers", "c", "upper", "started")
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := os.Stat(started); err == nil {
-				break
+		sandboxtest.Eventually(t, 30*time.Second, func() error {
+			if _, err := os.Stat(started); err != nil {
+				return fmt.Errorf("command did not start: %v", err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("command did not start")
-			}
+			return nil
+		})
+		if len(processesWith(marker)) == 0 {
+			t.Fatal("the running command is not found by its marker (the check after the cancel would prove nothing)")
 		}
 		t0 := time.Now()
 		turn.Cancel()
@@ -228,7 +231,13 @@ func TestCancel(t *testing.T) {
 		if got := h.toolResults("c")["c1"]; !strings.Contains(got, "cancelled") {
 			t.Errorf("tool result %q", got)
 		}
-		time.Sleep(200 * time.Millisecond)
+		// Once its processes are gone, the command cannot run on.
+		sandboxtest.Eventually(t, 30*time.Second, func() error {
+			if p := processesWith(marker); len(p) > 0 {
+				return fmt.Errorf("the command's processes run on after cancel: %v", p)
+			}
+			return nil
+		})
 		if _, err := os.Stat(filepath.Join(h.upper("c"), "finished")); err == nil {
 			t.Error("the command ran on after cancel")
 		}
@@ -710,4 +719,17 @@ func TestShortSecret(t *testing.T) {
 			}
 		}
 	}
+}
+
+// processesWith returns the command lines of this machine's processes
+// that contain marker.
+func processesWith(marker string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), marker) {
+			found = append(found, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return found
 }

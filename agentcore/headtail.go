@@ -3,80 +3,22 @@ package agentcore
 import (
 	"bytes"
 	"fmt"
-	"sync"
 	"unicode/utf8"
+
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
-// headTail keeps the first head bytes written to it and the last tail
-// bytes (a ring), and counts what lies between: a command's output
-// shown to the model ends where the command's did, however much it
-// printed, and holds no more than head+tail bytes meanwhile.
+// headTail is a command's output shown to the model: it ends where the
+// command's did, however much it printed, and holds no more than
+// head+tail bytes meanwhile.
 type headTail struct {
-	mu    sync.Mutex
-	head  []byte
-	ring  []byte // len(ring) == tail once the head is full
-	next  int    // where the ring's next byte goes
-	full  bool   // the ring has wrapped
-	total int64
-	max   int // head size
-	tail  int // ring size
+	*headtail.Buffer
+	max  int // head size
+	tail int // tail size
 }
 
-// newHeadTail makes the buffers as output arrives: most commands print
-// little or nothing.
 func newHeadTail(head, tail int) *headTail {
-	return &headTail{max: head, tail: tail}
-}
-
-func (h *headTail) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := len(p)
-	h.total += int64(n)
-	if room := h.max - len(h.head); room > 0 && len(p) > 0 {
-		k := min(room, len(p))
-		if len(h.head)+k > cap(h.head) {
-			h.head = append(make([]byte, 0, min(h.max, max(2*cap(h.head), len(h.head)+k, 512))), h.head...)
-		}
-		h.head = append(h.head, p[:k]...)
-		p = p[k:]
-	}
-	if h.tail == 0 || len(p) == 0 {
-		return n, nil
-	}
-	if h.ring == nil {
-		h.ring = make([]byte, h.tail)
-	}
-	if len(p) > len(h.ring) {
-		p = p[len(p)-len(h.ring):]
-	}
-	for len(p) > 0 {
-		k := copy(h.ring[h.next:], p)
-		p = p[k:]
-		if h.next += k; h.next == len(h.ring) {
-			h.next, h.full = 0, true
-		}
-	}
-	return n, nil
-}
-
-// skip counts n bytes that were written but are not known: what the
-// ring held before them no longer ends where the output does.
-func (h *headTail) skip(n int64) {
-	if n <= 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.total += n
-	h.next, h.full = 0, false
-}
-
-// Reset forgets everything written.
-func (h *headTail) Reset() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.head, h.next, h.full, h.total = h.head[:0], 0, false, 0
+	return &headTail{Buffer: headtail.New(head, tail), max: head, tail: tail}
 }
 
 // fits reports whether n bytes of output are shown whole.
@@ -84,9 +26,8 @@ func (h *headTail) fits(n int64) bool { return n <= int64(h.max+h.tail) }
 
 // elided reports whether text leaves out a middle part.
 func (h *headTail) elided() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.total > int64(len(h.head)+h.tail)
+	head, _, total := h.Parts()
+	return total > int64(len(head)+h.tail)
 }
 
 // newOutput is the head-and-tail buffer of one command's output shown to
@@ -108,19 +49,11 @@ func (h *headTail) text(margin int) string { return h.textNote(margin, "") }
 
 // textNote is text with note (a line) after the elision mark.
 func (h *headTail) textNote(margin int, note string) string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var tail []byte
-	if h.full {
-		tail = append(append(tail, h.ring[h.next:]...), h.ring[:h.next]...)
-	} else {
-		tail = h.ring[:h.next]
+	head, tail, total := h.Parts()
+	if int64(len(head)+len(tail)) == total {
+		return string(head) + string(tail)
 	}
-	kept := int64(len(h.head) + len(tail))
-	if kept == h.total {
-		return string(h.head) + string(tail)
-	}
-	head := h.head[:max(0, len(h.head)-margin)]
+	head = head[:max(0, len(head)-margin)]
 	tail = tail[min(len(tail), margin):]
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 && len(head)-i-1 <= lineSlack {
 		head = head[:i+1]
@@ -129,7 +62,7 @@ func (h *headTail) textNote(margin int, note string) string {
 		tail = tail[i+1:]
 	}
 	head, tail = wholeRunes(head), startRunes(tail)
-	elided := h.total - int64(len(head)+len(tail))
+	elided := total - int64(len(head)+len(tail))
 	sep := "\n"
 	if len(head) > 0 && head[len(head)-1] == '\n' {
 		sep = ""

@@ -30,10 +30,7 @@ func TestMain(m *testing.M) {
 // sandboxes where they cannot run.
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Doctor(t.Context(), sandboxkit.DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 // recLLM records every request it passes on.

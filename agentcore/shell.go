@@ -372,7 +372,7 @@ func (e *Engine) jobOutput(ctx context.Context, c *Call, s *sandboxkit.Session, 
 		}
 	}
 	out.Write(o.Head)
-	out.skip(o.Dropped)
+	out.Skip(o.Dropped)
 	if o.Dropped > 0 {
 		out.Write(o.Tail)
 	} else if over := int64(len(o.Head)+len(o.Tail)) - o.Total; over < int64(len(o.Tail)) {

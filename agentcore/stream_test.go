@@ -3,6 +3,7 @@ package agentcore_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // chunkLLM replies with exactly the chunks of its next reply, then stop.
@@ -152,17 +154,12 @@ func TestTextDeltaBeforePause(t *testing.T) {
 		c.Secrets = secrets{"alice": {"PW": "a-secret-value"}}
 	})
 	turn := h.start("c", "think")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if got, _ := deltas(t, h, "c"); got == "Let me think about it." {
-			break
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if got, _ := deltas(t, h, "c"); got != "Let me think about it." {
+			return fmt.Errorf("during the pause the deltas show %q", got)
 		}
-		if time.Now().After(deadline) {
-			got, _ := deltas(t, h, "c")
-			t.Fatalf("during the pause the deltas show %q", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	turn.Cancel()
 	h.wait(turn)
 }

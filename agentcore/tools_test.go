@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 func TestBackgroundJobs(t *testing.T) {
@@ -127,23 +130,69 @@ func TestShellTimeout(t *testing.T) {
 }
 
 func TestSessionRestartsWhenIdle(t *testing.T) {
+	// Each command prints when its parent, the session's supervisor,
+	// started (clock ticks since boot): another value is another sandbox.
+	const supervisorStart = "sed 's/.*) //' /proc/$PPID/stat | cut -d' ' -f20"
 	s := &llmtest.Script{Steps: []llmtest.Step{
-		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo one > one.txt")}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("a", "echo one > one.txt; "+supervisorStart)}},
 		{Text: "first"},
-		{ToolCalls: []agentcore.ToolCall{shellCall("b", "cat one.txt")}},
+		{ToolCalls: []agentcore.ToolCall{shellCall("b", "cat one.txt; "+supervisorStart)}},
 		{Text: "second"},
 	}}
 	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow, c.SessionIdle = true, 200*time.Millisecond })
 	if err := h.wait(h.start("c", "go")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond) // the sandbox closes
+	first := ticks.FindString(h.toolResults("c")["a"])
+	if first == "" {
+		t.Fatalf("the first command's result %q has no start time", h.toolResults("c")["a"])
+	}
+	// The sandbox closes when idle: its supervisor ends.
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if p := sandboxedSince(first); len(p) > 0 {
+			cmd, _ := os.ReadFile("/proc/" + p[0] + "/cmdline")
+			return fmt.Errorf("the idle sandbox still runs: PID %v (%q)", p, cmd)
+		}
+		return nil
+	})
 	if err := h.wait(h.start("c", "again")); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.toolResults("c")["b"]; !strings.Contains(got, "one\n") {
+	got := h.toolResults("c")["b"]
+	if !strings.Contains(got, "one\n") {
 		t.Errorf("a new sandbox over the same layer sees %q", got)
 	}
+	if second := ticks.FindString(got); second == "" || second == first {
+		t.Errorf("the second command's sandbox started at %q, the first's at %q: want a new sandbox", second, first)
+	}
+}
+
+var ticks = regexp.MustCompile(`(?m)^[0-9]+$`)
+
+// sandboxedSince returns the host PIDs of the processes in a PID
+// namespace below this one that started at start (clock ticks since
+// boot, field 22 of /proc/PID/stat).
+func sandboxedSince(start string) []string {
+	var found []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndex(string(b), ") ") // after the command's name
+		if f := strings.Fields(string(b[i+1:])); i < 0 || len(f) < 20 || f[19] != start {
+			continue
+		}
+		dir := filepath.Dir(p)
+		status, _ := os.ReadFile(filepath.Join(dir, "status"))
+		for line := range strings.Lines(string(status)) {
+			if ns, ok := strings.CutPrefix(line, "NSpid:"); ok && len(strings.Fields(ns)) > 1 {
+				found = append(found, filepath.Base(dir))
+			}
+		}
+	}
+	return found
 }
 
 // deployTool is an integration's executing tool.

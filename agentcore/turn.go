@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // TurnRequest starts a turn: the user's message in a conversation.
@@ -127,7 +128,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 		e.wg.Done()
 		return nil, ErrTurnInProgress
 	}
-	t := &Turn{ID: newID("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{}), usage: &turnUsage{}}
+	t := &Turn{ID: randid.New("turn_"), User: r.User, Conversation: r.Conversation, c: c, done: make(chan struct{}), usage: &turnUsage{}}
 	t.hist = storeHistory{e.cfg.Store, r.Conversation, t.ID}
 	c.turn = t
 	c.mu.Unlock()
@@ -492,7 +493,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 				// Its own ID: a model writing calls as text gives none,
 				// and an index would repeat in its next reply.
 				c := *p.call
-				c.ID = newID("call_")
+				c.ID = randid.New("call_")
 				addCall(c, p.err)
 				continue
 			}

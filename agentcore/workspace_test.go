@@ -2,6 +2,7 @@ package agentcore_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // ReadWorkspace shows the merged view the sandbox sees, confined like
@@ -87,14 +89,12 @@ func TestForget(t *testing.T) {
 	}}, func(c *agentcore.Config) { c.ShellAlwaysAllow = true })
 	turn := h.start("conv1", "sleep")
 	// Wait until the command runs in the sandbox.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(h.upper("conv1"), "started")); err == nil {
-			break
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if _, err := os.Stat(filepath.Join(h.upper("conv1"), "started")); err != nil {
+			return fmt.Errorf("the command did not start: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-	}
+		return nil
+	})
 	h.e.Forget("conv1")
 	select {
 	case <-turn.Done():

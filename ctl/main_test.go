@@ -2,6 +2,7 @@ package ctl_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -122,15 +123,17 @@ var sandboxOnce struct {
 // bwrap and runs the tests as an unprivileged user.
 func requireSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	sandboxOnce.Do(func() {
-		if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
-			sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
+	sandboxtest.RequireSandbox(t, func(context.Context) error {
+		sandboxOnce.Do(func() {
+			if r := (run{args: []string{"check"}}).do(t); r.code != 0 {
+				sandboxOnce.why = "codumentorctl check fails on this machine:\n" + r.stdout
+			}
+		})
+		if sandboxOnce.why != "" {
+			return errors.New(sandboxOnce.why)
 		}
+		return nil
 	})
-	if sandboxOnce.why != "" {
-		sandboxtest.SkipOrFail(t, "%s", sandboxOnce.why)
-	}
 }
 
 // listDir returns the sorted names in dir; nil when dir does not exist.
@@ -157,9 +160,8 @@ func listDir(t *testing.T, dir string) []string {
 // /proc entry lingers until it is reaped.
 func assertNothingLeft(t *testing.T, needle string) {
 	t.Helper()
-	var found []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		found = nil
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		var found []string
 		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range procs {
 			b, err := os.ReadFile(p)
@@ -170,13 +172,11 @@ func assertNothingLeft(t *testing.T, needle string) {
 		if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && bytes.Contains(b, []byte(needle)) {
 			found = append(found, "a mount under "+needle)
 		}
-		if len(found) == 0 || time.Now().After(deadline) {
-			break
+		if len(found) > 0 {
+			return fmt.Errorf("left running or mounted:\n%s", strings.Join(found, "\n"))
 		}
-	}
-	if len(found) > 0 {
-		t.Errorf("left running or mounted:\n%s", strings.Join(found, "\n"))
-	}
+		return nil
+	})
 }
 
 // workspace makes a lower tree with base.txt and an empty parent for the

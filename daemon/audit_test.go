@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"gorm.io/gorm"
 )
 
@@ -183,20 +185,18 @@ func TestAuditHeadLogged(t *testing.T) {
 	p := in.start()
 	p.login("alice", pw)
 	// A head at the interval, taken after the login's record.
-	deadline := time.After(60 * time.Second)
 	var early audit.Head
-	for early.Seq == 0 {
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
 		for _, m := range auditHeadLine.FindAllStringSubmatch(p.stderr.String(), -1) {
 			if h, err := audit.ParseHead(m[1]); err == nil && h.Seq >= 3 { // user add, config, login
 				early = h
 			}
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("no audit head with the login in the log within 60 s:\n%s", p.stderr)
-		case <-time.After(20 * time.Millisecond):
+		if early.Seq == 0 {
+			return fmt.Errorf("no audit head with the login in the log:\n%s", p.stderr)
 		}
-	}
+		return nil
+	})
 	p.login("alice", pw)
 	p.stop()
 	out := p.stderr.String()

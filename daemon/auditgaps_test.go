@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // TestAuditLogGaps: model profiles (name and endpoint, never the key),
@@ -91,12 +93,12 @@ func TestAuditLogGaps(t *testing.T) {
 
 	// The failed sync's first attempt is recorded (the job retries).
 	var syncs []map[string]any
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		syncs, users = records("repository_sync")
-		if len(syncs) >= 4 || time.Now().After(deadline) {
-			break
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if syncs, users = records("repository_sync"); len(syncs) < 4 {
+			return fmt.Errorf("%d repository_sync records, want 4: %v", len(syncs), syncs)
 		}
-	}
+		return nil
+	})
 	var got []string
 	for i, d := range syncs {
 		if users[i] != rootID {

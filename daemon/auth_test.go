@@ -154,7 +154,7 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	_, carol := open("carol")
 	_, dave := open("dave")
 	// All stay open across heartbeats while their tokens are good.
-	bobs[0].quiet(500 * time.Millisecond)
+	heartbeats(t, 2, 3*time.Second, append(bobs, carol, dave)...)
 
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)

@@ -34,7 +34,6 @@ func TestCancelTurn(t *testing.T) {
 			t.Fatalf("bob POST %s: %d %s", path, status, body)
 		}
 	}
-	s.quiet(200 * time.Millisecond)
 
 	var res struct {
 		TurnID string `json:"turn_id"`
@@ -43,6 +42,11 @@ func TestCancelTurn(t *testing.T) {
 	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/cancel", nil, &res)
 	if res.TurnID != turn || res.Status != "cancelled" {
 		t.Fatalf("cancel answered %+v, want turn %s cancelled", res, turn)
+	}
+	// Bob's attempts emitted nothing: the next event is the approval's
+	// end by alice's cancel (one they emitted would come before it).
+	if ev := s.next(10 * time.Second); ev.Type != agentcore.EventApprovalDecided {
+		t.Fatalf("the event after bob's attempts is %s %s, want the cancelled approval's %s", ev.Type, ev.Data, agentcore.EventApprovalDecided)
 	}
 	s.until(agentcore.EventTurnCancelled, 10*time.Second)
 	var approvals struct{ Approvals []agentcore.Approval }

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -234,13 +237,12 @@ func TestEventStreamCaps(t *testing.T) {
 	}
 	// Closing one of alice's streams frees a place, for her or anyone.
 	bodies[0].Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for open(b, convB) != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("a closed stream's place was not freed within 10 s")
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if st := open(b, convB); st != http.StatusOK {
+			return fmt.Errorf("a closed stream's place was not freed: %d", st)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, c := range bodies {
 		c.Close()
 	}
@@ -333,12 +335,12 @@ func TestAPIHygiene(t *testing.T) {
 	}
 	// The server logs the error after it answers, and its output reaches
 	// the test through a pipe: wait for the line a little.
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(p.stderr.String(), "file name too long"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("the server log does not have the OS error:\n%s", tailLog(p.stderr.String()))
-			break
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(p.stderr.String(), "file name too long") {
+			return fmt.Errorf("the server log does not have the OS error:\n%s", tailLog(p.stderr.String()))
 		}
-	}
+		return nil
+	})
 
 	// 12: a limit that is not a number; titles with control characters.
 	for _, q := range []string{"abc", "1e3", "-1", "0", "1001"} {

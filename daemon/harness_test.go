@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -347,6 +348,7 @@ type stream struct {
 	cancel context.CancelFunc
 	events chan sseEvent
 	err    chan error
+	beats  atomic.Int64 // heartbeat comments read
 }
 
 // follow opens GET …/events with Last-Event-ID lastID ("" for none).
@@ -384,6 +386,8 @@ func (c *client) follow(conv, lastID string) *stream {
 					s.events <- ev
 				}
 				ev = sseEvent{}
+			case line == ": heartbeat":
+				s.beats.Add(1)
 			case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
 			case strings.HasPrefix(line, "id: "):
 				ev.ID = line[4:]
@@ -430,14 +434,29 @@ func (s *stream) until(typ string, timeout time.Duration) []sseEvent {
 	}
 }
 
-// quiet checks that no event arrives within d.
-func (s *stream) quiet(d time.Duration) {
-	s.t.Helper()
-	select {
-	case ev := <-s.events:
-		s.t.Fatalf("unexpected event %s %s %s", ev.ID, ev.Type, ev.Data)
-	case <-time.After(d):
+// heartbeats waits until each of ss has read n more heartbeat comments:
+// they are still open, and the server wrote nothing else on them.
+func heartbeats(t testing.TB, n int64, timeout time.Duration, ss ...*stream) {
+	t.Helper()
+	end := make([]int64, len(ss))
+	for i, s := range ss {
+		end[i] = s.beats.Load() + n
 	}
+	sandboxtest.Eventually(t, timeout, func() error {
+		for i, s := range ss {
+			select {
+			case ev := <-s.events:
+				t.Fatalf("stream %d: unexpected event %s %s %s", i, ev.ID, ev.Type, ev.Data)
+			case err := <-s.err:
+				t.Fatalf("stream %d ended: %v", i, err)
+			default:
+			}
+			if got := s.beats.Load(); got < end[i] {
+				return fmt.Errorf("stream %d: %d heartbeats, want %d", i, got, end[i])
+			}
+		}
+		return nil
+	})
 }
 
 func (s *stream) close() { s.cancel() }

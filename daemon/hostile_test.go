@@ -18,6 +18,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // bigBlobRepo is a bare repository whose tree is one compressible 20 MiB
@@ -251,20 +252,17 @@ func TestHostileRepositoriesBesideAWorkingUser(t *testing.T) {
 		// The sync, watched: a server past the bound is stopped at once
 		// (it would grow until the machine runs out of memory).
 		var j jobs.Job
-		for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		sandboxtest.Eventually(t, 90*time.Second, func() error {
 			admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+started.Job.ID, nil, &j)
 			if rss := procStatus(t, pid, "VmRSS"); rss-before > bound {
 				p.kill()
 				t.Fatalf("%s: server RSS %d MiB, %d MiB more than before (job %s)", k.name, rss>>20, (rss-before)>>20, j.Status)
 			}
-			if j.Status == jobs.StatusSucceeded || j.Status == jobs.StatusFailed || j.Attempts > 1 {
-				break
+			if j.Status != jobs.StatusSucceeded && j.Status != jobs.StatusFailed && j.Attempts <= 1 {
+				return fmt.Errorf("%s: the sync still %s", k.name, j.Status)
 			}
-			if time.Since(start) > 90*time.Second {
-				p.kill()
-				t.Fatalf("%s: the sync still %s after 90 s", k.name, j.Status)
-			}
-		}
+			return nil
+		})
 		synced := time.Since(kickoff)
 		if err := k.check(admin, j, repo.ID); err != nil {
 			t.Errorf("%s: %v", k.name, err)

@@ -41,14 +41,18 @@ func TestSecondServerRefused(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "in use") || !strings.Contains(msg, "pid "+pid) {
 		t.Fatalf("second server's refusal does not name the holder (pid %s): %v", pid, err)
 	}
-	// Nothing was recovered: no event, the approval still pending.
-	s.quiet(300 * time.Millisecond)
+	// Nothing was recovered: the approval is still pending, and the
+	// next event is the decision below (one a recovery emitted would
+	// come before it in the conversation's log).
 	var approvals struct{ Approvals []agentcore.Approval }
 	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/approvals?status=pending", nil, &approvals)
 	if len(approvals.Approvals) != 1 || approvals.Approvals[0].ID != aid {
 		t.Fatalf("pending approvals after the refused start: %+v", approvals.Approvals)
 	}
 	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv+"/approvals/"+aid, map[string]string{"decision": "deny"}, nil)
+	if ev := s.next(30 * time.Second); ev.Type != agentcore.EventApprovalDecided {
+		t.Fatalf("the event after the refused start is %s %s, want the denial's %s", ev.Type, ev.Data, agentcore.EventApprovalDecided)
+	}
 	rest := s.until(agentcore.EventTurnFinished, 30*time.Second)
 	for _, ev := range rest {
 		if ev.Type == agentcore.EventTurnFailed {

@@ -4,28 +4,28 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // waitFile waits until the file at path holds want, and returns it.
 func waitFile(t *testing.T, path, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return string(b)
+	var b []byte
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		if b, _ = os.ReadFile(path); !strings.Contains(string(b), want) {
+			return fmt.Errorf("%s does not say %q:\n%s", path, want, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not say %q within 60 s:\n%s", path, want, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return string(b)
 }
 
 // SIGHUP, as logrotate sends it after renaming the log: the server keeps

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/config"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	yamlv3 "gopkg.in/yaml.v3"
 )
 
@@ -221,13 +223,12 @@ func TestModelProfiles(t *testing.T) {
 	if err := os.WriteFile(cfgFile, bytes.Replace(yaml, []byte(listed), []byte(other.URL()), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(p.stderr.String(), "llm.allowed_endpoints reloaded") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not reload llm.allowed_endpoints:\n%s", p.stderr)
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(p.stderr.String(), "llm.allowed_endpoints reloaded") {
+			return fmt.Errorf("the server did not reload llm.allowed_endpoints:\n%s", p.stderr)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	status, body, _ := a.do("POST", "/api/v1/conversations", map[string]string{"model_profile": "work"})
 	if status != http.StatusBadRequest || apiErrorCode(t, body) != "endpoint_not_allowed" {
 		t.Fatalf("conversation on a profile whose endpoint is no longer allowed: %d %s", status, body)

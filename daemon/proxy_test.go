@@ -73,18 +73,15 @@ http {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
+		if err != nil {
+			return fmt.Errorf("nginx did not listen on %s: %v\n%s", addr, err, out.String())
 		}
-		if time.Now().After(deadline) || cmd.ProcessState != nil {
-			t.Fatalf("nginx did not listen on %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
+	return addr
 }
 
 // Behind nginx configured with the common "proxy_set_header Host $host",

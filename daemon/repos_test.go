@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // gitCmd runs a test setup git command (trusted input) and returns its output.
@@ -55,20 +57,18 @@ func (c *client) readDiff(conv string) (string, string) {
 	return string(b), digest
 }
 
-func waitJobDone(t *testing.T, c *client, id string) jobs.Job {
+func waitJobDone(t testing.TB, c *client, id string) jobs.Job {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var j jobs.Job
+	var j jobs.Job
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		j = jobs.Job{}
 		c.must(http.StatusOK, "GET", "/api/v1/jobs/"+id, nil, &j)
-		if j.Status == jobs.StatusSucceeded || j.Status == jobs.StatusFailed {
-			return j
+		if j.Status != jobs.StatusSucceeded && j.Status != jobs.StatusFailed {
+			return fmt.Errorf("job %s still %s", id, j.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s", id, j.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return j
 }
 
 // The must-show path through the real server: hostile inputs

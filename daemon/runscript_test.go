@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"fmt"
-	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"net"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // freeAddr is a loopback address nothing listens on now.
@@ -92,7 +93,6 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 	out := &sandboxtest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 2 * time.Second // what it leaves running may hold the output open
-	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +109,12 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 		t.Fatalf("the demo model does not listen on %s:\n%s", llmAddr, out)
 	}
 	// It ends by saying where the web UI is.
-	for want := "open http://" + srvAddr + "/ in a browser"; !strings.Contains(out.String(), want); time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("scripts/run did not print %q:\n%s", want, out)
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		if want := "open http://" + srvAddr + "/ in a browser"; !strings.Contains(out.String(), want) {
+			return fmt.Errorf("scripts/run did not print %q:\n%s", want, out)
 		}
-	}
+		return nil
+	})
 	switch target {
 	case stopGroup:
 		syscall.Kill(-cmd.Process.Pid, sig)
@@ -131,13 +132,12 @@ func runScriptAndStop(t *testing.T, target stopTarget, sig syscall.Signal) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("scripts/run did not exit within 30 s of %v:\n%s", sig, out)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for listens(llmAddr) || listens(srvAddr) {
-		if time.Now().After(deadline) {
-			t.Fatalf("10 s after scripts/run exited: demo model listening %v, server listening %v\n%s", listens(llmAddr), listens(srvAddr), out)
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if l, s := listens(llmAddr), listens(srvAddr); l || s {
+			return fmt.Errorf("after scripts/run exited: demo model listening %v, server listening %v\n%s", l, s, out)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(out.String(), "shutting down") {
 		t.Errorf("the server did not shut down gracefully:\n%s", out)
 	}

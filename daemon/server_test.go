@@ -47,12 +47,12 @@ func llm(t testing.TB, steps ...llmtest.Step) string {
 // needSandbox fails (CI) or skips when this machine cannot sandbox.
 func needSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
 	// The server (not this test binary) runs the sandboxes, with bwrap
 	// from PATH.
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		sandboxtest.SkipOrFail(t, "bwrap: %v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(context.Context) error {
+		_, err := exec.LookPath("bwrap")
+		return err
+	})
 }
 
 func shellCall(cmd string) llmtest.Step {
@@ -341,6 +341,7 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 		shellCall("echo hello > greeting.txt && cat greeting.txt"),
 		llmtest.Step{Expect: "hello", Text: "greeting.txt says hello."},
 	))
+	in.args = []string{"--sse-heartbeat", "100ms"} // what follows a replay is awaited
 	in.addUser("alice", pw, false)
 	p := in.start()
 	a := p.login("alice", pw)
@@ -413,7 +414,8 @@ func TestApprovedTurnOverSSE(t *testing.T) {
 				t.Fatalf("replayed %s %s %s, want %s %s %s", got.ID, got.Type, got.Data, w.ID, w.Type, w.Data)
 			}
 		}
-		s.quiet(300 * time.Millisecond)
+		// Nothing more: the server writes only heartbeats after them.
+		heartbeats(t, 2, 10*time.Second, s)
 	}
 	resume(a, evs)
 	p.stop()
@@ -565,13 +567,12 @@ func TestSecrets(t *testing.T) {
 	if _, err := config.RotateSecret(in.config().ConfigFile(), config.NewSecret()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(p.stderr.String(), "auth secrets reloaded") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not reload the rotated secret:\n%s", p.stderr)
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(p.stderr.String(), "auth secrets reloaded") {
+			return fmt.Errorf("the server did not reload the rotated secret:\n%s", p.stderr)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	a.must(http.StatusOK, "GET", "/api/v1/me", nil, nil) // a token of the old secret still verifies
 	a = p.login("alice", pw)
 	turn(a, a.newConversation())
@@ -687,19 +688,18 @@ func TestWorkspaceGCJob(t *testing.T) {
 	in.addUser("alice", pw, false)
 	p := in.start()
 	var id string
-	deadline := time.Now().Add(30 * time.Second)
-	for id == "" {
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		db, err := store.Open(context.Background(), in.config().Database())
 		if err != nil {
 			t.Fatal(err)
 		}
 		db.Raw("SELECT id FROM jobs WHERE kind = ? AND status = ?", "workspace_gc", "succeeded").Scan(&id)
 		store.Close(db)
-		if time.Now().After(deadline) {
-			t.Fatalf("no workspace_gc job succeeded:\n%s", p.stderr)
+		if id == "" {
+			return fmt.Errorf("no workspace_gc job succeeded:\n%s", p.stderr)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	var j struct{ Kind, Status string }
 	p.login("root", pw).must(http.StatusOK, "GET", "/api/v1/jobs/"+id, nil, &j)
 	if j.Kind != "workspace_gc" || j.Status != "succeeded" {

@@ -59,18 +59,25 @@ func addSetupRepo(t testing.TB, admin *client, name, url, branch string, network
 	}
 	var sync struct{ Job jobs.Job }
 	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var j jobs.Job
-		admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+sync.Job.ID, nil, &j)
-		if j.Status == jobs.StatusSucceeded {
-			return repo.ID
-		}
-		if j.Status == jobs.StatusFailed || time.Now().After(deadline) {
-			t.Fatalf("sync job: %+v", j)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
+		t.Fatalf("sync job: %+v", j)
 	}
+	return repo.ID
+}
+
+// jobsDone counts the jobs of kind that succeeded, in in's database.
+func jobsDone(t testing.TB, in *instance, kind string) int64 {
+	t.Helper()
+	db, err := store.Open(context.Background(), in.config().Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close(db)
+	var n int64
+	if err := db.Raw("SELECT count(*) FROM jobs WHERE kind = ? AND status = ?", kind, jobs.StatusSucceeded).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // setupEvents reads a conversation's events up to its setup's end.
@@ -204,19 +211,25 @@ func TestSetupScriptEndToEnd(t *testing.T) {
 
 	// The layer is collected once no conversation uses it.
 	setupsDir := filepath.Join(in.dir, "workspaces", "setups")
+	gcs := jobsDone(t, in, "setup_gc")
 	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+conv.ID, nil, nil)
-	time.Sleep(2 * time.Second) // several setup_gc runs
+	// Two more setup_gc runs: the second started after the deletion.
+	sandboxtest.Eventually(t, 60*time.Second, func() error {
+		if n := jobsDone(t, in, "setup_gc"); n < gcs+2 {
+			return fmt.Errorf("%d setup_gc runs since the deletion, want 2", n-gcs)
+		}
+		return nil
+	})
 	if layers, _ := os.ReadDir(setupsDir); len(layers) != 1 {
 		t.Fatalf("setup layers while a conversation uses one: %v", layers)
 	}
 	a.must(http.StatusNoContent, "DELETE", "/api/v1/conversations/"+second.ID, nil, nil)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if layers, _ := os.ReadDir(setupsDir); len(layers) == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("unused setup layers not collected: %v", layers)
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if layers, _ := os.ReadDir(setupsDir); len(layers) > 0 {
+			return fmt.Errorf("unused setup layers not collected: %v", layers)
 		}
-	}
+		return nil
+	})
 }
 
 // BenchmarkSetupStart times a conversation's start on a repository whose
@@ -291,15 +304,8 @@ func TestSetupEgress(t *testing.T) {
 	}
 	var sync struct{ Job jobs.Job }
 	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var j jobs.Job
-		admin.must(http.StatusOK, "GET", "/api/v1/jobs/"+sync.Job.ID, nil, &j)
-		if j.Status == jobs.StatusSucceeded {
-			break
-		}
-		if j.Status == jobs.StatusFailed || time.Now().After(deadline) {
-			t.Fatalf("sync job: %+v", j)
-		}
+	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
+		t.Fatalf("sync job: %+v", j)
 	}
 	var conv struct{ ID string }
 	admin.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, &conv)

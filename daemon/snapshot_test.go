@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // bareRepo makes a bare repository whose main branch has files, and
@@ -125,13 +127,13 @@ func TestSnapshotOverCapRefused(t *testing.T) {
 	// Refused again, with the reason, without checking it out again. The
 	// server's log line may reach its stderr pipe after the answer.
 	const failed = "checking out a repository snapshot failed"
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.stderr.String(), failed) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(p.stderr.String(), failed) {
+			return fmt.Errorf("the failed checkout was not logged:\n%s", p.stderr)
+		}
+		return nil
+	})
 	launches := strings.Count(p.stderr.String(), failed)
-	if launches == 0 {
-		t.Fatalf("the failed checkout was not logged:\n%s", p.stderr)
-	}
 	if again := refused(); again != msg {
 		t.Errorf("second refusal %q, first %q", again, msg)
 	}

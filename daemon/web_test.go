@@ -280,20 +280,16 @@ func eval[T any](w *webUI, expr string) T {
 // the page's CSP does not restrict).
 func (w *webUI) until(expr string, timeout time.Duration) {
 	w.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	sandboxtest.Eventually(w.t, timeout, func() error {
 		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+expr+")"))
 		cancel()
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
+		if err != nil || !ok {
 			body := eval[string](w, "document.body ? document.body.innerText.slice(0, 3000) : ''")
-			w.t.Fatalf("waiting %v for %s at %s: %v; the page says:\n%s", timeout, expr, w.location(), err, body)
+			return fmt.Errorf("waiting for %s at %s: %v; the page says:\n%s", expr, w.location(), err, body)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (w *webUI) open(path, ready string) {
@@ -668,16 +664,13 @@ func TestWebUI(t *testing.T) {
 			run(fmt.Sprintf("document.body.innerHTML = %q; document.forms[0].submit(); ''", form))
 			// The refusal is a page of this server (a 204 would leave
 			// the tab where it is).
-			var body string
-			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-				body, _ = chromedp.Run(ctx, chromedp.Evaluate[string]("location.href + ' ' + (document.body ? document.body.innerText : '')"))
-				if strings.HasPrefix(body, target) && strings.Contains(body, "own pages") {
-					break
+			sandboxtest.Eventually(t, 10*time.Second, func() error {
+				body, _ := chromedp.Run(ctx, chromedp.Evaluate[string]("location.href + ' ' + (document.body ? document.body.innerText : '')"))
+				if !strings.HasPrefix(body, target) || !strings.Contains(body, "own pages") {
+					return fmt.Errorf("the cross-origin form post (%s) was not refused: %s", form, body)
 				}
-			}
-			if !strings.Contains(body, "own pages") {
-				t.Errorf("the cross-origin form post (%s) was not refused: %s", form, body)
-			}
+				return nil
+			})
 			if st, _, _ := a.do("GET", "/api/v1/me", nil); st != http.StatusOK {
 				t.Fatalf("after the cross-origin form post (%s), alice's token answers %d", form, st)
 			}

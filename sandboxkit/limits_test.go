@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -426,16 +427,13 @@ func TestLimitsCPU(t *testing.T) {
 		t.Fatalf("quota %q, processes %q", quota, procs)
 	}
 	var stat []byte
-	for range 40 {
-		time.Sleep(50 * time.Millisecond)
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		stat, _ = os.ReadFile(filepath.Join(dir, "cpu.stat"))
-		if throttled(stat) > 0 {
-			break
+		if throttled(stat) == 0 {
+			return fmt.Errorf("two busy loops were never throttled at 0.05 cores:\n%s", stat)
 		}
-	}
-	if throttled(stat) == 0 {
-		t.Fatalf("two busy loops were never throttled at 0.05 cores:\n%s", stat)
-	}
+		return nil
+	})
 	t.Logf("cpu.stat:\n%s", stat)
 }
 

@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -33,11 +34,8 @@ func TestMain(m *testing.M) {
 }
 
 // requireSandbox skips a test that needs real bwrap sandboxes unless it
-// can run them as an unprivileged user (see sandboxtest.SkipOrFail).
+// can run them as an unprivileged user (see sandboxtest.RequireSandbox).
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := Doctor(t.Context(), DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return Doctor(ctx, DoctorOptions{}).Err() })
 }

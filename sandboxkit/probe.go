@@ -3,7 +3,6 @@ package sandboxkit
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"golang.org/x/sys/unix"
 )
@@ -244,11 +244,7 @@ func runAbstractProbe(args []string) int {
 // process (named "@" + name) until close is called, and
 // counts the connections it accepts.
 func hostAbstractListener() (name string, accepted *atomic.Int64, close func(), err error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", nil, nil, err
-	}
-	name = fmt.Sprintf("sandboxkit-host-probe-%x", b)
+	name = randid.New("sandboxkit-host-probe-")
 	ln, err := net.Listen("unix", "@"+name)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("listen on an abstract socket of the host: %w", err)

@@ -1,7 +1,6 @@
 package sandboxkit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -558,28 +557,6 @@ func (b *bwrapStderr) finish(drop bool) string {
 	}
 	b.held, b.passing = nil, true
 	return held
-}
-
-// headWriter keeps the first max bytes written to it.
-type headWriter struct {
-	max int
-	buf bytes.Buffer
-	mu  sync.Mutex
-}
-
-func (h *headWriter) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if n := h.max - h.buf.Len(); n > 0 {
-		h.buf.Write(p[:min(n, len(p))])
-	}
-	return len(p), nil
-}
-
-func (h *headWriter) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.buf.String()
 }
 
 // lockedWriter serializes writes from the stdout and stderr copiers.

@@ -233,14 +233,12 @@ func TestRunOutputLimit(t *testing.T) {
 
 func waitGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if len(sandboxProcesses(marker)) == 0 {
-			return
+	sandboxtest.Eventually(t, 5*time.Second, func() error {
+		if p := sandboxProcesses(marker); len(p) > 0 {
+			return fmt.Errorf("processes still running: %v", p)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Errorf("processes still running: %v", sandboxProcesses(marker))
+		return nil
+	})
 }
 
 func TestRunTimeoutKillsTree(t *testing.T) {

@@ -1,7 +1,6 @@
 package sandboxkit
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // ErrSessionClosed is wrapped by the errors of a Session that has ended:
@@ -84,7 +84,7 @@ type Session struct {
 	cl      *ctlClient // to the supervisor
 	sp      *spawner
 	bwrap   *remoteCmd // started through the spawner
-	errHead *headWriter
+	errHead *headtail.Buffer
 	unlock  func() error
 	limits  *sandboxLimits // the session's cgroup
 	disk    *diskWatch
@@ -259,7 +259,7 @@ func (s *Session) launch() error {
 
 	// Only bwrap and the supervisor write here (commands get their own
 	// descriptors): keep the head to say why a session failed.
-	s.errHead = &headWriter{max: 4096}
+	s.errHead = headtail.New(4096, 0)
 	s.bwrap = &remoteCmd{join: s.limits.join}
 	// Not bound by a context: it lives until the session ends.
 	err = s.bwrap.start(context.Background(), sp.cl, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
@@ -646,7 +646,7 @@ func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []s
 		r.Close()
 		return JobInfo{}, err
 	}
-	j := &job{out: &tailBuffer{max: jobOutputMax}, proc: p, exited: make(chan struct{}), drained: make(chan struct{}), before: before}
+	j := &job{out: newTailBuffer(jobOutputMax), proc: p, exited: make(chan struct{}), drained: make(chan struct{}), before: before}
 	var out io.Writer = j.out
 	if tee != nil {
 		out = io.MultiWriter(j.out, errorless{tee})
@@ -777,7 +777,6 @@ func (s *Session) Kill(id int) error {
 	return nil
 }
 
-// tailBuffer keeps the last max bytes written to it.
 // errorless is a Writer whose errors are ignored.
 type errorless struct{ w io.Writer }
 
@@ -786,15 +785,18 @@ func (e errorless) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// tailBuffer keeps the first jobHeadMax and the last max bytes of a
+// background job's output.
 type tailBuffer struct {
-	mu    sync.Mutex
-	max   int
-	buf   []byte
-	total int64
-	// head is the first jobHeadMax bytes.
-	head []byte
+	mu  sync.Mutex
+	max int
+	b   *headtail.Buffer
 	// grew is closed (and replaced) at each write, for WaitJob.
 	grew chan struct{}
+}
+
+func newTailBuffer(max int) *tailBuffer {
+	return &tailBuffer{max: max, b: headtail.New(jobHeadMax, max)}
 }
 
 // jobHeadMax is how much of the start of a background job's output is
@@ -808,7 +810,7 @@ func (t *tailBuffer) grown() (<-chan struct{}, int64) {
 	if t.grew == nil {
 		t.grew = make(chan struct{})
 	}
-	return t.grew, t.total
+	return t.grew, t.b.Len()
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
@@ -818,30 +820,24 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 		close(t.grew)
 		t.grew = nil
 	}
-	if room := jobHeadMax - len(t.head); room > 0 {
-		t.head = append(t.head, p[:min(room, len(p))]...)
+	return t.b.Write(p)
+}
+
+// parts returns the first jobHeadMax bytes, the last max (which overlap
+// the first while the job printed little) and the total.
+func (t *tailBuffer) parts() (head, tail []byte, total int64) {
+	head, tail, total = t.b.Parts()
+	if int64(len(head)+len(tail)) == total {
+		// All of it is kept: its end may lie in the head.
+		all := append(head[:len(head):len(head)], tail...)
+		tail = all[max(0, len(all)-t.max):]
 	}
-	t.total += int64(len(p))
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
-		return len(p), nil
-	}
-	t.buf = append(t.buf, p...)
-	// Trimming only past twice the size keeps appends amortized O(1).
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
+	return head, tail, total
 }
 
 func (t *tailBuffer) snapshot() ([]byte, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
-	return bytes.Clone(b), t.total > int64(t.max)
+	_, tail, total := t.parts()
+	return tail, total > int64(t.max)
 }
 
 // JobOutput is what a background job printed (stdout and stderr
@@ -856,14 +852,9 @@ type JobOutput struct {
 }
 
 func (t *tailBuffer) output() JobOutput {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
-	o := JobOutput{Head: bytes.Clone(t.head), Tail: bytes.Clone(b), Total: t.total}
-	o.Dropped = max(0, t.total-int64(len(o.Head)+len(o.Tail)))
+	head, tail, total := t.parts()
+	o := JobOutput{Head: head, Tail: tail, Total: total}
+	o.Dropped = max(0, total-int64(len(o.Head)+len(o.Tail)))
 	return o
 }
 

@@ -290,35 +290,31 @@ func TestSessionWorkspace(t *testing.T) {
 // waitOutput polls job id's output until it contains want.
 func waitOutput(t *testing.T, s *Session, id int, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got string
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
 		out, _, err := s.Output(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(out), want) {
-			return string(out)
+		if got = string(out); !strings.Contains(got, want) {
+			return fmt.Errorf("job %d output %q has no %q", id, out, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d output %q has no %q", id, out, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 // waitEnded polls until job id is no longer running.
 func waitEnded(t *testing.T, s *Session, id int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
 		for _, j := range s.Jobs() {
 			if j.ID == id && !j.Running {
-				return
+				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("job %d still running", id)
+		return fmt.Errorf("job %d still running", id)
+	})
 }
 
 func TestSessionBackground(t *testing.T) {
@@ -444,14 +440,14 @@ func TestSessionWaitJob(t *testing.T) {
 }
 
 func TestTailBuffer(t *testing.T) {
-	b := &tailBuffer{max: 4}
+	b := newTailBuffer(4)
 	for _, s := range []string{"ab", "cd", "efghij", "k", "l", "m"} {
 		b.Write([]byte(s))
 	}
 	if got, trunc := b.snapshot(); string(got) != "jklm" || !trunc {
 		t.Errorf("got %q %v", got, trunc)
 	}
-	small := &tailBuffer{max: 10}
+	small := newTailBuffer(10)
 	small.Write([]byte("abc"))
 	if got, trunc := small.snapshot(); string(got) != "abc" || trunc {
 		t.Errorf("got %q %v", got, trunc)
@@ -776,13 +772,12 @@ func TestSessionDiesWithHost(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(procsInNS(ns)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the sandbox outlived their host: %v", procsInNS(ns))
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if p := procsInNS(ns); len(p) > 0 {
+			return fmt.Errorf("processes of the sandbox outlived their host: %v", p)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // sessionChild is the child of TestSessionDiesWithHost (see TestMain): it

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -103,7 +105,7 @@ func startSpawner(rl rlimits) (*spawner, error) {
 	cmd := exec.Command("/proc/self/exe", spawnerFlag, "3", strconv.FormatInt(rl.fileSize, 10), strconv.FormatInt(rl.openFiles, 10))
 	cmd.Env = []string{}
 	// Keep the head: it says why a spawner failed.
-	out := &headWriter{max: 4096}
+	out := headtail.New(4096, 0)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // spawnerPids returns the pids of the spawners this process started.
@@ -35,16 +38,18 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, ns := sessionNS(t, s)
-	out := &headWriter{max: 1024}
+	out := headtail.New(1024, 0)
 	run := Command(t.Context(), &Policy{}, "sh", "-c", "echo ready; sleep 100; : "+marker)
 	run.Stdout = out
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(out.String(), "ready") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(out.String(), "ready") {
+			return fmt.Errorf("the Run printed %q, not ready yet", out.String())
+		}
+		return nil
+	})
 	if n := len(sandboxProcesses(marker)); n < 2 {
 		t.Fatalf("%d sandboxed processes are running, want the Run's and the Session's", n)
 	}

@@ -7,10 +7,12 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // clock is a settable time for the Limiter.
@@ -287,7 +289,8 @@ func TestLimiterBounded(t *testing.T) {
 func TestLimiterSweep(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var reads atomic.Int64 // of the clock: each sweep reads it once
+	clock := func() time.Time { reads.Add(1); mu.Lock(); defer mu.Unlock(); return now }
 	l := auth.NewLimiter(auth.LimitOptions{Window: time.Minute, Now: clock})
 	for i := range 100 {
 		fail(t, l, fmt.Sprint("name", i), fmt.Sprint("10.0.0.", i))
@@ -295,25 +298,27 @@ func TestLimiterSweep(t *testing.T) {
 	held, _ := l.Reserve("held", "10.9.9.9") // in flight: kept
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	base := reads.Load()
 	go l.Sweep(ctx, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
+	// A second sweep's read of the clock comes after the first sweep.
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if n := reads.Load() - base; n < 2 {
+			return fmt.Errorf("%d sweeps, want 2", n)
+		}
+		return nil
+	})
 	if u, ips := l.Keys(); u != 101 || ips != 101 {
 		t.Fatalf("within the window: %d names, %d addresses tracked, want 101", u, ips)
 	}
 	mu.Lock()
 	now = now.Add(time.Minute)
 	mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		u, ips := l.Keys()
-		if u == 1 && ips == 1 {
-			break
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if u, ips := l.Keys(); u != 1 || ips != 1 {
+			return fmt.Errorf("after the window: %d names, %d addresses still tracked, want 1 (in flight)", u, ips)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the window: %d names, %d addresses still tracked, want 1 (in flight)", u, ips)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	held.Cancel()
 }
 

@@ -2,8 +2,6 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // Role is what a user may do: RoleAdmin also manages users.
@@ -120,7 +119,7 @@ func (us *Users) Add(ctx context.Context, a AddUser) (User, error) {
 // create adds u, recording rec (if not nil) in the same transaction.
 func (us *Users) create(ctx context.Context, u User, rec *audit.Entry) (User, error) {
 	now := time.Now().UTC()
-	u.ID, u.Created, u.Updated = newUserID(), now, now
+	u.ID, u.Created, u.Updated = randid.New("usr_"), now, now
 	err := us.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// As update: an administrator adds a user only while still an
 		// enabled administrator. The transaction holds SQLite's write
@@ -289,10 +288,4 @@ func (us *Users) update(ctx context.Context, by, key string, cols map[string]any
 		_, err := audit.Append(tx, *rec)
 		return err
 	})
-}
-
-func newUserID() string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return "usr_" + hex.EncodeToString(b)
 }

@@ -21,8 +21,6 @@ package jobs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +30,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/hashicorp/go-hclog"
 	"gorm.io/gorm"
 )
@@ -264,15 +263,9 @@ func (q *Queue) newJob(kind string, payload any, o EnqueueOptions) (Job, error) 
 		runAt = now
 	}
 	return Job{
-		ID: "job_" + randomHex(12), Kind: kind, Owner: o.Owner, Payload: p,
+		ID: randid.New("job_"), Kind: kind, Owner: o.Owner, Payload: p,
 		Status: StatusQueued, MaxAttempts: o.MaxAttempts, RunAt: runAt, Created: now, Updated: now,
 	}, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails
-	return hex.EncodeToString(b)
 }
 
 // Get returns a job, or an error wrapping ErrNotFound. Callers showing it
@@ -457,7 +450,7 @@ func (q *Queue) claim(ctx context.Context) (*Job, error) {
 		WHERE id = (SELECT id FROM jobs WHERE status = ? AND run_at <= ? AND kind IN ? ORDER BY run_at, created LIMIT 1)
 		AND status = ?
 		RETURNING *`,
-		StatusRunning, randomHex(12), now.Add(q.o.Lease), now, now,
+		StatusRunning, randid.New(""), now.Add(q.o.Lease), now, now,
 		StatusQueued, now, kinds, StatusQueued).Scan(&jobs).Error
 	if err != nil || len(jobs) == 0 {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/hashicorp/go-hclog"
 	"gorm.io/gorm"
 )
@@ -80,13 +81,34 @@ func start(t *testing.T, q *Queue) (stop func()) {
 // waitFor polls cond until it holds, failing the test after 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
+}
+
+// ticks counts the reads of a queue's clock: each claim, lease check and
+// schedule reads it, so more reads prove the queue polled (and what it
+// did not start, it did not find due), however loaded the machine.
+type ticks struct {
+	n   atomic.Int64
+	now func() time.Time
+}
+
+func countTicks(now func() time.Time) *ticks { return &ticks{now: now} }
+
+func (c *ticks) Now() time.Time {
+	c.n.Add(1)
+	return c.now()
+}
+
+// wait returns after n more reads of the clock.
+func (c *ticks) wait(t *testing.T, n int64) {
+	t.Helper()
+	end := c.n.Load() + n
+	waitFor(t, fmt.Sprintf("%d reads of the queue's clock", n), func() bool { return c.n.Load() >= end })
 }
 
 func waitJob(t *testing.T, q *Queue, id string, cond func(Job) bool) Job {
@@ -180,7 +202,8 @@ func (c *clock) Add(d time.Duration) {
 func TestRetryAfterBackoff(t *testing.T) {
 	db, _ := tempDB(t)
 	clk := &clock{t: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
-	q := newQueue(t, db, Options{Now: clk.Now, MinBackoff: time.Minute, MaxBackoff: time.Hour})
+	tk := countTicks(clk.Now)
+	q := newQueue(t, db, Options{Now: tk.Now, MinBackoff: time.Minute, MaxBackoff: time.Hour})
 	var calls atomic.Int32
 	q.Handle("flaky", func(ctx context.Context, j *Job) (any, error) {
 		if n := calls.Add(1); n < 3 {
@@ -202,7 +225,7 @@ func TestRetryAfterBackoff(t *testing.T) {
 		if wait := j.RunAt.Sub(now); wait < backoff/2 || wait > backoff {
 			t.Fatalf("after attempt %d: next attempt in %v, want between %v and %v", attempt, wait, backoff/2, backoff)
 		}
-		time.Sleep(20 * q.o.Poll) // many polls: none may start it early
+		tk.wait(t, 20) // many polls: none may start it early
 		if c := calls.Load(); int(c) != attempt {
 			t.Fatalf("the job ran %d times before its RunAt, want %d", c, attempt)
 		}
@@ -227,7 +250,8 @@ func TestBackoffCapped(t *testing.T) {
 
 func TestOutOfAttempts(t *testing.T) {
 	db, _ := tempDB(t)
-	q := newQueue(t, db, Options{})
+	tk := countTicks(time.Now)
+	q := newQueue(t, db, Options{Now: tk.Now})
 	var calls atomic.Int32
 	q.Handle("fail", func(ctx context.Context, j *Job) (any, error) {
 		return nil, fmt.Errorf("boom %d", calls.Add(1))
@@ -238,7 +262,7 @@ func TestOutOfAttempts(t *testing.T) {
 	if j.Attempts != 3 || j.LastError != "boom 3" || j.Finished.IsZero() || len(j.Result) != 0 {
 		t.Fatalf("failed job = %+v", j)
 	}
-	time.Sleep(10 * q.o.Poll)
+	tk.wait(t, 10)
 	if c := calls.Load(); c != 3 {
 		t.Fatalf("handler ran %d times, want 3", c)
 	}
@@ -312,7 +336,8 @@ func TestRestartReclaimsExpiredLease(t *testing.T) {
 	store.Close(db1)
 
 	db2 := openDB(t, path)
-	q2 := newQueue(t, db2, Options{})
+	tk := countTicks(time.Now)
+	q2 := newQueue(t, db2, Options{Now: tk.Now})
 	var ran sync.Map
 	q2.Handle("work", func(ctx context.Context, j *Job) (any, error) {
 		ran.Store(j.ID, true)
@@ -327,7 +352,7 @@ func TestRestartReclaimsExpiredLease(t *testing.T) {
 	if j.Attempts != 1 || j.LastError != interrupted {
 		t.Errorf("reclaimed job out of attempts = %+v", j)
 	}
-	time.Sleep(10 * q2.o.Poll)
+	tk.wait(t, 10)
 	if j, err := q2.Get(ctx, alive); err != nil || j.Status != StatusRunning || j.Claim != "claim-"+alive {
 		t.Errorf("job under a live lease = %+v, %v; want it left running", j, err)
 	}
@@ -372,7 +397,8 @@ func TestLeaseRenewed(t *testing.T) {
 // nothing: the job belongs to the new claim.
 func TestLeaseLost(t *testing.T) {
 	db, _ := tempDB(t)
-	q := newQueue(t, db, Options{Lease: 30 * time.Millisecond})
+	tk := countTicks(time.Now)
+	q := newQueue(t, db, Options{Lease: 30 * time.Millisecond, Now: tk.Now})
 	started, canceled := make(chan struct{}), make(chan struct{})
 	q.Handle("victim", func(ctx context.Context, j *Job) (any, error) {
 		close(started)
@@ -393,7 +419,7 @@ func TestLeaseLost(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context did not end when its lease was taken over")
 	}
-	time.Sleep(10 * q.o.Poll)
+	tk.wait(t, 10)
 	j, err := q.Get(context.Background(), id)
 	if err != nil || j.Status != StatusRunning || j.Claim != "someone-else" || len(j.Result) != 0 {
 		t.Fatalf("job after its lease was taken over = %+v, %v; want it left to the new claim", j, err)
@@ -504,9 +530,12 @@ func TestSchedulerCatchesUpOnce(t *testing.T) {
 	_, path := tempDB(t)
 	var runs atomic.Int32
 	var queues []*Queue
+	var clocks []*ticks
 	for i := range 2 {
 		db := openDB(t, path)
-		q := newQueue(t, db, Options{})
+		tk := countTicks(time.Now)
+		clocks = append(clocks, tk)
+		q := newQueue(t, db, Options{Now: tk.Now})
 		q.Handle("hourly", func(ctx context.Context, j *Job) (any, error) {
 			runs.Add(1)
 			return nil, nil
@@ -524,7 +553,9 @@ func TestSchedulerCatchesUpOnce(t *testing.T) {
 		start(t, q)
 	}
 	waitFor(t, "the overdue run", func() bool { return runs.Load() >= 1 })
-	time.Sleep(20 * queues[0].o.Poll)
+	for _, tk := range clocks {
+		tk.wait(t, 20)
+	}
 	var jobs int64
 	queues[0].db.WithContext(ctx).Model(&Job{}).Where("schedule = ?", "hourly").Count(&jobs)
 	if r := runs.Load(); r != 1 || jobs != 1 {

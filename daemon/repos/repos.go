@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -42,6 +41,7 @@ import (
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // InstanceOwner owns the instance secrets in the secrets table: no user
@@ -225,12 +225,6 @@ func (s *Service) MaxPatchBytes() int64 { return s.o.MaxPatchBytes }
 
 var repoID = regexp.MustCompile(`^repo_[0-9a-f]{24}$`)
 
-func newID() string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return "repo_" + hex.EncodeToString(b)
-}
-
 // TempFile creates a private temporary file (0600) in the repositories'
 // scratch directory; the caller removes it.
 func (s *Service) TempFile() (*os.File, error) {
@@ -295,7 +289,7 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 		}
 	}
 	now := time.Now().UTC()
-	r := Repository{ID: newID(), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, SetupEgress: a.SetupEgress, Created: now, Updated: now}
+	r := Repository{ID: randid.New("repo_"), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, SetupEgress: a.SetupEgress, Created: now, Updated: now}
 	var n int64
 	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("name = ?", a.Name).Count(&n).Error; err != nil {
 		return Repository{}, fmt.Errorf("repos: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -88,20 +89,17 @@ func syncNow(t *testing.T, s *Service, q *jobs.Queue, id string) jobs.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		j, err = q.Get(context.Background(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Status == jobs.StatusSucceeded || j.Status == jobs.StatusFailed {
-			return j
+		if j.Status != jobs.StatusSucceeded && j.Status != jobs.StatusFailed {
+			return fmt.Errorf("sync still %s", j.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sync still %s", j.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return j
 }
 
 // The indexing step runs after the fetch, from the last indexed commit
@@ -357,10 +355,10 @@ func TestSnapshotSingleFlight(t *testing.T) {
 func TestStoredURLCredentialsStripped(t *testing.T) {
 	s, _ := service(t, Options{})
 	old := []Repository{
-		{ID: newID(), Name: "token", URL: "https://ghp_T0KEN@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "userpw", URL: "https://bot:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "sshpw", URL: "ssh://git:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
-		{ID: newID(), Name: "clean", URL: "ssh://git@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "token", URL: "https://ghp_T0KEN@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "userpw", URL: "https://bot:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "sshpw", URL: "ssh://git:pw-s3cr3t@example.com/org/r.git", Branch: "main"},
+		{ID: randid.New("repo_"), Name: "clean", URL: "ssh://git@example.com/org/r.git", Branch: "main"},
 	}
 	for _, r := range old {
 		r.Created, r.Updated = time.Now(), time.Now()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // MaxUserRules bounds the approval rules one user keeps.
@@ -75,7 +76,7 @@ func (s *ApprovalRules) AddRule(ctx context.Context, user, source string, r appr
 	if err != nil {
 		return UserRule{}, err
 	}
-	row := userRuleRow{ID: newID("rule_"), UserID: user, Data: b, Created: time.Now().UTC()}
+	row := userRuleRow{ID: randid.New("rule_"), UserID: user, Data: b, Created: time.Now().UTC()}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var have []userRuleRow
 		if err := tx.Where("user_id = ?", user).Find(&have).Error; err != nil {

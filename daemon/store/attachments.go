@@ -10,6 +10,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/integrations/office"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // Attachment is a document attached to a conversation, as the office
@@ -74,7 +75,7 @@ func (a *Attachments) Add(ctx context.Context, conversation, name string, size i
 	if err != nil {
 		return Attachment{}, err
 	}
-	row := attachmentRow{ID: newID("att_"), ConversationID: conversation, Name: name, Kind: doc.Kind, Bytes: size, Truncated: doc.Truncated, Parts: parts, Created: time.Now().UTC()}
+	row := attachmentRow{ID: randid.New("att_"), ConversationID: conversation, Name: name, Kind: doc.Kind, Bytes: size, Truncated: doc.Truncated, Parts: parts, Created: time.Now().UTC()}
 	err = a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&row).Error; err != nil {
 			return err

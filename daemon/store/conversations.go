@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
 // ErrNotFound wraps agentcore.ErrNotFound: a missing conversation, or one
@@ -116,12 +115,6 @@ func NewConversations(db *gorm.DB) (*Conversations, error) {
 	return &Conversations{db: db, cache: newEventCache()}, nil
 }
 
-func newID(prefix string) string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
 // maxTitle bounds a conversation's title, in bytes.
 const maxTitle = 200
 
@@ -171,7 +164,7 @@ func (s *Conversations) CreateWith(ctx context.Context, user string, n New, also
 		return Conversation{}, err
 	}
 	now := time.Now().UTC()
-	c := Conversation{ID: newID("conv_"), UserID: user, Title: title, Created: now, Updated: now,
+	c := Conversation{ID: randid.New("conv_"), UserID: user, Title: title, Created: now, Updated: now,
 		Mode: n.Mode, ModelProfile: n.ModelProfile, Repository: n.Repository, BaseCommit: n.BaseCommit}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&c).Error; err != nil {

@@ -2,9 +2,12 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 const benchDiagram = "graph TD\n  A[Client] --> B[Server]\n  B --> C[(Database)]\n"
@@ -20,15 +23,15 @@ func p50(b *testing.B, ds []time.Duration) {
 // server between requests has: warm requests are measured as they
 // arrive at a warm server, not back to back.
 func waitSpare(b testing.TB, br *Browser, k pageKind) {
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	b.Helper()
+	sandboxtest.Eventually(b, 20*time.Second, func() error {
 		br.mu.Lock()
-		ready := br.spares[k] != nil
-		br.mu.Unlock()
-		if ready {
-			return
+		defer br.mu.Unlock()
+		if br.spares[k] == nil {
+			return errors.New("no spare page")
 		}
-	}
-	b.Fatal("no spare page within 20 s")
+		return nil
+	})
 }
 
 // BenchmarkRenderDiagram: cold is a new browser process per render (its

@@ -284,15 +284,14 @@ func TestSandboxVerdict(t *testing.T) {
 
 func waitStopped(t *testing.T, b *Browser) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
 		b.mu.Lock()
-		stopped := b.ctx == nil
-		b.mu.Unlock()
-		if stopped {
-			return
+		defer b.mu.Unlock()
+		if b.ctx != nil {
+			return errors.New("the browser did not stop when idle")
 		}
-	}
-	t.Fatal("the browser did not stop when idle")
+		return nil
+	})
 }
 
 // failingSandbox is a Chrome whose sandbox cannot start, for real: as

@@ -197,10 +197,7 @@ func agentCall(task string) llmtest.Step {
 
 func requireSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Doctor(t.Context(), sandboxkit.DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 func has(s string, subs ...string) bool {

@@ -36,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // Git runs host-side git commands. The zero value uses "git" on PATH and
@@ -224,7 +226,7 @@ func (g *Git) runFiles(ctx context.Context, op, gitDir string, cred *Credential,
 	cmd.Dir = "/"
 	cmd.Stdin = stdin
 	var stdout bytes.Buffer
-	stderr := &tail{max: 4 << 10}
+	stderr := headtail.New(0, 4<<10)
 	cmd.Stdout = &limited{w: &stdout, n: 16 << 20}
 	cmd.Stderr = stderr
 	if progress != nil {
@@ -245,7 +247,7 @@ func (g *Git) runFiles(ctx context.Context, op, gitDir string, cred *Credential,
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (limit %v)", ctx.Err(), timeout)
 		}
-		msg := stderr.String()
+		msg := lastLines(stderr.String())
 		for _, s := range secret {
 			msg = strings.ReplaceAll(msg, s, "[redacted]")
 		}
@@ -311,27 +313,11 @@ func (g *Git) runLocal(ctx context.Context, op, gitDir, dir string, write bool, 
 	return err
 }
 
-// tail keeps the last max bytes written, trimmed to whole lines.
-type tail struct {
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 2*t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	b := t.b
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-	}
+// lastLines is the end of git's stderr b (its last few lines, without
+// progress lines) on one line.
+func lastLines(b string) string {
 	// Progress lines end in \r; keep the last state of each.
-	lines := strings.Split(strings.ReplaceAll(string(b), "\r", "\n"), "\n")
+	lines := strings.Split(strings.ReplaceAll(b, "\r", "\n"), "\n")
 	var keep []string
 	for _, l := range lines {
 		if l = strings.TrimSpace(l); l != "" && !strings.Contains(l, "%") {

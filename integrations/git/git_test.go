@@ -60,10 +60,7 @@ func remote(t *testing.T, files map[string]string) (string, string) {
 
 func needSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
-		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Available(ctx, &sandboxkit.Policy{}) })
 }
 
 // The whole path: fetch into a mirror, check out a snapshot in a

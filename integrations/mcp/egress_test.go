@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // fetchServer builds testdata/fetchserver, an MCP server of our own
@@ -105,12 +107,14 @@ func TestEgressAllowlist(t *testing.T) {
 		}
 		return hosts
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	st := m.Status()[0]
-	for (st.EgressAttempts[egress.Allowed] < 2 || st.EgressAttempts[egress.Refused] < 2 || len(refusedEvents()) < 2) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	var st Status
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		st = m.Status()[0]
-	}
+		if n := len(refusedEvents()); st.EgressAttempts[egress.Allowed] < 2 || st.EgressAttempts[egress.Refused] < 2 || n < 2 {
+			return fmt.Errorf("status %+v and %d refused events, want 2 allowed and 2 refused attempts", st, n)
+		}
+		return nil
+	})
 	if st.EgressAllowlist[0] != "allowed.test" || st.EgressAttempts[egress.Allowed] != 2 || st.EgressAttempts[egress.Refused] != 2 {
 		t.Errorf("status = %+v, want 2 allowed and 2 refused attempts", st)
 	}

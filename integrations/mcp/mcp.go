@@ -46,6 +46,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // Network and mode values of ServerConfig.
@@ -456,7 +457,7 @@ func (s *server) watch(sess *sdk.ClientSession, p *process) {
 		s.backoff = time.Second // it ran well for a while
 	}
 	why := fmt.Sprintf("the server exited (%v)", p.err)
-	if tail := strings.TrimSpace(p.stderr.String()); tail != "" {
+	if tail := strings.TrimSpace(strings.ToValidUTF8(p.stderr.String(), "\uFFFD")); tail != "" {
 		why += "; its last output: " + tail
 	}
 	s.state, s.sess, s.proc, s.lastErr = StateStopped, nil, nil, why
@@ -521,7 +522,7 @@ func (s *server) launch(ctx context.Context) (*sdk.ClientSession, *process, []*s
 
 func (s *server) startErr(what string, err error, p *process) error {
 	msg := fmt.Sprintf("MCP server %s: %s: %v", s.cfg.Name, what, err)
-	if tail := strings.TrimSpace(p.stderr.String()); tail != "" {
+	if tail := strings.TrimSpace(strings.ToValidUTF8(p.stderr.String(), "\uFFFD")); tail != "" {
 		msg += "; its last output: " + tail
 	}
 	return errors.New(msg)
@@ -640,7 +641,7 @@ func (s *server) session() (*sdk.ClientSession, *process, error) {
 type process struct {
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
-	stderr *tailWriter
+	stderr *headtail.Buffer // the end of the server's stderr, shown in its last error
 	kill   func()
 	done   chan struct{} // closed when it exited and its pipes are closed
 	err    error         // how it exited; read after done
@@ -658,7 +659,7 @@ func (s *server) spawn() (*process, error) {
 		return nil, err
 	}
 	outR, outW := io.Pipe()
-	p := &process{stdin: inW, stdout: outR, stderr: &tailWriter{max: stderrKept}, done: make(chan struct{})}
+	p := &process{stdin: inW, stdout: outR, stderr: headtail.New(0, stderrKept), done: make(chan struct{})}
 	finish := func(wait func() error) {
 		p.err = wait()
 		outW.CloseWithError(io.EOF)
@@ -800,28 +801,4 @@ func binds(c ServerConfig) ([]sandboxkit.Bind, error) {
 		out = append(out, sandboxkit.Bind{Src: p})
 	}
 	return out, nil
-}
-
-// tailWriter keeps the last max bytes written (a server's stderr, shown
-// in its last error).
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.ToValidUTF8(string(t.buf), "\uFFFD")
 }

@@ -88,10 +88,7 @@ var jsonschemaObject = map[string]any{"type": "object", "properties": map[string
 // requireSandbox skips (or fails under CI=true) where sandboxes cannot run.
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 // nodeModules is where scripts/install-prereqs installs the npm servers.
@@ -370,20 +367,16 @@ func TestCrashRestarts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stopped during the call") {
 		t.Fatalf("call in flight when the server died: %v", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
 		st := m.Status()[0]
-		if st.State == StateRunning && st.Restarts == 1 {
-			if !strings.Contains(st.LastError, "exited") {
-				t.Errorf("last error = %q, want why it stopped", st.LastError)
-			}
-			break
+		if st.State != StateRunning || st.Restarts != 1 {
+			return fmt.Errorf("not restarted: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not restarted: %+v", st)
+		if !strings.Contains(st.LastError, "exited") {
+			t.Errorf("last error = %q, want why it stopped", st.LastError)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if out, err := call(ctx, toolsByName(ctx, m)["mcp__own__ask"], map[string]string{}); err != nil || !strings.Contains(out, "sampling") {
 		t.Errorf("after the restart: %q, %v", out, err)
 	}

@@ -20,10 +20,7 @@ import (
 // worker's sandbox.
 func requireSandbox(t testing.TB) {
 	t.Helper()
-	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Doctor(t.Context(), sandboxkit.DoctorOptions{}).Err(); err != nil {
-		sandboxtest.SkipOrFail(t, "%v", err)
-	}
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 func write(t testing.TB, name string, data []byte) string {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // Parser parses documents in the office worker's sandbox. The zero
@@ -114,12 +115,12 @@ func (p *Parser) Parse(ctx context.Context, path string) (*Document, error) {
 		return nil, err
 	}
 	var stdout bytes.Buffer
-	var stderr bytes.Buffer
+	stderr := headtail.New(maxStderr, 0)
 	c := sandboxkit.SelfCommand(ctx, pol, workerFlag, string(limJSON), pol.ReadOnly[0].Dst)
 	// A short-lived process: collect garbage less often, and harder
 	// near the memory limit.
 	c.Env = []string{"GOMAXPROCS=2", "GOTRACEBACK=single", "GOGC=200", fmt.Sprintf("GOMEMLIMIT=%dMiB", max(sl.Memory*3/4, 64<<20)>>20)}
-	c.Stdout, c.Stderr = &stdout, &limitedWriter{w: &stderr, n: maxStderr}
+	c.Stdout, c.Stderr = &stdout, stderr
 	// JSON escapes at most double clean text; the rest is titles.
 	c.OutputLimit = int64(2*lim.MaxText + 1<<20)
 	c.Timeout = timeout

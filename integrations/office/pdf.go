@@ -1,13 +1,14 @@
 package office
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"strings"
+
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // parsePDF runs pdftotext (poppler-utils) on the file, inside the same
@@ -19,8 +20,8 @@ func parsePDF(ctx context.Context, path string, b *builder) error {
 		return errors.New("office: pdftotext is not installed (Debian: apt-get install poppler-utils); PDFs cannot be read")
 	}
 	cmd := exec.CommandContext(ctx, bin, "-q", "-enc", "UTF-8", path, "-")
-	var stderr bytes.Buffer
-	cmd.Stderr = &limitedWriter{w: &stderr, n: 4096}
+	stderr := headtail.New(4096, 0)
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return errf("pdftotext: %w", err)
@@ -87,19 +88,4 @@ func signalled(err error, what string) error {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
-}
-
-// limitedWriter keeps the first n bytes written to it.
-type limitedWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitedWriter) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		k := min(l.n, len(p))
-		l.w.Write(p[:k])
-		l.n -= k
-	}
-	return len(p), nil
 }

@@ -12,9 +12,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/codumentor/codumentor/integrations/git"
+	"github.com/codumentor/codumentor/sandboxkit/headtail"
 )
 
 // ErrBadCommit refuses a commit argument that is not a full hexadecimal
@@ -179,7 +179,7 @@ func (e *entry) regular() bool {
 type treeWalk struct {
 	cmd     *exec.Cmd
 	r       *bufio.Reader
-	stderr  *limitedBuffer
+	stderr  *headtail.Buffer
 	e       entry
 	prev    []byte // the last path, to check the order
 	entries int
@@ -188,7 +188,7 @@ type treeWalk struct {
 }
 
 func walkTree(ctx context.Context, gitDir, commit string, max int) (*treeWalk, error) {
-	w := &treeWalk{cmd: gitCmd(ctx, gitDir, "ls-tree", "-r", "-z", "--full-tree", commit+"^{commit}"), stderr: &limitedBuffer{n: 4096}, max: max}
+	w := &treeWalk{cmd: gitCmd(ctx, gitDir, "ls-tree", "-r", "-z", "--full-tree", commit+"^{commit}"), stderr: headtail.New(4096, 0), max: max}
 	w.cmd.Stderr = w.stderr
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
@@ -260,7 +260,7 @@ func (w *treeWalk) close() error {
 		return nil
 	}
 	if err := w.cmd.Wait(); err != nil {
-		return fmt.Errorf("retrieval: git ls-tree: %v: %s", err, w.stderr)
+		return fmt.Errorf("retrieval: git ls-tree: %v: %s", err, strings.TrimSpace(w.stderr.String()))
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ type blobReader struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *limitedBuffer
+	stderr *headtail.Buffer
 }
 
 func newBlobReader(ctx context.Context, gitDir string, check bool) (*blobReader, error) {
@@ -279,7 +279,7 @@ func newBlobReader(ctx context.Context, gitDir string, check bool) (*blobReader,
 	if check {
 		mode = "--batch-check"
 	}
-	b := &blobReader{cmd: gitCmd(ctx, gitDir, "cat-file", "--buffer", mode), stderr: &limitedBuffer{n: 4096}}
+	b := &blobReader{cmd: gitCmd(ctx, gitDir, "cat-file", "--buffer", mode), stderr: headtail.New(4096, 0)}
 	b.cmd.Stderr = b.stderr
 	var err error
 	if b.in, err = b.cmd.StdinPipe(); err != nil {
@@ -300,7 +300,7 @@ func newBlobReader(ctx context.Context, gitDir string, check bool) (*blobReader,
 func (b *blobReader) header() (size int64, err error) {
 	line, err := b.out.ReadString('\n')
 	if err != nil {
-		return 0, fmt.Errorf("retrieval: git cat-file: %w: %s", err, b.stderr)
+		return 0, fmt.Errorf("retrieval: git cat-file: %w: %s", err, strings.TrimSpace(b.stderr.String()))
 	}
 	f := strings.Fields(line)
 	if len(f) == 2 && f[1] == "missing" {
@@ -340,7 +340,7 @@ func (b *blobReader) close() error {
 	b.in.Close()
 	io.Copy(io.Discard, b.out)
 	if err := b.cmd.Wait(); err != nil {
-		return fmt.Errorf("retrieval: git cat-file: %v: %s", err, b.stderr)
+		return fmt.Errorf("retrieval: git cat-file: %v: %s", err, strings.TrimSpace(b.stderr.String()))
 	}
 	return nil
 }
@@ -364,27 +364,4 @@ func (b *blobReader) feed(ids []string) <-chan error {
 		done <- err
 	}()
 	return done
-}
-
-// limitedBuffer keeps the first n bytes written to it (git's stderr,
-// which exec copies from a goroutine of its own).
-type limitedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-	n  int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.b.String())
 }

@@ -22,8 +22,6 @@ package cgroup
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +34,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 
 	"golang.org/x/sys/unix"
 )
@@ -326,11 +326,9 @@ func (t *Tree) New(l Limits) (*Group, error) {
 	if err := t.prepare(); err != nil {
 		return nil, err
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
 	t.seq.Lock()
 	t.seq.n++
-	name := fmt.Sprintf("%s%d-%d%s", groupPrefix, os.Getpid(), t.seq.n, hex.EncodeToString(rnd[:]))
+	name := randid.New(fmt.Sprintf("%s%d-%d", groupPrefix, os.Getpid(), t.seq.n))
 	t.seq.Unlock()
 	g := &Group{t: t, name: name}
 	for _, d := range t.dirs {

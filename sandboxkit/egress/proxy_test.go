@@ -253,18 +253,14 @@ func TestProxyCaps(t *testing.T) {
 		}
 		open[0].Close()
 		// The slot comes back.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		sandboxtest.Eventually(t, 10*time.Second, func() error {
 			c, _, _ := connect(p, hp)
-			if c != nil {
-				c.Close()
-				break
+			if c == nil {
+				return errors.New("slot never freed")
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("slot never freed")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			c.Close()
+			return nil
+		})
 		open[1].Close()
 	})
 	t.Run("bytes", func(t *testing.T) {
@@ -337,11 +333,12 @@ func TestProxyBadRequests(t *testing.T) {
 			go io.WriteString(c, tc.send)
 			c.SetDeadline(time.Now().Add(15 * time.Second))
 			io.Copy(io.Discard, c) // the proxy answers and hangs up
-			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == before; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("no event")
+			sandboxtest.Eventually(t, 10*time.Second, func() error {
+				if len(ev.All()) == before {
+					return errors.New("no event")
 				}
-			}
+				return nil
+			})
 			if e := ev.All()[before]; e.Verdict != egress.Refused || !strings.Contains(e.Reason, tc.reason) {
 				t.Fatalf("event %+v, want refused with %q", e, tc.reason)
 			}
@@ -473,11 +470,12 @@ func TestProxyEventHostPrintable(t *testing.T) {
 				c.SetDeadline(time.Now().Add(10 * time.Second))
 				io.Copy(io.Discard, c)
 			}
-			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == before; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("no event")
+			sandboxtest.Eventually(t, 10*time.Second, func() error {
+				if len(ev.All()) == before {
+					return errors.New("no event")
 				}
-			}
+				return nil
+			})
 			e := ev.All()[before]
 			if e.Verdict != egress.Refused || e.Host == "" {
 				t.Fatalf("event %+v, want refused naming the host", e)
@@ -575,21 +573,23 @@ func TestProxyHostileHandover(t *testing.T) {
 			}
 			c.SetDeadline(time.Now().Add(15 * time.Second))
 			io.Copy(io.Discard, c) // the proxy hangs up
-			for deadline := time.Now().Add(5 * time.Second); len(ev.All()) == n; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("no event")
+			sandboxtest.Eventually(t, 10*time.Second, func() error {
+				if len(ev.All()) == n {
+					return errors.New("no event")
 				}
-			}
+				return nil
+			})
 			if e := ev.All()[n]; e.Verdict != egress.Refused || !strings.Contains(e.Reason, tc.reason) {
 				t.Fatalf("event %+v, want refused with %q", e, tc.reason)
 			}
 		})
 	}
-	for deadline := time.Now().Add(5 * time.Second); open() > before; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d descriptors open after the handovers, %d before", open(), before)
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		if n := open(); n > before {
+			return fmt.Errorf("%d descriptors open after the handovers, %d before", n, before)
 		}
-	}
+		return nil
+	})
 }
 
 // A name that resolves to loopback is refused unless the resolver is a

@@ -1,10 +1,12 @@
 // Package sandboxtest holds helpers for testing programs that use
-// sandboxkit: the rule for when a sandbox test may be skipped, the old
-// bwrap fixture for fail-closed tests, and tree snapshots that prove a
-// workspace's lower layer unchanged.
+// sandboxkit: the rule for when a sandbox test may be skipped
+// (RequireSandbox), waiting for a condition with a limit that means
+// stuck (Eventually), the old bwrap fixture for fail-closed tests, and
+// tree snapshots that prove a workspace's lower layer unchanged.
 package sandboxtest
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -13,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // SkipOrFail skips t, or fails it when the environment says CI=true: a
@@ -33,6 +36,42 @@ func RequireUnprivileged(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		SkipOrFail(t, "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs")
+	}
+}
+
+// RequireSandbox skips (or fails, see SkipOrFail) a test that runs real
+// sandboxes unless it runs as an unprivileged user (RequireUnprivileged)
+// on a machine where check, the program's own check that sandboxes run
+// (for most, sandboxkit.Doctor's Err), passes. The check is a parameter
+// because sandboxkit's own tests use this package.
+func RequireSandbox(t testing.TB, check func(context.Context) error) {
+	t.Helper()
+	RequireUnprivileged(t)
+	if err := check(t.Context()); err != nil {
+		SkipOrFail(t, "the sandbox cannot run here: %v", err)
+	}
+}
+
+// Eventually calls cond until it returns nil and fails t with cond's
+// last error if it has not by timeout. The timeout says the code is
+// stuck, never that it is slow: choose it far beyond the slowest run on
+// a loaded machine. cond runs on t's goroutine, so it may call t.Fatal.
+// Where the code under test has an event to wait on (a channel it
+// closes, a message it sends), wait on that instead.
+func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stuck: still after %v: %v", timeout, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 

@@ -1,12 +1,15 @@
 package sandboxtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // recorder keeps what Unchanged reports instead of failing the test.
@@ -81,5 +84,85 @@ func TestBuffer(t *testing.T) {
 	}
 	if got := bounded.String(); got != "jklmn" {
 		t.Fatalf("bounded: %q, want the last 5 bytes \"jklmn\"", got)
+	}
+}
+
+// fakeT records what a helper reports instead of ending the test.
+type fakeT struct {
+	*testing.T
+	mu      sync.Mutex
+	skipped string
+	failed  string
+}
+
+func (f *fakeT) Helper() {}
+
+func (f *fakeT) Skipf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skipped = fmt.Sprintf(format, args...)
+}
+
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = fmt.Sprintf(format, args...)
+}
+
+func TestRequireSandbox(t *testing.T) {
+	for _, ci := range []string{"", "true"} {
+		t.Run("CI="+ci, func(t *testing.T) {
+			t.Setenv("CI", ci)
+			f := &fakeT{T: t}
+			RequireSandbox(f, func(ctx context.Context) error {
+				if ctx == nil {
+					t.Error("check got no context")
+				}
+				return errors.New("bwrap: not found")
+			})
+			// Under CI=true the fake's Fatalf returns, so Skipf follows it.
+			got := f.skipped
+			if ci == "true" {
+				got = f.failed
+			}
+			if !strings.Contains(got, "bwrap: not found") || (ci == "" && f.failed != "") {
+				t.Errorf("skipped %q, failed %q: want the check's error reported, as a failure under CI=true", f.skipped, f.failed)
+			}
+			if os.Geteuid() == 0 {
+				return // RequireUnprivileged reported too
+			}
+			f = &fakeT{T: t}
+			RequireSandbox(f, func(context.Context) error { return nil })
+			if f.skipped != "" || f.failed != "" {
+				t.Errorf("a passing check: skipped %q, failed %q", f.skipped, f.failed)
+			}
+		})
+	}
+}
+
+func TestEventually(t *testing.T) {
+	n := 0
+	Eventually(t, time.Minute, func() error {
+		if n++; n < 3 {
+			return fmt.Errorf("call %d", n)
+		}
+		return nil
+	})
+	if n != 3 {
+		t.Errorf("cond called %d times, want 3 (until it returns nil)", n)
+	}
+
+	f := &fakeT{T: t}
+	calls := 0
+	start := time.Now()
+	Eventually(f, 30*time.Millisecond, func() error {
+		calls++
+		if f.failed != "" {
+			return nil // the fake Fatalf returns; end the loop
+		}
+		return fmt.Errorf("not yet (%d)", calls)
+	})
+	if !strings.Contains(f.failed, "stuck") || !strings.Contains(f.failed, "not yet") || time.Since(start) < 30*time.Millisecond {
+		t.Errorf("after the timeout: failed %q after %v, want stuck with cond's last error, not before 30ms", f.failed, time.Since(start))
 	}
 }
