@@ -321,7 +321,7 @@ func TestSandboxWaiting(t *testing.T) {
 	h := newHarness(t, echoScript("echo started", "started"), func(c *agentcore.Config) {
 		c.ShellAlwaysAllow = true
 		c.Launching = func(ctx context.Context, l agentcore.Launch) error {
-			if l.Kind == sandboxkit.LaunchSession {
+			if l.Kind == "session" {
 				select {
 				case <-release:
 				case <-ctx.Done():

@@ -12,9 +12,10 @@ import (
 // (Config.Launching): the sandbox itself, or a command in it.
 type Launch struct {
 	User, Conversation string
-	// Kind says what starts: a one-shot sandbox, a session's sandbox, or
-	// a command in the session.
-	Kind sandboxkit.LaunchKind
+	// Kind says what starts, as sandboxkit.LaunchRecord.Kind: a one-shot
+	// sandbox ("run"), a session's sandbox ("session"), or a command in
+	// the session ("session-command").
+	Kind string
 	// Profile is the sandbox profile (sandboxkit.ProfileWorkspace).
 	Profile string
 	// ArgvSHA256 is the SHA-256 (hex) of the argv joined by NUL bytes,
@@ -53,7 +54,7 @@ func (e *Engine) launchHook(call *Call) func(context.Context, sandboxkit.LaunchR
 	}
 	user, conv := call.User, call.Conversation
 	return func(ctx context.Context, r sandboxkit.LaunchRecord) error {
-		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == sandboxkit.LaunchInSession && slices.Equal(a.argv, r.Argv) {
+		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == "session-command" && slices.Equal(a.argv, r.Argv) {
 			r.Argv = a.approved
 		}
 		l := Launch{User: user, Conversation: conv, Kind: r.Kind, Profile: r.Profile, ArgvSHA256: r.ArgvSHA256(), Cwd: r.Cwd, Seccomp: r.Seccomp, FilterSHA256: r.FilterSHA256}

@@ -64,14 +64,16 @@ func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 func officeLimits(cfg config.Config) sandboxkit.Limits {
 	sl := office.WorkerLimits()
 	server := cfg.Sandbox.SandboxLimits()
-	sl.Cgroup, sl.Require = server.Cgroup, server.Require
+	sl.Cgroup, sl.CgroupParent, sl.Require = server.Cgroup, server.CgroupParent, server.Require
 	return sl
 }
 
 // officeChecks: the worker's sandbox and pdftotext.
 func officeChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
 	c := api.Check{Name: "office/sandbox", OK: true, Detail: "attachments are parsed in the office worker's sandbox"}
-	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: new(officeLimits(cfg))}).Err(); err != nil {
+	o := cfg.Sandbox.DoctorOptions("")
+	o.Limits = new(officeLimits(cfg))
+	if err := sandboxkit.Doctor(ctx, o).Err(); err != nil {
 		c.OK, c.Detail = false, "attachments are refused: "+err.Error()
 		var ue *sandboxkit.UnavailableError
 		if errors.As(err, &ue) {

@@ -492,7 +492,7 @@ func (s *setups) runScript(ctx context.Context, b *setupBuild, r repos.Repositor
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
 		}
-		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
+		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == "disk" {
 			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, s.limits.Disk>>20)
 		}
 		var oe *outputError

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/probe"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -60,7 +61,7 @@ func TestSessionObservesLogMode(t *testing.T) {
 	if err := s.Observing(); err != nil {
 		t.Fatalf("Observing: %v", err)
 	}
-	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag)
 	if err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}
@@ -106,7 +107,7 @@ func TestSessionEnforceNotObserved(t *testing.T) {
 	if err := s.Observing(); !errors.Is(err, ErrNotObserved) {
 		t.Fatalf("Observing = %v, want ErrNotObserved", err)
 	}
-	if out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag); err != nil {
+	if out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag); err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}
 	if v := s.Violations(); len(v) != 0 {
@@ -195,7 +196,7 @@ func logModeWithoutListener(t *testing.T) {
 	if err := s.Observing(); !errors.Is(err, ErrNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
 		t.Fatalf("Observing = %v; want ErrNotObserved saying the listener could not be set up", err)
 	}
-	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag)
 	if err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}

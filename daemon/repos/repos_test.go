@@ -151,7 +151,7 @@ func TestSyncIndexer(t *testing.T) {
 // none uses it.
 func TestSnapshots(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	s, q := service(t, Options{})

@@ -61,7 +61,7 @@ func remote(t *testing.T, files map[string]string) (string, string) {
 func needSandbox(t *testing.T) {
 	t.Helper()
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 }
