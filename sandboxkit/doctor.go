@@ -28,7 +28,7 @@ type Check struct {
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
 	// "seccomp", "seccomp-observe" (a warning when log mode cannot
 	// report per sandbox), "landlock" (a warning without the abstract socket
-	// scope: see AbstractUnixScoped), "limits" (with
+	// scope: see diag.AbstractUnixScoped), "limits" (with
 	// DoctorOptions.Limits); and "main" when the program did not call
 	// Main, without which no sandbox can start.
 	Name string `json:"name"`
@@ -101,6 +101,9 @@ var doctorCache struct {
 // Doctor runs the pre-flight checks, or returns the cached Report.
 func Doctor(ctx context.Context, o DoctorOptions) *Report {
 	r := doctor(ctx, o)
+	if o.Limits == nil && o.InstallRemedy == "" && o.CgroupRemedy == "" {
+		return r
+	}
 	c := *r
 	c.Checks = slices.Clone(r.Checks)
 	// Like every check, it runs only when those before it passed.

@@ -55,7 +55,7 @@ type Limits struct {
 	// bytes: the workspace's upper layer (and overlayfs's work dir) and
 	// the directories bound ReadWrite. The command running when it is
 	// crossed is killed, and a one-shot command that ends above it
-	// fails (LimitError{Limit: limitDisk}). Sparse files count what they
+	// fails (LimitError{Limit: "disk"}). Sparse files count what they
 	// occupy, not their apparent size.
 	Disk int64
 	// DiskReserve and DiskReservePercent set the free space to keep on
@@ -63,7 +63,7 @@ type Limits struct {
 	// unprivileged user may still write: statfs's f_bavail), whatever
 	// Disk says: DiskReserve bytes or DiskReservePercent of the
 	// filesystem's size, the smaller of those set. A command that takes
-	// free space below it is killed (LimitError{Limit: limitDiskFree}),
+	// free space below it is killed (LimitError{Limit: "disk_free"}),
 	// and no sandbox with a workspace there starts while it is below
 	// (ErrDiskReserve). It keeps one conversation from filling the disk
 	// that the others, and the caller's own files, live on.

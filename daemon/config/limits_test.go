@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 func TestSandboxLimits(t *testing.T) {
