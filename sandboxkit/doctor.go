@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )

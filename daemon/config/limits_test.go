@@ -3,7 +3,6 @@ package config
 import (
 	"strings"
 	"testing"
-
 )
 
 func TestSandboxLimits(t *testing.T) {

@@ -114,7 +114,7 @@ type Patch struct {
 	changes      []Change
 	left         int64 // budget left
 	notes        []string
-	notePrefix   string // "# " and the NoteTag
+	notePrefix   string   // "# " and the NoteTag
 	outside      []string // symlinks pointing outside the tree
 }
 
