@@ -93,12 +93,11 @@ func ExamplePolicy_egress() {
 	events := make(chan egress.Event, 8)
 	p := strict(nil)
 	p.Egress = &egress.Options{Allow: []string{"example.org:443"}, OnEvent: func(e egress.Event) { events <- e }}
-	cmd := sandboxkit.Command(context.Background(), p, "curl", "-sS", "-o", "/dev/null", "http://forbidden.test/")
-	err := cmd.Run()
-	fmt.Println("curl failed:", err != nil)
+	cmd := sandboxkit.Command(context.Background(), p, "curl", "-fsS", "-o", "/dev/null", "http://forbidden.test/")
+	fmt.Println("curl:", cmd.Run())
 	e := <-events
 	fmt.Println(e.Verdict, e.Host, e.Port)
 	// Output:
-	// curl failed: true
+	// curl: sandboxed command exited with status 22
 	// refused forbidden.test 80
 }
