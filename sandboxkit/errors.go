@@ -45,12 +45,6 @@ var ErrNoJob = errors.New("sandboxkit: no such background job")
 // run: wait for one to end, or Kill one.
 var ErrTooManyJobs = errors.New("sandboxkit: too many background jobs running")
 
-// ErrNotObserved is wrapped by Session.Observing's error when the
-// session's blocklisted calls are not reported: its filter is not in
-// log mode, or the listener could not be set up (the calls are then
-// still let through and logged by the kernel, SECCOMP_RET_LOG).
-var ErrNotObserved = errors.New("sandboxkit: seccomp violations are not observed")
-
 // startErr turns the supervisor's refusal to start a command into a
 // *SetupError, with the sentinel for its cause; other errors pass.
 func startErr(err error) error {

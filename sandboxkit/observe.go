@@ -3,6 +3,7 @@ package sandboxkit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +14,12 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
+
+// errNotObserved is wrapped by Session.Observing's error when the
+// session's blocklisted calls are not reported: its filter is not in
+// log mode, or the listener could not be set up (the calls are then
+// still let through and logged by the kernel, SECCOMP_RET_LOG).
+var errNotObserved = errors.New("sandboxkit: seccomp violations are not observed")
 
 // Violation is a blocklisted call that processes of a Session made under
 // seccomp log mode, and how often.
@@ -61,9 +68,9 @@ func newObserver(p *Policy, cl *supervisor.Client) *observer {
 	l := cl.TakeListener()
 	switch {
 	case !observes(p):
-		o.err = fmt.Errorf("%w: the seccomp filter is not in log mode", ErrNotObserved)
+		o.err = fmt.Errorf("%w: the seccomp filter is not in log mode", errNotObserved)
 	case l == nil:
-		o.err = fmt.Errorf("%w: %s", ErrNotObserved, cl.NoListener())
+		o.err = fmt.Errorf("%w: %s", errNotObserved, cl.NoListener())
 	}
 	if o.err != nil {
 		if l != nil {
@@ -119,10 +126,10 @@ func (s *Session) Violations() []Violation {
 }
 
 // Observing is nil when the session reports its blocklisted calls
-// (Violations); otherwise an error wrapping ErrNotObserved says why not.
+// (Violations); otherwise an error says why not.
 func (s *Session) Observing() error {
 	if s.obs == nil {
-		return ErrNotObserved
+		return errNotObserved
 	}
 	return s.obs.err
 }

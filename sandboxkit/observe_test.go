@@ -104,8 +104,8 @@ func TestSessionObservesLogMode(t *testing.T) {
 func TestSessionEnforceNotObserved(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
 	s := startSession(t, observedPolicy(t, seccomp.Enforce), SessionOptions{})
-	if err := s.Observing(); !errors.Is(err, ErrNotObserved) {
-		t.Fatalf("Observing = %v, want ErrNotObserved", err)
+	if err := s.Observing(); !errors.Is(err, errNotObserved) {
+		t.Fatalf("Observing = %v, want errNotObserved", err)
 	}
 	if out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag); err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
@@ -193,8 +193,8 @@ func logModeWithoutListener(t *testing.T) {
 	}
 
 	s := startSession(t, observedPolicy(t, seccomp.Log), SessionOptions{})
-	if err := s.Observing(); !errors.Is(err, ErrNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
-		t.Fatalf("Observing = %v; want ErrNotObserved saying the listener could not be set up", err)
+	if err := s.Observing(); !errors.Is(err, errNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
+		t.Fatalf("Observing = %v; want errNotObserved saying the listener could not be set up", err)
 	}
 	out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag)
 	if err != nil {
