@@ -164,7 +164,7 @@ func TestDelegateIsolated(t *testing.T) {
 	// Every sandbox and command is told of, for the conversation: the
 	// three sessions, the commands and the job in them, and the one-shot
 	// sandbox that diffs A's layer.
-	kinds := map[sandboxkit.LaunchKind]int{}
+	kinds := map[string]int{}
 	sleep := sha256.Sum256([]byte("sh\x00-c\x00sleep 300"))
 	job := false
 	for _, l := range launches {
@@ -174,7 +174,7 @@ func TestDelegateIsolated(t *testing.T) {
 			t.Errorf("launch %+v", l)
 		}
 	}
-	if kinds[sandboxkit.LaunchSession] != 3 || kinds[sandboxkit.LaunchRun] != 1 || kinds[sandboxkit.LaunchInSession] < 3 || !job {
+	if kinds["session"] != 3 || kinds["run"] != 1 || kinds["session-command"] < 3 || !job {
 		t.Errorf("launches by kind %v (background job seen: %v): %+v", kinds, job, launches)
 	}
 	outs := outputs(h, "c")

@@ -330,7 +330,7 @@ func TestSandboxWaiting(t *testing.T) {
 	h := newHarness(t, echoScript("echo started", "started"), func(c *agentcore.Config) {
 		c.ShellAlwaysAllow = true
 		c.Sandbox.Launching = func(ctx context.Context, l sandboxkit.LaunchRecord) error {
-			if l.Kind == sandboxkit.LaunchSession {
+			if l.Kind == "session" {
 				select {
 				case <-release:
 				case <-ctx.Done():

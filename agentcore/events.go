@@ -1,7 +1,6 @@
 package agentcore
 
 import (
-	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
@@ -80,10 +79,10 @@ type SandboxUnavailable struct {
 // SandboxLimit is the data of EventSandboxLimit: a command of call ID
 // hit Limit (memory, pids, disk or disk_free).
 type SandboxLimit struct {
-	ID      string           `json:"id"`
-	Name    string           `json:"name"`
-	Limit   sandboxkit.Limit `json:"limit"`
-	Message string           `json:"message"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Limit   string `json:"limit"`
+	Message string `json:"message"`
 }
 
 // SandboxWaiting is the data of EventSandboxWaiting: call ID waits for

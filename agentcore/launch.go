@@ -12,9 +12,10 @@ import (
 // the sandbox itself, or a command in it.
 type Launch struct {
 	User, Conversation string
-	// Kind says what starts: a one-shot sandbox, a session's sandbox, or
-	// a command in the session.
-	Kind sandboxkit.LaunchKind
+	// Kind says what starts, as sandboxkit.LaunchRecord.Kind: a one-shot
+	// sandbox ("run"), a session's sandbox ("session"), or a command in
+	// the session ("session-command").
+	Kind string
 	// Profile is the sandbox's label ("workspace", "external-agent",
 	// "host-readonly").
 	Profile string
@@ -73,7 +74,7 @@ func (e *Engine) sandbox(call *Call) sandboxkit.Settings {
 	}
 	user, conv := call.User, call.Conversation
 	s.Launching = func(ctx context.Context, r sandboxkit.LaunchRecord) error {
-		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == sandboxkit.LaunchInSession && slices.Equal(a.argv, r.Argv) {
+		if a, ok := ctx.Value(approvedKey{}).(*approvedLaunch); ok && r.Kind == "session-command" && slices.Equal(a.argv, r.Argv) {
 			r.Argv = a.approved
 		}
 		l := Launch{User: user, Conversation: conv, Kind: r.Kind, Profile: r.Profile, ArgvSHA256: r.ArgvSHA256(), Cwd: r.Cwd, Seccomp: r.Seccomp, FilterSHA256: r.FilterSHA256}

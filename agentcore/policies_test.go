@@ -9,6 +9,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
@@ -76,7 +77,7 @@ func TestPolicies(t *testing.T) {
 		if c.host && (!slices.Contains(p.Tmpfs, mask) || !slices.Contains(p.Tmpfs, "/home")) {
 			t.Errorf("%s: masks %v lack the extra mask or /home", c.label, p.Tmpfs)
 		}
-		if _, err := p.Build("true"); err != nil {
+		if _, err := diag.Build(p, "true"); err != nil {
 			t.Errorf("%s: %v", c.label, err)
 		}
 	}

@@ -208,7 +208,7 @@ func (s *shellTool) Run(ctx context.Context, c *Call) (string, error) {
 }
 
 // limitHit records that a command of call c hit a sandbox limit.
-func (e *Engine) limitHit(c *Call, l sandboxkit.Limit, msg string) {
+func (e *Engine) limitHit(c *Call, l string, msg string) {
 	t := c.turn
 	if t == nil {
 		return

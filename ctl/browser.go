@@ -43,7 +43,7 @@ func browserChecks(ctx context.Context, o checkOptions, r *checkReport) {
 		problem(ferr.Error()+" (needed by the webretrieve and mermaid_render plugins)", "apt-get install chromium (scripts/install-prereqs), or set browser.path")
 	default:
 		v, err := browser.Probe(browser.Options{Binary: bin, Sandbox: mode,
-			Memory: int64(cfg.Browser.Memory), Cgroup: cfg.Sandbox.Limits.Cgroup, RequireLimits: cfg.Sandbox.RequireLimits})
+			Memory: int64(cfg.Browser.Memory), Cgroup: cfg.Sandbox.Limits.Cgroup, CgroupParent: config.CgroupParent, RequireLimits: cfg.Sandbox.RequireLimits})
 		switch {
 		case err != nil:
 			problem(fmt.Sprintf("%s (%s) does not start: %v", bin.Path, bin.Source, err), "see the error; browser.require_sandbox (and "+browser.EnvSandbox+"=1) forbid the fallback to --no-sandbox")

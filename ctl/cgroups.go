@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"github.com/urfave/cli/v3"
 )
@@ -47,7 +48,7 @@ func runSetupCgroups(ctx context.Context, cmd *cli.Command) error {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	dirs, err := cgroup.Delegate(cmd.String("mount"), u.Username, uid, gid)
+	dirs, err := cgroup.Delegate(cmd.String("mount"), config.CgroupParent, u.Username, uid, gid)
 	if err != nil {
 		return exitWith(exitFailure, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/urfave/cli/v3"
 )
 
@@ -46,7 +47,7 @@ type checkReport struct {
 
 func sandboxChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	// A copy: the Doctor caches its Report, and later sources append.
-	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase, Limits: &o.limits})
+	rep := *sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: o.bwrap, ProbeDir: o.workspaceBase, Limits: &o.limits, InstallRemedy: config.InstallRemedy, CgroupRemedy: config.CgroupRemedy()})
 	rep.Checks = slices.Clone(rep.Checks)
 	r.Report = &rep
 }
@@ -56,7 +57,7 @@ func checkCommand() *cli.Command {
 		Name:  "check",
 		Usage: "check that this machine can run Codumentor's sandbox",
 		Description: "Runs the sandbox pre-flight checks (the same the server runs before starting any\n" +
-			"sandbox): bwrap present, version >= " + sandboxkit.MinBwrapVersion + ", not setuid, user namespaces,\n" +
+			"sandbox): bwrap present, version >= " + diag.MinBwrapVersion + ", not setuid, user namespaces,\n" +
 			"/proc, an overlay mount in the workspace base dir, loopback in a new network namespace,\n" +
 			"and this architecture's seccomp filters (digests verified, the enforce filter loaded),\n" +
 			"and the resource limits: a cgroup subtree delegated to this user, or a warning\n" +
@@ -93,7 +94,7 @@ func runCheck(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Present() {
 		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
 	}
-	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: sandboxkit.DefaultLimits()}
+	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: config.DefaultSandboxLimits()}
 	for _, p := range []*string{&o.instance, &o.workspaceBase} {
 		if *p == "" {
 			continue

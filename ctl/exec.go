@@ -17,14 +17,20 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/setup"
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 	"github.com/urfave/cli/v3"
 )
+
+// sandboxPath is PATH inside every sandbox (sandboxkit's minimal
+// environment), for the message of a command not found there.
+const sandboxPath = "/usr/local/bin:/usr/bin:/bin"
 
 func sandboxCommand() *cli.Command {
 	return &cli.Command{
@@ -131,7 +137,7 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 	// constructors: without a workspace the MCP server's (the strict zero
 	// Policy plus an optional network), with one the agent's shell's, or
 	// the setup script's when it has a network.
-	s := sandboxkit.Settings{Bwrap: cmd.String("bwrap"), Seccomp: seccomp.Mode(cmd.String("seccomp"))}
+	s := sandboxkit.Settings{Bwrap: cmd.String("bwrap"), Seccomp: seccomp.Mode(cmd.String("seccomp")), Limits: new(config.DefaultSandboxLimits())}
 	shareNet := cmd.Bool("share-net")
 	hosts := cmd.StringSlice("allow-host")
 	if len(hosts) > 0 {
@@ -177,7 +183,7 @@ func runExec(ctx context.Context, cmd *cli.Command) error {
 		return execError(ctx, nil, err)
 	}
 
-	if p.ShareNet && !sandboxkit.AbstractUnixScoped() {
+	if p.ShareNet && !diag.AbstractUnixScoped() {
 		fmt.Fprintf(cmd.Root().ErrWriter, "%s: warning: this kernel lacks Landlock's abstract socket scope (Linux 6.12): the sandbox can connect to the host's abstract UNIX sockets\n", progName)
 	}
 	if cmd.Bool("report") {
@@ -224,7 +230,7 @@ func execError(ctx context.Context, c *sandboxkit.Cmd, err error) error {
 		}
 		return exitWith(exitSandbox, fmt.Errorf("%w; nothing was run", err))
 	case errors.Is(err, sandboxkit.ErrNotFound):
-		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxkit.DefaultPath))
+		return exitWith(exitNotFound, fmt.Errorf("%s: command not found in the sandbox (PATH inside is %s)", c.Args[0], sandboxPath))
 	case errors.Is(err, sandboxkit.ErrNotExecutable):
 		return exitWith(exitCannotRun, fmt.Errorf("%s: cannot execute in the sandbox: permission denied", c.Args[0]))
 	case errors.As(err, &se):

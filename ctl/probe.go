@@ -13,6 +13,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -61,14 +62,14 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		rep, err := sandboxkit.Probe(ctx, p)
+		rep, err := diag.Probe(ctx, p)
 		if err != nil {
 			return nil, err
 		}
 		r.Modes[m], r.Arch, r.Compat = rep, rep.Arch, rep.Compat
 		r.Failures = append(r.Failures, rep.Failures(m)...)
 		if m == seccomp.Enforce {
-			r.Toolchains = sandboxkit.ProbeToolchains(ctx, p)
+			r.Toolchains = diag.ProbeToolchains(ctx, p)
 			for _, t := range r.Toolchains {
 				if !t.OK && !t.Skipped {
 					r.Failures = append(r.Failures, fmt.Sprintf("enforce: toolchain %s failed: %s", t.Name, t.Detail))
@@ -80,11 +81,11 @@ func probeSeccomp(ctx context.Context, o checkOptions) (*probeReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.AbstractUnix = sandboxkit.ProbeAbstractUnix(ctx, p)
+	r.AbstractUnix = diag.ProbeAbstractUnix(ctx, p)
 	for _, c := range r.AbstractUnix {
 		// Where the kernel cannot scope them, the exposure is the
 		// Doctor's landlock check, a warning (WARN).
-		if !c.OK && sandboxkit.AbstractUnixScoped() {
+		if !c.OK && diag.AbstractUnixScoped() {
 			r.Failures = append(r.Failures, fmt.Sprintf("shared network: %s: %s", c.Name, c.Detail))
 		}
 	}
@@ -146,7 +147,7 @@ func printProbe(out io.Writer, r *probeReport) {
 	}
 	for _, c := range r.AbstractUnix {
 		status := checkStatus(c.OK, false)
-		if !c.OK && !sandboxkit.AbstractUnixScoped() {
+		if !c.OK && !diag.AbstractUnixScoped() {
 			status = "WARN"
 		}
 		fmt.Fprintf(tw, "%s\t\t\t%s\n", c.Name, status)

@@ -17,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/office"
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/urfave/cli/v3"
 )
@@ -74,7 +75,7 @@ func profileCommand() *cli.Command {
 			"(sharing adds --share-net and a read-only /etc/resolv.conf). Numbers after --file are\n" +
 			"descriptors bwrap reads the listed contents from.\n" +
 			"With --allow-host, the profiles that take an egress allow-list (setup,\n" +
-			"external-agent, mcp) show it: the proxy's socket bound in (" + sandboxkit.EgressSocketPlaceholder + "\n" +
+			"external-agent, mcp) show it: the proxy's socket bound in (" + diag.EgressSocketPlaceholder + "\n" +
 			"stands for the one each sandbox gets) and the *_PROXY variables.\n" +
 			"With --json: an object {profile name: argv}.",
 		Flags: []cli.Flag{
@@ -86,12 +87,12 @@ func profileCommand() *cli.Command {
 }
 
 // profileLaunch builds the example launch of one profile.
-func profileLaunch(name string, allow []string) (*sandboxkit.Launch, error) {
+func profileLaunch(name string, allow []string) (*diag.Launch, error) {
 	p, err := profilePolicy(name, allow)
 	if err != nil {
 		return nil, err
 	}
-	return p.Build(exampleArgv...)
+	return diag.Build(p, exampleArgv...)
 }
 
 func runProfile(_ context.Context, cmd *cli.Command) error {
@@ -108,7 +109,7 @@ func runProfile(_ context.Context, cmd *cli.Command) error {
 	if err := egress.ParseAllow(allow); err != nil {
 		return usageError(cmd, "--allow-host: %v", err)
 	}
-	launches := make([]*sandboxkit.Launch, len(names))
+	launches := make([]*diag.Launch, len(names))
 	for i, n := range names {
 		l, err := profileLaunch(n, allow)
 		if err != nil {
@@ -167,7 +168,7 @@ var bwrapArity = map[string]int{
 
 // printArgv prints l.Args one option per line, the command last, and the
 // contents bwrap reads from inherited descriptors.
-func printArgv(out io.Writer, l *sandboxkit.Launch) {
+func printArgv(out io.Writer, l *diag.Launch) {
 	args := l.Args
 	fmt.Fprintln(out, shellQuote(args[0]))
 	for i := 1; i < len(args); {
@@ -180,7 +181,7 @@ func printArgv(out io.Writer, l *sandboxkit.Launch) {
 		fmt.Fprintf(out, "  %s\n", quoteAll(args[i:end]))
 		i = end
 	}
-	// Launch.Files[k] is read from descriptor 3+k (see sandboxkit.Launch);
+	// Launch.Files[k] is read from descriptor 3+k (see diag.Launch);
 	// name each by the option that reads it.
 	for k, data := range l.Files {
 		fd := strconv.Itoa(3 + k)

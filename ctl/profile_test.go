@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 )
 
 func TestProfileListsEveryProfile(t *testing.T) {
@@ -85,7 +85,7 @@ func TestProfileAllowHost(t *testing.T) {
 		t.Fatal(r)
 	}
 	setup, ws, _ := strings.Cut(strings.SplitN(r.stdout, "# profile setup\n", 2)[1], "# profile workspace\n")
-	for _, want := range []string{"--ro-bind " + sandboxkit.EgressSocketPlaceholder + " /run/sandboxkit-egress.sock", "--setenv HTTPS_PROXY http://127.0.0.1:3128"} {
+	for _, want := range []string{"--ro-bind " + diag.EgressSocketPlaceholder + " /run/sandboxkit-egress.sock", "--setenv HTTPS_PROXY http://127.0.0.1:3128"} {
 		if !strings.Contains(setup, want) {
 			t.Errorf("setup profile lacks %q:\n%s", want, setup)
 		}

@@ -78,7 +78,7 @@ func TestRepos(t *testing.T) {
 	// The server's side: its queue with the sync handler (the local
 	// remote is served in a sandbox).
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	db := openDB(t, dir)

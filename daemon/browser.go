@@ -17,7 +17,6 @@ import (
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/integrations/browser"
-	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 )
 
 // browsers holds the one headless browser the webretrieve and
@@ -58,6 +57,7 @@ func (bs *browsers) get(s *server, cfg config.Config) (*browser.Browser, error) 
 			// Its own cgroup, in the sandboxes' delegated subtree.
 			Memory:        int64(cfg.Browser.Memory),
 			Cgroup:        cfg.Sandbox.Limits.Cgroup,
+			CgroupParent:  config.CgroupParent,
 			RequireLimits: cfg.Sandbox.RequireLimits,
 			Mermaid:       cfg.MermaidRender.Script,
 			Log:           s.log.Named("browser"),
@@ -153,7 +153,7 @@ func browserChecks(ctx context.Context, s *server, cfg config.Config) []api.Chec
 		if s.browsers.b != nil {
 			if why := s.browsers.b.Unbounded(); why != "" {
 				c.Detail += "; " + why
-				c.Warning, c.Remedy = true, strings.TrimPrefix(c.Remedy+"; ", "; ")+cgroup.Remedy()
+				c.Warning, c.Remedy = true, strings.TrimPrefix(c.Remedy+"; ", "; ")+config.CgroupRemedy()
 			}
 		}
 	}

@@ -57,7 +57,9 @@ func startOffice(ctx context.Context, s *server, cfg config.Config) error {
 // officeChecks: the worker's sandbox and pdftotext.
 func officeChecks(ctx context.Context, s *server, cfg config.Config) []api.Check {
 	c := api.Check{Name: "office/sandbox", OK: true, Detail: "attachments are parsed in the office worker's sandbox"}
-	if err := sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, Limits: new(office.WorkerLimitsUnder(cfg.Sandbox.Settings()))}).Err(); err != nil {
+	o := cfg.Sandbox.DoctorOptions("")
+	o.Limits = new(office.WorkerLimitsUnder(cfg.Sandbox.Settings()))
+	if err := sandboxkit.Doctor(ctx, o).Err(); err != nil {
 		c.OK, c.Detail = false, "attachments are refused: "+err.Error()
 		var ue *sandboxkit.UnavailableError
 		if errors.As(err, &ue) {

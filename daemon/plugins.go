@@ -95,7 +95,7 @@ func workspaceIsolationChecks(ctx context.Context, s *server, cfg config.Config)
 }
 
 func sandboxReport(ctx context.Context, s *server, cfg config.Config) *sandboxkit.Report {
-	return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{Bwrap: cfg.Sandbox.Bwrap, ProbeDir: s.layers.Base(), Limits: new(cfg.Sandbox.SandboxLimits())})
+	return sandboxkit.Doctor(ctx, cfg.Sandbox.DoctorOptions(s.layers.Base()))
 }
 
 // sandboxWarnings are the sandbox checks that passed with less

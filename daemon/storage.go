@@ -7,6 +7,8 @@ import (
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/sandboxkit"
+
+	"golang.org/x/sys/unix"
 )
 
 // storageCheck is the readiness check "storage": the filesystems of the
@@ -19,7 +21,7 @@ func storageCheck(inst config.Instance, lim sandboxkit.Limits) api.Check {
 	c := api.Check{Name: "storage", OK: true}
 	var details []string
 	for _, d := range []struct{ what, dir string }{{"database", inst.DataDir()}, {"workspaces", inst.WorkspacesDir()}} {
-		free, size, err := sandboxkit.DiskFree(d.dir)
+		free, size, err := diskFree(d.dir)
 		if err != nil {
 			c.OK = false
 			details = append(details, fmt.Sprintf("%s (%s): %v", d.what, d.dir, err))
@@ -39,3 +41,13 @@ func storageCheck(inst config.Instance, lim sandboxkit.Limits) api.Check {
 }
 
 func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+
+// diskFree returns the space an unprivileged user may still write on the
+// filesystem that holds path, and the filesystem's size, in bytes.
+func diskFree(path string) (free, size int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("free space: %w", err)
+	}
+	return int64(st.Bavail) * st.Frsize, int64(st.Blocks) * st.Frsize, nil
+}

@@ -1,6 +1,7 @@
 package sandboxkit
 
 import (
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"os"
 	"os/exec"
 	"slices"
@@ -23,14 +24,14 @@ func BenchmarkTrue(b *testing.B) {
 	requireSandbox(b)
 	p := &Policy{UID: os.Getuid(), GID: os.Getgid()}
 	b.Run("raw-bwrap", func(b *testing.B) {
-		l, err := p.Build("true")
+		l, err := p.build([]string{"true"}, buildOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
 			cmd := exec.Command(l.Path, l.Args[1:]...)
 			cmd.Env = l.Env
-			files, err := memFiles(l)
+			files, err := supervisor.MemFiles(l.Files)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -120,7 +121,7 @@ func BenchmarkHideOptions(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				files, err := memFiles(l)
+				files, err := supervisor.MemFiles(l.Files)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -16,14 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
-
-// MinBwrapVersion is the oldest bubblewrap sandboxkit runs. Earlier
-// releases lack --overlay and could be made to follow a symlink out of a
-// writable tree while setting up the sandbox.
-const MinBwrapVersion = "0.12.0"
 
 // Check is one pre-flight check of the Doctor.
 type Check struct {
@@ -31,7 +28,7 @@ type Check struct {
 	// "bwrap-not-setuid", "userns", "proc", "overlay", "loopback",
 	// "seccomp", "seccomp-observe" (a warning when log mode cannot
 	// report per sandbox), "landlock" (a warning without the abstract socket
-	// scope: see AbstractUnixScoped), "limits" (with
+	// scope: see diag.AbstractUnixScoped), "limits" (with
 	// DoctorOptions.Limits); and "main" when the program did not call
 	// Main, without which no sandbox can start.
 	Name string `json:"name"`
@@ -85,6 +82,12 @@ type DoctorOptions struct {
 	// cgroup enforces them, "rlimits only" (a warning) if not, a failure
 	// if they Require it. Not cached: delegation may be set up meanwhile.
 	Limits *Limits
+	// InstallRemedy, if set, replaces the advice to install bubblewrap
+	// (checks "bwrap", "bwrap-version", "bwrap-not-setuid"), say with
+	// the caller's own installer; CgroupRemedy replaces the advice to
+	// delegate a cgroup subtree ("limits": cgroup.Remedy), say naming the
+	// caller's unit file or setup command.
+	InstallRemedy, CgroupRemedy string
 }
 
 // doctorCache holds one Report per (bwrap, probe filesystem) for the life
@@ -98,12 +101,25 @@ var doctorCache struct {
 // Doctor runs the pre-flight checks, or returns the cached Report.
 func Doctor(ctx context.Context, o DoctorOptions) *Report {
 	r := doctor(ctx, o)
-	// Like every check, it runs only when those before it passed.
-	if o.Limits == nil || slices.ContainsFunc(r.Checks, func(c Check) bool { return !c.OK }) {
+	if o.Limits == nil && o.InstallRemedy == "" && o.CgroupRemedy == "" {
 		return r
 	}
 	c := *r
-	c.Checks = append(append([]Check(nil), r.Checks...), limitsCheck(*o.Limits))
+	c.Checks = slices.Clone(r.Checks)
+	// Like every check, it runs only when those before it passed.
+	if o.Limits != nil && !slices.ContainsFunc(r.Checks, func(c Check) bool { return !c.OK }) {
+		c.Checks = append(c.Checks, limitsCheck(*o.Limits))
+	}
+	// The cached report keeps the default remedies: each caller its own.
+	for i := range c.Checks {
+		k := &c.Checks[i]
+		if o.InstallRemedy != "" {
+			k.Remedy = strings.Replace(k.Remedy, installRemedy, o.InstallRemedy, 1)
+		}
+		if o.CgroupRemedy != "" && k.Name == "limits" {
+			k.Remedy = strings.Replace(k.Remedy, cgroup.Remedy(), o.CgroupRemedy, 1)
+		}
+	}
 	return &c
 }
 
@@ -118,9 +134,9 @@ func doctor(ctx context.Context, o DoctorOptions) *Report {
 		// (or PATH changed) while the process runs.
 		return &Report{Checks: []Check{{Name: "bwrap", Detail: fmt.Sprintf("%s not found: %v", name, err), Remedy: installRemedy + ", or configure its path"}}}
 	}
-	if !mainCalled.Load() {
+	if !supervisor.MainCalled.Load() {
 		// Not cached either: it says nothing about the machine.
-		return &Report{Bwrap: path, Checks: []Check{{Name: "bwrap", OK: true, Detail: path}, {Name: "main", Detail: "the probes cannot start sandboxes: " + errNoMain.Error(), Remedy: "call sandboxkit.Main() first in main (and in TestMain)"}}}
+		return &Report{Bwrap: path, Checks: []Check{{Name: "bwrap", OK: true, Detail: path}, {Name: "main", Detail: "the probes cannot start sandboxes: " + supervisor.ErrNoMain.Error(), Remedy: "call sandboxkit.Main() first in main (and in TestMain)"}}}
 	}
 	key := doctorKey(path, o.ProbeDir)
 	doctorCache.Lock()
@@ -140,11 +156,11 @@ func doctor(ctx context.Context, o DoctorOptions) *Report {
 	return r
 }
 
-// Available returns nil when p can be sandboxed here, else an
+// available returns nil when p can be sandboxed here, else an
 // *UnavailableError. It is what Run and Session call before starting.
 // The seccomp check counts only for a Policy with a filter; the limits
 // only when the Policy's Limits.Require them.
-func Available(ctx context.Context, p *Policy) error {
+func available(ctx context.Context, p *Policy) error {
 	o := DoctorOptions{Bwrap: p.Bwrap}
 	if p.Workspace != nil {
 		o.ProbeDir = filepath.Dir(p.Workspace.Upper)
@@ -180,7 +196,7 @@ func resolveBwrap(name string) (string, error) {
 	return filepath.Abs(path)
 }
 
-const installRemedy = "install bubblewrap " + MinBwrapVersion + " or newer (scripts/install-prereqs builds it from Debian's source)"
+const installRemedy = "install bubblewrap " + minBwrapVersion + " or newer"
 
 // diagnose runs the checks for the bwrap at path (already found).
 func diagnose(ctx context.Context, path, probeDir string) *Report {
@@ -198,8 +214,8 @@ func diagnose(ctx context.Context, path, probeDir string) *Report {
 	}
 	ver := strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap ")
 	r.Version = ver
-	if !versionAtLeast(ver, MinBwrapVersion) {
-		add(Check{Name: "bwrap-version", Detail: fmt.Sprintf("%s is version %s, older than %s", path, ver, MinBwrapVersion), Remedy: installRemedy})
+	if !versionAtLeast(ver, minBwrapVersion) {
+		add(Check{Name: "bwrap-version", Detail: fmt.Sprintf("%s is version %s, older than %s", path, ver, minBwrapVersion), Remedy: installRemedy})
 		return r
 	}
 	add(Check{Name: "bwrap-version", OK: true, Detail: ver})
@@ -339,6 +355,26 @@ func usernsRemedy(procSys fs.FS) string {
 		return "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0): sysctl -w kernel.unprivileged_userns_clone=1"
 	}
 	return "enable unprivileged user namespaces for the server's user (inside a container, start it with a seccomp profile that allows unshare/clone of user namespaces)"
+}
+
+// landlockCheck is the Doctor's report on the abstract-socket scope. A
+// kernel without it is a warning, not a failure: sandboxes run, and those
+// that share the network reach the host's abstract sockets.
+func landlockCheck() Check { return landlockCheckFor(supervisor.ABI()) }
+
+// landlockCheckFor is landlockCheck on a kernel whose Landlock ABI is abi.
+func landlockCheckFor(abi int) Check {
+	const name = "landlock"
+	if abi >= supervisor.ScopeABI {
+		return Check{Name: name, OK: true, Detail: fmt.Sprintf("Landlock ABI %d: sandboxes that share the host network are scoped away from its abstract UNIX sockets", abi)}
+	}
+	have := "no Landlock"
+	if abi > 0 {
+		have = fmt.Sprintf("Landlock ABI %d", abi)
+	}
+	return Check{Name: name, OK: true, Warning: true,
+		Detail: fmt.Sprintf("%s (the abstract UNIX socket scope needs ABI %d, Linux 6.12): sandboxes that share the host network can connect to the host's abstract UNIX sockets", have, supervisor.ScopeABI),
+		Remedy: "run Linux 6.12 or newer with Landlock enabled (CONFIG_SECURITY_LANDLOCK, \"landlock\" in the lsm= boot list), or keep the network unshared"}
 }
 
 // versionAtLeast compares dotted numeric versions.

@@ -18,6 +18,8 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
+	"github.com/codumentor/codumentor/sandboxkit/internal/invocation"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 )
 
 // egressFixture is a TLS server for allowed.test, other.test and
@@ -247,12 +249,12 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // refused with the host's network.
 func TestEgressPolicy(t *testing.T) {
 	p := &Policy{Egress: &egress.Options{Allow: []string{"allowed.test"}}}
-	l, err := p.Build("true")
+	l, err := p.build([]string{"true"}, buildOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := strings.Join(l.Args, " ")
-	for _, want := range []string{"--unshare-all", "--ro-bind " + EgressSocketPlaceholder + " " + egressSocket, "--setenv HTTPS_PROXY http://127.0.0.1:3128", "--setenv ALL_PROXY socks5h://127.0.0.1:3128", "--setenv NO_PROXY "} {
+	for _, want := range []string{"--unshare-all", "--ro-bind " + invocation.EgressSocketPlaceholder + " " + supervisor.EgressSocket, "--setenv HTTPS_PROXY http://127.0.0.1:3128", "--setenv ALL_PROXY socks5h://127.0.0.1:3128", "--setenv NO_PROXY "} {
 		if !strings.Contains(args, want) {
 			t.Errorf("argv lacks %q:\n%s", want, args)
 		}
@@ -265,7 +267,7 @@ func TestEgressPolicy(t *testing.T) {
 		{HostView: true, Egress: &egress.Options{}},
 		{Egress: &egress.Options{Allow: []string{"*.com"}}},
 	} {
-		if _, err := bad.Build("true"); err == nil {
+		if _, err := bad.build([]string{"true"}, buildOptions{}); err == nil {
 			t.Errorf("Build(%+v) succeeded", bad)
 		}
 	}
@@ -292,12 +294,12 @@ func TestEgressNeedsOwnNetwork(t *testing.T) {
 		}
 		p.Egress = eg
 		tc.set(p)
-		l, err := p.Build("true")
+		l, err := p.build([]string{"true"}, buildOptions{})
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: Build = %v, want ok=%v", tc.name, err, tc.ok)
 			continue
 		}
-		if tc.ok && (!slices.Contains(l.Args, EgressSocketPlaceholder) || !slices.Contains(l.Args, "HTTPS_PROXY")) {
+		if tc.ok && (!slices.Contains(l.Args, invocation.EgressSocketPlaceholder) || !slices.Contains(l.Args, "HTTPS_PROXY")) {
 			t.Errorf("%s: the argv lacks the proxy's socket or HTTPS_PROXY: %q", tc.name, l.Args)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 )
 
 // ErrUnavailable is the fail-closed error: isolation was asked for but
@@ -18,22 +20,46 @@ var ErrNotFound = errors.New("command not found in the sandbox")
 // be executed (no execute permission).
 var ErrNotExecutable = errors.New("command not executable in the sandbox")
 
-// Causes of a command that did not start, as the supervisor reports
-// them; see causeErr.
-const (
-	causeNotFound      = "not-found"
-	causeNotExecutable = "not-executable"
-)
+// ErrLimitsUnavailable means Limits.Require asked for process, memory and
+// CPU limits that no delegated cgroup can enforce here; nothing ran.
+var ErrLimitsUnavailable = errors.New("sandbox resource limits unavailable")
 
-// causeErr is the sentinel for a supervisor's cause, or nil.
-func causeErr(cause string) error {
-	switch cause {
-	case causeNotFound:
-		return ErrNotFound
-	case causeNotExecutable:
-		return ErrNotExecutable
+// ErrDiskReserve refuses to start a sandbox whose workspace's filesystem
+// has less free space than Limits.DiskReserve: nothing was run. Deleting
+// files (in a workspace, say) brings it back.
+var ErrDiskReserve = errors.New("sandboxkit: the workspace's filesystem is below its free-space reserve")
+
+// ErrLaunchRefused is wrapped by the error of a start that
+// Policy.Launching refused (e.g. its audit record could not be
+// written): nothing was run.
+var ErrLaunchRefused = errors.New("sandboxkit: launch refused")
+
+// ErrSessionClosed is wrapped by the errors of a Session that has ended:
+// closed, idle too long, or its sandbox died. The message says which.
+var ErrSessionClosed = errors.New("sandboxkit: session closed")
+
+// ErrNoJob means Output or Kill named a job the Session does not have.
+var ErrNoJob = errors.New("sandboxkit: no such background job")
+
+// ErrTooManyJobs refuses a background job while SessionOptions.MaxJobs
+// run: wait for one to end, or Kill one.
+var ErrTooManyJobs = errors.New("sandboxkit: too many background jobs running")
+
+// startErr turns the supervisor's refusal to start a command into a
+// *SetupError, with the sentinel for its cause; other errors pass.
+func startErr(err error) error {
+	var se *supervisor.StartError
+	if !errors.As(err, &se) {
+		return err
 	}
-	return nil
+	e := &SetupError{Message: se.Message}
+	switch se.Cause {
+	case supervisor.CauseNotFound:
+		e.err = ErrNotFound
+	case supervisor.CauseNotExecutable:
+		e.err = ErrNotExecutable
+	}
+	return e
 }
 
 // UnavailableError reports the Doctor check that failed.
@@ -79,7 +105,7 @@ func UnavailableDetail(err error) string {
 // the host.
 var checkReasons = map[string]string{
 	"bwrap":            "bubblewrap (bwrap) was not found",
-	"bwrap-version":    "the installed bubblewrap is missing or older than " + MinBwrapVersion,
+	"bwrap-version":    "the installed bubblewrap is missing or older than " + minBwrapVersion,
 	"bwrap-not-setuid": "the installed bubblewrap cannot be used (setuid root, or unreadable)",
 	"userns":           "unprivileged user namespaces are not available on this host",
 	"proc":             "a fresh /proc cannot be mounted in the sandbox",

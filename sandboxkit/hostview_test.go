@@ -58,7 +58,7 @@ func TestHostSockets(t *testing.T) {
 // a UNIX socket under /run are not, and nothing can be written.
 func TestHostReadOnlyView(t *testing.T) {
 	requireSandbox(t)
-	sockPath := fmt.Sprintf("/run/lock/codumentor-test-%d.sock", os.Getpid())
+	sockPath := fmt.Sprintf("/run/lock/sandboxkit-test-%d.sock", os.Getpid())
 	l, err := net.Listen("unix", sockPath)
 	if err != nil {
 		sandboxtest.SkipOrFail(t, "cannot create a socket under /run (the world-writable /run/lock): %v", err)
@@ -110,7 +110,7 @@ func TestHostReadOnlyView(t *testing.T) {
 			t.Errorf("%s is visible in the view: %q", d, out)
 		}
 	}
-	for _, f := range []string{"/etc/codumentor-probe", "/usr/codumentor-probe", "/var/log/codumentor-probe", "/tmp/probe", HomeDir + "/probe", "/dev/shm/probe", home + "/probe", "/run/probe"} {
+	for _, f := range []string{"/etc/sandboxkit-probe", "/usr/sandboxkit-probe", "/var/log/sandboxkit-probe", "/tmp/probe", homeDir + "/probe", "/dev/shm/probe", home + "/probe", "/run/probe"} {
 		if out, err := run("echo x > " + f + " && echo WROTE"); strings.Contains(out, "WROTE") {
 			t.Errorf("wrote %s in the read-only view (%v)", f, err)
 		}

@@ -1,88 +1,26 @@
 package sandboxkit
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
-	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
 // requireAbstractScope skips (fails under CI) where the kernel cannot
 // scope abstract sockets, after checking that the Doctor says so.
 func requireAbstractScope(t *testing.T) {
 	t.Helper()
-	if AbstractUnixScoped() {
+	if supervisor.Scoped() {
 		return
 	}
 	if c := landlockCheck(); c.OK || !strings.Contains(c.Detail, "abstract UNIX sockets") {
 		t.Errorf("kernel without the scope, yet the landlock check says %+v", c)
 	}
 	sandboxtest.SkipOrFail(t, "this kernel lacks Landlock's abstract UNIX socket scope (Linux 6.12)")
-}
-
-// A one-shot sandbox cannot connect to an abstract socket this test
-// listens on, with the network private (the namespace hides it) or
-// shared (Landlock's scope refuses it), and its own abstract sockets
-// work.
-func TestAbstractUnixOneShot(t *testing.T) {
-	requireSandbox(t)
-	requireAbstractScope(t)
-	for _, share := range []bool{false, true} {
-		t.Run(map[bool]string{false: "private-net", true: "shared-net"}[share], func(t *testing.T) {
-			p, err := netPolicy(Settings{Seccomp: seccomp.Enforce}, share)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range ProbeAbstractUnix(t.Context(), p) {
-				if !c.OK {
-					t.Errorf("%s: %s", c.Name, c.Detail)
-				}
-			}
-		})
-	}
-}
-
-// A Session that shares the network: its supervisor and the commands
-// it starts are in the scoped domain.
-func TestAbstractUnixSession(t *testing.T) {
-	requireSandbox(t)
-	requireAbstractScope(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := netPolicy(Settings{}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ReadOnly = []Bind{{Src: exe, Dst: "/opt/probe"}}
-	name, accepted, stop, err := hostAbstractListener()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	s := startSession(t, p, SessionOptions{})
-	var out bytes.Buffer
-	c := s.Command(t.Context(), "/opt/probe", abstractProbeFlag, name)
-	c.Stdout, c.Stderr = &out, &out
-	if err := c.Run(); err != nil {
-		t.Fatalf("probe in the session: %v: %s", err, out.String())
-	}
-	var r abstractResult
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("probe report %q: %v", out.String(), err)
-	}
-	for _, c := range judgeAbstract(p, r, accepted.Load(), seccomp.ProbeCheck{Name: "host"}, seccomp.ProbeCheck{Name: "inside"}) {
-		if !c.OK {
-			t.Errorf("%s: %s", c.Name, c.Detail)
-		}
-	}
 }
 
 // The landlock check is a warning: a kernel without the scope still runs
@@ -99,8 +37,8 @@ func TestLandlockCheckWarning(t *testing.T) {
 		t.Errorf("Err = %v; want the userns check", err)
 	}
 	c := landlockCheck()
-	if c.Name != "landlock" || !c.OK || c.Warning == AbstractUnixScoped() || c.Detail == "" || (c.Warning && c.Remedy == "") {
-		t.Errorf("landlockCheck = %+v (scoped: %v)", c, AbstractUnixScoped())
+	if c.Name != "landlock" || !c.OK || c.Warning == supervisor.Scoped() || c.Detail == "" || (c.Warning && c.Remedy == "") {
+		t.Errorf("landlockCheck = %+v (scoped: %v)", c, supervisor.Scoped())
 	}
 	// Every kernel, also the ones this machine is not: below ABI 6 the
 	// Doctor warns and names the exposure.
@@ -129,7 +67,7 @@ func TestScopedLaunch(t *testing.T) {
 		t.Errorf("private network: %q", got)
 	}
 	got := scopedLaunch(&Policy{ShareNet: true}, args)
-	if AbstractUnixScoped() != (len(got) == len(args)+2 && got[1] == scopeFlag && slices.Equal(got[2:], args)) {
-		t.Errorf("shared network (scoped %v): %q", AbstractUnixScoped(), got)
+	if supervisor.Scoped() != (len(got) == len(args)+2 && got[1] == supervisor.ScopeFlag && slices.Equal(got[2:], args)) {
+		t.Errorf("shared network (scoped %v): %q", supervisor.Scoped(), got)
 	}
 }

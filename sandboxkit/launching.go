@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,30 +11,23 @@ import (
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// ErrLaunchRefused is wrapped by the error of a start that
-// Policy.Launching refused (e.g. its audit record could not be
-// written): nothing was run.
-var ErrLaunchRefused = errors.New("sandboxkit: launch refused")
-
-// LaunchKind says what a LaunchRecord starts.
-type LaunchKind string
-
+// The kinds of LaunchRecord.
 const (
-	// LaunchRun is a one-shot sandbox (Cmd.Start, Run).
-	LaunchRun LaunchKind = "run"
-	// LaunchSession is a Session's sandbox (StartSession); its pid 1 is
-	// the supervisor, and Argv is empty: the commands started in it are
-	// reported one by one.
-	LaunchSession LaunchKind = "session"
-	// LaunchInSession is a command or background job started in a
-	// running Session, under the filter the session loaded.
-	LaunchInSession LaunchKind = "session-command"
+	launchRun       = "run"
+	launchSession   = "session"
+	launchInSession = "session-command"
 )
 
 // LaunchRecord is what Policy.Launching is told of a start: enough for
 // an audit record of who ran what, where, under which filter.
 type LaunchRecord struct {
-	Kind LaunchKind
+	// Kind says what starts: "run", a one-shot sandbox (Cmd.Start, Run);
+	// "session", a Session's sandbox (StartSession), whose pid 1 is the
+	// supervisor and whose Argv is empty (the commands started in it are
+	// reported one by one); "session-command", a command or background
+	// job started in a running Session, under the filter the session
+	// loaded.
+	Kind string
 	// Profile is Policy.Profile, the Policy's label.
 	Profile string
 	// Argv is the command line inside the sandbox (for a SelfCommand,
@@ -63,7 +55,7 @@ func (r LaunchRecord) ArgvSHA256() string {
 
 // launching tells p.Launching of a start, if set. Its error refuses the
 // start: the caller runs nothing.
-func (p *Policy) launching(ctx context.Context, kind LaunchKind, argv []string, dir string) error {
+func (p *Policy) launching(ctx context.Context, kind string, argv []string, dir string) error {
 	if p.Launching == nil {
 		return nil
 	}
@@ -72,7 +64,7 @@ func (p *Policy) launching(ctx context.Context, kind LaunchKind, argv []string, 
 		r.Cwd = p.Dir
 	}
 	if r.Cwd == "" {
-		r.Cwd = HomeDir
+		r.Cwd = homeDir
 		if p.Workspace != nil {
 			r.Cwd = WorkspaceDir
 		}

@@ -93,10 +93,10 @@ func TestLaunching(t *testing.T) {
 	}
 
 	want := []LaunchRecord{
-		{Kind: LaunchRun, Argv: []string{"true"}, Cwd: "/out"},
-		{Kind: LaunchSession, Cwd: "/out"},
-		{Kind: LaunchInSession, Argv: []string{"sh", "-c", "exit 0"}, Cwd: "/tmp"},
-		{Kind: LaunchInSession, Argv: []string{"sleep", "0"}, Cwd: "/out"},
+		{Kind: launchRun, Argv: []string{"true"}, Cwd: "/out"},
+		{Kind: launchSession, Cwd: "/out"},
+		{Kind: launchInSession, Argv: []string{"sh", "-c", "exit 0"}, Cwd: "/tmp"},
+		{Kind: launchInSession, Argv: []string{"sleep", "0"}, Cwd: "/out"},
 	}
 	got := log.records()
 	if len(got) != len(want) {
@@ -116,10 +116,10 @@ func TestLaunching(t *testing.T) {
 func TestLaunchingSeccompOff(t *testing.T) {
 	var got LaunchRecord
 	p := &Policy{Launching: func(_ context.Context, r LaunchRecord) error { got = r; return nil }}
-	if err := p.launching(context.Background(), LaunchRun, []string{"x"}, ""); err != nil {
+	if err := p.launching(context.Background(), launchRun, []string{"x"}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if got.Seccomp != seccomp.Off || got.FilterSHA256 != "" || got.Cwd != HomeDir || got.Profile != "" {
+	if got.Seccomp != seccomp.Off || got.FilterSHA256 != "" || got.Cwd != homeDir || got.Profile != "" {
 		t.Fatalf("%+v", got)
 	}
 }

@@ -35,20 +35,3 @@ func TestLaunchStepOwnProc(t *testing.T) {
 		}
 	}
 }
-
-func TestIsLaunchStep(t *testing.T) {
-	for _, tc := range []struct {
-		argv []string
-		want bool
-	}{
-		{[]string{"/proc/self/exe", scopeFlag, "/usr/bin/bwrap"}, true},
-		{[]string{"/proc/self/exe", rlimitFlag, "0", "0", "/usr/bin/bwrap"}, true},
-		{[]string{"/usr/bin/bwrap", "--", "true"}, false},
-		{[]string{"/proc/self/exe", spawnerFlag}, false},
-		{[]string{"/proc/self/exe"}, false},
-	} {
-		if got := isLaunchStep(tc.argv); got != tc.want {
-			t.Errorf("isLaunchStep(%q) = %v", tc.argv, got)
-		}
-	}
-}

@@ -1,7 +1,6 @@
 package sandboxkit
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -56,7 +55,7 @@ type Limits struct {
 	// bytes: the workspace's upper layer (and overlayfs's work dir) and
 	// the directories bound ReadWrite. The command running when it is
 	// crossed is killed, and a one-shot command that ends above it
-	// fails (LimitError{Limit: LimitDisk}). Sparse files count what they
+	// fails (LimitError{Limit: "disk"}). Sparse files count what they
 	// occupy, not their apparent size.
 	Disk int64
 	// DiskReserve and DiskReservePercent set the free space to keep on
@@ -64,7 +63,7 @@ type Limits struct {
 	// unprivileged user may still write: statfs's f_bavail), whatever
 	// Disk says: DiskReserve bytes or DiskReservePercent of the
 	// filesystem's size, the smaller of those set. A command that takes
-	// free space below it is killed (LimitError{Limit: LimitDiskFree}),
+	// free space below it is killed (LimitError{Limit: "disk_free"}),
 	// and no sandbox with a workspace there starts while it is below
 	// (ErrDiskReserve). It keeps one conversation from filling the disk
 	// that the others, and the caller's own files, live on.
@@ -72,8 +71,12 @@ type Limits struct {
 	DiskReservePercent float64
 
 	// Cgroup is the delegated subtree (cgroup.Options.Path); empty means
-	// this process's own cgroup on v2, codumentor/USER on v1.
+	// this process's own cgroup on v2, CgroupParent/USER on v1.
 	Cgroup string
+	// CgroupParent is the directory under each cgroup v1 controller that
+	// holds one subtree per service user (cgroup.Options.Parent), for an
+	// empty Cgroup; with neither, a v1 host has no subtree.
+	CgroupParent string
 	// Require refuses to start a sandbox whose Pids, Memory or CPU cannot
 	// be enforced, with an *UnavailableError (errors.Is ErrUnavailable
 	// and ErrLimitsUnavailable), instead of running it with rlimits only.
@@ -101,35 +104,25 @@ func DefaultLimits() Limits {
 	}
 }
 
-// ErrLimitsUnavailable means Limits.Require asked for process, memory and
-// CPU limits that no delegated cgroup can enforce here; nothing ran.
-var ErrLimitsUnavailable = errors.New("sandbox resource limits unavailable")
-
-// Limit names a limit that ended or hampered a command.
-type Limit string
-
+// The limits a command can hit, as State.Limit, JobInfo.Limit and
+// LimitError.Limit name them.
 const (
-	// LimitMemory: the out-of-memory killer killed a process of the
+	// limitMemory: the out-of-memory killer killed a process of the
 	// sandbox at Limits.Memory.
-	LimitMemory Limit = "memory"
-	// LimitPids: Limits.Pids refused a fork.
-	LimitPids Limit = "pids"
-	// LimitDisk: the workspace crossed Limits.Disk and the command was
+	limitMemory = "memory"
+	// limitPids: Limits.Pids refused a fork.
+	limitPids = "pids"
+	// limitDisk: the workspace crossed Limits.Disk and the command was
 	// killed.
-	LimitDisk Limit = "disk"
-	// LimitDiskFree: free space on the workspace's filesystem fell below
+	limitDisk = "disk"
+	// limitDiskFree: free space on the workspace's filesystem fell below
 	// Limits.DiskReserve while the command wrote, and it was killed.
-	LimitDiskFree Limit = "disk_free"
+	limitDiskFree = "disk_free"
 )
 
-// ErrDiskReserve refuses to start a sandbox whose workspace's filesystem
-// has less free space than Limits.DiskReserve: nothing was run. Deleting
-// files (in a workspace, say) brings it back.
-var ErrDiskReserve = errors.New("sandboxkit: the workspace's filesystem is below its free-space reserve")
-
-// DiskFree returns the space an unprivileged user may still write on the
+// diskFree returns the space an unprivileged user may still write on the
 // filesystem that holds path, and the filesystem's size, in bytes.
-func DiskFree(path string) (free, size int64, err error) {
+func diskFree(path string) (free, size int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return 0, 0, fmt.Errorf("sandboxkit: free space: %w", err)
@@ -157,7 +150,7 @@ func checkReserve(w *Workspace, l Limits) error {
 	if w == nil || !l.keepsFree() {
 		return nil
 	}
-	free, size, err := DiskFree(w.Upper)
+	free, size, err := diskFree(w.Upper)
 	if err != nil {
 		return err
 	}
@@ -172,7 +165,11 @@ func checkReserve(w *Workspace, l Limits) error {
 // otherwise (an *ExitError, or the context's error), so errors.As still
 // finds the *ExitError.
 type LimitError struct {
-	Limit Limit
+	// Limit names the limit: "memory" (the out-of-memory killer struck at
+	// Limits.Memory), "pids" (Limits.Pids refused a fork), "disk" (the
+	// writable trees crossed Limits.Disk) or "disk_free" (free space fell
+	// below the reserve while the command wrote).
+	Limit string
 	// Message says which limit, its value, and what to do; it is meant
 	// for the person or the model that ran the command.
 	Message string
@@ -219,28 +216,29 @@ func (l Limits) cgroup() cgroup.Limits {
 	return cgroup.Limits{Pids: l.Pids, Memory: l.Memory, CPU: l.CPU}
 }
 
-// cgroupTrees caches the opened subtree per configured path for the life
+// cgroupTrees caches the opened subtree per configured path and parent for the life
 // of the process (its groups' sequence and one-time preparation live in
 // it). A failure is not cached: an operator may delegate one meanwhile.
 var cgroupTrees struct {
 	sync.Mutex
-	m map[string]*cgroup.Tree
+	m map[cgroup.Options]*cgroup.Tree
 }
 
-func cgroupTree(path string) (*cgroup.Tree, error) {
+func cgroupTree(path, parent string) (*cgroup.Tree, error) {
 	cgroupTrees.Lock()
 	defer cgroupTrees.Unlock()
-	if t := cgroupTrees.m[path]; t != nil {
+	key := cgroup.Options{Path: path, Parent: parent}
+	if t := cgroupTrees.m[key]; t != nil {
 		return t, nil
 	}
-	t, err := cgroup.Open(cgroup.Options{Path: path})
+	t, err := cgroup.Open(key)
 	if err != nil {
 		return nil, err
 	}
 	if cgroupTrees.m == nil {
-		cgroupTrees.m = map[string]*cgroup.Tree{}
+		cgroupTrees.m = map[cgroup.Options]*cgroup.Tree{}
 	}
-	cgroupTrees.m[path] = t
+	cgroupTrees.m[key] = t
 	return t, nil
 }
 
@@ -252,7 +250,7 @@ func limitsCheck(l Limits) Check {
 	if !l.needsCgroup() {
 		return Check{Name: name, OK: true, Detail: "no process, memory or CPU limits configured"}
 	}
-	t, err := cgroupTree(l.Cgroup)
+	t, err := cgroupTree(l.Cgroup, l.CgroupParent)
 	if err != nil {
 		c := Check{Name: name, Warning: true, OK: !l.Require, Detail: "rlimits only: processes, memory and CPU are not bounded per sandbox (" + err.Error() + ")", Remedy: cgroup.Remedy()}
 		if l.Require {
@@ -275,7 +273,7 @@ func limitsErr(l Limits) error {
 	if !l.Require || !l.needsCgroup() {
 		return nil
 	}
-	if _, err := cgroupTree(l.Cgroup); err != nil {
+	if _, err := cgroupTree(l.Cgroup, l.CgroupParent); err != nil {
 		return &UnavailableError{Check: limitsCheck(l), err: fmt.Errorf("%w: %w", ErrLimitsUnavailable, err)}
 	}
 	return nil
@@ -296,7 +294,7 @@ func startLimits(p *Policy) (*sandboxLimits, error) {
 	if !p.Limits.needsCgroup() {
 		return sl, nil
 	}
-	t, err := cgroupTree(p.Limits.Cgroup)
+	t, err := cgroupTree(p.Limits.Cgroup, p.Limits.CgroupParent)
 	if err != nil {
 		if p.Limits.Require {
 			return nil, limitsErr(p.Limits)
@@ -332,13 +330,13 @@ func (sl *sandboxLimits) events() cgroup.Events {
 }
 
 // hit names the cgroup limit hit between two readings of the counters.
-func (sl *sandboxLimits) hit(before cgroup.Events) Limit {
+func (sl *sandboxLimits) hit(before cgroup.Events) string {
 	after := sl.events()
 	switch {
 	case after.OOMKills > before.OOMKills:
-		return LimitMemory
+		return limitMemory
 	case after.PidsMax > before.PidsMax:
-		return LimitPids
+		return limitPids
 	}
 	return ""
 }
@@ -358,28 +356,28 @@ func (sl *sandboxLimits) close() error {
 // diskHit is why the disk watch killed a command: the budget (n: the
 // workspace's usage) or the reserve (n: the free space left).
 type diskHit struct {
-	limit Limit
+	limit string
 	n     int64
 }
 
 // message describes limit l for the model and the person; n is the
-// disk watch's reading for LimitDisk and LimitDiskFree.
-func (l Limits) message(hit Limit, used int64) string {
+// disk watch's reading for limitDisk and limitDiskFree.
+func (l Limits) message(hit string, used int64) string {
 	switch hit {
-	case LimitMemory:
+	case limitMemory:
 		return fmt.Sprintf("the sandbox's memory limit (%s, no swap) was reached and the out-of-memory killer killed a process; use less memory (smaller inputs, fewer parallel jobs)", sizeString(l.Memory))
-	case LimitPids:
+	case limitPids:
 		return fmt.Sprintf("the sandbox's process limit (%d processes and threads) was reached and a fork failed; run fewer processes at once", l.Pids)
-	case LimitDisk:
+	case limitDisk:
 		return fmt.Sprintf("the command was stopped: the workspace's disk budget (%s) is used up (%s used); delete files in the workspace to free space", sizeString(l.Disk), sizeString(used))
-	case LimitDiskFree:
+	case limitDiskFree:
 		return fmt.Sprintf("the command was stopped (disk_free): the server's disk is nearly full (%s free, less than the reserve that must stay free); delete files in the workspace to free space", sizeString(used))
 	}
 	return ""
 }
 
 // limitError wraps err, the end of a command, with the limit it hit.
-func (l Limits) limitError(hit Limit, used int64, err error) error {
+func (l Limits) limitError(hit string, used int64, err error) error {
 	if hit == "" {
 		return err
 	}
@@ -446,7 +444,7 @@ func watchDisk(dirs []string, l Limits, base int64, active func() bool, over fun
 				// once; an rm that frees space is not stopped.
 				free, low := int64(0), false
 				if l.keepsFree() {
-					f, size, err := DiskFree(dirs[0])
+					f, size, err := diskFree(dirs[0])
 					free, low = f, err == nil && f < l.DiskReserveOf(size)
 				}
 				if low || (budget > 0 && !time.Now().Before(nextWalk)) || !now {
@@ -456,9 +454,9 @@ func watchDisk(dirs []string, l Limits, base int64, active func() bool, over fun
 					nextWalk = time.Now().Add(min(max(diskPollMin, 10*time.Since(start)), diskPollMax) - diskPollMin)
 					switch {
 					case now && budget > 0 && used > budget && used > last:
-						over(diskHit{LimitDisk, used})
+						over(diskHit{limitDisk, used})
 					case now && low && used > last:
-						over(diskHit{LimitDiskFree, free})
+						over(diskHit{limitDiskFree, free})
 					}
 					last = used
 				}

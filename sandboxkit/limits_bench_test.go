@@ -20,6 +20,7 @@ func BenchmarkLimitsLaunch(b *testing.B) {
 	base := sessionPolicy(b)
 	limited := *base
 	limited.Limits = DefaultLimits()
+	limited.Limits.CgroupParent = cgroupParent(b)
 	for _, kind := range []string{"run", "session"} {
 		b.Run(kind, func(b *testing.B) {
 			var offT, onT, diff []float64
@@ -95,6 +96,7 @@ func BenchmarkLimitsCPULatency(b *testing.B) {
 		for range 2 {
 			p := *sessionPolicy(b)
 			p.Limits = DefaultLimits()
+			p.Limits.CgroupParent = cgroupParent(b)
 			s, err := StartSession(b.Context(), &p, SessionOptions{})
 			if err != nil {
 				b.Fatal(err)

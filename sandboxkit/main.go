@@ -2,13 +2,10 @@ package sandboxkit
 
 import (
 	"os"
-	"sync/atomic"
-)
 
-// mainCalled records that the program called Main, so a launch can count
-// on the binary turning into the spawner or the supervisor when
-// re-executed.
-var mainCalled atomic.Bool
+	"github.com/codumentor/codumentor/sandboxkit/internal/probe"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
+)
 
 // Main must be the first call in main (and in TestMain) of every program
 // that starts sandboxes (Run, Session, Doctor). The spawner that starts
@@ -20,28 +17,12 @@ var mainCalled atomic.Bool
 // Package init functions run before Main, in the sandbox too: keep them
 // free of side effects (files, network, goroutines that do work).
 func Main() {
-	takeSelfRlimits()
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case supervisorFlag:
-			os.Exit(supervise(os.Args[2:]))
-		case spawnerFlag:
-			os.Exit(spawn(os.Args[2:]))
-		case probeFlag:
-			os.Exit(runProbes())
-		case probeCallsFlag:
-			os.Exit(runProbeCalls())
-		case listenProbeFlag:
-			os.Exit(runListenProbe())
-		case abstractProbeFlag:
-			os.Exit(runAbstractProbe(os.Args[2:]))
-		case scopeFlag:
-			os.Exit(runScoped(os.Args[2:]))
-		case egressBridgeFlag:
-			os.Exit(runEgressBridge(os.Args[2:]))
-		case rlimitFlag:
-			os.Exit(runRlimited(os.Args[2:]))
-		}
+	supervisor.TakeSelfRlimits()
+	if code, ok := supervisor.Personality(os.Args); ok {
+		os.Exit(code)
 	}
-	mainCalled.Store(true)
+	if code, ok := probe.Personality(os.Args); ok {
+		os.Exit(code)
+	}
+	supervisor.MainCalled.Store(true)
 }

@@ -3,27 +3,23 @@ package sandboxkit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/probe"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// observeFlag, after the supervisor's descriptors, asks it to observe
-// the seccomp blocklist (seccomp.Listen) and send the host the listener.
-const observeFlag = "observe"
-
-// ErrNotObserved is wrapped by Session.Observing's error when the
+// errNotObserved is wrapped by Session.Observing's error when the
 // session's blocklisted calls are not reported: its filter is not in
 // log mode, or the listener could not be set up (the calls are then
 // still let through and logged by the kernel, SECCOMP_RET_LOG).
-var ErrNotObserved = errors.New("sandboxkit: seccomp violations are not observed")
+var errNotObserved = errors.New("sandboxkit: seccomp violations are not observed")
 
 // Violation is a blocklisted call that processes of a Session made under
 // seccomp log mode, and how often.
@@ -67,14 +63,14 @@ func observes(p *Policy) bool {
 }
 
 // newObserver starts watching the listener the supervisor sent, if any.
-func newObserver(p *Policy, cl *ctlClient) *observer {
+func newObserver(p *Policy, cl *supervisor.Client) *observer {
 	o := &observer{byKey: map[[2]string]int{}, done: make(chan struct{})}
-	l := cl.takeListenerFile()
+	l := cl.TakeListener()
 	switch {
 	case !observes(p):
-		o.err = fmt.Errorf("%w: the seccomp filter is not in log mode", ErrNotObserved)
+		o.err = fmt.Errorf("%w: the seccomp filter is not in log mode", errNotObserved)
 	case l == nil:
-		o.err = fmt.Errorf("%w: %s", ErrNotObserved, cl.noListener)
+		o.err = fmt.Errorf("%w: %s", errNotObserved, cl.NoListener())
 	}
 	if o.err != nil {
 		if l != nil {
@@ -130,45 +126,12 @@ func (s *Session) Violations() []Violation {
 }
 
 // Observing is nil when the session reports its blocklisted calls
-// (Violations); otherwise an error wrapping ErrNotObserved says why not.
+// (Violations); otherwise an error says why not.
 func (s *Session) Observing() error {
 	if s.obs == nil {
-		return ErrNotObserved
+		return errNotObserved
 	}
 	return s.obs.err
-}
-
-// probeCallsFlag runs seccomp.ProbeCallsUnobserved: the probe program's
-// calls for an observer's test, which it lists as JSON on stdout.
-const probeCallsFlag = "--sandboxkit-probe-calls"
-
-func runProbeCalls() int {
-	names, err := seccomp.ProbeCallsUnobserved()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "seccomp probe:", err)
-		return 1
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(names); err != nil {
-		return 1
-	}
-	return 0
-}
-
-// listenProbeFlag runs the listener probe of the Doctor's
-// "seccomp-observe" check: can a sandbox stack the observing filter?
-const listenProbeFlag = "--sandboxkit-listen-probe"
-
-func runListenProbe() int {
-	// As the supervisor does (see its ready).
-	runtime.LockOSThread()
-	l, err := seccomp.ListenThread()
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	l.Close()
-	fmt.Println("ok")
-	return 0
 }
 
 // observeCheck is the Doctor's "seccomp-observe": whether a sandbox in
@@ -183,7 +146,7 @@ func observeCheck(ctx context.Context, bwrap string) Check {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		cmd := Command(ctx, &Policy{Bwrap: bwrap, UID: os.Getuid(), GID: os.Getgid(), Seccomp: f.Program}, listenProbeFlag)
+		cmd := Command(ctx, &Policy{Bwrap: bwrap, UID: os.Getuid(), GID: os.Getgid(), Seccomp: f.Program}, probe.ListenFlag)
 		cmd.self = true
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err = cmd.launch(ctx); err == nil {

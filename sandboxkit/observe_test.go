@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/probe"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
@@ -60,7 +61,7 @@ func TestSessionObservesLogMode(t *testing.T) {
 	if err := s.Observing(); err != nil {
 		t.Fatalf("Observing: %v", err)
 	}
-	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag)
 	if err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}
@@ -103,10 +104,10 @@ func TestSessionObservesLogMode(t *testing.T) {
 func TestSessionEnforceNotObserved(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
 	s := startSession(t, observedPolicy(t, seccomp.Enforce), SessionOptions{})
-	if err := s.Observing(); !errors.Is(err, ErrNotObserved) {
-		t.Fatalf("Observing = %v, want ErrNotObserved", err)
+	if err := s.Observing(); !errors.Is(err, errNotObserved) {
+		t.Fatalf("Observing = %v, want errNotObserved", err)
 	}
-	if out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag); err != nil {
+	if out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag); err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}
 	if v := s.Violations(); len(v) != 0 {
@@ -192,10 +193,10 @@ func logModeWithoutListener(t *testing.T) {
 	}
 
 	s := startSession(t, observedPolicy(t, seccomp.Log), SessionOptions{})
-	if err := s.Observing(); !errors.Is(err, ErrNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
-		t.Fatalf("Observing = %v; want ErrNotObserved saying the listener could not be set up", err)
+	if err := s.Observing(); !errors.Is(err, errNotObserved) || !strings.Contains(err.Error(), "no user-notification listener") {
+		t.Fatalf("Observing = %v; want errNotObserved saying the listener could not be set up", err)
 	}
-	out, _, err := inSession(t, s, "/workspace/probe "+probeCallsFlag)
+	out, _, err := inSession(t, s, "/workspace/probe "+probe.CallsFlag)
 	if err != nil {
 		t.Fatalf("probe: %v: %s", err, out)
 	}

@@ -9,19 +9,13 @@ import (
 	"strings"
 
 	"github.com/codumentor/codumentor/sandboxkit/egress"
+	"github.com/codumentor/codumentor/sandboxkit/internal/invocation"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
-// Paths inside every sandbox.
-const (
-	// WorkspaceDir is where a Policy's Workspace overlay is mounted.
-	WorkspaceDir = "/workspace"
-	// HomeDir is the sandbox user's home: an empty tmpfs, so nothing of
-	// the host user's home (~/.ssh, ~/.gnupg, tokens) is reachable.
-	HomeDir = "/home/sandbox"
-	// DefaultPath is PATH inside the sandbox.
-	DefaultPath = "/usr/local/bin:/usr/bin:/bin"
-)
+// WorkspaceDir is where a Policy's Workspace overlay is mounted.
+const WorkspaceDir = "/workspace"
 
 // Policy says what a sandbox can see and do. The zero value is the
 // strictest sandbox: no network, no workspace, nothing of the host but
@@ -40,8 +34,8 @@ type Policy struct {
 	// ShareNet keeps the host's network namespace. It exposes every
 	// service listening on the host (also on 127.0.0.1) and the network
 	// beyond; leave it false unless the work needs the network. The
-	// host's abstract UNIX sockets stay out of reach only where
-	// AbstractUnixScoped (Linux 6.12+ with Landlock); elsewhere they are
+	// host's abstract UNIX sockets stay out of reach only on Linux 6.12+
+	// with Landlock (the Doctor's "landlock" check); elsewhere they are
 	// exposed too.
 	ShareNet bool
 
@@ -147,7 +141,7 @@ type Bind struct {
 
 // etcFiles are the /etc entries tools need. The whole /etc is never
 // bound: it holds host secrets (ssh host keys, shadow, credentials of
-// services). passwd and group are synthetic (see Build).
+// services). passwd and group are synthetic (see build).
 var etcFiles = []string{
 	"/etc/alternatives",
 	"/etc/ca-certificates",
@@ -172,8 +166,8 @@ var etcFiles = []string{
 	"/etc/timezone",
 }
 
-// Launch is a Policy turned into a bwrap invocation.
-type Launch struct {
+// launch is a Policy turned into a bwrap invocation.
+type launch struct {
 	// Path is the bwrap binary to execute; Args[0] is the same.
 	Path string
 	Args []string
@@ -184,20 +178,6 @@ type Launch struct {
 	// must be readable at fd 3+i when bwrap starts. bwrap closes each one
 	// after reading it, so none reaches the command.
 	Files [][]byte
-}
-
-// Build turns p into the bwrap invocation that runs argv inside the
-// sandbox. It is a pure function: it touches no file and starts nothing.
-// argv[0] is looked up on PATH inside the sandbox. Run and Session start
-// a ShareNet sandbox through a Landlock scope step (see
-// AbstractUnixScoped); a Launch executed directly has no such step. Run
-// and Session also pass bwrap the options in an inherited file (--args),
-// so that the command line the sandbox can read names no host path.
-func (p *Policy) Build(argv ...string) (*Launch, error) {
-	if len(argv) == 0 {
-		return nil, errors.New("sandboxkit: no command to run")
-	}
-	return p.build(argv, buildOptions{})
 }
 
 // buildOptions are the knobs only sandboxkit itself uses.
@@ -220,7 +200,7 @@ type buildOptions struct {
 	argsFile bool
 }
 
-// firstFile is the descriptor number of Launch.Files[0].
+// firstFile is the descriptor number of launch.Files[0].
 func (o buildOptions) firstFile() int {
 	n := 3 + o.reserved
 	if o.status {
@@ -229,7 +209,7 @@ func (o buildOptions) firstFile() int {
 	return n
 }
 
-func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
+func (p *Policy) build(argv []string, o buildOptions) (*launch, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
@@ -237,7 +217,7 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	if bwrap == "" {
 		bwrap = "bwrap"
 	}
-	l := &Launch{Path: bwrap, Env: []string{}}
+	l := &launch{Path: bwrap, Env: []string{}}
 	a := []string{bwrap,
 		// New user, mount, pid, ipc, uts, cgroup and network namespaces.
 		"--unshare-all", "--unshare-user",
@@ -288,10 +268,10 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 		}
 		// Synthetic passwd and group: tools that look up the current
 		// user (git, ssh, whoami) work, and the host's users stay hidden.
-		passwd := fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", p.UID, p.GID, HomeDir)
+		passwd := fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandbox:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", p.UID, p.GID, homeDir)
 		group := fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", p.GID)
 		if p.UID == 0 {
-			passwd = fmt.Sprintf("root:x:0:0:root:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", HomeDir)
+			passwd = fmt.Sprintf("root:x:0:0:root:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", homeDir)
 		}
 		if p.GID == 0 {
 			group = "root:x:0:\nnogroup:x:65534:\n"
@@ -311,19 +291,19 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 	if p.Egress != nil {
 		src := o.egressSocket
 		if src == "" {
-			src = EgressSocketPlaceholder
+			src = invocation.EgressSocketPlaceholder
 		}
 		// Connecting needs no write access to the mount.
-		a = append(a, "--ro-bind", src, egressSocket)
+		a = append(a, "--ro-bind", src, supervisor.EgressSocket)
 	}
 	for _, t := range p.Tmpfs {
 		a = appendTmpfs(a, p.Limits.TmpSize, t)
 	}
 	// HOME last, so no mask hides it.
-	a = appendTmpfs(a, p.Limits.HomeSize, HomeDir)
+	a = appendTmpfs(a, p.Limits.HomeSize, homeDir)
 	if p.HostView {
 		// A host view is read-only everywhere: its scratch mounts too.
-		for _, d := range append(append([]string{"/dev", "/tmp"}, p.Tmpfs...), HomeDir) {
+		for _, d := range append(append([]string{"/dev", "/tmp"}, p.Tmpfs...), homeDir) {
 			a = append(a, "--remount-ro", d)
 		}
 	}
@@ -353,7 +333,7 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 		a = append(a, "--ro-overlay", o.Dst)
 	}
 	if dir == "" {
-		dir = HomeDir
+		dir = homeDir
 	}
 	a = append(a, "--chdir", dir)
 	for _, kv := range p.env() {
@@ -384,7 +364,7 @@ func (p *Policy) build(argv []string, o buildOptions) (*Launch, error) {
 // every process of the sandbox (a one-shot sandbox's pid 1 is bwrap's own
 // init, a fork of bwrap: /proc/1/cmdline), and the options name host
 // paths: the workspace's layers, bind sources, the egress socket.
-func (p *Policy) hideOptions(l *Launch, o buildOptions, a []string) ([]string, error) {
+func (p *Policy) hideOptions(l *launch, o buildOptions, a []string) ([]string, error) {
 	var b strings.Builder
 	for _, s := range a[1:] {
 		// The file is NUL-separated: a NUL inside an option would split it
@@ -408,7 +388,7 @@ func appendTmpfs(a []string, size int64, dir string) []string {
 }
 
 // fd records data as the next inherited file and returns its number.
-func (p *Policy) fd(l *Launch, o buildOptions, data []byte) string {
+func (p *Policy) fd(l *launch, o buildOptions, data []byte) string {
 	l.Files = append(l.Files, data)
 	return strconv.Itoa(o.firstFile() + len(l.Files) - 1)
 }
@@ -417,8 +397,8 @@ func (p *Policy) fd(l *Launch, o buildOptions, data []byte) string {
 // (which may override the base).
 func (p *Policy) env() []string {
 	base := []string{
-		"PATH=" + DefaultPath,
-		"HOME=" + HomeDir,
+		"PATH=" + defaultPath,
+		"HOME=" + homeDir,
 		"LANG=C.UTF-8",
 		"TERM=dumb",
 		"USER=sandbox",

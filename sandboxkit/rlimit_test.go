@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,7 @@ func TestRlimitLaunch(t *testing.T) {
 		t.Errorf("no limits: %q", got)
 	}
 	got := rlimitLaunch(&Policy{Limits: Limits{AddressSpace: 256 << 20, CPUTime: 1500 * time.Millisecond}}, args)
-	want := append([]string{"/proc/self/exe", rlimitFlag, "268435456", "2"}, args...)
+	want := append([]string{"/proc/self/exe", supervisor.RlimitFlag, "268435456", "2"}, args...)
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
@@ -89,7 +90,7 @@ func TestSelfRlimits(t *testing.T) {
 		t.Errorf("no limits: %q", got)
 	}
 	p := &Policy{Limits: Limits{AddressSpace: 1 << 30, CPUTime: 1500 * time.Millisecond}}
-	if got, want := selfRlimits(p, args), append([]string{selfRlimitFlag, "1073741824", "2"}, args...); !slices.Equal(got, want) {
+	if got, want := selfRlimits(p, args), append([]string{supervisor.SelfRlimitFlag, "1073741824", "2"}, args...); !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 

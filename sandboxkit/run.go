@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -52,7 +53,7 @@ type Cmd struct {
 
 	ctx     context.Context
 	cancel  context.CancelFunc
-	rc      *remoteCmd // bwrap, started through the spawner
+	rc      *supervisor.RemoteCmd // bwrap, started through the spawner
 	status  *statusReader
 	stderr  *bwrapStderr
 	cap     *outputCap
@@ -84,12 +85,13 @@ type State struct {
 	Truncated bool
 	// Duration is the wall-clock time from Start to the end of Wait.
 	Duration time.Duration
-	// Limit names the sandbox limit hit while the command ran, if any:
-	// the out-of-memory killer struck, a fork was refused, or the disk
-	// budget stopped it. In a Session the cgroup is the session's, so a
+	// Limit names the sandbox limit hit while the command ran, if any
+	// (as LimitError.Limit): the out-of-memory killer struck ("memory"),
+	// a fork was refused ("pids"), or the disk budget or reserve stopped
+	// it ("disk", "disk_free"). In a Session the cgroup is the session's, so a
 	// limit hit by a background job running meanwhile shows here too.
 	// LimitMessage says what it means and what to do, for the model.
-	Limit        Limit
+	Limit        string
 	LimitMessage string
 }
 
@@ -133,10 +135,10 @@ func (c *Cmd) Start() error {
 	if c.sess != nil {
 		return c.sess.start(ctx, c)
 	}
-	if !mainCalled.Load() {
-		return errNoMain
+	if !supervisor.MainCalled.Load() {
+		return supervisor.ErrNoMain
 	}
-	if err := Available(ctx, c.Policy); err != nil {
+	if err := available(ctx, c.Policy); err != nil {
 		return err
 	}
 	if err := checkReserve(c.Policy.Workspace, c.Policy.Limits); err != nil {
@@ -204,7 +206,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 		}
 		defer exe.Close()
 		o.reserved, o.egressSocket = 1, px.socket()
-		argv = egressLaunch("/proc/self/fd/"+strconv.Itoa(o.firstFile()-1), c.Args)
+		argv = supervisor.EgressLaunch("/proc/self/fd/"+strconv.Itoa(o.firstFile()-1), c.Args)
 		reserved = []*os.File{exe}
 	}
 	l, err := p.build(argv, o)
@@ -216,7 +218,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 	if !c.self { // else it sets its rlimits itself (selfRlimits)
 		l.Args = rlimitLaunch(&p, l.Args)
 	}
-	if err := p.launching(ctx, LaunchRun, c.Args, p.Dir); err != nil {
+	if err := p.launching(ctx, launchRun, c.Args, p.Dir); err != nil {
 		unlock()
 		return err
 	}
@@ -247,7 +249,7 @@ func (c *Cmd) launch(ctx context.Context) error {
 				return
 			}
 			if used := treesUsage(dirs, budget); used > budget && used > base {
-				c.diskHit.CompareAndSwap(nil, &diskHit{LimitDisk, used})
+				c.diskHit.CompareAndSwap(nil, &diskHit{limitDisk, used})
 			}
 		}
 	}
@@ -269,9 +271,9 @@ func (c *Cmd) begin(ctx context.Context) {
 	c.started = time.Now()
 }
 
-func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
+func (c *Cmd) start(sp *supervisor.Spawner, l *launch, reserved []*os.File) error {
 	stdout, stderr := orDiscard(c.Stdout), orDiscard(c.Stderr)
-	if sameWriter(c.Stdout, c.Stderr) {
+	if supervisor.SameWriter(c.Stdout, c.Stderr) {
 		// Two pipes (bwrapStderr holds back stderr on its own), so
 		// serialize the two copying goroutines instead.
 		w := &lockedWriter{w: stdout}
@@ -284,7 +286,7 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 		return err
 	}
 	defer sw.Close()
-	mem, err := memFiles(l)
+	mem, err := supervisor.MemFiles(l.Files)
 	if err != nil {
 		sr.Close()
 		return err
@@ -297,10 +299,10 @@ func (c *Cmd) start(sp *spawner, l *Launch, reserved []*os.File) error {
 	if c.Stdout != nil {
 		out = c.cap.wrap(stdout)
 	}
-	rc := &remoteCmd{join: c.limits.join}
-	if err := rc.start(c.ctx, sp.cl, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
+	rc := &supervisor.RemoteCmd{Join: c.limits.join}
+	if err := rc.Start(c.ctx, sp.Client, l.Args, l.Env, "", c.Stdin, out, c.stderr, extra); err != nil {
 		sr.Close()
-		return fmt.Errorf("sandboxkit: start bwrap: %w", err)
+		return fmt.Errorf("sandboxkit: start bwrap: %w", startErr(err))
 	}
 	sw.Close()
 	c.status = readStatus(sr)
@@ -329,12 +331,12 @@ func (c *Cmd) wait() error {
 	}
 	// Pipes close when bwrap and everything in its pid namespace are
 	// gone; the delay only guards against a bug there.
-	c.rc.wait(5 * time.Second)
+	c.rc.Wait(5 * time.Second)
 	c.disk.close()
 	if c.diskEnd != nil {
 		c.diskEnd()
 	}
-	p := c.rc.proc
+	p := c.rc.Proc
 	// Whether the context killed the sandbox, asked before our own
 	// cancel (which only releases the context's resources).
 	killed := c.ctx.Err()
@@ -356,13 +358,13 @@ func (c *Cmd) wait() error {
 	switch {
 	case killed != nil:
 		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: sandbox killed: %w", killed))
-	case p.err != nil:
-		return p.err
+	case p.Err != nil:
+		return p.Err
 	case !st.ran:
-		return lim.limitError(hit, used, setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.code)))
+		return lim.limitError(hit, used, setupError(bwrapSaid, fmt.Errorf("bwrap exited with status %d", p.Code)))
 	}
 	c.State.ExitCode = st.exitCode
-	if st.exitCode != 0 || hit == LimitDisk {
+	if st.exitCode != 0 || hit == limitDisk {
 		var exit error
 		if st.exitCode != 0 {
 			exit = &ExitError{Code: st.exitCode}
@@ -372,7 +374,7 @@ func (c *Cmd) wait() error {
 	if waitErr != nil {
 		return waitErr
 	}
-	return c.rc.outputErr()
+	return c.rc.OutputErr()
 }
 
 // prepareWorkspace checks the workspace before anything is mounted and
@@ -569,16 +571,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-// sameWriter reports a == b, false for incomparable dynamic types.
-func sameWriter(a, b io.Writer) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a != nil && a == b
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,7 +62,7 @@ func sh(t *testing.T, p *Policy, script string) (string, error) {
 
 func TestRunIsolation(t *testing.T) {
 	requireSandbox(t)
-	t.Setenv("CODUMENTOR_JWT_SECRET", "canary-jwt-5f1e")
+	t.Setenv("SANDBOXKIT_TEST_SECRET", "canary-jwt-5f1e")
 	w := testWorkspace(t)
 	p := workspacePolicy(t, w)
 	home, _ := os.UserHomeDir()
@@ -86,6 +87,10 @@ func TestRunIsolation(t *testing.T) {
 	}
 	defer hostSleep.Process.Kill()
 
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		script string
@@ -93,16 +98,16 @@ func TestRunIsolation(t *testing.T) {
 		reject []string // substrings that must not appear
 	}{
 		{"root invisible", "ls -a /root 2>&1; echo rc=$?", []string{"No such file or directory", "rc=2"}, nil},
-		{"other homes invisible", "ls -a /home", []string{"sandbox"}, []string{"codumentor-test"}},
+		{"other homes invisible", "ls -a /home", []string{"sandbox"}, []string{me.Username}},
 		{"host home invisible", "ls -a " + home + " 2>&1; echo rc=$?", []string{"rc=2"}, nil},
 		{"no ssh keys", "ls -a $HOME/.ssh 2>&1; echo rc=$?", []string{"rc=2"}, nil},
-		{"no host environment", "env", []string{"HOME=/home/sandbox", "PATH=" + DefaultPath}, []string{"canary-jwt-5f1e", "CODUMENTOR"}},
+		{"no host environment", "env", []string{"HOME=/home/sandbox", "PATH=" + defaultPath}, []string{"canary-jwt-5f1e", "SANDBOXKIT_TEST"}},
 		{"no privileges", "grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd)' /proc/self/status", []string{"NoNewPrivs:\t1", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000"}, nil},
 		{"no nested user namespace", "unshare -U true 2>&1; echo rc=$?", []string{"rc=1"}, nil},
 		{"host loopback unreachable", fmt.Sprintf("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>&1; echo rc=$?", port), []string{"Connection refused", "rc=1"}, nil},
 		{"host processes invisible", fmt.Sprintf("ls /proc | grep -c '^[0-9]'; test -e /proc/%d; echo exists=$?; kill -9 %d 2>&1; echo kill=$?", hostSleep.Process.Pid, hostSleep.Process.Pid), []string{"exists=1", "kill=1"}, nil},
 		{"symlink to /root gives nothing", "ls rootlink/ 2>&1; cat rootlink/.bashrc 2>&1; echo rc=$?", []string{"No such file or directory", "rc=1"}, nil},
-		{"synthetic passwd", "id -un; cat /etc/passwd", []string{"sandbox"}, []string{"codumentor-test", "daemon:"}},
+		{"synthetic passwd", "id -un; cat /etc/passwd", []string{"sandbox"}, []string{me.Username, "daemon:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

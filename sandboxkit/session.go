@@ -14,21 +14,11 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit/cgroup"
 	"github.com/codumentor/codumentor/sandboxkit/headtail"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 )
 
-// ErrSessionClosed is wrapped by the errors of a Session that has ended:
-// closed, idle too long, or its sandbox died. The message says which.
-var ErrSessionClosed = errors.New("sandboxkit: session closed")
-
-// ErrNoJob means Output or Kill named a job the Session does not have.
-var ErrNoJob = errors.New("sandboxkit: no such background job")
-
-// ErrTooManyJobs refuses a background job while SessionOptions.MaxJobs
-// run: wait for one to end, or Kill one.
-var ErrTooManyJobs = errors.New("sandboxkit: too many background jobs running")
-
-// DefaultMaxJobs is SessionOptions.MaxJobs's default.
-const DefaultMaxJobs = 8
+// defaultMaxJobs is SessionOptions.MaxJobs's default.
+const defaultMaxJobs = 8
 
 const (
 	// jobOutputMax is how much of a background job's output is kept: the
@@ -56,7 +46,7 @@ type SessionOptions struct {
 	// server never pins a sandbox and its workspace. Zero means never.
 	IdleTimeout time.Duration
 	// MaxJobs caps the background jobs running at once (each holds its
-	// output buffer and processes). Zero means DefaultMaxJobs.
+	// output buffer and processes). Zero means 8.
 	MaxJobs int
 }
 
@@ -81,9 +71,9 @@ type Session struct {
 	idle    time.Duration
 	maxJobs int
 
-	cl      *ctlClient // to the supervisor
-	sp      *spawner
-	bwrap   *remoteCmd // started through the spawner
+	cl      *supervisor.Client // to the supervisor
+	sp      *supervisor.Spawner
+	bwrap   *supervisor.RemoteCmd // started through the spawner
 	errHead *headtail.Buffer
 	unlock  func() error
 	limits  *sandboxLimits // the session's cgroup
@@ -106,14 +96,14 @@ type Session struct {
 	idleTimer *time.Timer
 }
 
-// StartSession checks that p can be sandboxed here (returning Available's
+// StartSession checks that p can be sandboxed here (returning available's
 // *UnavailableError if not), takes the workspace's lock and starts the
 // sandbox. ctx bounds only the start: the session lives until Close,
 // IdleTimeout, or the death of this process. The program must have
 // called Main.
 func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, error) {
-	if !mainCalled.Load() {
-		return nil, errNoMain
+	if !supervisor.MainCalled.Load() {
+		return nil, supervisor.ErrNoMain
 	}
 	if p == nil {
 		return nil, errors.New("sandboxkit: StartSession: nil Policy")
@@ -125,12 +115,12 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		return nil, fmt.Errorf("sandboxkit: negative MaxJobs %d", o.MaxJobs)
 	}
 	if o.MaxJobs == 0 {
-		o.MaxJobs = DefaultMaxJobs
+		o.MaxJobs = defaultMaxJobs
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := Available(ctx, p); err != nil {
+	if err := available(ctx, p); err != nil {
 		return nil, err
 	}
 	if err := checkReserve(p.Workspace, p.Limits); err != nil {
@@ -159,7 +149,7 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 		// is gone, then the workspace.
 		unlock: func() error { return errors.Join(sl.close(), unlock()) },
 	}
-	if err := pc.launching(ctx, LaunchSession, nil, ""); err != nil {
+	if err := pc.launching(ctx, launchSession, nil, ""); err != nil {
 		s.unlock()
 		return nil, err
 	}
@@ -185,9 +175,9 @@ func StartSession(ctx context.Context, p *Policy, o SessionOptions) (*Session, e
 	timer := time.NewTimer(sessionStartTimeout)
 	defer timer.Stop()
 	select {
-	case <-s.cl.ready:
+	case <-s.cl.Ready():
 	case <-s.done:
-		if errors.Is(s.err, errSpawnerDied) {
+		if errors.Is(s.err, supervisor.ErrSpawnerDied) {
 			return nil, s.err
 		}
 		return nil, setupError(s.errHead.String(), s.bwrapExit())
@@ -223,7 +213,7 @@ func (s *Session) launch() error {
 		return fmt.Errorf("sandboxkit: open this program's executable for the session supervisor: %w", err)
 	}
 	defer exe.Close()
-	ctl, child, err := controlPair()
+	ctl, child, err := supervisor.Pair()
 	if err != nil {
 		return err
 	}
@@ -236,12 +226,12 @@ func (s *Session) launch() error {
 	ctlFd, exeFd := strconv.Itoa(first), strconv.Itoa(first+1)
 	p := *s.policy
 	p.Bwrap = bwrap
-	argv := []string{"/proc/self/fd/" + exeFd, supervisorFlag, ctlFd, exeFd}
+	argv := []string{"/proc/self/fd/" + exeFd, supervisor.SupervisorFlag, ctlFd, exeFd}
 	if observes(&p) {
-		argv = append(argv, observeFlag)
+		argv = append(argv, supervisor.ObserveFlag)
 	}
 	if s.egress != nil {
-		argv = append(argv, egressBridgeFlag)
+		argv = append(argv, supervisor.EgressBridgeFlag)
 		o.egressSocket = s.egress.socket()
 	}
 	l, err := p.build(argv, o)
@@ -250,7 +240,7 @@ func (s *Session) launch() error {
 		return err
 	}
 	l.Args = rlimitLaunch(&p, scopedLaunch(&p, l.Args))
-	mem, err := memFiles(l)
+	mem, err := supervisor.MemFiles(l.Files)
 	if err != nil {
 		ctl.Close()
 		return err
@@ -260,26 +250,26 @@ func (s *Session) launch() error {
 	// Only bwrap and the supervisor write here (commands get their own
 	// descriptors): keep the head to say why a session failed.
 	s.errHead = headtail.New(4096, 0)
-	s.bwrap = &remoteCmd{join: s.limits.join}
+	s.bwrap = &supervisor.RemoteCmd{Join: s.limits.join}
 	// Not bound by a context: it lives until the session ends.
-	err = s.bwrap.start(context.Background(), sp.cl, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
+	err = s.bwrap.Start(context.Background(), sp.Client, l.Args, l.Env, "", nil, s.errHead, s.errHead, append([]*os.File{child, exe}, mem...))
 	if err != nil {
 		ctl.Close()
-		return fmt.Errorf("sandboxkit: start bwrap: %w", err)
+		return fmt.Errorf("sandboxkit: start bwrap: %w", startErr(err))
 	}
 	// Our copy of the supervisor's end must go now: its EOF is how the
 	// host learns that the supervisor died.
 	child.Close()
 	s.limits.started()
 	s.sp = sp
-	s.cl = newCtlClient(ctl, ErrSessionClosed)
+	s.cl = supervisor.NewClient(ctl, ErrSessionClosed)
 	go func() {
-		s.cl.run(s.ended)
+		s.cl.Run(s.ended)
 		s.disk.close()
 		if s.unlock != nil {
 			s.closeErr = s.unlock()
 		}
-		s.err = s.cl.err
+		s.err = s.cl.Err()
 		close(s.done)
 	}()
 	return nil
@@ -319,7 +309,7 @@ func (s *Session) shutdown(reason error) {
 		s.idleTimer.Stop()
 	}
 	s.mu.Unlock()
-	s.cl.shutdown(reason)
+	s.cl.Shutdown(reason)
 }
 
 // ended runs once the control socket is closed or dead: it waits for the
@@ -329,14 +319,14 @@ func (s *Session) ended() error {
 	s.closing = true
 	s.mu.Unlock()
 	select {
-	case <-s.bwrap.proc.done:
+	case <-s.bwrap.Proc.Done:
 	case <-time.After(5 * time.Second):
 		// The supervisor did not exit: killing bwrap kills it and the
 		// pid namespace with it.
-		s.sp.cl.kill(s.bwrap.proc.id)
+		s.sp.Client.Kill(s.bwrap.Proc.ID)
 	}
-	s.bwrap.wait(5 * time.Second)
-	if err := s.bwrap.proc.err; err != nil {
+	s.bwrap.Wait(5 * time.Second)
+	if err := s.bwrap.Proc.Err; err != nil {
 		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
 	}
 	why := strings.TrimSpace(s.errHead.String())
@@ -348,11 +338,11 @@ func (s *Session) ended() error {
 
 // bwrapExit describes how bwrap ended.
 func (s *Session) bwrapExit() error {
-	p := s.bwrap.proc
-	if p.err != nil {
-		return p.err
+	p := s.bwrap.Proc
+	if p.Err != nil {
+		return p.Err
 	}
-	return fmt.Errorf("bwrap exited with status %d", p.code)
+	return fmt.Errorf("bwrap exited with status %d", p.Code)
 }
 
 // commandEnv returns a command's whole environment: the Policy's, then
@@ -368,7 +358,7 @@ func (s *Session) commandEnv(env []string, dir string) ([]string, error) {
 // begin records activity for IdleTimeout; foreground commands hold the
 // session open until end.
 func (s *Session) begin(foreground bool) error {
-	if err := s.cl.closed(); err != nil {
+	if err := s.cl.Closed(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -439,19 +429,19 @@ func (s *Session) overDisk(h diskHit) {
 		if sc.disk.limit == "" {
 			sc.disk = h
 		}
-		ids = append(ids, sc.rc.proc.id)
+		ids = append(ids, sc.rc.Proc.ID)
 	}
 	for _, j := range s.jobs {
 		if j.info.Running {
 			if j.disk.limit == "" {
 				j.disk = h
 			}
-			ids = append(ids, j.proc.id)
+			ids = append(ids, j.proc.ID)
 		}
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		s.cl.kill(id)
+		s.cl.Kill(id)
 	}
 }
 
@@ -473,7 +463,7 @@ func (s *Session) Command(ctx context.Context, argv ...string) *Cmd {
 type sessionCmd struct {
 	s     *Session
 	begun bool
-	rc    *remoteCmd
+	rc    *supervisor.RemoteCmd
 	// before are the cgroup's counters at the start; disk, under
 	// Session.mu, is set when the disk watch killed the command.
 	before cgroup.Events
@@ -493,7 +483,7 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 	if err := s.begin(true); err != nil {
 		return err
 	}
-	if err := s.policy.launching(ctx, LaunchInSession, c.Args, c.Dir); err != nil {
+	if err := s.policy.launching(ctx, launchInSession, c.Args, c.Dir); err != nil {
 		s.end()
 		return err
 	}
@@ -505,17 +495,17 @@ func (sc *sessionCmd) start(ctx context.Context, c *Cmd) error {
 		stdout = c.cap.wrap(c.Stdout)
 	}
 	switch {
-	case sameWriter(c.Stdout, c.Stderr):
+	case supervisor.SameWriter(c.Stdout, c.Stderr):
 		// One pipe keeps the order of interleaved output.
 		stderr = stdout
 	case c.Stderr != nil:
 		stderr = c.cap.wrap(c.Stderr)
 	}
-	rc := &remoteCmd{}
-	if err := rc.start(c.ctx, s.cl, c.Args, env, c.Dir, c.Stdin, stdout, stderr, nil); err != nil {
+	rc := &supervisor.RemoteCmd{}
+	if err := rc.Start(c.ctx, s.cl, c.Args, env, c.Dir, c.Stdin, stdout, stderr, nil); err != nil {
 		c.cancel()
 		s.end()
-		return err
+		return startErr(err)
 	}
 	sc.rc = rc
 	s.mu.Lock()
@@ -532,7 +522,7 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 		return errors.New("sandboxkit: Wait already called")
 	}
 	rc := sc.rc
-	rc.wait(sessionWaitDelay)
+	rc.Wait(sessionWaitDelay)
 	c.cancel()
 	s := sc.s
 	s.mu.Lock()
@@ -546,18 +536,18 @@ func (sc *sessionCmd) wait(c *Cmd) error {
 	s.end()
 	lim := s.policy.Limits
 	c.State = &State{ExitCode: -1, Duration: time.Since(c.started), Truncated: c.cap.truncated(), Limit: hit, LimitMessage: lim.message(hit, used)}
-	p := rc.proc
+	p := rc.Proc
 	switch {
-	case p.err != nil:
-		return p.err
-	case rc.killErr != nil:
-		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: command killed: %w", rc.killErr))
+	case p.Err != nil:
+		return p.Err
+	case rc.KillErr != nil:
+		return lim.limitError(hit, used, fmt.Errorf("sandboxkit: command killed: %w", rc.KillErr))
 	}
-	c.State.ExitCode = p.code
-	if p.code != 0 {
-		return lim.limitError(hit, used, &ExitError{Code: p.code})
+	c.State.ExitCode = p.Code
+	if p.Code != 0 {
+		return lim.limitError(hit, used, &ExitError{Code: p.Code})
 	}
-	return rc.outputErr()
+	return rc.OutputErr()
 }
 
 // JobInfo describes a background job.
@@ -576,14 +566,14 @@ type JobInfo struct {
 	Ended time.Time
 	// Limit names the sandbox limit hit while the job ran, if any (see
 	// State.Limit); LimitMessage says what it means and what to do.
-	Limit        Limit
+	Limit        string
 	LimitMessage string
 }
 
 type job struct {
 	info   JobInfo // guarded by Session.mu
 	out    *tailBuffer
-	proc   *proc
+	proc   *supervisor.Proc
 	exited chan struct{}
 	// drained is closed once the job's output pipe is read to its end.
 	drained chan struct{}
@@ -627,7 +617,7 @@ func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []s
 		s.starting--
 		s.mu.Unlock()
 	}()
-	if err := s.policy.launching(ctx, LaunchInSession, argv, dir); err != nil {
+	if err := s.policy.launching(ctx, launchInSession, argv, dir); err != nil {
 		return JobInfo{}, err
 	}
 	devnull, err := os.Open(os.DevNull)
@@ -640,11 +630,11 @@ func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []s
 		return JobInfo{}, err
 	}
 	before := s.limits.events()
-	p, err := s.cl.startProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w}, nil)
+	p, err := s.cl.StartProc(ctx, argv, fullEnv, dir, []*os.File{devnull, w, w}, nil)
 	w.Close()
 	if err != nil {
 		r.Close()
-		return JobInfo{}, err
+		return JobInfo{}, startErr(err)
 	}
 	j := &job{out: newTailBuffer(jobOutputMax), proc: p, exited: make(chan struct{}), drained: make(chan struct{}), before: before}
 	var out io.Writer = j.out
@@ -659,18 +649,18 @@ func (s *Session) StartBackgroundTee(ctx context.Context, argv []string, env []s
 	}()
 	s.mu.Lock()
 	s.nextJob++
-	j.info = JobInfo{ID: s.nextJob, Args: slices.Clone(argv), Pid: p.pid, Running: true, ExitCode: -1, Started: time.Now()}
+	j.info = JobInfo{ID: s.nextJob, Args: slices.Clone(argv), Pid: p.Pid, Running: true, ExitCode: -1, Started: time.Now()}
 	s.jobs[j.info.ID] = j
 	s.forgetJobsLocked()
 	info := j.info
 	s.mu.Unlock()
 	go func() {
-		<-p.done
+		<-p.Done
 		hit := s.limits.hit(j.before)
 		s.mu.Lock()
 		j.info.Running, j.info.Ended = false, time.Now()
-		if p.err == nil {
-			j.info.ExitCode = p.code
+		if p.Err == nil {
+			j.info.ExitCode = p.Code
 		}
 		if j.disk.limit != "" {
 			hit = j.disk.limit
@@ -767,8 +757,8 @@ func (s *Session) Kill(id int) error {
 		return nil
 	default:
 	}
-	if err := s.cl.kill(j.proc.id); err != nil {
-		if s.cl.closed() == nil {
+	if err := s.cl.Kill(j.proc.ID); err != nil {
+		if s.cl.Closed() == nil {
 			return fmt.Errorf("sandboxkit: kill job %d: %w", id, err)
 		}
 		// It dies with the session.

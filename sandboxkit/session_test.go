@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -103,7 +104,7 @@ func TestSessionForeground(t *testing.T) {
 		var out bytes.Buffer
 		c := s.Command(t.Context(), "sh", "-c", `echo "$FOO $HOME"; pwd`)
 		c.Env, c.Dir, c.Stdout = []string{"FOO=bar"}, "/tmp", &out
-		if err := c.Run(); err != nil || out.String() != "bar "+HomeDir+"\n/tmp\n" {
+		if err := c.Run(); err != nil || out.String() != "bar "+homeDir+"\n/tmp\n" {
 			t.Errorf("got %q, %v", out.String(), err)
 		}
 	})
@@ -726,8 +727,8 @@ func TestSessionSetupFails(t *testing.T) {
 }
 
 func TestSessionNeedsMain(t *testing.T) {
-	mainCalled.Store(false)
-	defer mainCalled.Store(true)
+	supervisor.MainCalled.Store(false)
+	defer supervisor.MainCalled.Store(true)
 	_, err := StartSession(t.Context(), &Policy{}, SessionOptions{})
 	if err == nil || !strings.Contains(err.Error(), "sandboxkit.Main()") {
 		t.Errorf("err %v; want a hint to call Main", err)
@@ -832,7 +833,7 @@ func findSessionNS(s *Session) (int, string, error) {
 // its pid in the spawner's namespace: the second NSpid field of a child
 // of the spawner.
 func bwrapHostPid(s *Session) (int, error) {
-	return spawnedHostPid(s.sp.pid, s.bwrap.proc.pid)
+	return spawnedHostPid(s.sp.Pid, s.bwrap.Proc.Pid)
 }
 
 func spawnedHostPid(spawner, pid int) (int, error) {

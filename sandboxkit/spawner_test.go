@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/codumentor/codumentor/sandboxkit/internal/supervisor"
 	"os"
 	"slices"
 	"strings"
@@ -19,7 +20,7 @@ import (
 func spawnerPids() []int {
 	var pids []int
 	for _, p := range hostProcs() {
-		if p.ppid == os.Getpid() && bytes.Contains(p.cmdline, []byte("\x00"+spawnerFlag+"\x00")) {
+		if p.ppid == os.Getpid() && bytes.Contains(p.cmdline, []byte("\x00"+supervisor.SpawnerFlag+"\x00")) {
 			pids = append(pids, p.pid)
 		}
 	}
@@ -54,17 +55,15 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatalf("%d sandboxed processes are running, want the Run's and the Session's", n)
 	}
 	// One spawner per set of rlimits: both sandboxes have none.
-	spawners.mu.Lock()
-	sp := spawners.m[rlimits{}]
-	spawners.mu.Unlock()
-	if !slices.Contains(spawnerPids(), sp.pid) {
-		t.Fatalf("spawners of this process: %v, want %d among them", spawnerPids(), sp.pid)
+	sp := supervisor.Current(supervisor.Rlimits{})
+	if !slices.Contains(spawnerPids(), sp.Pid) {
+		t.Fatalf("spawners of this process: %v, want %d among them", spawnerPids(), sp.Pid)
 	}
-	syscall.Kill(sp.pid, syscall.SIGKILL)
+	syscall.Kill(sp.Pid, syscall.SIGKILL)
 
 	err := run.Wait()
 	t.Logf("Run: %v", err)
-	if !errors.Is(err, errSpawnerDied) {
+	if !errors.Is(err, supervisor.ErrSpawnerDied) {
 		t.Errorf("Run: %v, want the spawner's death", err)
 	}
 	select {
@@ -73,7 +72,7 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatal("the session did not end with the spawner")
 	}
 	t.Logf("Session.Err(): %v", s.Err())
-	if err := s.Err(); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, errSpawnerDied) {
+	if err := s.Err(); !errors.Is(err, ErrSessionClosed) || !errors.Is(err, supervisor.ErrSpawnerDied) {
 		t.Errorf("Session.Err() = %v, want ErrSessionClosed for the spawner's death", err)
 	}
 	if err := running.Wait(); !errors.Is(err, ErrSessionClosed) {
@@ -90,17 +89,15 @@ func TestSpawnerDies(t *testing.T) {
 	if err := next.Run(); err != nil || again.String() != "again\n" {
 		t.Fatalf("Run after the spawner died: %q %v", again.String(), err)
 	}
-	spawners.mu.Lock()
-	now := spawners.m[rlimits{}]
-	spawners.mu.Unlock()
-	if now.pid == sp.pid || !slices.Contains(spawnerPids(), now.pid) || slices.Contains(spawnerPids(), sp.pid) {
-		t.Errorf("spawners after the next Run: %v (the dead one was %d, the new one %d)", spawnerPids(), sp.pid, now.pid)
+	now := supervisor.Current(supervisor.Rlimits{})
+	if now.Pid == sp.Pid || !slices.Contains(spawnerPids(), now.Pid) || slices.Contains(spawnerPids(), sp.Pid) {
+		t.Errorf("spawners after the next Run: %v (the dead one was %d, the new one %d)", spawnerPids(), sp.Pid, now.Pid)
 	}
 }
 
 func TestRunNeedsMain(t *testing.T) {
-	mainCalled.Store(false)
-	defer mainCalled.Store(true)
+	supervisor.MainCalled.Store(false)
+	defer supervisor.MainCalled.Store(true)
 	err := Command(t.Context(), &Policy{}, "true").Run()
 	if err == nil || !strings.Contains(err.Error(), "sandboxkit.Main()") {
 		t.Errorf("Run: %v; want a hint to call Main", err)

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 // dies), leaves no conversation without the setup its tools wait for.
 func TestConversationCreatedWithItsSetupRow(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	var repo repos.Repository

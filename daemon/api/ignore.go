@@ -10,21 +10,26 @@ import (
 )
 
 // newPatch is overlay.NewPatch of the workspace lower under upper with
-// opt and its repository's ignore rules. Rules over their bounds are
-// answered as a client error (422 ignore_rules_too_large).
+// opt and its repository's ignore rules, its notes tagged "codumentor".
+// Rules over their bounds are answered as a client error (422
+// ignore_rules_too_large).
 func newPatch(lower, upper string, opt overlay.PatchOptions) (*overlay.Patch, error) {
 	ignore, done, err := patchIgnore(lower, upper)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	opt.Ignore = ignore
+	opt.Ignore, opt.NoteTag = ignore, patchNoteTag
 	p, err := overlay.NewPatch(lower, upper, opt)
 	if errors.Is(err, git.ErrIgnoreLimit) {
 		return nil, errIgnoreLimit(err)
 	}
 	return p, err
 }
+
+// patchNoteTag names Codumentor in the "#" lines of a workspace's patch
+// ("# codumentor: not exported: ...").
+const patchNoteTag = "codumentor"
 
 // patchIgnore is the ignore rules of the workspace lower under upper, as
 // overlay.PatchOptions.Ignore: the .gitignore files and

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/user"
 	"strconv"
 	"strings"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"gopkg.in/yaml.v3"
 )
 
@@ -38,8 +41,41 @@ type Limits struct {
 	// BackgroundJobs caps a conversation's running background jobs (8).
 	BackgroundJobs int `yaml:"background_jobs"`
 	// Cgroup is the delegated cgroup subtree; empty finds it (the
-	// service's own cgroup on v2, codumentor/USER on v1).
+	// service's own cgroup on v2, CgroupParent/USER on v1).
 	Cgroup string `yaml:"cgroup"`
+}
+
+// CgroupParent is the directory under each cgroup v1 controller that
+// holds one delegated subtree per service user (codumentorctl
+// setup-cgroups makes CONTROLLER/codumentor/USER).
+const CgroupParent = "codumentor"
+
+// InstallRemedy is the Doctor's advice to install bubblewrap, in
+// Codumentor's words (sandboxkit.DoctorOptions.InstallRemedy).
+const InstallRemedy = "install bubblewrap " + diag.MinBwrapVersion + " or newer (scripts/install-prereqs builds it from Debian's source)"
+
+// CgroupRemedy is the advice to delegate a cgroup subtree to the service
+// user, in Codumentor's words (sandboxkit.DoctorOptions.CgroupRemedy).
+func CgroupRemedy() string {
+	name := "USER"
+	if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil {
+		name = u.Username
+	}
+	return "delegate a cgroup subtree to the service user: on cgroup v2 with systemd, run the server from scripts/codumentor.service (Delegate=yes); otherwise, as root, run codumentorctl setup-cgroups --user " + name + " (scripts/install-prereqs does it for the test user); then restart the server"
+}
+
+// DefaultSandboxLimits are sandboxkit's default limits in this
+// deployment's delegated cgroup subtree (CgroupParent).
+func DefaultSandboxLimits() sandboxkit.Limits {
+	l := sandboxkit.DefaultLimits()
+	l.CgroupParent = CgroupParent
+	return l
+}
+
+// DoctorOptions are the sandbox Doctor's options for this configuration,
+// with probeDir the workspace layers' directory.
+func (s Sandbox) DoctorOptions(probeDir string) sandboxkit.DoctorOptions {
+	return sandboxkit.DoctorOptions{Bwrap: s.Bwrap, ProbeDir: probeDir, Limits: new(s.SandboxLimits()), InstallRemedy: InstallRemedy, CgroupRemedy: CgroupRemedy()}
 }
 
 // DefaultLimits are sandboxkit's defaults.
@@ -48,7 +84,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		Processes: d.Pids, Memory: Size(d.Memory), CPU: d.CPU, TmpSize: Size(d.TmpSize), HomeSize: Size(d.HomeSize),
 		FileSize: Size(d.FileSize), OpenFiles: d.OpenFiles, Disk: Size(d.Disk), DiskReserve: Size(d.DiskReserve), DiskReservePercent: d.DiskReservePercent,
-		BackgroundJobs: sandboxkit.DefaultMaxJobs,
+		BackgroundJobs: 8, // sandboxkit.SessionOptions.MaxJobs's own default
 	}
 }
 
@@ -65,7 +101,7 @@ func (s Sandbox) SandboxLimits() sandboxkit.Limits {
 	return sandboxkit.Limits{
 		Pids: l.Processes, Memory: int64(l.Memory), CPU: l.CPU, TmpSize: int64(l.TmpSize), HomeSize: int64(l.HomeSize),
 		FileSize: int64(l.FileSize), OpenFiles: l.OpenFiles, Disk: int64(l.Disk), DiskReserve: int64(l.DiskReserve), DiskReservePercent: l.DiskReservePercent,
-		Cgroup: l.Cgroup, Require: s.RequireLimits,
+		Cgroup: l.Cgroup, CgroupParent: CgroupParent, Require: s.RequireLimits,
 	}
 }
 

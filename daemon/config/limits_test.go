@@ -3,8 +3,6 @@ package config
 import (
 	"strings"
 	"testing"
-
-	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 func TestSandboxLimits(t *testing.T) {
@@ -12,7 +10,7 @@ func TestSandboxLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.Sandbox.SandboxLimits(), sandboxkit.DefaultLimits(); got != want {
+	if got, want := c.Sandbox.SandboxLimits(), DefaultSandboxLimits(); got != want {
 		t.Errorf("defaults: %+v, want sandboxkit's %+v", got, want)
 	}
 	c, err = Parse([]byte("sandbox:\n  require_limits: true\n  limits:\n    processes: 100\n    memory: 1GiB\n    cpu: 0.5\n    tmp_size: 64MiB\n    disk: \"1.5GiB\"\n    file_size: 1048576\n    cgroup: codumentor/alice\n"))
@@ -20,7 +18,7 @@ func TestSandboxLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := c.Sandbox.SandboxLimits()
-	want := sandboxkit.DefaultLimits()
+	want := DefaultSandboxLimits()
 	want.Pids, want.Memory, want.CPU, want.TmpSize, want.Disk, want.FileSize = 100, 1<<30, 0.5, 64<<20, 3<<29, 1<<20
 	want.Cgroup, want.Require = "codumentor/alice", true
 	if l != want {

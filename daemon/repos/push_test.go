@@ -62,7 +62,7 @@ func patchOf(t *testing.T, dir, lower string, files map[string]string, links map
 // user's consent.
 func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	ctx := context.Background()
@@ -185,7 +185,7 @@ func TestPushRefusesSecretsAndOutsideLinks(t *testing.T) {
 // push stands and the log says so.
 func TestPushWorkspace(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	ctx := context.Background()

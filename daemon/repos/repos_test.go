@@ -153,7 +153,7 @@ func TestSyncIndexer(t *testing.T) {
 // none uses it.
 func TestSnapshots(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	s, q := service(t, Options{})
@@ -219,7 +219,7 @@ func TestSnapshots(t *testing.T) {
 // end it for the others.
 func TestSnapshotSingleFlight(t *testing.T) {
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	var launches atomic.Int32

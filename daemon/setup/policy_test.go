@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
@@ -39,7 +40,7 @@ func TestSetupPolicy(t *testing.T) {
 		if p.ShareNet != c.hostNet || (p.Egress != nil) != (c.allow != nil) || p.Egress != nil && (!slices.Equal(p.Egress.Allow, c.allow) || p.Egress.Caps != caps) {
 			t.Errorf("%s: shared network %v, egress %+v", c.name, p.ShareNet, p.Egress)
 		}
-		if _, err := p.Build("sh", "/workspace/setup.sh"); err != nil {
+		if _, err := diag.Build(p, "sh", "/workspace/setup.sh"); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}

@@ -51,7 +51,7 @@ type fixture struct {
 func newFixture(t *testing.T, script string) *fixture {
 	t.Helper()
 	sandboxtest.RequireUnprivileged(t)
-	if err := sandboxkit.Available(context.Background(), &sandboxkit.Policy{}); err != nil {
+	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
 		sandboxtest.SkipOrFail(t, "sandbox: %v", err)
 	}
 	dir := t.TempDir()

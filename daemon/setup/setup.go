@@ -578,7 +578,7 @@ func (s *Service) runScript(ctx context.Context, b *setupBuild, r repos.Reposito
 		if errors.Is(err, sandboxkit.ErrUnavailable) {
 			return fmt.Errorf("the setup script was not run: %s; nothing was run", msg)
 		}
-		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == sandboxkit.LimitDisk {
+		if le := (*sandboxkit.LimitError)(nil); errors.As(err, &le) && le.Limit == "disk" {
 			return fmt.Errorf("the setup script %s was stopped: its layer took more than the cap of %d MiB (repositories.max_snapshot_bytes) and was removed", spec.script, p.Limits.Disk>>20)
 		}
 		var oe *outputError

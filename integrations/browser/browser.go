@@ -213,8 +213,9 @@ type Options struct {
 	// bytes, in a cgroup of their own; 0 puts them in none.
 	Memory int64
 	// Cgroup is the delegated cgroup subtree (cgroup.Options.Path);
-	// empty finds it.
-	Cgroup string
+	// empty finds it: the service's own cgroup on v2, CgroupParent/USER
+	// on v1 (cgroup.Options.Parent).
+	Cgroup, CgroupParent string
 	// RequireLimits makes a browser that no cgroup can bound fail to
 	// start (ErrLimits) instead of running unbounded with a warning.
 	RequireLimits bool
@@ -654,7 +655,7 @@ func (b *Browser) confineLocked(pid int) (*cgroup.Group, error) {
 		return nil, nil
 	}
 	if b.tree == nil {
-		t, err := cgroup.Open(cgroup.Options{Path: b.o.Cgroup})
+		t, err := cgroup.Open(cgroup.Options{Path: b.o.Cgroup, Parent: b.o.CgroupParent})
 		if err != nil {
 			if b.o.RequireLimits {
 				return nil, fmt.Errorf("%w: %w", ErrLimits, err)

@@ -381,6 +381,10 @@ func (t *Tool) runHost(ctx context.Context, c *agentcore.Call, argv, env []strin
 	})
 }
 
+// hostPath is PATH of a command run on the host: the minimal one a
+// sandbox has too, nothing of the server's own environment.
+const hostPath = "/usr/local/bin:/usr/bin:/bin"
+
 // runIn runs argv in dir on the host.
 func runIn(ctx context.Context, dir string, argv, env []string, w io.Writer, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -388,7 +392,7 @@ func runIn(ctx context.Context, dir string, argv, env []string, w io.Writer, tim
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	home, _ := os.UserHomeDir()
-	cmd.Env = append([]string{"PATH=" + sandboxkit.DefaultPath, "HOME=" + home, "LANG=C.UTF-8", "TERM=dumb"}, env...)
+	cmd.Env = append([]string{"PATH=" + hostPath, "HOME=" + home, "LANG=C.UTF-8", "TERM=dumb"}, env...)
 	lw := &limitWriter{w: w, n: hostOutputLimit}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

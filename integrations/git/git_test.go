@@ -60,7 +60,7 @@ func remote(t *testing.T, files map[string]string) (string, string) {
 
 func needSandbox(t *testing.T) {
 	t.Helper()
-	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Available(ctx, &sandboxkit.Policy{}) })
+	sandboxtest.RequireSandbox(t, func(ctx context.Context) error { return sandboxkit.Doctor(ctx, sandboxkit.DoctorOptions{}).Err() })
 }
 
 // The whole path: fetch into a mirror, check out a snapshot in a

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 )
 
 // TestMirrorPolicy: git's sandbox sees the repository read-only and one
@@ -32,7 +33,7 @@ func TestMirrorPolicy(t *testing.T) {
 	if p.Workspace != nil || p.ShareNet || p.Egress != nil || p.HostView {
 		t.Errorf("git's sandbox gets more than the two trees: %+v", p)
 	}
-	l, err := p.Build("git", "status")
+	l, err := diag.Build(p, "git", "status")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func (sb Sandbox) run(ctx context.Context, mirror, out string, disk int64, env [
 	cmd.OutputLimit = 64 << 10
 	cmd.Timeout = timeout
 	if err := cmd.Run(); err != nil {
-		if cmd.State != nil && cmd.State.Limit == sandboxkit.LimitDisk {
+		if cmd.State != nil && cmd.State.Limit == "disk" {
 			return "", fmt.Errorf("%w (%d bytes): %w", ErrTooLarge, p.Limits.Disk, err)
 		}
 		msg := strings.TrimSpace(stderr.String())

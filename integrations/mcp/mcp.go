@@ -81,6 +81,10 @@ type confinement struct {
 	files     string // FilesSandbox or FilesServiceUser
 }
 
+// hostPath is PATH of a server started unsandboxed (mode: off): the
+// minimal one a sandbox has too, nothing of the server's own environment.
+const hostPath = "/usr/local/bin:/usr/bin:/bin"
+
 func confinementOf(c ServerConfig) confinement {
 	if c.Mode == ModeOff {
 		// Unconfined: the service user's network namespace and files.
@@ -672,7 +676,7 @@ func (s *server) spawn() (*process, error) {
 		s.m.log.Warn("starting MCP server UNSANDBOXED (mode: off)", "server", c.Name)
 		cmd := exec.CommandContext(ctx, c.Command, c.Args...)
 		home, _ := os.UserHomeDir()
-		cmd.Env = append([]string{"PATH=" + sandboxkit.DefaultPath, "HOME=" + home, "LANG=C.UTF-8"}, env...)
+		cmd.Env = append([]string{"PATH=" + hostPath, "HOME=" + home, "LANG=C.UTF-8"}, env...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, p.stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -194,7 +194,7 @@ func TestEverythingThroughSandbox(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &vars); err != nil {
 		t.Fatalf("get-env output is not the JSON environment: %v\n%s", err, out)
 	}
-	if vars["MCP_GREETING"] != "configured-value" || vars["HOME"] != sandboxkit.HomeDir {
+	if vars["MCP_GREETING"] != "configured-value" || vars["HOME"] != "/home/sandbox" {
 		t.Errorf("environment lacks the configured variable or the sandbox HOME: %v", vars)
 	}
 	for k, v := range vars {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 )
 
@@ -54,7 +55,7 @@ func TestServerPolicy(t *testing.T) {
 		if tc.name == "none" && !slices.Equal(p.ReadOnly, []sandboxkit.Bind{{Src: bin}, {Src: dir}}) {
 			t.Errorf("read-only binds %v", p.ReadOnly)
 		}
-		if _, err := p.Build("server"); err != nil {
+		if _, err := diag.Build(p, "server"); err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}

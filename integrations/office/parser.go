@@ -60,7 +60,7 @@ func WorkerLimits() sandboxkit.Limits {
 func WorkerLimitsUnder(s sandboxkit.Settings) sandboxkit.Limits {
 	l := WorkerLimits()
 	if s.Limits != nil {
-		l.Cgroup, l.Require = s.Limits.Cgroup, s.Limits.Require
+		l.Cgroup, l.CgroupParent, l.Require = s.Limits.Cgroup, s.Limits.CgroupParent, s.Limits.Require
 	}
 	return l
 }
@@ -147,9 +147,9 @@ func (p *Parser) workerFailed(ctx context.Context, c *sandboxkit.Cmd, err error,
 		return err
 	case c.State.Truncated:
 		return refuse(LimitOutput, "the worker's output went beyond its limit of %d bytes", c.OutputLimit)
-	case c.State.Limit == sandboxkit.LimitMemory:
+	case c.State.Limit == "memory":
 		return refuse(LimitMemory, "the worker was killed at the sandbox's memory limit (%d MiB)", sl.Memory>>20)
-	case c.State.Limit == sandboxkit.LimitPids:
+	case c.State.Limit == "pids":
 		return refuse(LimitProcesses, "the worker hit the sandbox's process limit (%d)", sl.Pids)
 	case errors.Is(err, context.DeadlineExceeded):
 		return refuse(LimitTimeout, "the worker did not finish within %s", c.Timeout)

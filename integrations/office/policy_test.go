@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/diag"
 )
 
 // TestWorkerPolicy: the worker sees its input read-only and nothing to
@@ -34,7 +35,7 @@ func TestWorkerPolicy(t *testing.T) {
 	if p.Workspace != nil || p.ShareNet || p.Egress != nil || p.HostView || len(p.ReadWrite) > 0 {
 		t.Errorf("the worker gets more than its input: %+v", p)
 	}
-	l, err := p.Build("true")
+	l, err := diag.Build(p, "true")
 	if err != nil {
 		t.Fatal(err)
 	}

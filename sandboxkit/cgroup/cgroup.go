@@ -12,8 +12,8 @@
 // Delegate=yes): the service's own cgroup is the subtree; the server moves
 // itself into a "server" leaf and enables the controllers for the sandbox
 // groups beside it. cgroup v1 (hosts without systemd): one directory per
-// controller (pids, memory, cpu), /sys/fs/cgroup/CONTROLLER/codumentor/USER
-// by default, created and chowned by root (codumentorctl setup-cgroups).
+// controller (pids, memory, cpu), /sys/fs/cgroup/CONTROLLER/PARENT/USER
+// (Options.Parent), created and chowned by root (Delegate).
 //
 // Nothing here is visible inside the sandbox: bwrap gives it a cgroup
 // namespace, and /sys is not mounted.
@@ -59,10 +59,6 @@ var Controllers = []string{"pids", "memory", "cpu"}
 // DefaultMount is where the cgroup hierarchy is mounted.
 const DefaultMount = "/sys/fs/cgroup"
 
-// V1Parent is the directory, under each v1 controller, that holds one
-// subtree per service user (see DefaultV1Path).
-const V1Parent = "codumentor"
-
 // cpuPeriod is the CFS period the CPU quota is a share of, in µs.
 const cpuPeriod = 100000
 
@@ -82,16 +78,17 @@ type Options struct {
 	// Mount is the cgroup mount point; empty means /sys/fs/cgroup.
 	Mount string
 	// Path is the delegated subtree. v1: relative to each controller's
-	// directory, default codumentor/USER (USER the effective user's
-	// name). v2: relative to Mount, default this process's own cgroup
-	// (the service's, under systemd Delegate=yes).
+	// directory, default Parent/USER (USER the effective user's name).
+	// v2: relative to Mount, default this process's own cgroup (the
+	// service's, under systemd Delegate=yes).
 	Path string
+	// Parent is the directory under each v1 controller that holds one
+	// subtree per service user, as Delegate makes them. With neither Path
+	// nor Parent, a v1 host has no subtree.
+	Parent string
 	// SelfCgroup is the content of /proc/self/cgroup; empty reads it.
 	SelfCgroup string
 }
-
-// DefaultV1Path is the v1 subtree of user name.
-func DefaultV1Path(name string) string { return V1Parent + "/" + name }
 
 // Tree is a delegated subtree: sandbox groups are created in it.
 type Tree struct {
@@ -150,12 +147,10 @@ func Open(o Options) (*Tree, error) {
 }
 
 // Remedy is what an operator does when Open fails with ErrNotDelegated.
+// A program that ships its own unit file or setup command says so
+// instead.
 func Remedy() string {
-	name := "USER"
-	if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil {
-		name = u.Username
-	}
-	return "delegate a cgroup subtree to the service user: on cgroup v2 with systemd, run the server from scripts/codumentor.service (Delegate=yes); otherwise, as root, run codumentorctl setup-cgroups --user " + name + " (scripts/install-prereqs does it for the test user); then restart the server"
+	return "delegate a cgroup subtree to the service user: on cgroup v2 with systemd, run the service with Delegate=yes in its unit; otherwise, as root, create it under each controller and give it to the user (cgroup.Delegate); then restart the service"
 }
 
 func notDelegated(format string, a ...any) error {
@@ -175,11 +170,14 @@ func writable(path string) error {
 func openV1(mount string, o Options) (*Tree, error) {
 	rel := o.Path
 	if rel == "" {
+		if o.Parent == "" {
+			return nil, notDelegated("no cgroup v1 subtree is configured (Options.Path or Parent)")
+		}
 		u, err := user.LookupId(strconv.Itoa(os.Geteuid()))
 		if err != nil {
 			return nil, notDelegated("cannot name uid %d: %v", os.Geteuid(), err)
 		}
-		rel = DefaultV1Path(u.Username)
+		rel = o.Parent + "/" + u.Username
 	}
 	if !filepath.IsLocal(rel) {
 		return nil, fmt.Errorf("cgroup: subtree %q must be a relative path inside each controller", rel)

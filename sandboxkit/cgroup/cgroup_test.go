@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"os"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -71,13 +72,13 @@ func v2Files(procs string) map[string]string {
 func TestV2Layout(t *testing.T) {
 	mount := t.TempDir()
 	touch(t, mount, map[string]string{"cgroup.controllers": "cpu memory pids\n"})
-	svc := filepath.Join(mount, "system.slice", "codumentor.service")
+	svc := filepath.Join(mount, "system.slice", "app.service")
 	// The server's own process and one of its children are in the
 	// service's cgroup, as systemd starts them. PIDs of different
 	// lengths: a shorter last write must not leave a longer one's tail.
 	touch(t, svc, v2Files("123456\n789\n"))
 
-	tr, err := Open(Options{Mount: mount, SelfCgroup: "0::/system.slice/codumentor.service\n"})
+	tr, err := Open(Options{Mount: mount, SelfCgroup: "0::/system.slice/app.service\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,13 +150,13 @@ func TestV2Layout(t *testing.T) {
 func TestV1Layout(t *testing.T) {
 	mount := t.TempDir()
 	for _, c := range Controllers {
-		touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+		touch(t, filepath.Join(mount, c, "svc", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
 	}
-	tr, err := Open(Options{Mount: mount, Path: "codumentor/alice"})
+	tr, err := Open(Options{Mount: mount, Path: "svc/alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{filepath.Join(mount, "pids/codumentor/alice"), filepath.Join(mount, "memory/codumentor/alice"), filepath.Join(mount, "cpu/codumentor/alice")}
+	want := []string{filepath.Join(mount, "pids/svc/alice"), filepath.Join(mount, "memory/svc/alice"), filepath.Join(mount, "cpu/svc/alice")}
 	if tr.Version() != V1 || !reflect.DeepEqual(tr.Dirs(), want) {
 		t.Fatalf("tree %v %v", tr.Version(), tr.Dirs())
 	}
@@ -197,7 +198,7 @@ func TestV1Layout(t *testing.T) {
 		t.Errorf("MemoryPeak = %d", p)
 	}
 
-	if _, err := Open(Options{Mount: mount, Path: "codumentor/bob"}); !errors.Is(err, ErrNotDelegated) || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := Open(Options{Mount: mount, Path: "svc/bob"}); !errors.Is(err, ErrNotDelegated) || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("bob: %v", err)
 	}
 	if _, err := Open(Options{Mount: mount, Path: "../x"}); err == nil {
@@ -216,47 +217,73 @@ func TestDelegateLayout(t *testing.T) {
 		for _, c := range Controllers {
 			// The kernel creates a group's files on mkdir; here they
 			// are made beforehand.
-			touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+			touch(t, filepath.Join(mount, c, "svc", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
 		}
 		for range 2 {
-			dirs, err := Delegate(mount, "alice", uid, gid)
-			want := []string{filepath.Join(mount, "pids/codumentor/alice"), filepath.Join(mount, "memory/codumentor/alice"), filepath.Join(mount, "cpu/codumentor/alice")}
+			dirs, err := Delegate(mount, "svc", "alice", uid, gid)
+			want := []string{filepath.Join(mount, "pids/svc/alice"), filepath.Join(mount, "memory/svc/alice"), filepath.Join(mount, "cpu/svc/alice")}
 			if err != nil || !reflect.DeepEqual(dirs, want) {
 				t.Fatalf("Delegate: %v %v, want %v", dirs, err, want)
 			}
 		}
-		if _, err := Open(Options{Mount: mount, Path: "codumentor/alice"}); err != nil {
+		if _, err := Open(Options{Mount: mount, Path: "svc/alice"}); err != nil {
 			t.Errorf("Open after Delegate: %v", err)
 		}
 		os.RemoveAll(filepath.Join(mount, "cpu"))
-		if _, err := Delegate(mount, "alice", uid, gid); err == nil || !strings.Contains(err.Error(), "cpu controller is not mounted") {
+		if _, err := Delegate(mount, "svc", "alice", uid, gid); err == nil || !strings.Contains(err.Error(), "cpu controller is not mounted") {
 			t.Errorf("no cpu controller: %v", err)
 		}
 	})
 	t.Run("v2", func(t *testing.T) {
 		mount := t.TempDir()
 		touch(t, mount, map[string]string{"cgroup.controllers": "cpu io memory pids\n", "cgroup.subtree_control": "memory\n"})
-		touch(t, filepath.Join(mount, "codumentor"), map[string]string{"cgroup.subtree_control": ""})
-		touch(t, filepath.Join(mount, "codumentor", "alice"), map[string]string{"cgroup.procs": "", "cgroup.subtree_control": "", "cgroup.threads": "", "cgroup.controllers": "cpu memory pids\n"})
-		dirs, err := Delegate(mount, "alice", uid, gid)
-		if want := []string{filepath.Join(mount, "codumentor/alice")}; err != nil || !reflect.DeepEqual(dirs, want) {
+		touch(t, filepath.Join(mount, "svc"), map[string]string{"cgroup.subtree_control": ""})
+		touch(t, filepath.Join(mount, "svc", "alice"), map[string]string{"cgroup.procs": "", "cgroup.subtree_control": "", "cgroup.threads": "", "cgroup.controllers": "cpu memory pids\n"})
+		dirs, err := Delegate(mount, "svc", "alice", uid, gid)
+		if want := []string{filepath.Join(mount, "svc/alice")}; err != nil || !reflect.DeepEqual(dirs, want) {
 			t.Fatalf("Delegate: %v %v, want %v", dirs, err, want)
 		}
 		// memory was on already: only the others are written.
 		if got := read(t, filepath.Join(mount, "cgroup.subtree_control")); got != "+pids +cpu" {
 			t.Errorf("root subtree_control: %q", got)
 		}
-		if got := read(t, filepath.Join(mount, "codumentor", "cgroup.subtree_control")); got != "+pids +memory +cpu" {
-			t.Errorf("codumentor subtree_control: %q", got)
+		if got := read(t, filepath.Join(mount, "svc", "cgroup.subtree_control")); got != "+pids +memory +cpu" {
+			t.Errorf("svc subtree_control: %q", got)
 		}
-		if _, err := Open(Options{Mount: mount, Path: "codumentor/alice"}); err != nil {
+		if _, err := Open(Options{Mount: mount, Path: "svc/alice"}); err != nil {
 			t.Errorf("Open after Delegate: %v", err)
 		}
 	})
 	for _, bad := range []string{"", "..", "a/b", "/etc"} {
-		if _, err := Delegate(t.TempDir(), bad, uid, gid); err == nil {
+		if _, err := Delegate(t.TempDir(), "svc", bad, uid, gid); err == nil {
 			t.Errorf("user name %q accepted", bad)
 		}
+		if _, err := Delegate(t.TempDir(), bad, "alice", uid, gid); err == nil {
+			t.Errorf("parent name %q accepted", bad)
+		}
+	}
+}
+
+// On v1 the caller names the subtree: Parent/USER for this process's
+// user, or a Path; with neither there is none (no default of ours).
+func TestV1Parent(t *testing.T) {
+	mount := t.TempDir()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Controllers {
+		touch(t, filepath.Join(mount, c, "svc", u.Username), map[string]string{"tasks": "", "cgroup.procs": ""})
+	}
+	tr, err := Open(Options{Mount: mount, Parent: "svc"})
+	if err != nil || tr.Dirs()[0] != filepath.Join(mount, "pids", "svc", u.Username) {
+		t.Fatalf("Open with Parent: %v %v", tr, err)
+	}
+	if _, err := Open(Options{Mount: mount}); !errors.Is(err, ErrNotDelegated) || !strings.Contains(err.Error(), "no cgroup v1 subtree is configured") {
+		t.Errorf("Open with neither Path nor Parent: %v", err)
+	}
+	if _, err := Open(Options{Mount: mount, Parent: "other"}); !errors.Is(err, ErrNotDelegated) {
+		t.Errorf("Open with a parent that holds nothing: %v", err)
 	}
 }
 
@@ -266,13 +293,13 @@ func TestDelegateLayout(t *testing.T) {
 func TestSwapLimited(t *testing.T) {
 	mount := t.TempDir()
 	for _, c := range Controllers {
-		touch(t, filepath.Join(mount, c, "codumentor", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
+		touch(t, filepath.Join(mount, c, "svc", "alice"), map[string]string{"tasks": "", "cgroup.procs": ""})
 	}
-	v1 := Options{Mount: mount, Path: "codumentor/alice"}
+	v1 := Options{Mount: mount, Path: "svc/alice"}
 	if tr, err := Open(v1); err != nil || tr.SwapLimited() {
 		t.Errorf("v1 without memsw: %v %v, want not limited", tr, err)
 	}
-	touch(t, filepath.Join(mount, "memory", "codumentor", "alice"), map[string]string{"memory.memsw.limit_in_bytes": ""})
+	touch(t, filepath.Join(mount, "memory", "svc", "alice"), map[string]string{"memory.memsw.limit_in_bytes": ""})
 	if tr, err := Open(v1); err != nil || !tr.SwapLimited() {
 		t.Errorf("v1 with memsw: %v %v, want limited", tr, err)
 	}

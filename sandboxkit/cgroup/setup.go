@@ -9,21 +9,25 @@ import (
 	"strings"
 )
 
-// Delegate creates the subtree of the user uid:gid named name and hands
-// it to that user; it must run as root. On cgroup v1 it is
-// CONTROLLER/codumentor/NAME for each of Controllers; on v2 (hosts
-// without systemd; with systemd, the unit's Delegate=yes does this)
-// codumentor/NAME with the controllers enabled, and the server must then
-// be started inside it. It is idempotent and returns the directories.
-func Delegate(mount, name string, uid, gid int) ([]string, error) {
+// Delegate creates the subtree of the user uid:gid named name under
+// parent and hands it to that user; it must run as root. On cgroup v1 it
+// is CONTROLLER/PARENT/NAME for each of Controllers (Options.Parent
+// finds it); on v2 (hosts without systemd; with systemd, the unit's
+// Delegate=yes does this) PARENT/NAME with the controllers enabled, and
+// the service must then be started inside it. It is idempotent and
+// returns the directories.
+func Delegate(mount, parent, name string, uid, gid int) ([]string, error) {
 	if mount == "" {
 		mount = DefaultMount
 	}
 	if name == "" || !filepath.IsLocal(name) || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("cgroup: bad user name %q", name)
 	}
+	if parent == "" || !filepath.IsLocal(parent) || strings.Contains(parent, "/") {
+		return nil, fmt.Errorf("cgroup: bad parent directory name %q", parent)
+	}
 	if _, err := os.Stat(filepath.Join(mount, "cgroup.controllers")); err == nil {
-		return delegateV2(mount, name, uid, gid)
+		return delegateV2(mount, parent, name, uid, gid)
 	}
 	var dirs []string
 	for _, c := range Controllers {
@@ -31,9 +35,9 @@ func Delegate(mount, name string, uid, gid int) ([]string, error) {
 		if _, err := os.Stat(base); err != nil {
 			return nil, fmt.Errorf("cgroup: the v1 %s controller is not mounted at %s (mount it, or use a cgroup v2 host)", c, base)
 		}
-		parent := filepath.Join(base, V1Parent)
-		dir := filepath.Join(parent, name)
-		for _, d := range []string{parent, dir} {
+		top := filepath.Join(base, parent)
+		dir := filepath.Join(top, name)
+		for _, d := range []string{top, dir} {
 			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				return nil, fmt.Errorf("cgroup: %w", err)
 			}
@@ -51,8 +55,8 @@ func Delegate(mount, name string, uid, gid int) ([]string, error) {
 	return dirs, nil
 }
 
-func delegateV2(mount, name string, uid, gid int) ([]string, error) {
-	parent := filepath.Join(mount, V1Parent)
+func delegateV2(mount, parentName, name string, uid, gid int) ([]string, error) {
+	parent := filepath.Join(mount, parentName)
 	dir := filepath.Join(parent, name)
 	for _, d := range []string{mount, parent} {
 		if d != mount {

@@ -58,6 +58,10 @@ type PatchOptions struct {
 	// has, are never asked about: like tracked files, they are
 	// exported whatever the rules say.
 	Ignore func(path string, isDir bool) (bool, error)
+	// NoteTag, if set, names the writer in the patch's "#" lines, "# TAG:
+	// not exported: ...", say a program's name; empty writes "# not
+	// exported: ...".
+	NoteTag string
 }
 
 // WritePatch writes the changes Diff finds as a patch in git's format, so
@@ -110,6 +114,7 @@ type Patch struct {
 	changes      []Change
 	left         int64 // budget left
 	notes        []string
+	notePrefix   string   // "# " and the NoteTag
 	outside      []string // symlinks pointing outside the tree
 }
 
@@ -129,7 +134,10 @@ func NewPatch(lower, upper string, opt PatchOptions) (*Patch, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Patch{left: opt.MaxBytes}
+	p := &Patch{left: opt.MaxBytes, notePrefix: "# "}
+	if opt.NoteTag != "" {
+		p.notePrefix = "# " + opt.NoteTag + ": "
+	}
 	if p.lower, err = os.OpenRoot(lower); err != nil {
 		return nil, fmt.Errorf("overlay: patch: %w", err)
 	}
@@ -311,7 +319,7 @@ func (p *Patch) note(title string, paths []string) {
 	if len(paths) == 0 {
 		return
 	}
-	p.notes = append(p.notes, "# codumentor: "+title+":")
+	p.notes = append(p.notes, p.notePrefix+title+":")
 	for i, s := range paths {
 		if i == maxNoteLines {
 			p.notes = append(p.notes, fmt.Sprintf("#   ... and %d more", len(paths)-i))
@@ -362,7 +370,7 @@ func (p *Patch) WriteTo(w io.Writer) (int64, error) {
 				old.close()
 				if errors.Is(err, fs.ErrPermission) {
 					// Made unreadable since NewPatch looked.
-					fmt.Fprintf(bw, "# codumentor: not exported: unreadable: %s\n", quotePath("", c.Path))
+					fmt.Fprintf(bw, "%snot exported: unreadable: %s\n", p.notePrefix, quotePath("", c.Path))
 					continue
 				}
 				return cw.n, err

@@ -258,7 +258,7 @@ func TestPatchIgnore(t *testing.T) {
 		asked = append(asked, fmt.Sprintf("%s %v", p, isDir))
 		return strings.HasSuffix(p, ".pyc") || isDir && path.Base(p) == "__pycache__", nil
 	}
-	p, err := NewPatch(lower, upper, PatchOptions{Ignore: ignore})
+	p, err := NewPatch(lower, upper, PatchOptions{Ignore: ignore, NoteTag: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestPatchIgnore(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	head := "# codumentor: not exported: ignored (the repository's .gitignore or .git/info/exclude):\n#   src/__pycache__/\n#   src/a.pyc\n"
+	head := "# app: not exported: ignored (the repository's .gitignore or .git/info/exclude):\n#   src/__pycache__/\n#   src/a.pyc\n"
 	if !strings.HasPrefix(out, head) {
 		t.Errorf("the patch does not start with the ignored paths:\n%s", out)
 	}
@@ -282,6 +282,19 @@ func TestPatchIgnore(t *testing.T) {
 	}
 	if want := []string{"src/__pycache__ true", "src/a.pyc false", "src/new.py false"}; !slices.Equal(asked, want) {
 		t.Errorf("Ignore was asked about %q, want %q", asked, want)
+	}
+	// The notes name the caller's tag, or none.
+	untagged, err := NewPatch(lower, upper, PatchOptions{Ignore: func(string, bool) (bool, error) { return true, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ub bytes.Buffer
+	if _, err := untagged.WriteTo(&ub); err != nil {
+		t.Fatal(err)
+	}
+	untagged.Close()
+	if head := "# not exported: ignored (the repository's .gitignore or .git/info/exclude):\n#   src/__pycache__/\n"; !strings.HasPrefix(ub.String(), head) {
+		t.Errorf("the untagged patch does not start with the ignored paths:\n%s", ub.String())
 	}
 
 	boom := errors.New("too many rules")

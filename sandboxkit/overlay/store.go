@@ -27,7 +27,7 @@
 //
 // A conversation's workspace, from start to patch:
 //
-//	store, err := overlay.Open("") // ~/.codumentor/workspaces
+//	store, err := overlay.Open(base) // e.g. ~/.myapp/workspaces
 //	layer, err := store.Create(conversationID) // or store.Get
 //	err = overlay.CheckOwners(project, os.Getuid(), os.Getgid())
 //	unlock, err := overlay.Lock(layer.Upper)
@@ -81,16 +81,12 @@ type Layer struct {
 }
 
 // Open returns the store at base, creating base (mode 0700) if it is missing.
-// An empty base means ~/.codumentor/workspaces. A base that other users can
-// read or that belongs to another user is refused: the layers hold copies
-// of the user's files.
+// The caller chooses base (there is no default). A base that other users
+// can read or that belongs to another user is refused: the layers hold
+// copies of the user's files.
 func Open(base string) (*Store, error) {
 	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, fmt.Errorf("overlay: no workspace base given and no home directory to default to: %w", err)
-		}
-		base = filepath.Join(home, ".codumentor", "workspaces")
+		return nil, errors.New("overlay: no workspace base directory given")
 	}
 	base, err := filepath.Abs(base)
 	if err != nil {

@@ -35,7 +35,7 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 func RequireUnprivileged(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
-		SkipOrFail(t, "sandbox tests run as an unprivileged user (scripts/test does that); root hides bugs")
+		SkipOrFail(t, "sandbox tests run as an unprivileged user (as the test runner does); root hides bugs")
 	}
 }
 
@@ -76,17 +76,16 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 }
 
 // OldBwrap returns the path of a real bubblewrap older than sandboxkit
-// accepts (Debian 12's 0.8.0, unpacked by scripts/install-prereqs; the
-// environment variable SANDBOXTEST_OLD_BWRAP names another), for tests
-// that show the sandbox refusing it.
+// accepts (Debian 12's 0.8.0, say), named by the environment variable
+// SANDBOXTEST_OLD_BWRAP, for tests that show the sandbox refusing it.
 func OldBwrap(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("SANDBOXTEST_OLD_BWRAP")
 	if p == "" {
-		p = "/var/cache/codumentor-prereqs/bwrap-0.8.0/usr/bin/bwrap"
+		SkipOrFail(t, "SANDBOXTEST_OLD_BWRAP names no old bwrap (the test runner sets it)")
 	}
 	if _, err := os.Stat(p); err != nil {
-		SkipOrFail(t, "old bwrap %s missing (scripts/install-prereqs unpacks it): %v", p, err)
+		SkipOrFail(t, "old bwrap %s (SANDBOXTEST_OLD_BWRAP) missing: %v", p, err)
 	}
 	return p
 }

@@ -1,7 +1,6 @@
-package sandboxkit
+package supervisor
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,48 +10,61 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Limits.AddressSpace and Limits.CPUTime are rlimits of one sandbox, not
+// sandboxkit.Limits.AddressSpace and CPUTime are rlimits of one sandbox, not
 // of the spawner: the spawner lives as long as the server, and its own
 // CPU time and mappings would count against them. So the spawner runs
-// this binary with rlimitFlag in front of the sandbox's command line; it
+// this binary with RlimitFlag in front of the sandbox's command line; it
 // sets the two limits on itself (hard, beyond the sandbox's reach) and
 // executes the rest (bwrap, or the Landlock scope step), which inherits
 // them. RLIMIT_FSIZE, RLIMIT_NOFILE and RLIMIT_CORE stay the spawner's
 // (see spawner.go): they do not accumulate.
 
-// rlimitFlag is os.Args[1] of the re-executed binary that sets a
+// RlimitFlag is os.Args[1] of the re-executed binary that sets a
 // sandbox's address-space and CPU-time limits and executes the command
 // line that follows.
-const rlimitFlag = "--sandboxkit-rlimit"
+const RlimitFlag = "--sandboxkit-rlimit"
 
 // cpuSeconds is RLIMIT_CPU for d: whole seconds, at least one.
 func cpuSeconds(d time.Duration) uint64 {
 	return uint64(max(1, (d+time.Second-1)/time.Second))
 }
 
-// rlimitLaunch returns the command line the spawner executes for args
-// under p: args itself, or this binary with rlimitFlag in front of it
-// when p has an address-space or CPU-time limit.
-func rlimitLaunch(p *Policy, args []string) []string {
+// StepRlimits returns the command line the spawner executes for args
+// (bwrap's, or a launch step's) under the address-space limit as (bytes)
+// and the CPU-time limit cpu: args itself, or this binary with
+// RlimitFlag in front of it when either is set.
+func StepRlimits(as int64, cpu time.Duration, args []string) []string {
 	// Executed by the spawner, a fork of this very binary.
-	return withRlimits(p.Limits, args, "/proc/self/exe", rlimitFlag)
+	return withRlimits(as, cpu, args, "/proc/self/exe", RlimitFlag)
 }
 
-// withRlimits puts prefix and l's address space in bytes and CPU seconds
+// SelfRlimits returns the arguments of a sandboxed run of this program
+// (sandboxkit.SelfCommand) under the two limits: args, or
+// SelfRlimitFlag and the limits in front of them when either is set. The
+// command is this program, whose Main sets them (hard, TakeSelfRlimits)
+// before main runs anything that reads the sandbox's input; executed by
+// bwrap directly, it saves the launch the start of a whole second copy
+// of this binary (a server's package inits included), which the rlimit
+// step costs.
+func SelfRlimits(as int64, cpu time.Duration, args []string) []string {
+	return withRlimits(as, cpu, args, SelfRlimitFlag)
+}
+
+// withRlimits puts prefix and the address space in bytes and CPU seconds
 // (0: unchanged; setRlimits reads them) in front of args, or returns
-// args when l has neither limit.
-func withRlimits(l Limits, args []string, prefix ...string) []string {
-	if l.AddressSpace == 0 && l.CPUTime == 0 {
+// args when neither limit is set.
+func withRlimits(as int64, cpuTime time.Duration, args []string, prefix ...string) []string {
+	if as == 0 && cpuTime == 0 {
 		return args
 	}
 	cpu := uint64(0)
-	if l.CPUTime > 0 {
-		cpu = cpuSeconds(l.CPUTime)
+	if cpuTime > 0 {
+		cpu = cpuSeconds(cpuTime)
 	}
-	return append(append(prefix, strconv.FormatInt(l.AddressSpace, 10), strconv.FormatUint(cpu, 10)), args...)
+	return append(append(prefix, strconv.FormatInt(as, 10), strconv.FormatUint(cpu, 10)), args...)
 }
 
-// runRlimited is the rlimit step (see rlimitFlag): args are the address
+// runRlimited is the rlimit step (see RlimitFlag): args are the address
 // space in bytes and the CPU seconds (0: unchanged), then the command
 // line. It returns only on failure, and then nothing has run.
 func runRlimited(args []string) int {
@@ -96,27 +108,16 @@ func setRlimits(asArg, cpuArg string) error {
 	return nil
 }
 
-// selfRlimitFlag is os.Args[1] of a SelfCommand under a Policy with an
+// SelfRlimitFlag is os.Args[1] of a SelfCommand under a Policy with an
 // address-space or CPU-time limit: the command sets the two on itself in
-// Main (see selfRlimits) instead of a rlimit step.
-const selfRlimitFlag = "--sandboxkit-self-rlimit"
+// Main (see SelfRlimits) instead of a rlimit step.
+const SelfRlimitFlag = "--sandboxkit-self-rlimit"
 
-// selfRlimits returns the arguments of a SelfCommand under p: args, or
-// selfRlimitFlag and the two limits in front of them when p has either.
-// The command is this program, whose Main sets them (hard) before main
-// runs anything that reads the sandbox's input; executed by bwrap
-// directly, it saves the launch the start of a whole second copy of this
-// binary (a server's package inits included), which the rlimit step
-// costs.
-func selfRlimits(p *Policy, args []string) []string {
-	return withRlimits(p.Limits, args, selfRlimitFlag)
-}
-
-// takeSelfRlimits is Main's part of selfRlimits: in a SelfCommand that
+// TakeSelfRlimits is Main's part of SelfRlimits: in a SelfCommand that
 // carries the flag, it sets the limits and removes the flag and them
 // from os.Args; on failure the process exits, having run nothing.
-func takeSelfRlimits() {
-	if len(os.Args) < 2 || os.Args[1] != selfRlimitFlag {
+func TakeSelfRlimits() {
+	if len(os.Args) < 2 || os.Args[1] != SelfRlimitFlag {
 		return
 	}
 	if len(os.Args) < 4 {
@@ -128,18 +129,4 @@ func takeSelfRlimits() {
 		os.Exit(2)
 	}
 	os.Args = append(os.Args[:1:1], os.Args[4:]...)
-}
-
-// SelfCommand returns a Cmd that runs this program's own binary under p,
-// with args after argv[0]: a worker that parses untrusted input with the
-// program's own code, as the office worker does. The binary is passed in
-// as a descriptor (it need not be under /usr), and, like the spawner, it
-// calls Main first; the program's main must recognise args and run the
-// worker before doing anything else. There Main sets the Policy's
-// AddressSpace and CPUTime limits (hard) before it returns: the worker
-// reads its input under them, with no launch step in between.
-func SelfCommand(ctx context.Context, p *Policy, args ...string) *Cmd {
-	c := Command(ctx, p, args...)
-	c.self = true
-	return c
 }

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"context"
@@ -18,11 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ctlClient is the host's end of a supervisor's control socket (see
+// Client is the host's end of a supervisor's control socket (see
 // supervisor.go): a Session's supervisor inside its sandbox, or the
 // spawner that starts every bwrap. It starts processes there and learns
 // when they exit.
-type ctlClient struct {
+type Client struct {
 	ctl *os.File
 	// closedErr is the error of a request made after the end when no
 	// reason was given.
@@ -42,22 +42,24 @@ type ctlClient struct {
 	closing bool
 	ending  error // the reason given to shutdown
 	nextID  uint64
-	procs   map[uint64]*proc // started, not yet exited
+	procs   map[uint64]*Proc // started, not yet exited
 }
 
-func newCtlClient(ctl *os.File, closedErr error) *ctlClient {
-	return &ctlClient{
+// NewClient serves ctl, the host end of a Pair; closedErr is the error
+// of requests made after the end when no reason was given.
+func NewClient(ctl *os.File, closedErr error) *Client {
+	return &Client{
 		ctl:       ctl,
 		closedErr: closedErr,
 		ready:     make(chan struct{}),
 		done:      make(chan struct{}),
-		procs:     map[uint64]*proc{},
+		procs:     map[uint64]*Proc{},
 	}
 }
 
-// controlPair returns a SOCK_SEQPACKET pair: the host's end, non-blocking
+// Pair returns a SOCK_SEQPACKET pair: the host's end, non-blocking
 // for the poller, and the end for the supervisor.
-func controlPair() (host, child *os.File, err error) {
+func Pair() (host, child *os.File, err error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandboxkit: control socket: %w", err)
@@ -74,7 +76,7 @@ func controlPair() (host, child *os.File, err error) {
 // shutdown closes the socket: the supervisor exits, and the kernel kills
 // what was left in its pid namespace. reason, if not nil, becomes the
 // error of everything still pending.
-func (c *ctlClient) shutdown(reason error) {
+func (c *Client) Shutdown(reason error) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -86,7 +88,7 @@ func (c *ctlClient) shutdown(reason error) {
 }
 
 // closed returns nil while requests can be made, else why not.
-func (c *ctlClient) closed() error {
+func (c *Client) Closed() error {
 	select {
 	case <-c.done:
 		return c.err
@@ -106,7 +108,7 @@ func (c *ctlClient) closed() error {
 // run dispatches the supervisor's messages until the socket closes. Then
 // end (which may wait for the supervisor's process) says why, unless
 // shutdown was given a reason, and every proc still running fails with it.
-func (c *ctlClient) run(end func() error) {
+func (c *Client) Run(end func() error) {
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
@@ -122,8 +124,8 @@ func (c *ctlClient) run(end func() error) {
 		}
 		closeFds(fds)
 	}
-	c.shutdown(nil)
-	if l := c.takeListenerFile(); l != nil {
+	c.Shutdown(nil)
+	if l := c.TakeListener(); l != nil {
 		l.Close() // no Session took it
 	}
 	why := end()
@@ -140,14 +142,14 @@ func (c *ctlClient) run(end func() error) {
 			p.startErr, p.isStarted = reason, true
 			close(p.started)
 		}
-		p.err = reason
-		close(p.done)
+		p.Err = reason
+		close(p.Done)
 	}
 	c.err = reason
 	close(c.done)
 }
 
-func (c *ctlClient) dispatch(m *ctlReply) {
+func (c *Client) dispatch(m *ctlReply) {
 	if m.Op == "ready" {
 		c.readyOnce.Do(func() { close(c.ready) })
 		return
@@ -161,52 +163,61 @@ func (c *ctlClient) dispatch(m *ctlReply) {
 	switch m.Op {
 	case "started":
 		if !p.isStarted {
-			p.pid, p.isStarted = m.Pid, true
+			p.Pid, p.isStarted = m.Pid, true
 			close(p.started)
 		}
 	case "failed":
 		if !p.isStarted {
-			e := &SetupError{Message: m.Err, err: causeErr(m.Cause)}
-			p.startErr, p.isStarted = e, true
+			p.startErr, p.isStarted = &StartError{Message: m.Err, Cause: m.Cause}, true
 			close(p.started)
 			delete(c.procs, m.ID)
-			close(p.done)
+			close(p.Done)
 		}
 	case "exited":
 		delete(c.procs, m.ID)
-		p.code = m.Code
-		close(p.done)
+		p.Code = m.Code
+		close(p.Done)
 	}
 }
 
-// proc is one process started through a supervisor. Its fields are
-// written under ctlClient.mu before the channel that publishes them
-// closes.
-type proc struct {
-	id        uint64
+// Proc is one process started through a supervisor. Its fields are
+// written under the Client's lock before the channel that publishes them
+// closes: Pid once StartProc has returned it, Code and Err once Done is
+// closed.
+type Proc struct {
+	ID        uint64
 	started   chan struct{}
 	isStarted bool
-	pid       int // in the supervisor's pid namespace
+	Pid       int // in the supervisor's pid namespace
 	startErr  error
-	done      chan struct{}
-	code      int
-	err       error // the supervisor's end, when it came before the exit
+	Done      chan struct{}
+	Code      int
+	Err       error // the supervisor's end, when it came before the exit
 }
 
-// startProc asks the supervisor to start argv with files as descriptors
+// StartError is a command the supervisor could not start (nothing of it
+// ran): Message says why; Cause is CauseNotFound, CauseNotExecutable or
+// empty.
+type StartError struct {
+	Message, Cause string
+}
+
+func (e *StartError) Error() string { return e.Message }
+
+// StartProc asks the supervisor to start argv with files as descriptors
 // 0, 1, 2, ..., and waits until it has. join, for the spawner only, puts
 // the process in its cgroup.
-func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir string, files []*os.File, join *cgroup.Join) (*proc, error) {
+func (c *Client) StartProc(ctx context.Context, argv, env []string, dir string, files []*os.File, join *cgroup.Join) (*Proc, error) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return nil, c.closed()
+		return nil, c.Closed()
 	}
 	c.nextID++
-	p := &proc{id: c.nextID, started: make(chan struct{}), done: make(chan struct{})}
-	c.procs[p.id] = p
+	p := &Proc{ID: c.nextID, started: make(chan struct{}), Done: make(chan struct{})}
+	c.procs[p.ID] = p
 	c.mu.Unlock()
-	req := ctlRequest{Op: "start", ID: p.id, Args: argv, Env: env, Dir: dir}
+	req := ctlRequest{Op: "start", ID: p.ID, Args: argv, Env: env, Dir: dir}
 	if join != nil {
 		cg := join.Files()
 		files = append(slices.Clip(files), cg...)
@@ -215,10 +226,10 @@ func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir strin
 	if err := c.send(req, files); err != nil {
 		c.mu.Lock()
 		closing := c.closing
-		delete(c.procs, p.id)
+		delete(c.procs, p.ID)
 		c.mu.Unlock()
 		if closing {
-			return nil, c.closed()
+			return nil, c.Closed()
 		}
 		return nil, fmt.Errorf("sandboxkit: send command to the supervisor: %w", err)
 	}
@@ -228,7 +239,7 @@ func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir strin
 		go func() {
 			<-p.started
 			if p.startErr == nil {
-				c.kill(p.id)
+				c.Kill(p.ID)
 			}
 		}()
 		return nil, ctx.Err()
@@ -240,12 +251,12 @@ func (c *ctlClient) startProc(ctx context.Context, argv, env []string, dir strin
 }
 
 // kill kills a process's process group.
-func (c *ctlClient) kill(id uint64) error {
+func (c *Client) Kill(id uint64) error {
 	return c.send(ctlRequest{Op: "kill", ID: id}, nil)
 }
 
 // send writes one request, with files as SCM_RIGHTS.
-func (c *ctlClient) send(req ctlRequest, files []*os.File) error {
+func (c *Client) send(req ctlRequest, files []*os.File) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -289,16 +300,16 @@ func (c *ctlClient) send(req ctlRequest, files []*os.File) error {
 	return serr
 }
 
-// remoteCmd is the host side of one process started through a
+// RemoteCmd is the host side of one process started through a
 // supervisor with the host's stdio: the pipes and their copying, the
 // context that kills it, and waiting for its end.
-type remoteCmd struct {
-	// join, set before start, puts a bwrap started by the spawner in its
+type RemoteCmd struct {
+	// Join, set before Start, puts a bwrap started by the spawner in its
 	// sandbox's cgroup.
-	join      *cgroup.Join
-	proc      *proc
+	Join      *cgroup.Join
+	Proc      *Proc
 	watchDone chan struct{}
-	killErr   error // why it was killed; written before watchDone closes
+	KillErr   error // why it was killed; written before watchDone closes
 	copies    sync.WaitGroup
 	copyMu    sync.Mutex
 	copyErr   error
@@ -310,7 +321,7 @@ type remoteCmd struct {
 // /dev/null; an *os.File stdin is passed as is; stdout and stderr that
 // are the same writer share one pipe, which keeps their order. extra
 // follow as descriptors 3, 4, ... Cancelling ctx kills the process group.
-func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string, dir string, stdin io.Reader, stdout, stderr io.Writer, extra []*os.File) (err error) {
+func (rc *RemoteCmd) Start(ctx context.Context, c *Client, argv, env []string, dir string, stdin io.Reader, stdout, stderr io.Writer, extra []*os.File) (err error) {
 	// child are the ends sent to the supervisor; ours go once sent.
 	var child []*os.File
 	defer func() {
@@ -371,7 +382,7 @@ func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string
 	switch {
 	case stderr == nil:
 		errf, err = null()
-	case sameWriter(stdout, stderr):
+	case SameWriter(stdout, stderr):
 		errf = out
 	default:
 		errf, err = pipe(stderr)
@@ -380,11 +391,11 @@ func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string
 		return err
 	}
 
-	p, err := c.startProc(ctx, argv, env, dir, append([]*os.File{in, out, errf}, extra...), rc.join)
+	p, err := c.StartProc(ctx, argv, env, dir, append([]*os.File{in, out, errf}, extra...), rc.Join)
 	if err != nil {
 		return err
 	}
-	rc.proc = p
+	rc.Proc = p
 	if rc.stdinW != nil {
 		go func() {
 			io.Copy(rc.stdinW, stdin)
@@ -397,24 +408,24 @@ func (rc *remoteCmd) start(ctx context.Context, c *ctlClient, argv, env []string
 }
 
 // watch kills the process group when ctx ends first.
-func (rc *remoteCmd) watch(ctx context.Context, c *ctlClient) {
+func (rc *RemoteCmd) watch(ctx context.Context, c *Client) {
 	defer close(rc.watchDone)
-	p := rc.proc
+	p := rc.Proc
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-ctx.Done():
 		select {
-		case <-p.done:
+		case <-p.Done:
 			return
 		default:
 		}
-		rc.killErr = ctx.Err()
-		c.kill(p.id)
-		<-p.done
+		rc.KillErr = ctx.Err()
+		c.Kill(p.ID)
+		<-p.Done
 	}
 }
 
-func (rc *remoteCmd) copy(w io.Writer, r *os.File) {
+func (rc *RemoteCmd) copy(w io.Writer, r *os.File) {
 	defer rc.copies.Done()
 	if _, err := io.Copy(w, r); err != nil && !errors.Is(err, os.ErrClosed) {
 		rc.copyMu.Lock()
@@ -429,7 +440,7 @@ func (rc *remoteCmd) copy(w io.Writer, r *os.File) {
 
 // wait waits for the process to exit, then up to delay for its output:
 // a process that left its group may hold the pipes open for ever.
-func (rc *remoteCmd) wait(delay time.Duration) {
+func (rc *RemoteCmd) Wait(delay time.Duration) {
 	<-rc.watchDone
 	copied := make(chan struct{})
 	go func() {
@@ -445,7 +456,7 @@ func (rc *remoteCmd) wait(delay time.Duration) {
 	rc.closeReaders()
 }
 
-func (rc *remoteCmd) closeReaders() {
+func (rc *RemoteCmd) closeReaders() {
 	closeAll(rc.readers)
 	if rc.stdinW != nil {
 		rc.stdinW.Close()
@@ -453,7 +464,7 @@ func (rc *remoteCmd) closeReaders() {
 }
 
 // outputErr is the first error of writing the output.
-func (rc *remoteCmd) outputErr() error {
+func (rc *RemoteCmd) OutputErr() error {
 	rc.copyMu.Lock()
 	defer rc.copyMu.Unlock()
 	return rc.copyErr
@@ -461,7 +472,7 @@ func (rc *remoteCmd) outputErr() error {
 
 // read reads one message of the supervisor, with the descriptors it
 // carries (only ready's listener may).
-func (c *ctlClient) read(buf, oob []byte) (int, []int, error) {
+func (c *Client) read(buf, oob []byte) (int, []int, error) {
 	rc, err := c.ctl.SyscallConn()
 	if err != nil {
 		return 0, nil, err
@@ -479,9 +490,19 @@ func (c *ctlClient) read(buf, oob []byte) (int, []int, error) {
 	return n, fds, err
 }
 
+// Ready is closed once the supervisor serves.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// Err is why the socket ended; valid once Run returned.
+func (c *Client) Err() error { return c.err }
+
+// NoListener says why a supervisor sent no seccomp listener with ready;
+// valid once Ready is closed.
+func (c *Client) NoListener() string { return c.noListener }
+
 // takeListener keeps the seccomp listener sent with the first ready
 // message, if it is one, and returns the descriptors left to close.
-func (c *ctlClient) takeListener(m *ctlReply, fds []int) []int {
+func (c *Client) takeListener(m *ctlReply, fds []int) []int {
 	if m.Op != "ready" {
 		return fds
 	}
@@ -507,8 +528,8 @@ func (c *ctlClient) takeListener(m *ctlReply, fds []int) []int {
 	return nil
 }
 
-// takeListenerFile hands the listener over, once (nil: none).
-func (c *ctlClient) takeListenerFile() *os.File {
+// TakeListener hands the listener over, once (nil: none).
+func (c *Client) TakeListener() *os.File {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.listener

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A launch step (rlimitFlag, scopeFlag) is this binary, run by the
+// A launch step (RlimitFlag, ScopeFlag) is this binary, run by the
 // spawner as pid 1 of the pid namespace it makes for one bwrap, that
 // prepares something and then execs bwrap in its place.
 //
@@ -25,9 +25,9 @@ import (
 // /proc of its pid namespace (privately) and drops every capability
 // before anything else: bwrap then starts with none, as always.
 
-// isLaunchStep reports whether the spawner's argv runs a launch step.
-func isLaunchStep(argv []string) bool {
-	return len(argv) > 1 && argv[0] == "/proc/self/exe" && slices.Contains([]string{rlimitFlag, scopeFlag}, argv[1])
+// IsLaunchStep reports whether the spawner's argv runs a launch step.
+func IsLaunchStep(argv []string) bool {
+	return len(argv) > 1 && argv[0] == "/proc/self/exe" && slices.Contains([]string{RlimitFlag, ScopeFlag}, argv[1])
 }
 
 // ownProc mounts, in the step's own mount namespace, a /proc that shows

@@ -1,11 +1,8 @@
-package sandboxkit
+package diag
 
 import (
-	"errors"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
@@ -20,10 +17,7 @@ func TestSeccompProbeMatrix(t *testing.T) {
 	requireSandbox(t)
 	for _, m := range seccomp.Modes {
 		t.Run(string(m), func(t *testing.T) {
-			p, err := Settings{Seccomp: m}.Workspace("workspace", testWorkspace(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := workspacePolicy(t, m)
 			if (p.Seccomp == nil) != (m == seccomp.Off) {
 				t.Fatalf("mode %s: Policy.Seccomp set = %v", m, p.Seccomp != nil)
 			}
@@ -79,10 +73,7 @@ func TestSeccompProbeMatrix(t *testing.T) {
 // Real toolchains keep working under enforce, in the workspace.
 func TestSeccompToolchains(t *testing.T) {
 	requireSandbox(t)
-	p, err := Settings{Seccomp: seccomp.Enforce}.Workspace("workspace", testWorkspace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := workspacePolicy(t, seccomp.Enforce)
 	for _, c := range ProbeToolchains(t.Context(), p) {
 		switch {
 		case c.Skipped && os.Getenv("CI") == "true":
@@ -92,64 +83,5 @@ func TestSeccompToolchains(t *testing.T) {
 		case !c.OK:
 			t.Errorf("%s failed under enforce: %s", c.Name, c.Detail)
 		}
-	}
-}
-
-// A damaged filter makes the sandbox unavailable: nothing runs, and
-// nothing runs unfiltered.
-func TestSeccompDamagedFilterFailsClosed(t *testing.T) {
-	requireSandbox(t)
-	f, err := seccomp.Load(seccomp.Enforce)
-	if err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(t.TempDir(), "marker")
-	for _, c := range []struct {
-		name string
-		prog []byte
-	}{
-		{"truncated", f.Program[:len(f.Program)-4]},
-		{"no architecture check", f.Program[8:]},
-		{"empty", []byte{}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			p := &Policy{Seccomp: c.prog, ReadWrite: []Bind{{Src: filepath.Dir(marker)}}}
-			err := Command(t.Context(), p, "touch", marker).Run()
-			var ue *UnavailableError
-			if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ue) || ue.Check.Name != "seccomp" || !strings.Contains(ue.Detail(), "seccomp program") {
-				t.Fatalf("Run = %v; want the seccomp check's ErrUnavailable", err)
-			}
-			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("the command ran: %v", err)
-			}
-		})
-	}
-}
-
-// A Session's supervisor (pid 1, this binary) works under enforce: it
-// starts foreground and background commands, and they are filtered.
-func TestSeccompEnforceSession(t *testing.T) {
-	requireSandbox(t)
-	p, err := Settings{Seccomp: seccomp.Enforce}.Workspace("workspace", testWorkspace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := startSession(t, p, SessionOptions{})
-	out, _, err := inSession(t, s, "echo hi > f.txt && cat f.txt && grep -E '^Seccomp:' /proc/self/status")
-	if err != nil || !strings.Contains(out, "hi\n") || !strings.Contains(out, "Seccomp:\t2") {
-		t.Fatalf("foreground command under enforce: %q, %v", out, err)
-	}
-	// unshare(1) is refused by the filter, not by bwrap's userns limit:
-	// the message is EPERM ("Operation not permitted").
-	out, _, err = inSession(t, s, "unshare -U true")
-	if err == nil || !strings.Contains(out, "Operation not permitted") {
-		t.Fatalf("unshare under enforce: %q, %v", out, err)
-	}
-	job, err := s.StartBackground(t.Context(), []string{"sh", "-c", "echo bg; sleep 30"}, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Kill(job.ID); err != nil {
-		t.Fatalf("kill background job: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"fmt"
@@ -21,21 +21,21 @@ import (
 //
 // The scope is applied before bwrap starts, so bwrap, a Session's
 // supervisor and every command inherit it: the spawner runs this binary
-// with scopeFlag instead of bwrap, and it restricts itself and then
+// with ScopeFlag instead of bwrap, and it restricts itself and then
 // executes bwrap. Each sandbox gets a domain of its own, so two sandboxes
 // sharing the network cannot reach each other's sockets either.
 
-// scopeFlag is os.Args[1] of the re-executed binary that scopes itself
+// ScopeFlag is os.Args[1] of the re-executed binary that scopes itself
 // and executes the bwrap command line that follows.
-const scopeFlag = "--sandboxkit-scope"
+const ScopeFlag = "--sandboxkit-scope"
 
-// landlockScopeABI is the first Landlock ABI with
+// ScopeABI is the first Landlock ABI with
 // LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET.
-const landlockScopeABI = 6
+const ScopeABI = 6
 
-// landlockABI caches the kernel's Landlock ABI version for the life of
+// ABI caches the kernel's Landlock ABI version for the life of
 // the process (0: no Landlock, or disabled at boot).
-var landlockABI = sync.OnceValue(func() int {
+var ABI = sync.OnceValue(func() int {
 	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 {
 		return 0
@@ -43,22 +43,20 @@ var landlockABI = sync.OnceValue(func() int {
 	return int(v)
 })
 
-// AbstractUnixScoped reports whether this kernel keeps sandboxes that
-// share the host network from the host's abstract UNIX sockets. When it
-// is false, such sandboxes can connect to them (see Policy.ShareNet and
-// the Doctor's "landlock" check).
-func AbstractUnixScoped() bool { return landlockABI() >= landlockScopeABI }
+// Scoped reports whether this kernel keeps sandboxes that share the host
+// network from the host's abstract UNIX sockets.
+func Scoped() bool { return ABI() >= ScopeABI }
 
-// scopedLaunch returns the command line the spawner executes for the
-// bwrap command line args of a sandbox under p: args itself, or, when p
-// shares the network and the kernel can scope abstract sockets, this
-// binary with scopeFlag in front of it.
-func scopedLaunch(p *Policy, args []string) []string {
-	if !p.ShareNet || !AbstractUnixScoped() {
+// StepScope returns the command line the spawner executes for the bwrap
+// command line args of a sandbox: args itself, or, when the sandbox
+// shares the host network and the kernel can scope abstract sockets,
+// this binary with ScopeFlag in front of it.
+func StepScope(shareNet bool, args []string) []string {
+	if !shareNet || !Scoped() {
 		return args
 	}
 	// Executed by the spawner, a fork of this very binary.
-	return append([]string{"/proc/self/exe", scopeFlag}, args...)
+	return append([]string{"/proc/self/exe", ScopeFlag}, args...)
 }
 
 // landlockRulesetAttr is struct landlock_ruleset_attr up to scoped (ABI
@@ -90,7 +88,7 @@ func scopeAbstractUnix() error {
 	return nil
 }
 
-// runScoped is the scope step (see scopeFlag): args is bwrap's command
+// runScoped is the scope step (see ScopeFlag): args is bwrap's command
 // line. It returns only on failure, and then nothing has run.
 func runScoped(args []string) int {
 	fail := func(format string, a ...any) int {
@@ -111,24 +109,4 @@ func runScoped(args []string) int {
 	}
 	err := syscall.Exec(args[0], nameOnly(args[0], args), os.Environ())
 	return fail("exec %s: %v", args[0], err)
-}
-
-// landlockCheck is the Doctor's report on the abstract-socket scope. A
-// kernel without it is a warning, not a failure: sandboxes run, and those
-// that share the network reach the host's abstract sockets.
-func landlockCheck() Check { return landlockCheckFor(landlockABI()) }
-
-// landlockCheckFor is landlockCheck on a kernel whose Landlock ABI is abi.
-func landlockCheckFor(abi int) Check {
-	const name = "landlock"
-	if abi >= landlockScopeABI {
-		return Check{Name: name, OK: true, Detail: fmt.Sprintf("Landlock ABI %d: sandboxes that share the host network are scoped away from its abstract UNIX sockets", abi)}
-	}
-	have := "no Landlock"
-	if abi > 0 {
-		have = fmt.Sprintf("Landlock ABI %d", abi)
-	}
-	return Check{Name: name, OK: true, Warning: true,
-		Detail: fmt.Sprintf("%s (the abstract UNIX socket scope needs ABI %d, Linux 6.12): sandboxes that share the host network can connect to the host's abstract UNIX sockets", have, landlockScopeABI),
-		Remedy: "run Linux 6.12 or newer with Landlock enabled (CONFIG_SECURITY_LANDLOCK, \"landlock\" in the lsm= boot list), or keep the network unshared"}
 }

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"fmt"
@@ -93,10 +93,11 @@ func memFile(name string, data []byte) (*os.File, error) {
 	return f, nil
 }
 
-// memFiles returns l.Files as memfds, in order.
-func memFiles(l *Launch) ([]*os.File, error) {
+// MemFiles returns data as sealed memfds, in order, for bwrap to read
+// from inherited descriptors.
+func MemFiles(data [][]byte) ([]*os.File, error) {
 	var files []*os.File
-	for i, data := range l.Files {
+	for i, data := range data {
 		f, err := memFile(fmt.Sprintf("file%d", i), data)
 		if err != nil {
 			closeAll(files)

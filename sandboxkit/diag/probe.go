@@ -1,4 +1,4 @@
-package sandboxkit
+package diag
 
 import (
 	"bytes"
@@ -7,34 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
+	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/internal/invocation"
+	"github.com/codumentor/codumentor/sandboxkit/internal/probe"
 	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
-	"golang.org/x/sys/unix"
 )
-
-// probeFlag makes Main run the seccomp probe program (inside a sandbox
-// Probe started).
-const probeFlag = "--sandboxkit-seccomp-probe"
-
-// runProbes is the probe program: it writes its report to stdout.
-func runProbes() int {
-	rep, err := seccomp.RunProbes()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "seccomp probe:", err)
-		return 1
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
-		return 1
-	}
-	return 0
-}
 
 // Probe runs the seccomp probe suite in a sandbox built from p, whose
 // Seccomp is the filter under test: every call of the blocklist, also
@@ -42,11 +25,10 @@ func runProbes() int {
 // keep working (fork and exec, threads, sockets, prctl, mmap). Judge
 // the result with ProbeCall.Verdict for the filter's mode. The probe
 // program is this binary, run again inside the sandbox; like every
-// sandbox it needs Main.
-func Probe(ctx context.Context, p *Policy) (*seccomp.ProbeReport, error) {
+// sandbox it needs sandboxkit.Main.
+func Probe(ctx context.Context, p *sandboxkit.Policy) (*seccomp.ProbeReport, error) {
 	var out, errOut bytes.Buffer
-	c := Command(ctx, p, probeFlag)
-	c.self = true
+	c := sandboxkit.SelfCommand(ctx, p, probe.SeccompFlag)
 	c.Stdout, c.Stderr = &out, &errOut
 	if err := c.Run(); err != nil {
 		return nil, fmt.Errorf("sandboxkit: seccomp probe: %w: %s", err, strings.TrimSpace(errOut.String()))
@@ -154,11 +136,11 @@ git gc -q && cd .. && git clone -q repo clone && echo "$(git -C repo count-objec
 // in a fresh directory under /tmp. A toolchain the host does not have is
 // reported as skipped; the sandbox sees the host's /usr, nothing else of
 // it.
-func ProbeToolchains(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
+func ProbeToolchains(ctx context.Context, p *sandboxkit.Policy) []seccomp.ProbeCheck {
 	var out []seccomp.ProbeCheck
 	dir := "/tmp"
 	if p.Workspace != nil {
-		dir = WorkspaceDir
+		dir = sandboxkit.WorkspaceDir
 	}
 	for _, t := range toolchainChecks {
 		path, err := exec.LookPath(t.needs)
@@ -167,16 +149,16 @@ func ProbeToolchains(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
 			continue
 		}
 		var buf bytes.Buffer
-		c := Command(ctx, p, "sh", "-c", `cd "$(mktemp -d -p "$PROBE_DIR")" && `+t.script)
+		c := sandboxkit.Command(ctx, p, "sh", "-c", `cd "$(mktemp -d -p "$PROBE_DIR")" && `+t.script)
 		c.Env = []string{"PROBE_DIR=" + dir, "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOPROXY=off",
-			"PATH=" + DefaultPath + ":" + filepath.Dir(path)}
+			"PATH=" + invocation.DefaultPath + ":" + filepath.Dir(path)}
 		c.Stdout, c.Stderr = &buf, &buf
 		err = c.Run()
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		last := strings.TrimSpace(lines[len(lines)-1])
 		check := seccomp.ProbeCheck{Name: t.name, OK: err == nil && last == t.want}
 		if !check.OK {
-			var ee *ExitError
+			var ee *sandboxkit.ExitError
 			if err != nil && !errors.As(err, &ee) {
 				check.Detail = err.Error() + ": "
 			}
@@ -185,59 +167,6 @@ func ProbeToolchains(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
 		out = append(out, check)
 	}
 	return out
-}
-
-// abstractProbeFlag makes Main run the abstract-socket probe (inside a
-// sandbox ProbeAbstractUnix started): args are the host socket's name.
-const abstractProbeFlag = "--sandboxkit-abstract-probe"
-
-// abstractResult is what the abstract-socket probe found, as errno names
-// ("ok" for a connection).
-type abstractResult struct {
-	Host   string `json:"host"`   // connecting to the host's listener
-	Inside string `json:"inside"` // connecting to one the probe listens on
-}
-
-// runAbstractProbe is the probe program of ProbeAbstractUnix.
-func runAbstractProbe(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "abstract socket probe: want the host socket's name")
-		return 2
-	}
-	dial := func(name string) string {
-		c, err := net.Dial("unix", "@"+name)
-		if err != nil {
-			var errno syscall.Errno
-			if errors.As(err, &errno) {
-				return unix.ErrnoName(errno)
-			}
-			return err.Error()
-		}
-		c.Close()
-		return "ok"
-	}
-	var r abstractResult
-	r.Host = dial(args[0])
-	inner := fmt.Sprintf("sandboxkit-probe-%d", os.Getpid())
-	if ln, err := net.Listen("unix", "@"+inner); err != nil {
-		r.Inside = "listen: " + err.Error()
-	} else {
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		r.Inside = dial(inner)
-		ln.Close()
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
-		return 1
-	}
-	return 0
 }
 
 // hostAbstractListener listens on a fresh abstract UNIX socket of this
@@ -269,8 +198,8 @@ func hostAbstractListener() (name string, accepted *atomic.Int64, close func(), 
 // network namespace hides the host's; with it, Landlock's scope must (see
 // AbstractUnixScoped), and where the kernel lacks it the check fails and
 // says so. The probe program is this binary, run again inside the
-// sandbox; like every sandbox it needs Main.
-func ProbeAbstractUnix(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
+// sandbox; like every sandbox it needs sandboxkit.Main.
+func ProbeAbstractUnix(ctx context.Context, p *sandboxkit.Policy) []seccomp.ProbeCheck {
 	host := seccomp.ProbeCheck{Name: "host abstract UNIX socket out of reach"}
 	inside := seccomp.ProbeCheck{Name: "abstract UNIX socket inside the sandbox"}
 	if p.ShareNet {
@@ -286,13 +215,12 @@ func ProbeAbstractUnix(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
 	}
 	defer stop()
 	var out, errOut bytes.Buffer
-	c := Command(ctx, p, abstractProbeFlag, name)
-	c.self = true
+	c := sandboxkit.SelfCommand(ctx, p, probe.AbstractFlag, name)
 	c.Stdout, c.Stderr = &out, &errOut
 	if err := c.Run(); err != nil {
 		return fail(fmt.Errorf("abstract socket probe: %w: %s", err, strings.TrimSpace(errOut.String())))
 	}
-	var r abstractResult
+	var r probe.AbstractResult
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		return fail(fmt.Errorf("abstract socket probe: bad report %q: %w", out.String(), err))
 	}
@@ -301,7 +229,7 @@ func ProbeAbstractUnix(ctx context.Context, p *Policy) []seccomp.ProbeCheck {
 
 // judgeAbstract turns what the probe program reported, and how many
 // connections the host's listener saw, into the two checks.
-func judgeAbstract(p *Policy, r abstractResult, accepted int64, host, inside seccomp.ProbeCheck) []seccomp.ProbeCheck {
+func judgeAbstract(p *sandboxkit.Policy, r probe.AbstractResult, accepted int64, host, inside seccomp.ProbeCheck) []seccomp.ProbeCheck {
 	// Landlock refuses with EPERM; a private network namespace has no
 	// such socket (ECONNREFUSED).
 	want := "ECONNREFUSED"

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"encoding/json"
@@ -31,8 +31,19 @@ import (
 // request carries the command's stdin, stdout and stderr as SCM_RIGHTS,
 // so output flows from the command straight into the host's pipes.
 
-// supervisorFlag is os.Args[1] of the re-executed binary.
-const supervisorFlag = "--sandboxkit-supervisor"
+// SupervisorFlag is os.Args[1] of the re-executed binary.
+const SupervisorFlag = "--sandboxkit-supervisor"
+
+// ObserveFlag, after the supervisor's descriptors, asks it to observe
+// the seccomp blocklist (seccomp.Listen) and send the host the listener
+// with its ready message.
+const ObserveFlag = "observe"
+
+// Causes of a command that did not start (StartError.Cause).
+const (
+	CauseNotFound      = "not-found"
+	CauseNotExecutable = "not-executable"
+)
 
 const (
 	// maxInlineRequest is the largest request sent as the record itself.
@@ -68,7 +79,7 @@ type ctlReply struct {
 	Pid  int    `json:"pid,omitempty"`
 	Code int    `json:"code,omitempty"`
 	Err  string `json:"err,omitempty"`
-	// Cause says why a command did not start, when known (causeErr).
+	// Cause says why a command did not start, when known (StartError.Cause).
 	Cause string `json:"cause,omitempty"`
 	// Listener (ready): the seccomp listener's descriptor comes with the
 	// message; NoListener says why there is none when one was asked for.
@@ -90,14 +101,14 @@ type supervisor struct {
 }
 
 // supervise runs the supervisor; args are the control and executable
-// fds, then observeFlag to observe the seccomp blocklist (observe.go),
-// then egressBridgeFlag to run the egress bridge (egressbridge.go).
+// fds, then ObserveFlag to observe the seccomp blocklist,
+// then EgressBridgeFlag to run the egress bridge (bridge.go).
 func supervise(args []string) int {
-	bridge := len(args) > 2 && args[len(args)-1] == egressBridgeFlag
+	bridge := len(args) > 2 && args[len(args)-1] == EgressBridgeFlag
 	if bridge {
 		args = args[:len(args)-1]
 	}
-	observe := len(args) == 3 && args[2] == observeFlag
+	observe := len(args) == 3 && args[2] == ObserveFlag
 	if observe {
 		args = args[:2]
 	}
@@ -114,12 +125,12 @@ func supervise(args []string) int {
 	unix.Close(exe)
 	if bridge {
 		// Up before the first command: the way out through the egress
-		// proxy (egressbridge.go).
+		// proxy (bridge.go).
 		ln, err := listenBridge()
 		if err != nil {
 			return supervisorFail("egress bridge: %v", err)
 		}
-		go egress.Bridge(ln, egressSocket)
+		go egress.Bridge(ln, EgressSocket)
 	}
 	return serveControl(ctl, false, observe)
 }
@@ -380,7 +391,7 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 	}
 	path, err := lookPath(req.Args[0], req.Env, req.Dir)
 	if err != nil {
-		failed(err.Error(), causeNotFound)
+		failed(err.Error(), CauseNotFound)
 		return
 	}
 	files := make([]uintptr, len(fds))
@@ -401,7 +412,7 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 		// Go still forks with vfork, which keeps a launch cheap.
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID
 		attr.Sys.Pdeathsig = syscall.SIGKILL
-		if isLaunchStep(req.Args) {
+		if IsLaunchStep(req.Args) {
 			// Its own /proc before bwrap runs: see launchstep.go.
 			attr.Sys.Cloneflags |= syscall.CLONE_NEWNS
 			attr.Sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
@@ -425,9 +436,9 @@ func (sv *supervisor) start(req *ctlRequest, fds []int) {
 		cause := ""
 		switch {
 		case errors.Is(err, syscall.ENOENT):
-			cause = causeNotFound
+			cause = CauseNotFound
 		case errors.Is(err, syscall.EACCES):
-			cause = causeNotExecutable
+			cause = CauseNotExecutable
 		}
 		failed(fmt.Sprintf("exec %s: %v", req.Args[0], err), cause)
 		return

@@ -1,4 +1,4 @@
-package sandboxkit
+package supervisor
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,16 +34,21 @@ import (
 // for that namespace once per server, not once per sandbox, is what keeps
 // a launch as cheap as starting bwrap directly.
 
-// spawnerFlag is os.Args[1] of the re-executed binary.
-const spawnerFlag = "--sandboxkit-spawner"
+// SpawnerFlag is os.Args[1] of the re-executed binary.
+const SpawnerFlag = "--sandboxkit-spawner"
 
-// errSpawnerDied is wrapped by the errors of sandboxes whose spawner
+// ErrSpawnerDied is wrapped by the errors of sandboxes whose spawner
 // died; the next launch starts a new spawner.
-var errSpawnerDied = errors.New("sandboxkit: the sandbox spawner died")
+var ErrSpawnerDied = errors.New("sandboxkit: the sandbox spawner died")
 
-// errNoMain is the error of every way to start a sandbox (Run, Session,
+// ErrNoMain is the error of every way to start a sandbox (Run, Session,
 // the Doctor's probes) when the program did not call Main.
-var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner (and a Session its supervisor): call sandboxkit.Main() first in main (and in TestMain)")
+var ErrNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner (and a Session its supervisor): call sandboxkit.Main() first in main (and in TestMain)")
+
+// MainCalled records that the program called sandboxkit.Main, so a
+// launch can count on the binary turning into the spawner or the
+// supervisor when re-executed.
+var MainCalled atomic.Bool
 
 // spawners holds the process-wide spawners, started on first use: one
 // per set of rlimits, which a spawner sets on itself once (hard and soft,
@@ -50,28 +56,29 @@ var errNoMain = errors.New("sandboxkit: starting a sandbox needs the spawner (an
 // practice one or two: the profiles' and the Doctor's (none).
 var spawners struct {
 	mu sync.Mutex
-	m  map[rlimits]*spawner
+	m  map[Rlimits]*Spawner
 }
 
-// rlimits are the resource limits a spawner passes on (0: inherited).
-// RLIMIT_CORE is always 0.
-type rlimits struct {
-	fileSize, openFiles int64
+// Spawner is a running spawner.
+type Spawner struct {
+	Client *Client
+	Pid    int // host pid
 }
 
-type spawner struct {
-	cl  *ctlClient
-	pid int // host pid
+// Rlimits are the resource limits a spawner passes on (0: inherited):
+// RLIMIT_FSIZE and RLIMIT_NOFILE. RLIMIT_CORE is always 0.
+type Rlimits struct {
+	FileSize, OpenFiles int64
 }
 
-// theSpawner returns the running spawner for rl, or starts one.
-func theSpawner(rl rlimits) (*spawner, error) {
-	if !mainCalled.Load() {
-		return nil, errNoMain
+// Get returns the running spawner for rl, or starts one.
+func Get(rl Rlimits) (*Spawner, error) {
+	if !MainCalled.Load() {
+		return nil, ErrNoMain
 	}
 	spawners.mu.Lock()
 	defer spawners.mu.Unlock()
-	if sp := spawners.m[rl]; sp != nil && sp.cl.closed() == nil {
+	if sp := spawners.m[rl]; sp != nil && sp.Client.Closed() == nil {
 		return sp, nil
 	}
 	sp, err := startSpawner(rl)
@@ -79,30 +86,26 @@ func theSpawner(rl rlimits) (*spawner, error) {
 		return nil, err
 	}
 	if spawners.m == nil {
-		spawners.m = map[rlimits]*spawner{}
+		spawners.m = map[Rlimits]*Spawner{}
 	}
 	spawners.m[rl] = sp
 	return sp, nil
 }
 
-// spawnerFor returns the spawner and the absolute path of p's bwrap,
-// resolved on the host: the spawner executes exactly that.
-func spawnerFor(p *Policy) (*spawner, string, error) {
-	sp, err := theSpawner(rlimits{fileSize: p.Limits.FileSize, openFiles: p.Limits.OpenFiles})
-	if err != nil {
-		return nil, "", err
-	}
-	bwrap, err := resolveBwrap(p.Bwrap)
-	return sp, bwrap, err
+// Current returns the running spawner for rl, or nil.
+func Current(rl Rlimits) *Spawner {
+	spawners.mu.Lock()
+	defer spawners.mu.Unlock()
+	return spawners.m[rl]
 }
 
-func startSpawner(rl rlimits) (*spawner, error) {
-	host, child, err := controlPair()
+func startSpawner(rl Rlimits) (*Spawner, error) {
+	host, child, err := Pair()
 	if err != nil {
 		return nil, err
 	}
 	defer child.Close()
-	cmd := exec.Command("/proc/self/exe", spawnerFlag, "3", strconv.FormatInt(rl.fileSize, 10), strconv.FormatInt(rl.openFiles, 10))
+	cmd := exec.Command("/proc/self/exe", SpawnerFlag, "3", strconv.FormatInt(rl.FileSize, 10), strconv.FormatInt(rl.OpenFiles, 10))
 	cmd.Env = []string{}
 	// Keep the head: it says why a spawner failed.
 	out := headtail.New(4096, 0)
@@ -122,10 +125,10 @@ func startSpawner(rl rlimits) (*spawner, error) {
 		host.Close()
 		return nil, fmt.Errorf("sandboxkit: start the sandbox spawner: %w", err)
 	}
-	sp := &spawner{cl: newCtlClient(host, errSpawnerDied), pid: cmd.Process.Pid}
+	sp := &Spawner{Client: NewClient(host, ErrSpawnerDied), Pid: cmd.Process.Pid}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	go sp.cl.run(func() error {
+	go sp.Client.Run(func() error {
 		var werr error
 		select {
 		case werr = <-exited:
@@ -138,7 +141,7 @@ func startSpawner(rl rlimits) (*spawner, error) {
 		if why == "" {
 			why = fmt.Sprint(werr)
 		}
-		return fmt.Errorf("%w (pid %d): %s", errSpawnerDied, sp.pid, why)
+		return fmt.Errorf("%w (pid %d): %s", ErrSpawnerDied, sp.Pid, why)
 	})
 	return sp, nil
 }
