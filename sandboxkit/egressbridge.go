@@ -36,8 +36,22 @@ func egressEnv() []string {
 
 // egressProxy is the running proxy of one sandbox.
 type egressProxy struct {
-	px  *egress.Proxy
+	px  egressListener
 	dir string
+}
+
+// egressListener is what a sandbox needs of its proxy: an *egress.Proxy,
+// or in a benchmark (listenEgress) a bare relay to compare it with.
+type egressListener interface {
+	Path() string
+	Err() error
+	Close() error
+}
+
+// listenEgress starts the proxy of a sandbox on its socket at path. Only
+// test code replaces it (a benchmark's bare relay on the same path).
+var listenEgress = func(path string, o egress.Options) (egressListener, error) {
+	return egress.Listen(path, o)
 }
 
 // startEgress starts the proxy of a sandbox under p, on a socket in a
@@ -56,7 +70,7 @@ func startEgress(p *Policy) (*egressProxy, error) {
 		}
 		return nil, fmt.Errorf("sandboxkit: %w: cannot make a directory for its socket in the temp dir: %v", egress.ErrProxyDown, err)
 	}
-	px, err := egress.Listen(filepath.Join(dir, "proxy.sock"), *p.Egress)
+	px, err := listenEgress(filepath.Join(dir, "proxy.sock"), *p.Egress)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("sandboxkit: %w", err)
