@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // BenchmarkLimitsLaunch measures what the limits add to a start: a
@@ -20,7 +22,7 @@ func BenchmarkLimitsLaunch(b *testing.B) {
 	base := sessionPolicy(b)
 	limited := *base
 	limited.Limits = DefaultLimits()
-	limited.Limits.CgroupParent = cgroupParent(b)
+	limited.Limits.CgroupParent = sandboxtest.CgroupParent(b)
 	for _, kind := range []string{"run", "session"} {
 		b.Run(kind, func(b *testing.B) {
 			var offT, onT, diff []float64
@@ -96,7 +98,7 @@ func BenchmarkLimitsCPULatency(b *testing.B) {
 		for range 2 {
 			p := *sessionPolicy(b)
 			p.Limits = DefaultLimits()
-			p.Limits.CgroupParent = cgroupParent(b)
+			p.Limits.CgroupParent = sandboxtest.CgroupParent(b)
 			s, err := StartSession(b.Context(), &p, SessionOptions{})
 			if err != nil {
 				b.Fatal(err)

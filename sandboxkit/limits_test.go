@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -66,30 +65,12 @@ func TestLimitsValidate(t *testing.T) {
 	}
 }
 
-// cgroupParent is the parent of this user's delegated cgroup v1 subtree
-// on this machine (scripts/install-prereqs names it: the callers, not
-// sandboxkit, choose it), "" on v2 or when none is found.
-func cgroupParent(t testing.TB) string {
-	t.Helper()
-	u, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs, _ := filepath.Glob(filepath.Join(cgroup.DefaultMount, "pids", "*", u.Username))
-	for _, d := range dirs {
-		if unix.Access(d, unix.W_OK) == nil {
-			return filepath.Base(filepath.Dir(d))
-		}
-	}
-	return ""
-}
-
 // requireCgroups returns the delegated tree, skipping (failing under
 // CI) without one: scripts/install-prereqs delegates it to the test user.
 func requireCgroups(t testing.TB) *cgroup.Tree {
 	t.Helper()
 	requireSandbox(t)
-	tr, err := cgroupTree("", cgroupParent(t))
+	tr, err := cgroupTree("", sandboxtest.CgroupParent(t))
 	if err != nil {
 		sandboxtest.SkipOrFail(t, "%v", err)
 	}
@@ -100,7 +81,7 @@ func requireCgroups(t testing.TB) *cgroup.Tree {
 func enforcePolicy(t *testing.T, l Limits) *Policy {
 	t.Helper()
 	if l.Cgroup == "" && l.CgroupParent == "" {
-		l.CgroupParent = cgroupParent(t)
+		l.CgroupParent = sandboxtest.CgroupParent(t)
 	}
 	w := sessionPolicy(t).Workspace
 	p, err := Settings{Seccomp: seccomp.Enforce, Limits: &l}.Workspace("workspace", w)
@@ -416,7 +397,7 @@ func TestLimitsRlimits(t *testing.T) {
 	if !strings.Contains(got, "200 200 1024 0 ") || !strings.Contains(got, "cannot-raise") || !strings.Contains(got, "File size limit exceeded") {
 		t.Fatalf("inside: %q", got)
 	}
-	parent := cgroupParent(t)
+	parent := sandboxtest.CgroupParent(t)
 	for line := range strings.SplitSeq(got, " ") {
 		if (parent != "" && strings.Contains(line, parent)) || strings.Contains(line, "sbx-") {
 			t.Fatalf("the sandbox sees its cgroup path: %q", got)
@@ -512,7 +493,7 @@ func TestLimitsRequire(t *testing.T) {
 func TestLimitsDoctorDelegated(t *testing.T) {
 	tr := requireCgroups(t)
 	l := DefaultLimits()
-	l.CgroupParent = cgroupParent(t)
+	l.CgroupParent = sandboxtest.CgroupParent(t)
 	lc := limitsCheck(l)
 	if !lc.OK || !strings.HasPrefix(lc.Detail, tr.String()) || lc.Warning != !tr.SwapLimited() {
 		t.Fatalf("limits check with %v (swap limited %v): %+v", tr, tr.SwapLimited(), lc)

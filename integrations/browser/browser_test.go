@@ -42,6 +42,9 @@ func newBrowser(t testing.TB, o Options) (*Browser, *sandboxtest.Buffer) {
 	if o.Binary.Path == "" {
 		o.Binary = chrome(t)
 	}
+	if o.Cgroup == "" && o.CgroupParent == "" {
+		o.CgroupParent = sandboxtest.CgroupParent(t)
+	}
 	logs := &sandboxtest.Buffer{}
 	o.Log = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})
 	b := New(o)

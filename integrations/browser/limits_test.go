@@ -20,7 +20,7 @@ import (
 // to this user: scripts/install-prereqs delegates one to the test user.
 func needCgroup(t *testing.T) {
 	t.Helper()
-	if _, err := cgroup.Open(cgroup.Options{}); err != nil {
+	if _, err := cgroup.Open(cgroup.Options{Parent: sandboxtest.CgroupParent(t)}); err != nil {
 		sandboxtest.SkipOrFail(t, "%v", err)
 	}
 }
