@@ -533,15 +533,9 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 	if err != nil {
 		return nil, err
 	}
-	waited := e.sandboxWaiting(call)
-	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
-	waited(err)
+	sess, err := e.startSession(ctx, call, p, func(err error) error { return hidePaths(err, lower, layer.Dir) })
 	if err != nil {
-		err = hidePaths(err, lower, layer.Dir)
-		if errors.Is(err, sandboxkit.ErrUnavailable) {
-			return nil, fmt.Errorf("%w; nothing was run", err)
-		}
-		return nil, fmt.Errorf("starting the sandbox: %w", err)
+		return nil, err
 	}
 	layer.Touch(time.Now())
 	ws := &workspace{view: v, sess: sess}
@@ -557,6 +551,25 @@ func (e *Engine) workspace(ctx context.Context, call *Call) (*workspace, error) 
 		c.wsMu.Unlock()
 	}()
 	return ws, nil
+}
+
+// startSession starts the sandbox of call's conversation under p, telling
+// call's turn while it waits (sandboxWaiting). hide, if set, takes the
+// host paths out of the start's error before it is worded.
+func (e *Engine) startSession(ctx context.Context, call *Call, p *sandboxkit.Policy, hide func(error) error) (*sandboxkit.Session, error) {
+	waited := e.sandboxWaiting(call)
+	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
+	waited(err)
+	if err == nil {
+		return sess, nil
+	}
+	if hide != nil {
+		err = hide(err)
+	}
+	if errors.Is(err, sandboxkit.ErrUnavailable) {
+		return nil, fmt.Errorf("%w; nothing was run", err)
+	}
+	return nil, fmt.Errorf("starting the sandbox: %w", err)
 }
 
 const (

@@ -40,26 +40,6 @@ func cleanRel(p string) (string, error) {
 	return c, nil // "" is the root
 }
 
-// wsErr words err for the model: the workspace path rel and the bare
-// error, without the host path an *fs.PathError carries.
-func wsErr(rel string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		err = le.Err
-	}
-	return fmt.Errorf("%s: %w", show(rel), err)
-}
-
-// errChanged reports a directory that stopped being one between its stat
-// and its open: the sandbox is changing the tree.
-func errChanged(rel string) error {
-	return fmt.Errorf("%s changed while it was read (the sandbox is changing it); try again", show(rel))
-}
-
 // fsName is the overlay.View name of the workspace path rel ("" the root).
 func fsName(rel string) string { return show(rel) }
 
@@ -423,7 +403,7 @@ func (ws *workspace) readLines(ctx context.Context, p string, offset, limit, bud
 func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, budget int) (string, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return "", fileErr(p, wsErr(rel, err))
+		return "", fileErr(p, overlay.ViewError(rel, err))
 	}
 	size := fi.Size()
 	skipped, at, lines := 0, int64(0), -1
@@ -431,7 +411,7 @@ func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, bu
 		skipped, at = x.seek(max(offset, 1) - 1)
 		lines = x.lines
 		if _, err := f.Seek(at, io.SeekStart); err != nil {
-			return "", fileErr(p, wsErr(rel, err))
+			return "", fileErr(p, overlay.ViewError(rel, err))
 		}
 	}
 	body, lr, err := readLinesFrom(ctx, f, offset, limit, budget, skipped, at, lines)
@@ -442,7 +422,7 @@ func showLines(ctx context.Context, f *os.File, p, rel string, offset, limit, bu
 		if ctx.Err() != nil {
 			return "", context.Cause(ctx)
 		}
-		return "", fileErr(p, wsErr(rel, err))
+		return "", fileErr(p, overlay.ViewError(rel, err))
 	}
 	total := commas(int64(lr.Total))
 	if !lr.Known {

@@ -165,17 +165,17 @@ func (x *copier) exportDir(d *overlay.Dir, out *os.File, depth int) error {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := unix.Mkdirat(ofd, de.Name(), 0o700); err != nil {
-				return wsErr(rel, err)
+				return overlay.ViewError(rel, err)
 			}
 			sub, err := d.Sub(de.Name(), e)
 			if err != nil {
 				return err
 			}
-			subOut, err := openDirAt(out, de.Name(), rel)
+			subOut, err := overlay.OpenDirAt(out, de.Name(), rel)
 			if err == nil {
 				err = x.exportDir(sub, subOut, depth+1)
 				if cerr := unix.Fchmod(int(subOut.Fd()), perm); err == nil && cerr != nil {
-					err = wsErr(rel, cerr)
+					err = overlay.ViewError(rel, cerr)
 				}
 				subOut.Close()
 			}
@@ -184,7 +184,7 @@ func (x *copier) exportDir(d *overlay.Dir, out *os.File, depth int) error {
 				return err
 			}
 		case unix.S_IFREG:
-			src, err := openFileAt(d.Layer(e.Layer), de.Name(), rel)
+			src, err := overlay.OpenFileAt(d.Layer(e.Layer), de.Name(), rel)
 			if errors.Is(err, unix.EACCES) {
 				// Unreadable (a sandbox's chmod 000): left as it is.
 				x.skipped[rel] = true
@@ -201,15 +201,15 @@ func (x *copier) exportDir(d *overlay.Dir, out *os.File, depth int) error {
 			// The copy keeps the file's times (build tools compare them).
 			ts := []unix.Timespec{st.Atim, st.Mtim}
 			if err := unix.UtimesNanoAt(ofd, de.Name(), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return wsErr(rel, err)
+				return overlay.ViewError(rel, err)
 			}
 		case unix.S_IFLNK:
-			target, err := readlinkIn(d.Layer(e.Layer), de.Name())
+			target, err := overlay.ReadLinkAt(d.Layer(e.Layer), de.Name())
 			if err != nil {
-				return wsErr(rel, err)
+				return overlay.ViewError(rel, err)
 			}
 			if err := unix.Symlinkat(target, ofd, de.Name()); err != nil {
-				return wsErr(rel, err)
+				return overlay.ViewError(rel, err)
 			}
 		default:
 			x.skipped[rel] = true
@@ -284,16 +284,16 @@ func (u *upperDir) open() (int, error) {
 		// Shown from a lower layer: made in the upper one, as overlayfs
 		// copies a directory up.
 		if err := unix.Mkdirat(pfd, u.name, 0o700); err != nil {
-			return -1, wsErr(u.rel, err)
+			return -1, overlay.ViewError(u.rel, err)
 		}
 		fd, err = unix.Openat(pfd, u.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		return -1, wsErr(u.rel, err)
+		return -1, overlay.ViewError(u.rel, err)
 	}
 	if err := unix.Fchmod(fd, u.perm|0o700); err != nil {
 		unix.Close(fd)
-		return -1, wsErr(u.rel, err)
+		return -1, overlay.ViewError(u.rel, err)
 	}
 	u.f = os.NewFile(uintptr(fd), show(u.rel))
 	return fd, nil
@@ -311,7 +311,7 @@ func (u *upperDir) close() error {
 	u.f.Close()
 	u.f = nil
 	if err != nil {
-		return wsErr(u.rel, err)
+		return overlay.ViewError(u.rel, err)
 	}
 	return nil
 }
@@ -329,7 +329,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *up
 	}
 	names, err := after.Readdirnames(maxCopyEntries + 1)
 	if err != nil && err != io.EOF {
-		return wsErr(rel, err)
+		return overlay.ViewError(rel, err)
 	}
 	if len(names) > maxCopyEntries {
 		return fmt.Errorf("%s: more than %d entries", show(rel), maxCopyEntries)
@@ -359,7 +359,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *up
 		if err := unix.Fstatat(afd, name, &ast, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
 			continue
 		} else if err != nil {
-			return wsErr(p, err)
+			return overlay.ViewError(p, err)
 		}
 		var be overlay.Entry
 		had := false
@@ -390,7 +390,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *up
 					continue
 				}
 			}
-			src, err := openFileAt(after, name, p)
+			src, err := overlay.OpenFileAt(after, name, p)
 			if err != nil {
 				return err
 			}
@@ -406,12 +406,12 @@ func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *up
 				return err
 			}
 		case unix.S_IFLNK:
-			target, err := readlinkIn(after, name)
+			target, err := overlay.ReadLinkAt(after, name)
 			if err != nil {
-				return wsErr(p, err)
+				return overlay.ViewError(p, err)
 			}
 			if had && bst.Mode&unix.S_IFMT == unix.S_IFLNK {
-				if old, err := readlinkIn(before.Layer(be.Layer), name); err == nil && old == target {
+				if old, err := overlay.ReadLinkAt(before.Layer(be.Layer), name); err == nil && old == target {
 					continue
 				}
 			}
@@ -428,7 +428,7 @@ func (x *copier) syncDir(rel string, after *os.File, before *overlay.Dir, up *up
 
 // syncSubdir brings the directory name of after (at p) into up.
 func (x *copier) syncSubdir(p, name string, after *os.File, before *overlay.Dir, be overlay.Entry, had bool, up *upperDir, perm uint32, depth int) error {
-	sub, err := openDirAt(after, name, p)
+	sub, err := overlay.OpenDirAt(after, name, p)
 	if err != nil {
 		return err
 	}
@@ -451,12 +451,12 @@ func (x *copier) syncSubdir(p, name string, after *os.File, before *overlay.Dir,
 		// not the copy's).
 		err := x.replace(up, name, p, func(ufd int) error {
 			if err := unix.Mkdirat(ufd, name, 0o700); err != nil {
-				return wsErr(p, err)
+				return overlay.ViewError(p, err)
 			}
 			if lowerHas(before, name, true) {
 				fd, err := unix.Openat(ufd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 				if err != nil {
-					return wsErr(p, err)
+					return overlay.ViewError(p, err)
 				}
 				defer unix.Close(fd)
 				return wsErrIf(p, unix.Fsetxattr(fd, "user.overlay.opaque", []byte("y"), 0))
@@ -538,20 +538,20 @@ func removeAt(dfd int, name, p string, depth int) error {
 		return nil
 	}
 	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-		return wsErr(p, err)
+		return overlay.ViewError(p, err)
 	}
 	if depth >= maxDepth {
 		return fmt.Errorf("%s: deeper than %d directories", show(p), maxDepth)
 	}
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return wsErr(p, err)
+		return overlay.ViewError(p, err)
 	}
 	d := os.NewFile(uintptr(fd), show(p))
 	defer d.Close()
 	// A sandbox may have left it unreadable or unwritable.
 	if err := unix.Fchmod(fd, 0o700); err != nil {
-		return wsErr(p, err)
+		return overlay.ViewError(p, err)
 	}
 	for {
 		names, err := d.Readdirnames(256)
@@ -564,7 +564,7 @@ func removeAt(dfd int, name, p string, depth int) error {
 			break
 		}
 		if err != nil {
-			return wsErr(p, err)
+			return overlay.ViewError(p, err)
 		}
 	}
 	return wsErrIf(p, unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR))
@@ -579,12 +579,12 @@ func (x *copier) sameFile(after *os.File, name string, ast *unix.Stat_t, bdir *o
 	if ast.Ctim.Nano() < x.since.Nano() && ast.Mtim == bst.Mtim {
 		return true, nil // not touched since export wrote it
 	}
-	a, err := openFileAt(after, name, p)
+	a, err := overlay.OpenFileAt(after, name, p)
 	if err != nil {
 		return false, err
 	}
 	defer a.Close()
-	b, err := openFileAt(bdir, name, p)
+	b, err := overlay.OpenFileAt(bdir, name, p)
 	if err != nil {
 		return false, err
 	}
@@ -602,9 +602,9 @@ func (x *copier) sameFile(after *os.File, name string, ast *unix.Stat_t, bdir *o
 		case endA && endB:
 			return true, nil
 		case errA != nil && !endA:
-			return false, wsErr(p, errA)
+			return false, overlay.ViewError(p, errA)
 		case errB != nil && !endB:
-			return false, wsErr(p, errB)
+			return false, overlay.ViewError(p, errB)
 		case endA != endB:
 			return false, nil
 		}
@@ -613,19 +613,6 @@ func (x *copier) sameFile(after *os.File, name string, ast *unix.Stat_t, bdir *o
 
 // maxDepth bounds how deep a copy descends.
 const maxDepth = 128
-
-// openDirAt opens the directory name in f, refusing a symlink. rel names
-// it in the new *os.File, so that its errors carry no host path.
-func openDirAt(f *os.File, name, rel string) (*os.File, error) {
-	fd, err := unix.Openat(int(f.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT):
-		return nil, errChanged(rel)
-	case err != nil:
-		return nil, wsErr(rel, err)
-	}
-	return os.NewFile(uintptr(fd), show(rel)), nil
-}
 
 // openDir opens the directory at the host path p, refusing a symlink as
 // its last component.
@@ -637,51 +624,25 @@ func openDir(p string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), p), nil
 }
 
-// openFileAt opens the regular file name of dir for reading, never
-// through a symlink, and refuses anything else (O_NONBLOCK: a FIFO
-// swapped in does not block).
-func openFileAt(dir *os.File, name, rel string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, wsErr(rel, err)
-	}
-	f := os.NewFile(uintptr(fd), show(rel))
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, errChanged(rel)
-	}
-	return f, nil
-}
-
 // writeFileAt creates the regular file name in the directory dfd (which
 // must not have it) with mode perm and src's content.
 func writeFileAt(dfd int, name string, perm uint32, src io.Reader, rel string) error {
 	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return wsErr(rel, err)
+		return overlay.ViewError(rel, err)
 	}
 	dst := os.NewFile(uintptr(fd), show(rel))
 	defer dst.Close()
 	if _, err := io.Copy(dst, src); err != nil {
-		return wsErr(rel, err)
+		return overlay.ViewError(rel, err)
 	}
 	return wsErrIf(rel, unix.Fchmod(fd, perm))
 }
 
-// readlinkIn reads the symlink name of dir.
-func readlinkIn(dir *os.File, name string) (string, error) {
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
-}
-
-// wsErrIf is wsErr(rel, err), or nil without err.
+// wsErrIf is overlay.ViewError(rel, err), or nil without err.
 func wsErrIf(rel string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return wsErr(rel, err)
+	return overlay.ViewError(rel, err)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/codumentor/codumentor/sandboxkit"
 )
 
 // A host read-only investigation (Config.HostReadOnly) runs its commands
@@ -42,14 +40,9 @@ func (e *Engine) hostWorkspace(ctx context.Context, c *conv, call *Call) (*works
 	if err != nil {
 		return nil, err
 	}
-	waited := e.sandboxWaiting(call)
-	sess, err := sandboxkit.StartSession(ctx, p, sandboxkit.SessionOptions{IdleTimeout: e.cfg.SessionIdle, MaxJobs: e.cfg.MaxJobs})
-	waited(err)
+	sess, err := e.startSession(ctx, call, p, nil)
 	if err != nil {
-		if errors.Is(err, sandboxkit.ErrUnavailable) {
-			return nil, fmt.Errorf("%w; nothing was run", err)
-		}
-		return nil, fmt.Errorf("starting the sandbox: %w", err)
+		return nil, err
 	}
 	ws := &workspace{sess: sess, host: true}
 	c.ws = ws

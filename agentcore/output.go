@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/codumentor/codumentor/sandboxkit"
+	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
 // A shell command's whole output (up to Config.OutputKeep bytes) is kept
@@ -440,7 +441,7 @@ func (e *Engine) openOutput(conversation, p, rel string) (*os.File, error) {
 		return nil, fmt.Errorf("%w: %s (it may have been dropped: a conversation keeps the newest %d MiB of output)", ErrNoOutput, p, e.cfg.OutputKeepTotal>>20)
 	}
 	if err != nil {
-		return nil, wsErr(p, err)
+		return nil, overlay.ViewError(p, err)
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()

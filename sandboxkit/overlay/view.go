@@ -116,20 +116,6 @@ func show(rel string) string {
 	return rel
 }
 
-// viewErr words err for a view path: rel and the bare error, without the
-// host path an *fs.PathError carries.
-func viewErr(rel string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		err = le.Err
-	}
-	return fmt.Errorf("%s: %w", show(rel), err)
-}
-
 // errChanged reports an entry that changed type between its stat and its
 // open: the sandbox is changing the tree.
 func errChanged(rel string) error {
@@ -200,19 +186,6 @@ func statAt(f *os.File, name string) (st *statInfo, ok bool, err error) {
 	return st, true, nil
 }
 
-// openDirAt opens the directory name in f, refusing a symlink. rel names
-// it in the new *os.File, so that its errors carry no host path.
-func openDirAt(f *os.File, name, rel string) (*os.File, error) {
-	fd, err := unix.Openat(int(f.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT):
-		return nil, errChanged(rel)
-	case err != nil:
-		return nil, viewErr(rel, err)
-	}
-	return os.NewFile(uintptr(fd), show(rel)), nil
-}
-
 // rel turns an io/fs name into the view's internal form ("" the root),
 // refusing names io/fs calls invalid.
 func rel(op, name string) (string, error) {
@@ -240,7 +213,7 @@ func (v *View) openRoot() (*Dir, error) {
 		}
 		if err != nil {
 			d.Close()
-			return nil, viewErr("", err)
+			return nil, ViewError("", err)
 		}
 		d.dirs[i] = os.NewFile(uintptr(fd), ".")
 		if isOpaque(fd) {
@@ -262,7 +235,7 @@ func (d *Dir) Lookup(name string) (Entry, error) {
 		}
 		st, ok, err := statAt(f, name)
 		if err != nil {
-			return Entry{}, viewErr(rel, err)
+			return Entry{}, ViewError(rel, err)
 		}
 		if !ok {
 			continue
@@ -306,7 +279,7 @@ func (d *Dir) Sub(name string, e Entry) (*Dir, error) {
 		if !e.shows[i] {
 			continue
 		}
-		f, err := openDirAt(d.dirs[i], name, rel)
+		f, err := OpenDirAt(d.dirs[i], name, rel)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -357,7 +330,7 @@ func (v *View) find(rel string) (e Entry, parent *Dir, err error) {
 		defer d.Close()
 		st := &statInfo{name: "."}
 		if err := unix.Fstat(int(d.dirs[0].Fd()), &st.st); err != nil {
-			return Entry{}, nil, viewErr("", err)
+			return Entry{}, nil, ViewError("", err)
 		}
 		shows := make([]bool, len(d.dirs))
 		for i, f := range d.dirs {
@@ -417,7 +390,7 @@ func (v *View) resolve(rel string, followLast bool) (string, error) {
 		if hops++; hops > maxSymlinks {
 			return "", fmt.Errorf("too many levels of symlinks in %q", rel)
 		}
-		target, err := readlinkAtFile(d.dirs[e.Layer], comp)
+		target, err := ReadLinkAt(d.dirs[e.Layer], comp)
 		d.Close()
 		d = nil
 		if err != nil {
@@ -439,15 +412,6 @@ func (v *View) resolve(rel string, followLast bool) (string, error) {
 		}
 	}
 	return done, nil
-}
-
-func readlinkAtFile(dir *os.File, name string) (string, error) {
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
-	if err != nil {
-		return "", err
-	}
-	return string(buf[:n]), nil
 }
 
 // Resolve follows the symlinks of name inside the view, one component at
@@ -506,7 +470,7 @@ func (v *View) ReadLink(name string) (string, error) {
 	if !e.IsLink() || parent == nil {
 		return "", fmt.Errorf("%s: %w", show(r), fs.ErrInvalid)
 	}
-	t, err := readlinkAtFile(parent.dirs[e.Layer], path.Base(r))
+	t, err := ReadLinkAt(parent.dirs[e.Layer], path.Base(r))
 	if err != nil {
 		return "", errChanged(r)
 	}
@@ -526,19 +490,12 @@ func (v *View) OpenFile(name string) (*os.File, error) {
 	if !e.Info.Mode().IsRegular() || parent == nil {
 		return nil, fmt.Errorf("%q is not a regular file", show(r))
 	}
-	// Opened relative to the parent's descriptor, never through a
-	// symlink; O_NONBLOCK keeps a FIFO swapped in from blocking us.
-	fd, err := unix.Openat(int(parent.dirs[e.Layer].Fd()), path.Base(r), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, viewErr(r, err)
+	// Opened relative to the parent's descriptor.
+	f, ok, err := openRegularAt(parent.dirs[e.Layer], path.Base(r), r)
+	if err == nil && !ok {
+		err = fmt.Errorf("%q is not a regular file", show(r))
 	}
-	f := os.NewFile(uintptr(fd), show(r))
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("%q is not a regular file", show(r))
-	}
-	return f, nil
+	return f, err
 }
 
 // ReadFile returns the content of the regular file name, refusing one
@@ -560,14 +517,14 @@ func (v *View) ReadFileMax(name string, max int64) ([]byte, error) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, viewErr(f.Name(), err)
+		return nil, ViewError(f.Name(), err)
 	}
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%q is %d bytes, more than the read limit of %d bytes; use shell (e.g. head, sed -n) to read part of it", f.Name(), fi.Size(), max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, viewErr(f.Name(), err)
+		return nil, ViewError(f.Name(), err)
 	}
 	if int64(len(b)) > max {
 		return nil, fmt.Errorf("%q is more than the read limit of %d bytes", f.Name(), max)
@@ -641,7 +598,7 @@ func (d *Dir) List(after string, limit int) ([]fs.DirEntry, bool, error) {
 	}
 	scan := func(f *os.File, each func(name string) error) error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return viewErr(d.rel, err)
+			return ViewError(d.rel, err)
 		}
 		for {
 			names, err := f.Readdirnames(readBatch)
@@ -656,7 +613,7 @@ func (d *Dir) List(after string, limit int) ([]fs.DirEntry, bool, error) {
 				return nil
 			}
 			if err != nil {
-				return viewErr(d.rel, err)
+				return ViewError(d.rel, err)
 			}
 		}
 	}
@@ -677,7 +634,7 @@ func (d *Dir) List(after string, limit int) ([]fs.DirEntry, bool, error) {
 			}
 			st, ok, err := statAt(f, name)
 			if err != nil {
-				return viewErr(path.Join(d.rel, name), err)
+				return ViewError(path.Join(d.rel, name), err)
 			}
 			if ok && !isWhiteout(&st.st) {
 				keep(name, st)
