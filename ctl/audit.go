@@ -204,8 +204,8 @@ func auditHeadCommand() *cli.Command {
 }
 
 func runAuditHead(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	_, db, err := openAuditLog(ctx, cmd)
 	if err != nil {

@@ -95,8 +95,8 @@ func usersListCommand() *cli.Command {
 }
 
 func runUsersList(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	return withUsers(ctx, cmd, false, func(us *auth.Users) error {
 		list, err := us.List(ctx)
