@@ -225,15 +225,9 @@ func runUsersQuota(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, false)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	if err := showQuota(ctx, cmd, db, name, int64(cfg.Quotas.DailyTokens)); err != nil {
-		return exitWith(exitFailure, err)
-	}
-	return nil
+	return withDatabase(ctx, inst, false, func(db *gorm.DB) error {
+		return showQuota(ctx, cmd, db, name, int64(cfg.Quotas.DailyTokens))
+	})
 }
 
 // showQuota sets user name's quota as cmd's flags say, then prints it.
@@ -288,19 +282,13 @@ func withUsers(ctx context.Context, cmd *cli.Command, create bool, f func(*auth.
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, create)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	us, err := auth.NewUsers(db)
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	if err := f(us); err != nil {
-		return exitWith(exitFailure, err)
-	}
-	return nil
+	return withDatabase(ctx, inst, create, func(db *gorm.DB) error {
+		us, err := auth.NewUsers(db)
+		if err != nil {
+			return err
+		}
+		return f(us)
+	})
 }
 
 // oneName returns the single NAME argument of cmd.
