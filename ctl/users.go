@@ -63,11 +63,7 @@ func usersAddCommand() *cli.Command {
 }
 
 func runUsersAdd(ctx context.Context, cmd *cli.Command) error {
-	name, err := oneName(cmd)
-	if err != nil {
-		return err
-	}
-	pw, err := readPassword(cmd)
+	name, pw, err := nameAndPassword(cmd)
 	if err != nil {
 		return err
 	}
@@ -172,11 +168,7 @@ func usersPasswdCommand() *cli.Command {
 }
 
 func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
-	name, err := oneName(cmd)
-	if err != nil {
-		return err
-	}
-	pw, err := readPassword(cmd)
+	name, pw, err := nameAndPassword(cmd)
 	if err != nil {
 		return err
 	}
@@ -300,6 +292,18 @@ func oneName(cmd *cli.Command) (string, error) {
 		return cmd.Args().First(), nil
 	}
 	return "", usageError(cmd, "unexpected argument %q", cmd.Args().Get(1))
+}
+
+// nameAndPassword returns the single NAME argument of cmd and the
+// password its flags or the terminal give.
+func nameAndPassword(cmd *cli.Command) (name, pw string, err error) {
+	if name, err = oneName(cmd); err != nil {
+		return "", "", err
+	}
+	if pw, err = readPassword(cmd); err != nil {
+		return "", "", err
+	}
+	return name, pw, nil
 }
 
 // readPassword returns the password of --password or --password-stdin,
