@@ -63,31 +63,28 @@ func runAuditExport(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, false)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	w := bufio.NewWriter(cmd.Root().Writer)
-	enc := json.NewEncoder(w)
-	// Pages bound the memory a long log takes.
-	f.Limit = 1000
-	for {
-		rs, err := audit.List(ctx, db, f)
-		if err != nil {
-			return exitWith(exitFailure, err)
-		}
-		for _, r := range rs {
-			if err := enc.Encode(r); err != nil {
-				return exitWith(exitFailure, err)
+	return withDatabase(ctx, inst, false, func(db *gorm.DB) error {
+		w := bufio.NewWriter(cmd.Root().Writer)
+		enc := json.NewEncoder(w)
+		// Pages bound the memory a long log takes.
+		f.Limit = 1000
+		for {
+			rs, err := audit.List(ctx, db, f)
+			if err != nil {
+				return err
 			}
+			for _, r := range rs {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			if len(rs) < f.Limit {
+				break
+			}
+			f.After = rs[len(rs)-1].Seq
 		}
-		if len(rs) < f.Limit {
-			break
-		}
-		f.After = rs[len(rs)-1].Seq
-	}
-	return w.Flush()
+		return w.Flush()
+	})
 }
 
 func auditVerifyCommand() *cli.Command {
@@ -144,39 +141,33 @@ func runAuditVerify(ctx context.Context, cmd *cli.Command) error {
 		fmt.Fprintf(out, "audit export %s: %d records, chain intact%s%s\n", file, len(rs), anchored, headOf(rs))
 		return nil
 	}
-	inst, db, err := openAuditLog(ctx, cmd)
+	return withAuditLog(ctx, cmd, func(inst config.Instance, db *gorm.DB) error {
+		n, err := audit.Verify(ctx, db, heads...)
+		if err != nil {
+			return err
+		}
+		rs, err := audit.List(ctx, db, audit.Filter{After: n - 1})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "audit log of %s: %d records, chain intact%s%s\n", inst.Dir, n, anchored, headOf(rs))
+		return nil
+	})
+}
+
+// withAuditLog runs f on cmd's instance database with its audit keys and
+// the audit table migrated, as withDatabase does.
+func withAuditLog(ctx context.Context, cmd *cli.Command, f func(config.Instance, *gorm.DB) error) error {
+	inst, err := openInstance(cmd, false)
 	if err != nil {
 		return err
 	}
-	defer store.Close(db)
-	n, err := audit.Verify(ctx, db, heads...)
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	rs, err := audit.List(ctx, db, audit.Filter{After: n - 1})
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	fmt.Fprintf(out, "audit log of %s: %d records, chain intact%s%s\n", inst.Dir, n, anchored, headOf(rs))
-	return nil
-}
-
-// openAuditLog opens cmd's instance database with its audit keys and
-// the audit table migrated; close it with store.Close.
-func openAuditLog(ctx context.Context, cmd *cli.Command) (config.Instance, *gorm.DB, error) {
-	inst, err := openInstance(cmd, false)
-	if err != nil {
-		return inst, nil, err
-	}
-	db, err := openDatabase(ctx, inst, false)
-	if err != nil {
-		return inst, nil, err
-	}
-	if err := audit.Migrate(db); err != nil {
-		store.Close(db)
-		return inst, nil, exitWith(exitFailure, err)
-	}
-	return inst, db, nil
+	return withDatabase(ctx, inst, false, func(db *gorm.DB) error {
+		if err := audit.Migrate(db); err != nil {
+			return err
+		}
+		return f(inst, db)
+	})
 }
 
 // headOf names the newest record's head, to keep or to compare with a
@@ -204,22 +195,19 @@ func auditHeadCommand() *cli.Command {
 }
 
 func runAuditHead(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
-	}
-	_, db, err := openAuditLog(ctx, cmd)
-	if err != nil {
+	if err := noArgs(cmd); err != nil {
 		return err
 	}
-	defer store.Close(db)
-	h, err := audit.LastHead(ctx, db)
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	if h.Seq > 0 {
-		fmt.Fprintln(cmd.Root().Writer, h)
-	}
-	return nil
+	return withAuditLog(ctx, cmd, func(_ config.Instance, db *gorm.DB) error {
+		h, err := audit.LastHead(ctx, db)
+		if err != nil {
+			return err
+		}
+		if h.Seq > 0 {
+			fmt.Fprintln(cmd.Root().Writer, h)
+		}
+		return nil
+	})
 }
 
 // maxExportLine bounds one line of an export read back.

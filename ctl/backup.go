@@ -45,8 +45,8 @@ func backupCommand() *cli.Command {
 }
 
 func runBackup(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	inst, cfg, err := openConfig(cmd)
 	if err != nil {

@@ -84,11 +84,7 @@ func newSealWriter(w io.Writer, h backupHeader, secret string) (*sealWriter, err
 	if h.KDF == kdfPassphrase {
 		h.Time, h.Memory, h.Threads = 3, 64<<10, 2
 	}
-	key, err := h.key(secret)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := newAEAD(key)
+	aead, err := h.aead(secret)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +99,12 @@ func newSealWriter(w io.Writer, h backupHeader, secret string) (*sealWriter, err
 	return &sealWriter{w: w, aead: aead, header: line, buf: make([]byte, 0, chunkSize)}, nil
 }
 
-func newAEAD(key []byte) (cipher.AEAD, error) {
+// aead is the cipher of a backup under h, keyed from secret.
+func (h *backupHeader) aead(secret string) (cipher.AEAD, error) {
+	key, err := h.key(secret)
+	if err != nil {
+		return nil, err
+	}
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err
@@ -188,11 +189,7 @@ type openReader struct {
 }
 
 func newOpenReader(r io.Reader, h backupHeader, header []byte, secret string) (*openReader, error) {
-	key, err := h.key(secret)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := newAEAD(key)
+	aead, err := h.aead(secret)
 	if err != nil {
 		return nil, err
 	}

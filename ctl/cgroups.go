@@ -35,8 +35,8 @@ func setupCgroupsCommand() *cli.Command {
 }
 
 func runSetupCgroups(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	name := cmd.String("user")
 	u, err := user.Lookup(name)

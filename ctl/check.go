@@ -91,8 +91,8 @@ func checkCommand() *cli.Command {
 }
 
 func runCheck(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	o := checkOptions{bwrap: cmd.String("bwrap"), workspaceBase: cmd.String("workspace-base"), instance: cmd.String("instance"), limits: config.DefaultSandboxLimits()}
 	for _, p := range []*string{&o.instance, &o.workspaceBase} {

@@ -68,6 +68,14 @@ func usageError(cmd *cli.Command, format string, args ...any) error {
 	return exitWith(exitUsage, fmt.Errorf("%s\nRun '%s --help' for usage.", msg, cmd.FullName()))
 }
 
+// noArgs refuses arguments to a command that takes none.
+func noArgs(cmd *cli.Command) error {
+	if cmd.Args().Present() {
+		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	}
+	return nil
+}
+
 // New returns the codumentorctl command tree. It never exits the
 // process itself: errors come back from Run, carrying their exit code
 // (see Run).

@@ -31,8 +31,8 @@ func gcCommand() *cli.Command {
 }
 
 func runGC(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	var ttl time.Duration
 	if cmd.IsSet("ttl") {

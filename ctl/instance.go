@@ -133,6 +133,20 @@ func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm
 	return db, nil
 }
 
+// withDatabase runs f on inst's database, opened as openDatabase does,
+// and closes it after. Errors of f are failures (exit 1).
+func withDatabase(ctx context.Context, inst config.Instance, create bool, f func(*gorm.DB) error) error {
+	db, err := openDatabase(ctx, inst, create)
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	if err := f(db); err != nil {
+		return exitWith(exitFailure, err)
+	}
+	return nil
+}
+
 // useAuditKeys gives db the audit log's MAC keys of inst's
 // configuration, so that the records codumentorctl writes continue the
 // server's chain and verify checks it.

@@ -18,7 +18,6 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
-	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // repos works on the instance's database, like users: add and list are
@@ -234,12 +233,7 @@ func withRepos(ctx context.Context, cmd *cli.Command, f func(*repos.Service, *go
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, false)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	err = func() error {
+	return withDatabase(ctx, inst, false, func(db *gorm.DB) error {
 		sec, err := secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets))
 		if err != nil {
 			return err
@@ -253,9 +247,5 @@ func withRepos(ctx context.Context, cmd *cli.Command, f func(*repos.Service, *go
 			return err
 		}
 		return f(s, db)
-	}()
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	return nil
+	})
 }

@@ -40,8 +40,8 @@ func restoreCommand() *cli.Command {
 }
 
 func runRestore(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	if cmd.String("instance") == "" {
 		return usageError(cmd, "no instance directory: give --instance DIR")

@@ -63,8 +63,8 @@ func secretsRotateCommand() *cli.Command {
 }
 
 func runSecretsRotate(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	if _, ok := os.LookupEnv(config.EnvJWTSecret); ok {
 		return exitWith(exitFailure, fmt.Errorf("$%s is set: auth.jwt_secret comes from the environment, not from config.yaml, so rotating the file would change nothing; "+
@@ -199,8 +199,8 @@ type keyRow struct {
 }
 
 func runSecretsStatus(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	inst, cfg, err := openConfig(cmd)
 	if err != nil {

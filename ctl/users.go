@@ -63,11 +63,7 @@ func usersAddCommand() *cli.Command {
 }
 
 func runUsersAdd(ctx context.Context, cmd *cli.Command) error {
-	name, err := oneName(cmd)
-	if err != nil {
-		return err
-	}
-	pw, err := readPassword(cmd)
+	name, pw, err := nameAndPassword(cmd)
 	if err != nil {
 		return err
 	}
@@ -95,8 +91,8 @@ func usersListCommand() *cli.Command {
 }
 
 func runUsersList(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Present() {
-		return usageError(cmd, "unexpected argument %q", cmd.Args().First())
+	if err := noArgs(cmd); err != nil {
+		return err
 	}
 	return withUsers(ctx, cmd, false, func(us *auth.Users) error {
 		list, err := us.List(ctx)
@@ -172,11 +168,7 @@ func usersPasswdCommand() *cli.Command {
 }
 
 func runUsersPasswd(ctx context.Context, cmd *cli.Command) error {
-	name, err := oneName(cmd)
-	if err != nil {
-		return err
-	}
-	pw, err := readPassword(cmd)
+	name, pw, err := nameAndPassword(cmd)
 	if err != nil {
 		return err
 	}
@@ -225,15 +217,9 @@ func runUsersQuota(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, false)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	if err := showQuota(ctx, cmd, db, name, int64(cfg.Quotas.DailyTokens)); err != nil {
-		return exitWith(exitFailure, err)
-	}
-	return nil
+	return withDatabase(ctx, inst, false, func(db *gorm.DB) error {
+		return showQuota(ctx, cmd, db, name, int64(cfg.Quotas.DailyTokens))
+	})
 }
 
 // showQuota sets user name's quota as cmd's flags say, then prints it.
@@ -288,19 +274,13 @@ func withUsers(ctx context.Context, cmd *cli.Command, create bool, f func(*auth.
 	if err != nil {
 		return err
 	}
-	db, err := openDatabase(ctx, inst, create)
-	if err != nil {
-		return err
-	}
-	defer store.Close(db)
-	us, err := auth.NewUsers(db)
-	if err != nil {
-		return exitWith(exitFailure, err)
-	}
-	if err := f(us); err != nil {
-		return exitWith(exitFailure, err)
-	}
-	return nil
+	return withDatabase(ctx, inst, create, func(db *gorm.DB) error {
+		us, err := auth.NewUsers(db)
+		if err != nil {
+			return err
+		}
+		return f(us)
+	})
 }
 
 // oneName returns the single NAME argument of cmd.
@@ -312,6 +292,18 @@ func oneName(cmd *cli.Command) (string, error) {
 		return cmd.Args().First(), nil
 	}
 	return "", usageError(cmd, "unexpected argument %q", cmd.Args().Get(1))
+}
+
+// nameAndPassword returns the single NAME argument of cmd and the
+// password its flags or the terminal give.
+func nameAndPassword(cmd *cli.Command) (name, pw string, err error) {
+	if name, err = oneName(cmd); err != nil {
+		return "", "", err
+	}
+	if pw, err = readPassword(cmd); err != nil {
+		return "", "", err
+	}
+	return name, pw, nil
 }
 
 // readPassword returns the password of --password or --password-stdin,
