@@ -73,16 +73,11 @@ func (s *Server) revertTurn(c *fiber.Ctx) error {
 // editMessage is PUT …/messages/{mid}: the user message is answered anew
 // with content, on a new branch, from the workspace its turn began with.
 func (s *Server) editMessage(c *fiber.Ctx) error {
-	var req struct {
-		Content string `json:"content"`
-	}
-	if err := decode(c, &req); err != nil {
+	content, err := decodeContent(c)
+	if err != nil {
 		return err
 	}
-	if err := checkContent(req.Content); err != nil {
-		return err
-	}
-	return s.branchTurn(c, strings.Clone(c.Params("mid")), req.Content)
+	return s.branchTurn(c, strings.Clone(c.Params("mid")), content)
 }
 
 // regenerate is POST …/messages/{mid}/regenerate: a user message, or the

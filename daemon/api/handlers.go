@@ -282,30 +282,32 @@ func (s *Server) deleteConversation(c *fiber.Ctx) error {
 // maxMessage bounds a user message, in bytes.
 const maxMessage = 256 << 10
 
-// checkContent refuses a message's content that no turn may start with.
-func checkContent(content string) error {
-	switch {
-	case strings.TrimSpace(content) == "":
-		return badRequest("content is empty")
-	case len(content) > maxMessage:
-		return apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(content), maxMessage)
-	case !utf8.ValidString(content):
-		return badRequest("content is not valid UTF-8")
-	}
-	return nil
-}
-
-func (s *Server) postMessage(c *fiber.Ctx) error {
+// decodeContent decodes a message body {"content": …}, refusing content
+// that no turn may start with.
+func decodeContent(c *fiber.Ctx) (string, error) {
 	var req struct {
 		Content string `json:"content"`
 	}
 	if err := decode(c, &req); err != nil {
+		return "", err
+	}
+	switch content := req.Content; {
+	case strings.TrimSpace(content) == "":
+		return "", badRequest("content is empty")
+	case len(content) > maxMessage:
+		return "", apiError(http.StatusRequestEntityTooLarge, "too_large", "content is %d bytes; the limit is %d", len(content), maxMessage)
+	case !utf8.ValidString(content):
+		return "", badRequest("content is not valid UTF-8")
+	}
+	return req.Content, nil
+}
+
+func (s *Server) postMessage(c *fiber.Ctx) error {
+	content, err := decodeContent(c)
+	if err != nil {
 		return err
 	}
-	if err := checkContent(req.Content); err != nil {
-		return err
-	}
-	return s.startTurn(c, agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: req.Content})
+	return s.startTurn(c, agentcore.TurnRequest{User: user(c).ID, Conversation: conversation(c).ID, Content: content})
 }
 
 // startTurn starts r's turn and answers 202 with its ID, or the engine's

@@ -170,20 +170,25 @@ type Service struct {
 	layerMu sync.Mutex
 }
 
-// setupRun is a conversation's setup while it runs.
-type setupRun struct {
+// flight is one goroutine of the Service's, found by its key while it
+// runs: err is final once done is closed.
+type flight struct {
 	done   chan struct{}
-	layers []string
 	err    error
-	cancel context.CancelFunc // the conversation was deleted
+	cancel context.CancelFunc
+}
+
+// setupRun is a conversation's setup while it runs; cancel ends it when
+// the conversation is deleted.
+type setupRun struct {
+	flight
+	layers []string
 }
 
 // setupBuild is a run of a setup script, for the conversations waiting
 // for its key; it is cancelled when none waits any more.
 type setupBuild struct {
-	done    chan struct{}
-	err     error
-	cancel  context.CancelFunc
+	flight
 	waiters map[string]bool         // conversations, under Service.mu
 	started *agentcore.SetupStarted // its setup_started event, once it runs
 }
@@ -285,26 +290,40 @@ func (s *Service) begin(user, conversation string) *setupRun {
 	if run := s.runs[conversation]; run != nil {
 		return run
 	}
+	run := &setupRun{}
+	if s.fly(&run.flight, func(ctx context.Context) (err error) {
+		run.layers, err = s.run(ctx, user, conversation)
+		return err
+	}, func() { delete(s.runs, conversation) }) {
+		s.runs[conversation] = run
+	}
+	return run
+}
+
+// fly starts work in a goroutine of f that Close cancels and joins;
+// s.mu is held. Once work returns, forget runs under s.mu and f.done is
+// closed. A closed Service starts nothing: f ends at once with
+// errStopped, and fly reports false.
+func (s *Service) fly(f *flight, work func(context.Context) error, forget func()) bool {
 	ctx, cancel := context.WithCancel(s.ctx)
-	run := &setupRun{done: make(chan struct{}), cancel: cancel}
+	f.done, f.cancel = make(chan struct{}), cancel
 	if s.closed {
 		cancel()
-		run.err = errStopped
-		close(run.done)
-		return run
+		f.err = errStopped
+		close(f.done)
+		return false
 	}
-	s.runs[conversation] = run
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
-		run.layers, run.err = s.run(ctx, user, conversation)
+		f.err = work(ctx)
 		s.mu.Lock()
-		delete(s.runs, conversation)
+		forget()
 		s.mu.Unlock()
-		close(run.done)
+		close(f.done)
 	}()
-	return run
+	return true
 }
 
 // Layers are the conversation's setup layer (none without a setup),
@@ -460,27 +479,14 @@ func (s *Service) join(key, conversation string, build func(context.Context, *se
 	if st, err := os.Lstat(s.layerDir(key)); err == nil && st.IsDir() {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	b := &setupBuild{done: make(chan struct{}), cancel: cancel, waiters: map[string]bool{conversation: true}}
-	if s.closed {
-		cancel()
-		b.err = errStopped
-		close(b.done)
-		return b
-	}
-	s.builds[key] = b
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer cancel()
-		b.err = build(ctx, b)
-		s.mu.Lock()
+	b := &setupBuild{waiters: map[string]bool{conversation: true}}
+	if s.fly(&b.flight, func(ctx context.Context) error { return build(ctx, b) }, func() {
 		if s.builds[key] == b {
 			delete(s.builds, key)
 		}
-		s.mu.Unlock()
-		close(b.done)
-	}()
+	}) {
+		s.builds[key] = b
+	}
 	return b
 }
 
