@@ -48,7 +48,9 @@ type fixture struct {
 	wake   chan struct{}
 }
 
-func newFixture(t *testing.T, script string) *fixture {
+// newFixture's before, if given, runs on the database before anything
+// else uses it (gorm's callbacks must be registered before queries run).
+func newFixture(t *testing.T, script string, before ...func(*gorm.DB)) *fixture {
 	t.Helper()
 	sandboxtest.RequireUnprivileged(t)
 	if err := sandboxkit.Doctor(context.Background(), sandboxkit.DoctorOptions{}).Err(); err != nil {
@@ -65,6 +67,9 @@ func newFixture(t *testing.T, script string) *fixture {
 	// the database closes.
 	t.Cleanup(func() { store.Close(db) })
 	t.Cleanup(cancel)
+	for _, f := range before {
+		f(db)
+	}
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		t.Fatal(err)
@@ -247,16 +252,19 @@ func TestSetupsOfOneKeyRunOnce(t *testing.T) {
 // A setup whose row cannot be made to name its layer's key (which keeps
 // the layer from the GC) fails, saying so, and makes no layer.
 func TestSetupFailsWhenItsLayerCannotBeProtected(t *testing.T) {
-	f := newFixture(t, "# codumentor-setup-outputs: out\nmkdir out && echo made > out/f\n")
-	var failed atomic.Bool
-	err := f.db.Callback().Update().Before("gorm:update").Register("test:fail-protect", func(tx *gorm.DB) {
-		if tx.Statement.Table == "conversation_setups" && failed.CompareAndSwap(false, true) {
-			tx.AddError(errors.New("disk I/O error"))
+	// Armed once the fixture is open: its own start-up updates the table.
+	var armed, failed atomic.Bool
+	f := newFixture(t, "# codumentor-setup-outputs: out\nmkdir out && echo made > out/f\n", func(db *gorm.DB) {
+		err := db.Callback().Update().Before("gorm:update").Register("test:fail-protect", func(tx *gorm.DB) {
+			if armed.Load() && tx.Statement.Table == "conversation_setups" && failed.CompareAndSwap(false, true) {
+				tx.AddError(errors.New("disk I/O error"))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	armed.Store(true)
 	c := f.start()
 	layers, err := f.s.Layers(context.Background(), c.UserID, c.ID)
 	if err == nil || !strings.Contains(err.Error(), "the setup could not be recorded") || len(layers) != 0 {
