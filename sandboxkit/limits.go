@@ -411,8 +411,12 @@ type diskWatch struct {
 	done chan struct{}
 }
 
+// A fast writer (a checkout from the page cache writes about 1 MiB a
+// millisecond) gets diskPollMin of writing past the budget before it is
+// stopped; the walk itself is paced by its cost, so a short tick costs
+// a timer and a statfs while commands run.
 const (
-	diskPollMin = 100 * time.Millisecond
+	diskPollMin = 20 * time.Millisecond
 	diskPollMax = 5 * time.Second
 )
 
