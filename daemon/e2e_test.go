@@ -16,7 +16,6 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
-	"github.com/codumentor/codumentor/daemon/jobs"
 )
 
 // unitsProject is a small Python project: units.py (over 100 KB: two
@@ -233,15 +232,9 @@ func TestCodingTaskEndToEnd(t *testing.T) {
 	in.addUser("alice", pw, false)
 	p := in.start()
 	admin, a := p.login("root", pw), p.login("alice", pw)
-	var repo struct{ ID string }
-	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "units", "url": "file://" + bare, "branch": "main"}, &repo)
-	var sync struct{ Job jobs.Job }
-	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
-	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
-		t.Fatalf("sync: %+v", j)
-	}
+	repo := addRepo(t, admin, "units", "file://"+bare)
 	var conv struct{ ID string }
-	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, &conv)
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
 	s := a.follow(conv.ID, "")
 	a.send(conv.ID, unitsTask)
 
@@ -291,7 +284,7 @@ turn:
 	// its call, as sent on the wire.
 	results := toolResults(t, srv.Bodies())
 	search := results["call_0_0"]
-	hit := regexp.MustCompile(`(?m)^units\.py:(\d+)-(\d+) \(repository ` + repo.ID + `\)\n`).FindStringSubmatch(search)
+	hit := regexp.MustCompile(`(?m)^units\.py:(\d+)-(\d+) \(repository ` + repo + `\)\n`).FindStringSubmatch(search)
 	if hit == nil {
 		t.Fatalf("search_code's result has no units.py hit:\n%s", search)
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
-	"github.com/codumentor/codumentor/daemon/jobs"
 )
 
 // gitWorkspaceScript is what the scripted model runs in the workspace:
@@ -94,15 +93,9 @@ func TestGitWorkspaceEndToEnd(t *testing.T) {
 	in.addUser("alice", pw, false)
 	p := in.start("PATH=" + bin + ":" + os.Getenv("PATH"))
 	admin, a := p.login("root", pw), p.login("alice", pw)
-	var repo struct{ ID string }
-	admin.must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": "file://" + bare, "branch": "main"}, &repo)
-	var sync struct{ Job jobs.Job }
-	admin.must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
-	if j := waitJobDone(t, admin, sync.Job.ID); j.Status != jobs.StatusSucceeded {
-		t.Fatalf("sync: %+v", j)
-	}
+	repo := addRepo(t, admin, "demo", "file://"+bare)
 	var conv struct{ ID string }
-	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID}, &conv)
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &conv)
 	s := a.follow(conv.ID, "")
 	output := func() string {
 		t.Helper()
