@@ -252,11 +252,6 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case !sha256Hex.MatchString(req.DiffSHA256):
 		return badRequest("diff_sha256 must be the 64 lowercase hex digits of the %s that GET …/workspace/diff sent", HeaderPatchSHA256)
 	}
-	// A store that cannot be read answers as the error handler says (the
-	// push itself would call it a failed commit).
-	if _, err := s.d.Repositories.Get(ctx, conv.Repository); err != nil && !errors.Is(err, repos.ErrNotFound) {
-		return err
-	}
 	u := user(c)
 	email := u.Email
 	if email == "" {
@@ -317,8 +312,10 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case errors.As(err, &gerr) && gerr.Op == "push":
 		return apiError(http.StatusBadGateway, "push_failed", "the remote refused the push: %s", gerr.Stderr)
 	case err != nil:
-		if _, busy := storageAnswer(err); busy {
-			return err // the error handler logs and answers it
+		// The database's errors (reading the repository, say) are not
+		// a failed commit: the error handler logs and answers them.
+		if _, busy := storageAnswer(err); busy || dbErrorKind(err) != "" {
+			return err
 		}
 		s.log.Error("building a push commit failed", "conversation", conv.ID, "err", err)
 		return apiError(http.StatusUnprocessableEntity, "commit_failed", "the patch could not be committed on the conversation's base commit; the server log has the details")
