@@ -161,9 +161,7 @@ func TestSessionForeground(t *testing.T) {
 			t.Errorf("timeout took %v", d)
 		}
 		// Both sleeps were in the command's process group.
-		if out, _, err := inSession(t, s, "ps -eo comm | grep -c '^sleep' || true"); err != nil || strings.TrimSpace(out) != "0" {
-			t.Errorf("sleeps left after timeout: %q %v", out, err)
-		}
+		noSleepLeft(t, s)
 	})
 	t.Run("context cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
@@ -182,15 +180,7 @@ func TestSessionForeground(t *testing.T) {
 		if err != nil || out != "bg\n" || time.Since(start) > 5*time.Second {
 			t.Errorf("got %q, %v after %v", out, err, time.Since(start))
 		}
-		// Killed as the command ends, reaped by pid 1 a moment later: a
-		// zombie is dead, and a survivor would outlive the wait by far.
-		sandboxtest.Eventually(t, 10*time.Second, func() error {
-			out, _, _ := inSession(t, s, "ps -eo stat=,comm= | grep -v '^Z' | grep -c ' sleep$' || true")
-			if strings.TrimSpace(out) != "0" {
-				return fmt.Errorf("a sleep survived its command: %q", out)
-			}
-			return nil
-		})
+		noSleepLeft(t, s)
 	})
 	t.Run("a process that left the group does not hang Wait", func(t *testing.T) {
 		start := time.Now()
@@ -369,9 +359,10 @@ func TestSessionBackground(t *testing.T) {
 	if jobs[0].Running || jobs[0].ExitCode != 128+9 {
 		t.Errorf("killed job %+v", jobs[0])
 	}
-	if out, _, err := inSession(t, s, fmt.Sprintf("kill -0 %d 2>/dev/null || echo gone; ps -eo comm | grep -c '^sleep' || true", j.Pid)); err != nil || out != "gone\n0\n" {
+	if out, _, err := inSession(t, s, fmt.Sprintf("kill -0 %d 2>/dev/null || echo gone", j.Pid)); err != nil || out != "gone\n" {
 		t.Errorf("after Kill: %q %v", out, err)
 	}
+	noSleepLeft(t, s)
 	if out, trunc, err := s.Output(j.ID); err != nil || trunc || !strings.HasPrefix(string(out), "started\n") {
 		t.Errorf("Output after Kill: %q %v %v", out, trunc, err)
 	}
@@ -384,6 +375,21 @@ func TestSessionBackground(t *testing.T) {
 	if _, err := s.StartBackground(t.Context(), []string{"no-such-daemon"}, nil, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing background command: %v", err)
 	}
+}
+
+// noSleepLeft waits until no sleep runs in the session. What a command
+// left in its process group is killed as the command ends and reaped by
+// pid 1 a moment later: a zombie is dead, and a survivor would outlive
+// the wait by far.
+func noSleepLeft(t *testing.T, s *Session) {
+	t.Helper()
+	sandboxtest.Eventually(t, 10*time.Second, func() error {
+		out, _, _ := inSession(t, s, "ps -eo stat=,comm= | grep -v '^Z' | grep -c ' sleep$' || true")
+		if strings.TrimSpace(out) != "0" {
+			return fmt.Errorf("a sleep survived its command: %q", out)
+		}
+		return nil
+	})
 }
 
 func TestSessionBackgroundOutputCap(t *testing.T) {
