@@ -3,16 +3,12 @@ package sandboxkit
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +21,7 @@ import (
 // The ways curl in a sandbox reaches the server.
 const (
 	viaDirect = iota // ShareNet, straight to the server
-	viaRelay         // Egress, the bridge to a bare relay (benchRelay)
+	viaRelay         // Egress, the bridge to a bare relay (egresstest.Relay)
 	viaProxy         // Egress, the bridge to the proxy
 )
 
@@ -33,7 +29,7 @@ const (
 // client makes it: curl (a process of its own, as in production) in a
 // Session with Egress, through the bridge and the proxy (CONNECT); the
 // same through the bridge and a bare relay on the host in the proxy's
-// place (benchRelay: the same topology, no policy); and the same curl
+// place (egresstest.Relay: the same topology, no policy); and the same curl
 // in a Session with ShareNet straight to the server. All three pay the
 // same sandbox (seccomp included); only the way out differs. They are
 // paired in each iteration, relay and proxy taking turns going first.
@@ -73,7 +69,7 @@ func BenchmarkEgressCurlDownload(b *testing.B) {
 	sessions[viaProxy] = startSession(b, p, SessionOptions{})
 	rp := sessionPolicy(b) // a workspace of its own
 	rp.Egress = p.Egress
-	var relay *benchRelay
+	var relay *egresstest.Relay
 	sessions[viaRelay], relay = startRelaySession(b, rp, server)
 	hp := sessionPolicy(b)
 	hp.ShareNet = true
@@ -114,7 +110,7 @@ func BenchmarkEgressCurlDownload(b *testing.B) {
 		}
 		ratios = append(ratios, d[viaRelay].Seconds()/d[viaProxy].Seconds())
 	}
-	if n := relay.tunnels.Load(); n != int64(len(ratios)) {
+	if n := relay.Tunnels(); n != int64(len(ratios)) {
 		b.Fatalf("the relay answered %d CONNECTs, want %d", n, len(ratios))
 	}
 	slices.Sort(ratios)
@@ -131,16 +127,16 @@ func BenchmarkEgressCurlDownload(b *testing.B) {
 }
 
 // startRelaySession starts a Session under p whose Egress socket is a
-// benchRelay to server in place of a proxy: the sandbox, its bridge and
+// egresstest.Relay to server in place of a proxy: the sandbox, its bridge and
 // the socket's bind are those of any Session with Egress.
-func startRelaySession(b *testing.B, p *Policy, server string) (*Session, *benchRelay) {
+func startRelaySession(b *testing.B, p *Policy, server string) (*Session, *egresstest.Relay) {
 	b.Helper()
-	var r *benchRelay
+	var r *egresstest.Relay
 	listen := listenEgress
 	defer func() { listenEgress = listen }()
 	listenEgress = func(path string, _ egress.Options) (egressListener, error) {
 		var err error
-		r, err = serveRelay(path, server)
+		r, err = egresstest.ServeRelay(path, server)
 		return r, err
 	}
 	s := startSession(b, p, SessionOptions{})
@@ -148,109 +144,6 @@ func startRelaySession(b *testing.B, p *Policy, server string) (*Session, *bench
 		b.Fatal("the session did not start a relay")
 	}
 	return s, r
-}
-
-// benchRelay is the proxy's topology with none of its policy, the most
-// the proxy can do on this path: it takes each client the bridge hands
-// over on its UNIX socket (its send buffer sized as the proxy sizes it),
-// reads its CONNECT, dials server (whatever was asked), answers 200 and
-// splices both ways (io.Copy between two TCP sockets).
-type benchRelay struct {
-	ln      *net.UnixListener
-	server  string
-	tunnels atomic.Int64 // CONNECTs answered
-}
-
-func serveRelay(path, server string) (*benchRelay, error) {
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	r := &benchRelay{ln: ln, server: server}
-	go func() {
-		for {
-			uc, err := ln.AcceptUnix()
-			if err != nil {
-				return
-			}
-			go r.relay(uc)
-		}
-	}()
-	return r, nil
-}
-
-func (r *benchRelay) Path() string { return r.ln.Addr().String() }
-func (r *benchRelay) Err() error   { return nil }
-func (r *benchRelay) Close() error { return r.ln.Close() }
-
-// relaySendBuffer is the proxy's SO_SNDBUF for a client's socket
-// (egress's clientSendBuffer).
-const relaySendBuffer = 256 << 10
-
-func (r *benchRelay) relay(uc *net.UnixConn) {
-	c, err := receiveHandover(uc)
-	uc.Close()
-	if err != nil {
-		return
-	}
-	defer c.Close()
-	c.SetWriteBuffer(relaySendBuffer)
-	// The client sends nothing before the answer: nothing is read ahead.
-	if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-		return
-	}
-	up, err := net.Dial("tcp", r.server)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	// Counted before curl can have its answer.
-	r.tunnels.Add(1)
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, c)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, up)
-	c.CloseWrite()
-	<-done
-}
-
-// receiveHandover reads the bridge's one message: a byte and the
-// client's TCP socket (SCM_RIGHTS).
-func receiveHandover(uc *net.UnixConn) (*net.TCPConn, error) {
-	oob := make([]byte, syscall.CmsgSpace(4))
-	_, oobn, _, _, err := uc.ReadMsgUnix(make([]byte, 1), oob)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return nil, errors.New("no descriptor in the handover")
-	}
-	fds, err := syscall.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		return nil, errors.New("not one descriptor in the handover")
-	}
-	f := os.NewFile(uintptr(fds[0]), "client")
-	conn, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := conn.(*net.TCPConn)
-	if !ok {
-		conn.Close()
-		return nil, errors.New("the handover is not a TCP socket")
-	}
-	return tc, nil
 }
 
 // processCPU is the CPU time (user and system) this process has used.

@@ -3,7 +3,6 @@ package egress_test
 import (
 	"bufio"
 	"fmt"
-	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"io"
 	"net"
 	"net/http"
@@ -15,13 +14,14 @@ import (
 
 	"github.com/codumentor/codumentor/sandboxkit/egress"
 	"github.com/codumentor/codumentor/sandboxkit/egress/egresstest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // benchPath is the whole way a sandboxed client goes: TCP to the
 // bridge (in-process here, on 127.0.0.1:0), which hands the connection
 // over on the proxy's UNIX socket, then the proxy's TCP connection to
 // the server. relayBridge is the same way with a bare relay in the
-// proxy's place (see serveRelay).
+// proxy's place (egresstest.Relay).
 type benchPath struct {
 	server, bridge, relayBridge string
 }
@@ -61,61 +61,16 @@ func serveBridge(b *testing.B, path string) string {
 	return br.Addr().String()
 }
 
-// serveRelay is the proxy's topology with none of its policy, the most
-// the proxy can do on this path: it takes each client a bridge hands
-// over on its UNIX socket (its send buffer sized as the proxy sizes it),
-// reads its CONNECT, dials server (whatever was asked), answers 200 and
-// splices both ways (io.Copy between two TCP sockets). It returns the
+// serveRelay serves an egresstest.Relay to server and returns its
 // socket's path.
 func serveRelay(b *testing.B, server string) string {
 	b.Helper()
-	path := filepath.Join(b.TempDir(), "relay.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	r, err := egresstest.ServeRelay(filepath.Join(b.TempDir(), "relay.sock"), server)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			uc, err := ln.AcceptUnix()
-			if err != nil {
-				return
-			}
-			go relay(uc, server)
-		}
-	}()
-	return path
-}
-
-func relay(uc *net.UnixConn, server string) {
-	c, _, err := egress.ReceiveConn(uc)
-	uc.Close()
-	if err != nil || c == nil {
-		return
-	}
-	defer c.Close()
-	c.SetWriteBuffer(egress.ClientSendBuffer)
-	// The client sends nothing before the answer: nothing is read ahead.
-	if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-		return
-	}
-	up, err := net.Dial("tcp", server)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, c)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	io.Copy(c, up)
-	c.CloseWrite()
-	<-done
+	b.Cleanup(func() { r.Close() })
+	return r.Path()
 }
 
 // tunnel opens a connection to the server, directly, through a bridge

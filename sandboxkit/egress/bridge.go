@@ -5,13 +5,9 @@ import (
 	"net"
 	"syscall"
 	"time"
-)
 
-// handoverByte is the one byte of a bridge's message that carries a
-// client's TCP connection (SCM_RIGHTS) to the proxy: NUL, which starts
-// no HTTP method and no SOCKS greeting (a client speaking on the socket
-// itself may send "HEAD ...").
-const handoverByte = 0
+	"github.com/codumentor/codumentor/sandboxkit/egress/internal/handover"
+)
 
 // Bridge serves ln, a TCP listener on 127.0.0.1:Port inside a sandbox:
 // each connection accepted is handed over, as a descriptor, to the proxy
@@ -46,7 +42,5 @@ func handOver(c *net.TCPConn, socketPath string) {
 	if err != nil {
 		return
 	}
-	rc.Control(func(fd uintptr) {
-		u.WriteMsgUnix([]byte{handoverByte}, syscall.UnixRights(int(fd)), nil)
-	})
+	rc.Control(func(fd uintptr) { handover.Send(u, int(fd)) })
 }

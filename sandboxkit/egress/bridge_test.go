@@ -9,10 +9,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/codumentor/codumentor/sandboxkit/egress/internal/handover"
 )
 
 // TestHandoverSendBuffer: the proxy caps the send buffer of a bridge's
-// client socket (clientSendBuffer); autotuned, it lets megabytes of a
+// client socket (handover.ClientSendBuffer); autotuned, it lets megabytes of a
 // download queue towards the client, which then copies them out cold.
 func TestHandoverSendBuffer(t *testing.T) {
 	p, err := Listen(filepath.Join(t.TempDir(), "egress.sock"), Options{Allow: []string{"allowed.test"}})
@@ -47,7 +49,7 @@ func TestHandoverSendBuffer(t *testing.T) {
 		}
 		return v
 	}
-	want := 2 * clientSendBuffer // what the kernel makes of it
+	want := 2 * handover.ClientSendBuffer // what the kernel makes of it
 	if got := sndbuf(); got == want {
 		t.Fatalf("SO_SNDBUF is %d before the handover already", got)
 	}

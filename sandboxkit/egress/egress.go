@@ -49,15 +49,6 @@ const maxRequestHead = 64 << 10
 // handshakeTimeout bounds the time a client takes to say where it goes.
 const handshakeTimeout = 10 * time.Second
 
-// clientSendBuffer is the send buffer (SO_SNDBUF; the kernel doubles
-// it) of a bridge's client socket, on loopback inside the sandbox: ample
-// for its round trips of microseconds. With the autotuned default,
-// megabytes of a download queue towards the client, which then copies
-// them out cold: curl spent 1.5× the CPU per byte of a direct download
-// (BenchmarkEgressCurlDownload), and as much as direct with 128 KiB to
-// 1 MiB here. The socket to the destination keeps its autotuned buffers.
-const clientSendBuffer = 256 << 10
-
 // Resolver looks up a host's addresses; *net.Resolver is one.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)

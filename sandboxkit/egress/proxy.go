@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/sandboxkit/egress/internal/testloopback"
+
+	"github.com/codumentor/codumentor/sandboxkit/egress/internal/handover"
 )
 
 // Proxy is a running egress proxy on one UNIX socket, serving one
@@ -228,7 +230,7 @@ func (p *Proxy) handle(c net.Conn) {
 			defer p.untrack(tc)
 			defer tc.Close()
 			// Ignored if it fails: only throughput depends on it.
-			tc.SetWriteBuffer(clientSendBuffer)
+			tc.SetWriteBuffer(handover.ClientSendBuffer)
 			c, in = tc, tc
 			c.SetDeadline(start.Add(handshakeTimeout))
 		default:
@@ -312,52 +314,13 @@ func (p *Proxy) handle(c net.Conn) {
 	p.event(ev)
 }
 
-// receiveConn reads the first byte a client sent on the proxy's socket:
-// a bridge's handover comes with the client's TCP connection, returned
-// as tc; anything else is a client speaking on the socket itself, and
-// the byte read is returned.
-func receiveConn(uc *net.UnixConn) (tc *net.TCPConn, first []byte, err error) {
-	b := make([]byte, 1)
-	oob := make([]byte, syscall.CmsgSpace(4*4))
-	n, oobn, flags, _, err := uc.ReadMsgUnix(b, oob)
-	if err != nil || n == 0 {
-		return nil, nil, noRequest(err)
+// receiveConn is handover.Receive, a failed read said as noRequest.
+func receiveConn(uc *net.UnixConn) (*net.TCPConn, []byte, error) {
+	tc, first, err := handover.Receive(uc)
+	if err != nil && !errors.Is(err, handover.ErrBad) {
+		err = noRequest(err)
 	}
-	var fds []int
-	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for _, m := range msgs {
-			if f, err := syscall.ParseUnixRights(&m); err == nil {
-				fds = append(fds, f...)
-			}
-		}
-	}
-	if b[0] != handoverByte {
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-		return nil, b, nil
-	}
-	defer func() {
-		for _, fd := range fds {
-			syscall.Close(fd)
-		}
-	}()
-	if len(fds) != 1 || flags&syscall.MSG_CTRUNC != 0 {
-		return nil, nil, errors.New("bad handover: want exactly one descriptor")
-	}
-	f := os.NewFile(uintptr(fds[0]), "egress-client")
-	fds = nil
-	conn, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("bad handover: %v", err)
-	}
-	tc, ok := conn.(*net.TCPConn)
-	if !ok {
-		conn.Close()
-		return nil, nil, errors.New("bad handover: the descriptor is not a TCP connection")
-	}
-	return tc, nil, nil
+	return tc, first, err
 }
 
 // noRequest says why no request came.
