@@ -205,6 +205,9 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
+	if au.oidc, err = openOIDC(cfg, st.users, au.limiter, st.secrets); err != nil {
+		return nil, err
+	}
 	s.tokens.Store(au.tokens)
 	m := newMetrics(st.convs)
 	s.egress, s.sandboxes = m.egress, m.sandboxes
@@ -264,6 +267,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Conversations: st.convs,
 		Users:         st.users,
 		Login:         au.login,
+		OIDC:          au.oidc,
 		Tokens:        &s.tokens,
 		Secrets:       st.secrets,
 		Jobs:          st.queue,
@@ -349,6 +353,8 @@ type authn struct {
 	tokens  *auth.Tokens
 	login   *auth.Authenticator
 	proxies []netip.Prefix
+	limiter *auth.Limiter // login's, OIDC's too
+	oidc    *auth.OIDC
 }
 
 // openAuth makes the login tokens, the login limiter (swept until ctx
@@ -369,6 +375,7 @@ func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn,
 		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
 	})
 	go limiter.Sweep(ctx, time.Minute)
+	a.limiter = limiter
 	if a.login, err = auth.NewAuthenticator(users, ldapCfg, limiter); err != nil {
 		return a, err
 	}

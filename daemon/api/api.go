@@ -64,6 +64,8 @@ type Deps struct {
 	Conversations *store.Conversations
 	Users         *auth.Users
 	Login         *auth.Authenticator
+	// OIDC signs users in with OpenID providers; nil: none configured.
+	OIDC *auth.OIDC
 	// Tokens is read on every request: the server swaps it when the
 	// configuration's secrets change.
 	Tokens  *atomic.Pointer[auth.Tokens]

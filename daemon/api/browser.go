@@ -220,20 +220,28 @@ func (s *Server) setSessionCookie(c *fiber.Ctx, tok string, exp time.Time) {
 
 // SignOut revokes the user's tokens (as POST /auth/logout) and clears
 // the cookie, if the form carries sess's CSRF token.
-func (s *Server) SignOut(c *fiber.Ctx, sess web.Session) error {
+// For a user of an OpenID provider that offers end_session_endpoint, it
+// returns the URL that ends the provider's session too.
+func (s *Server) SignOut(c *fiber.Ctx, sess web.Session) (string, error) {
 	if !s.sameOrigin(c) {
-		return errCrossOrigin
+		return "", errCrossOrigin
 	}
 	// sess.CSRF is the token of the cookie Session verified: compared in
 	// constant time, as Tokens.CheckCSRF does.
 	if sess.CSRF == "" || subtle.ConstantTimeCompare([]byte(sess.CSRF), []byte(c.FormValue("csrf_token"))) != 1 {
-		return errCSRF
+		return "", errCSRF
 	}
 	if err := s.d.Users.Revoke(c.UserContext(), sess.User.ID); err != nil {
-		return err
+		return "", err
 	}
 	s.setSessionCookie(c, "", time.Time{})
-	return nil
+	end, err := s.d.OIDC.SignOut(c.UserContext(), sess.User, s.origin(c)+"/login")
+	if err != nil {
+		// The local session is over all the same.
+		s.log.Warn("sign-out: the OpenID provider's session is not ended", "user", sess.User.Name, "err", err)
+		return "", nil
+	}
+	return end, nil
 }
 
 // maxMarkdown bounds POST /render/markdown: texts and bytes. Once a

@@ -185,6 +185,8 @@ type Auth struct {
 	LDAP ldap.Config `yaml:"ldap"`
 	// LoginLimits bound failed logins per name and per address.
 	LoginLimits LoginLimits `yaml:"login_limits"`
+	// OIDC are the OpenID providers users may sign in with (oidc.go).
+	OIDC []OIDCProvider `yaml:"oidc"`
 }
 
 // LoginLimits is auth.login_limits: how failed logins slow down a name
@@ -467,6 +469,7 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.Auth.validateOIDC()...)
 	if _, err := seccomp.ParseMode(string(c.Sandbox.Seccomp)); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox.seccomp: %w", err))
 	}

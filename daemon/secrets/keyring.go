@@ -21,6 +21,7 @@ type purpose string
 const (
 	purposeSecrets       purpose = "codumentor/v1/user-secrets"
 	purposeModelProfiles purpose = "codumentor/v1/model-profiles"
+	purposeOIDCTokens    purpose = "codumentor/v1/oidc-tokens"
 	// purposeKeyID derives the public key ID. It is a separate HKDF output,
 	// so publishing it says nothing about the encryption keys.
 	purposeKeyID purpose = "codumentor/v1/key-id"
@@ -45,6 +46,7 @@ type key struct {
 	id       string
 	secrets  fernet.Key
 	profiles fernet.Key
+	oidc     fernet.Key
 }
 
 // NewKeyring builds the keyring of a current secret and the previous ones.
@@ -72,6 +74,7 @@ func deriveKey(secret string) *key {
 	k := &key{}
 	copy(k.secrets[:], derive(secret, purposeSecrets, 32))
 	copy(k.profiles[:], derive(secret, purposeModelProfiles, 32))
+	copy(k.oidc[:], derive(secret, purposeOIDCTokens, 32))
 	sum := sha256.Sum256(derive(secret, purposeKeyID, 32))
 	k.id = hex.EncodeToString(sum[:4])
 	return k
@@ -109,8 +112,11 @@ func (kr *Keyring) KeyIDs() []string {
 }
 
 func (k *key) fernet(p purpose) *fernet.Key {
-	if p == purposeModelProfiles {
+	switch p {
+	case purposeModelProfiles:
 		return &k.profiles
+	case purposeOIDCTokens:
+		return &k.oidc
 	}
 	return &k.secrets
 }

@@ -67,18 +67,25 @@ var (
 const (
 	kindSecret  = "secret"
 	kindProfile = "model_profile"
+	kindOIDC    = "oidc_tokens" // oidc.go
 )
 
 func purposeOf(kind string) purpose {
-	if kind == kindProfile {
+	switch kind {
+	case kindProfile:
 		return purposeModelProfiles
+	case kindOIDC:
+		return purposeOIDCTokens
 	}
 	return purposeSecrets
 }
 
 func label(kind string) string {
-	if kind == kindProfile {
+	switch kind {
+	case kindProfile:
 		return "model profile"
+	case kindOIDC:
+		return "OIDC tokens"
 	}
 	return "secret"
 }

@@ -75,13 +75,27 @@ type Backend interface {
 	// and sets the session cookie; an error's message can be shown.
 	SignIn(c *fiber.Ctx, username, password string) error
 	// SignOut revokes the session (after checking the form's Origin and
-	// CSRF token) and clears the cookie.
-	SignOut(c *fiber.Ctx, s Session) error
+	// CSRF token) and clears the cookie. A URL it returns ends the
+	// session at the user's OpenID provider too: the browser goes there.
+	SignOut(c *fiber.Ctx, s Session) (string, error)
+	// OIDCProviders are the OpenID providers the sign-in page offers.
+	OIDCProviders() []Provider
+	// OIDCBegin starts a sign-in with provider name (then to local path
+	// next): the provider's URL to send the browser to.
+	OIDCBegin(c *fiber.Ctx, name, next string) (string, error)
+	// OIDCCallback completes a sign-in at the provider's redirect back and
+	// sets the session cookie: the local path to go to.
+	OIDCCallback(c *fiber.Ctx, name string) (string, error)
 	// Conversation is s's conversation id, or ErrNotFound.
 	Conversation(c *fiber.Ctx, s Session, id string) (store.Conversation, error)
 	// MayInvestigate reports whether s may start host read-only
 	// investigations.
 	MayInvestigate(s Session) bool
+}
+
+// Provider is an OpenID provider the sign-in page offers.
+type Provider struct {
+	Name, Label string
 }
 
 // page is what a template gets.
@@ -96,6 +110,10 @@ type page struct {
 	Next    string
 	// Investigate offers the host read-only mode for a new conversation.
 	Investigate bool
+	// Providers are the sign-in page's OpenID providers.
+	Providers []Provider
+	// Refresh, if set, is where the page sends the browser at once.
+	Refresh string
 }
 
 type ui struct {
@@ -148,6 +166,8 @@ func Mount(app fiber.Router, b Backend) {
 	get("/login", u.loginPage)
 	app.Post("/login", headers, u.signIn).Name(RouteName)
 	app.Post("/logout", headers, u.signOut).Name(RouteName)
+	get("/auth/oidc/:name/start", u.oidcStart)
+	get("/auth/oidc/:name/callback", u.oidcCallback)
 	get("/", u.show("conversations", "Conversations", "conversations", false))
 	get("/c/:id", u.conversation("conversation"))
 	get("/c/:id/workspace", u.conversation("workspace"))
@@ -246,7 +266,50 @@ func (u *ui) conversation(name string) fiber.Handler {
 }
 
 func (u *ui) loginPage(c *fiber.Ctx) error {
-	return u.render(c, http.StatusOK, "login", page{Title: "Sign in", Page: "login", Next: safeNext(c.Query("next"))})
+	return u.login(c, http.StatusOK, "", safeNext(c.Query("next")))
+}
+
+// login renders the sign-in page.
+func (u *ui) login(c *fiber.Ctx, status int, msg, next string) error {
+	return u.render(c, status, "login", page{Title: "Sign in", Page: "login", Error: msg, Next: next, Providers: u.b.OIDCProviders()})
+}
+
+// statusMessage is err's answer, if it has one to show.
+func statusMessage(err error) (int, string) {
+	var se interface{ StatusMessage() (int, string) }
+	if errors.As(err, &se) {
+		return se.StatusMessage()
+	}
+	return http.StatusInternalServerError, "Signing in failed; the server log has the details."
+}
+
+// oidcStart sends the browser to an OpenID provider to sign in. A link,
+// not a form: the page's CSP (form-action 'self') would stop a form's
+// redirect to the provider.
+func (u *ui) oidcStart(c *fiber.Ctx) error {
+	next := safeNext(c.Query("next"))
+	to, err := u.b.OIDCBegin(c, c.Params("name"), next)
+	if err != nil {
+		status, msg := statusMessage(err)
+		return u.login(c, status, msg, next)
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Redirect(to, http.StatusSeeOther)
+}
+
+// oidcCallback is where the provider sends the browser back. On success
+// the page moves on by itself rather than by a redirect: this request
+// came from the provider's site, and a browser does not send the
+// SameSite=Strict session cookie on a redirect that such a navigation
+// led to, only on a navigation this origin starts.
+func (u *ui) oidcCallback(c *fiber.Ctx) error {
+	next, err := u.b.OIDCCallback(c, c.Params("name"))
+	if err != nil {
+		status, msg := statusMessage(err)
+		return u.login(c, status, msg, "/")
+	}
+	next = safeNext(next)
+	return u.render(c, http.StatusOK, "continue", page{Title: "Signed in", Page: "continue", Next: next, Refresh: next})
 }
 
 // safeNext is where to go after signing in: a path on this server only.
@@ -261,12 +324,8 @@ func (u *ui) signIn(c *fiber.Ctx) error {
 	next := safeNext(c.FormValue("next"))
 	err := u.b.SignIn(c, c.FormValue("username"), c.FormValue("password"))
 	if err != nil {
-		status, msg := http.StatusInternalServerError, "Signing in failed; the server log has the details."
-		var se interface{ StatusMessage() (int, string) }
-		if errors.As(err, &se) {
-			status, msg = se.StatusMessage()
-		}
-		return u.render(c, status, "login", page{Title: "Sign in", Page: "login", Error: msg, Next: next})
+		status, msg := statusMessage(err)
+		return u.login(c, status, msg, next)
 	}
 	return c.Redirect(next, http.StatusSeeOther)
 }
@@ -279,13 +338,20 @@ func (u *ui) signOut(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := u.b.SignOut(c, s); err != nil {
+	end, err := u.b.SignOut(c, s)
+	if err != nil {
 		var se interface{ StatusMessage() (int, string) }
 		if errors.As(err, &se) {
 			status, msg := se.StatusMessage()
 			return u.render(c, status, "error", page{Title: "Not signed out", Session: s, Error: msg})
 		}
 		return err
+	}
+	if end != "" {
+		// Not a redirect: the form's CSP (form-action 'self') would stop
+		// one to the provider.
+		return u.render(c, http.StatusOK, "continue", page{Title: "Signed out", Page: "continue", Next: end, Refresh: end,
+			Error: "You are signed out here; the sign-in provider ends its session next."})
 	}
 	return c.Redirect("/login", http.StatusSeeOther)
 }
