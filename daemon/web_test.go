@@ -123,8 +123,9 @@ type webUI struct {
 	problems []string // console errors and exceptions
 }
 
-// newWebUI starts one headless Chromium with one tab on base.
-func newWebUI(t testing.TB, base string) *webUI {
+// newWebUI starts one headless Chromium with one tab on base; extra
+// options replace the defaults' of the same flag.
+func newWebUI(t testing.TB, base string, extra ...chromedp.ExecAllocatorOption) *webUI {
 	t.Helper()
 	bin, err := browser.FindChrome("")
 	if err != nil {
@@ -143,6 +144,7 @@ func newWebUI(t testing.TB, base string) *webUI {
 		// (and is seen in the network events).
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
 	)
+	opts = append(opts, extra...)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); acancel() })

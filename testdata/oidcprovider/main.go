@@ -54,6 +54,10 @@ type file struct {
 		Secret                 string   `json:"secret"`
 		RedirectURIs           []string `json:"redirect_uris"`
 		PostLogoutRedirectURIs []string `json:"post_logout_redirect_uris"`
+		// Globs (path.Match) for a client whose port is not known in
+		// advance: "http://127.0.0.1:*/auth/oidc/corp/callback".
+		RedirectURIGlobs       []string `json:"redirect_uri_globs"`
+		PostLogoutRedirectGlob []string `json:"post_logout_redirect_uri_globs"`
 	} `json:"clients"`
 	Users []struct {
 		ID       string   `json:"id"`
@@ -96,7 +100,7 @@ func run(cfgPath, listen, host string) error {
 	}
 	issuer := fmt.Sprintf("http://%s:%d/", host, addr.Port)
 
-	p := &provider{users: users{}, groups: map[string][]string{}, logout: map[string][]string{}}
+	p := &provider{users: users{}, groups: map[string][]string{}, clients: map[string]client{}}
 	for _, u := range cfg.Users {
 		p.users[u.ID] = &storage.User{ID: u.ID, Username: u.Username, Password: u.Password, Email: u.Email, EmailVerified: true,
 			FirstName: u.First, LastName: u.Last, PreferredLanguage: language.English}
@@ -104,7 +108,7 @@ func run(cfgPath, listen, host string) error {
 	}
 	for _, c := range cfg.Clients {
 		storage.RegisterClients(storage.WebClient(c.ID, c.Secret, c.RedirectURIs...))
-		p.logout[c.ID] = c.PostLogoutRedirectURIs
+		p.clients[c.ID] = client{logout: c.PostLogoutRedirectURIs, globs: c.RedirectURIGlobs, logoutGlobs: c.PostLogoutRedirectGlob}
 	}
 	p.Storage = storage.NewStorage(p.users)
 	if err := p.rotate(); err != nil {
@@ -167,9 +171,9 @@ type fault struct {
 // provider is the example storage with groups, rotating keys and faults.
 type provider struct {
 	*storage.Storage
-	users  users
-	groups map[string][]string
-	logout map[string][]string
+	users   users
+	groups  map[string][]string
+	clients map[string]client // what the example's clients lack
 
 	mu     sync.Mutex
 	keys   []*key // keys[0] signs; all are published
@@ -261,7 +265,9 @@ func (p *provider) GetClientByClientID(ctx context.Context, id string) (op.Clien
 	if err != nil {
 		return nil, err
 	}
-	return client{Client: c, logout: p.logout[id]}, nil
+	x := p.clients[id]
+	x.Client = c
+	return x, nil
 }
 
 // SetUserinfoFromRequest adds the groups claim to the ID token.
@@ -285,10 +291,15 @@ func (p *provider) TerminateSession(ctx context.Context, userID, clientID string
 // redirects.
 type client struct {
 	op.Client
-	logout []string
+	logout, globs, logoutGlobs []string
 }
 
-func (c client) IsScopeAllowed(scope string) bool    { return scope == "groups" || c.Client.IsScopeAllowed(scope) }
+func (c client) RedirectURIGlobs() []string           { return c.globs }
+func (c client) PostLogoutRedirectURIGlobs() []string { return c.logoutGlobs }
+
+func (c client) IsScopeAllowed(scope string) bool {
+	return scope == "groups" || c.Client.IsScopeAllowed(scope)
+}
 func (c client) IDTokenUserinfoClaimsAssertion() bool { return true }
 func (c client) PostLogoutRedirectURIs() []string     { return c.logout }
 
