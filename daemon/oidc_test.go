@@ -474,3 +474,58 @@ func TestOIDCWebUI(t *testing.T) {
 		t.Errorf("browser problems: %v", ps)
 	}
 }
+
+// BenchmarkOIDCSignIn: a sign-in through the provider on loopback (from
+// the start link to the session cookie, the provider's login form
+// included) against the local sign-in form, paired in each iteration;
+// p50s and their difference (target: OIDC adds ≤ 20 ms).
+func BenchmarkOIDCSignIn(b *testing.B) {
+	op := startOP(b)
+	b.Setenv("CODUMENTOR_TEST_OIDC_SECRET", opSecret)
+	in := newInstance(b, oidcConfig(op))
+	in.addUser("local", pw, false)
+	p := in.start()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	local := func() {
+		form := url.Values{"username": {"local"}, "password": {pw}, "next": {"/"}}
+		req, _ := http.NewRequest("POST", p.URL+"/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", p.URL)
+		res, err := noFollow.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther || !strings.Contains(res.Header.Get("Set-Cookie"), api.SessionCookie+"=") {
+			b.Fatalf("local sign-in: %s", res.Status)
+		}
+	}
+	oidcSignIn := func() {
+		if status, _, session := newOIDCBrowser(b).signIn(p.URL, "corp", "alice"); status != http.StatusOK || !session {
+			b.Fatalf("OIDC sign-in: %d", status)
+		}
+	}
+	// Warm: the provider's discovery and keys are fetched once.
+	local()
+	oidcSignIn()
+	var tl, to []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		local()
+		tl = append(tl, time.Since(start))
+		start = time.Now()
+		oidcSignIn()
+		to = append(to, time.Since(start))
+	}
+	b.StopTimer()
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / float64(time.Millisecond)
+	}
+	l, o := p50(tl), p50(to)
+	b.ReportMetric(l, "local-p50-ms")
+	b.ReportMetric(o, "oidc-p50-ms")
+	b.ReportMetric(o-l, "added-p50-ms")
+}
