@@ -166,7 +166,6 @@ func oidcConfig(op *testOP) string {
 `, op.issuer)
 }
 
-
 // oidcBrowser is an HTTP client with a cookie jar that follows redirects
 // except to our server's callback: the test sends that one itself.
 type oidcBrowser struct {
