@@ -351,10 +351,16 @@ func TestOIDCSignIn(t *testing.T) {
 	}
 
 	// Created beforehand, carol signs in with strict.
-	in.users(func(ctx context.Context, us *auth.Users) error {
-		_, err := us.AddOIDC(ctx, auth.CommandLine, "carol", "strict")
-		return err
-	})
+	root := p.login("root", pw)
+	root.must(http.StatusBadRequest, "POST", "/api/v1/admin/users", map[string]any{"name": "carol", "oidc_provider": "nowhere"}, nil)
+	root.must(http.StatusBadRequest, "POST", "/api/v1/admin/users", map[string]any{"name": "carol", "oidc_provider": "strict", "password": pw}, nil)
+	var carol auth.User
+	root.must(http.StatusCreated, "POST", "/api/v1/admin/users", map[string]any{"name": "carol", "oidc_provider": "strict"}, &carol)
+	if carol.Source != "oidc:strict" || carol.Role != auth.RoleUser {
+		t.Fatalf("carol added: %+v", carol)
+	}
+	// Not a password login.
+	p.anon().must(http.StatusUnauthorized, "POST", "/api/v1/auth/login", map[string]string{"username": "carol", "password": pw}, nil)
 	if status, body, session := newOIDCBrowser(t).signIn(p.URL, "strict", "carol"); status != http.StatusOK || !session {
 		t.Fatalf("carol, created beforehand: %d, session %v\n%s", status, session, body)
 	}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,11 +118,26 @@ func (s *Server) createUser(c *fiber.Ctx) error {
 		Name     string `json:"name"`
 		Password string `json:"password"`
 		Admin    bool   `json:"admin"`
+		// OIDCProvider, if set, adds a user of that provider of auth.oidc
+		// (no password), who signs in there.
+		OIDCProvider string `json:"oidc_provider"`
 	}
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	u, err := s.d.Users.Add(c.UserContext(), auth.AddUser{Name: req.Name, Password: req.Password, Admin: req.Admin, By: user(c).ID})
+	var u auth.User
+	var err error
+	if req.OIDCProvider != "" {
+		if req.Password != "" {
+			return badRequest("a user of an OpenID provider has no password here: leave password out")
+		}
+		if !slices.ContainsFunc(s.d.OIDC.Providers(), func(p auth.OIDCProviderInfo) bool { return p.Name == req.OIDCProvider }) {
+			return badRequest("no OpenID provider %q in auth.oidc", clip(req.OIDCProvider))
+		}
+		u, err = s.d.Users.AddOIDC(c.UserContext(), user(c).ID, req.Name, req.OIDCProvider, req.Admin)
+	} else {
+		u, err = s.d.Users.Add(c.UserContext(), auth.AddUser{Name: req.Name, Password: req.Password, Admin: req.Admin, By: user(c).ID})
+	}
 	switch {
 	case errors.Is(err, auth.ErrUserExists):
 		return apiError(http.StatusConflict, "exists", "%v", err)

@@ -742,10 +742,14 @@ func (o *OIDC) SignOut(ctx context.Context, u User, postLogout string) (string, 
 // AddOIDC adds a user of OpenID provider provider before their first
 // sign-in (for a provider that does not create users). by is who does it,
 // as for Add.
-func (us *Users) AddOIDC(ctx context.Context, by, name, provider string) (User, error) {
+func (us *Users) AddOIDC(ctx context.Context, by, name, provider string, admin bool) (User, error) {
 	if err := ValidateName(name); err != nil {
 		return User{}, err
 	}
-	return us.create(ctx, User{Name: name, Role: RoleUser, Source: SourceOIDC + provider}, &audit.Entry{Kind: audit.KindAdmin, User: by,
-		Data: map[string]any{"action": "user_add", "name": name, "source": SourceOIDC + provider}})
+	role := RoleUser
+	if admin {
+		role = RoleAdmin
+	}
+	return us.create(ctx, User{Name: name, Role: role, Source: SourceOIDC + provider}, &audit.Entry{Kind: audit.KindAdmin, User: by,
+		Data: map[string]any{"action": "user_add", "name": name, "admin": admin, "source": SourceOIDC + provider}})
 }
