@@ -441,9 +441,13 @@ func (o *OIDC) finish(ctx context.Context, p *oidcProvider, r OIDCCallback) (u U
 	tok, err := o.oauth2(p, d, login.RedirectURL, secret).Exchange(oidc.ClientContext(ctx, o.client), r.Code, oauth2.VerifierOption(login.Verifier))
 	if err != nil {
 		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && re.Response != nil && re.Response.StatusCode < 500 {
-			reason, err = refuse("exchange", "%s refused the code: %s %s", p.cfg.Name, clipName(re.ErrorCode), clipName(re.ErrorDescription))
-			return User{}, "", "", reason, err
+		if errors.As(err, &re) && re.Response != nil {
+			if re.Response.StatusCode < 500 {
+				reason, err = refuse("exchange", "%s refused the code: %s %s", p.cfg.Name, clipName(re.ErrorCode), clipName(re.ErrorDescription))
+				return User{}, "", "", reason, err
+			}
+			// Its status only: the body is the provider's, for no log.
+			return User{}, "", "", "", fmt.Errorf("%w: %s: exchanging the code: %s", ErrOIDCUnavailable, p.cfg.Name, re.Response.Status)
 		}
 		return User{}, "", "", "", fmt.Errorf("%w: %s: exchanging the code: %w", ErrOIDCUnavailable, p.cfg.Name, err)
 	}

@@ -346,7 +346,7 @@ func (p *provider) spoil(body []byte, f *fault) ([]byte, error) {
 	if len(parts) != 3 {
 		return nil, fmt.Errorf("no id_token in %s", body)
 	}
-	jws, err := jose.ParseSigned(tok, []jose.SignatureAlgorithm{jose.RS256})
+	jws, err := jose.ParseSignedCompact(tok, []jose.SignatureAlgorithm{jose.RS256})
 	if err != nil {
 		return nil, err
 	}
