@@ -43,9 +43,14 @@ func TestOIDCTokens(t *testing.T) {
 		t.Errorf("Reencrypt after the lazy one: %+v %v (the secret only)", st, err)
 	}
 	// Another kind's key does not open them.
-	var ct []byte
-	db.Raw("SELECT ciphertext FROM secrets WHERE kind = ?", kindOIDC).Scan(&ct)
-	if _, err := s.Keyring().open(purposeSecrets, ct, s.Keyring().KeyID()); err == nil {
+	var r row
+	if err := db.Where("kind = ?", kindOIDC).Take(&r).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Keyring().open(purposeOIDCTokens, r.Ciphertext, r.KeyID); err != nil {
+		t.Fatalf("the row under its own key: %v", err)
+	}
+	if _, err := s.Keyring().open(purposeSecrets, r.Ciphertext, r.KeyID); err == nil {
 		t.Error("OIDC tokens decrypt under the secrets' key")
 	}
 	if err := s.DeleteOIDCTokens(ctx, "usr_a", "corp"); err != nil {
