@@ -388,6 +388,26 @@ func TestOIDCSignIn(t *testing.T) {
 	if seen["corp  refused token"] != 4 || seen["corp  refused state"] != 2 {
 		t.Errorf("audited refusals: %v", seen)
 	}
+	// Begun sign-ins are bounded per client address: the next is refused
+	// until the oldest expires.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	started := 0
+	for ; started <= 60; started++ {
+		res, err := noFollow.Get(p.URL + "/auth/oidc/corp/start")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusTooManyRequests && res.Header.Get("Retry-After") != "" {
+			break
+		}
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("start %d: %s", started, res.Status)
+		}
+	}
+	if started > 50 {
+		t.Errorf("%d sign-ins begun from one address, and more would be", started)
+	}
 	if strings.Contains(p.stderr.String(), opSecret) || strings.Contains(p.stderr.String(), refresh) {
 		t.Errorf("the server log holds the client secret or a refresh token")
 	}

@@ -58,7 +58,7 @@ var (
 // OIDCBegin starts a sign-in with provider name and returns the
 // provider's URL to send the browser to.
 func (s *Server) OIDCBegin(c *fiber.Ctx, name, next string) (string, error) {
-	start, err := s.d.OIDC.Begin(c.UserContext(), name, s.origin(c)+"/auth/oidc/"+name+"/callback", next)
+	start, err := s.d.OIDC.Begin(c.UserContext(), name, s.origin(c)+"/auth/oidc/"+name+"/callback", next, s.clientIP(c))
 	if err != nil {
 		return "", s.oidcAnswer(c, name, err)
 	}

@@ -61,8 +61,13 @@ var (
 const OIDCStateTTL = 10 * time.Minute
 
 // maxPendingOIDC bounds the begun sign-ins kept at once (unauthenticated
-// requests create them); beyond it Begin answers ErrBusy.
-const maxPendingOIDC = 10000
+// requests create them); beyond it Begin answers ErrBusy. One client
+// address may have maxPendingPerAddress of them (then a
+// *RateLimitedError), so that one client cannot take them all.
+const (
+	maxPendingOIDC       = 10000
+	maxPendingPerAddress = 50
+)
 
 // SourceOIDC prefixes the Source of users of an OpenID provider:
 // "oidc:NAME".
@@ -146,6 +151,7 @@ type oidcLogin struct {
 	Verifier    string    `gorm:"not null"` // PKCE
 	RedirectURL string    `gorm:"not null"`
 	Next        string    `gorm:"not null"`
+	Source      string    `gorm:"not null;index"` // the client's address
 	Expires     time.Time `gorm:"not null;index"`
 }
 
@@ -273,10 +279,10 @@ type OIDCStart struct {
 	Expires time.Time
 }
 
-// Begin starts a sign-in with provider name. redirectURL is the callback
-// URL (unless the provider's configuration sets one), next the local path
-// to go to afterwards.
-func (o *OIDC) Begin(ctx context.Context, name, redirectURL, next string) (OIDCStart, error) {
+// Begin starts a sign-in with provider name for the client at address ip.
+// redirectURL is the callback URL (unless the provider's configuration
+// sets one), next the local path to go to afterwards.
+func (o *OIDC) Begin(ctx context.Context, name, redirectURL, next, ip string) (OIDCStart, error) {
 	p, err := o.provider(name)
 	if err != nil {
 		return OIDCStart{}, err
@@ -295,7 +301,7 @@ func (o *OIDC) Begin(ctx context.Context, name, redirectURL, next string) (OIDCS
 	verifier := oauth2.GenerateVerifier()
 	now := time.Now().UTC()
 	row := oidcLogin{StateHash: hash(state), BindingHash: hash(binding), Provider: name, Nonce: nonce, Verifier: verifier,
-		RedirectURL: redirectURL, Next: next, Expires: now.Add(OIDCStateTTL)}
+		RedirectURL: redirectURL, Next: next, Source: ip, Expires: now.Add(OIDCStateTTL)}
 	err = o.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Where("expires < ?", now).Delete(&oidcLogin{}).Error; err != nil {
 			return err
@@ -307,9 +313,19 @@ func (o *OIDC) Begin(ctx context.Context, name, redirectURL, next string) (OIDCS
 		if n >= maxPendingOIDC {
 			return fmt.Errorf("%w: %d OIDC sign-ins are under way", ErrBusy, n)
 		}
+		if err := tx.Model(&oidcLogin{}).Where("source = ?", ip).Count(&n).Error; err != nil {
+			return err
+		}
+		if n >= maxPendingPerAddress {
+			var first oidcLogin
+			if err := tx.Where("source = ?", ip).Order("expires").Take(&first).Error; err != nil {
+				return err
+			}
+			return &RateLimitedError{RetryAfter: max(time.Until(first.Expires), time.Second), limit: "address"}
+		}
 		return tx.Create(&row).Error
 	})
-	if errors.Is(err, ErrBusy) {
+	if errors.Is(err, ErrBusy) || errors.Is(err, ErrRateLimited) {
 		return OIDCStart{}, err
 	}
 	if err != nil {
