@@ -18,7 +18,8 @@ import (
 )
 
 // checkThemes runs axe-core on the page in light and dark mode at
-// desktop and phone sizes and fails on a violation of any impact; the
+// desktop and phone sizes and fails on a violation of any impact or a
+// page wider than the window; the
 // screenshots go to the artifact directory (artifactDir) as
 // name-{light,dark}-WxH.png.
 func (w *webUI) checkThemes(name, ready string) {
@@ -33,6 +34,9 @@ func (w *webUI) checkThemes(name, ready string) {
 			w.until(ready, 20*time.Second)
 			if !eval[bool](w, "typeof axe !== 'undefined'") {
 				eval[chromedp.Void](w, w.axe)
+			}
+			if !eval[bool](w, "document.documentElement.scrollWidth <= document.documentElement.clientWidth") {
+				w.t.Errorf("%s, %s, %dx%d: the page scrolls sideways (%d px wide)", name, theme, size[0], size[1], eval[int](w, "document.documentElement.scrollWidth"))
 			}
 			for _, v := range eval[[]axeViolation](w, `axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)`) {
 				w.t.Errorf("%s, %s, %dx%d: axe %s (%s): %s on %v", name, theme, size[0], size[1], v.ID, v.Impact, v.Help, v.Nodes)
