@@ -88,9 +88,9 @@ func TestWebConversation(t *testing.T) {
 	const (
 		reply = "Here is the plan.\n\n| step | state |\n|:--|--:|\n| read | done |\n| write | next |\n\n> Quoted from the README.\n\n" +
 			"- [x] looked\n- [ ] fixed\n\n```go\nfunc main() { fmt.Println(\"hi\", 42) } // a comment\n```\n\n```python\nx = None  # nothing\n```\n"
-		// The tool's output: colours, an OSC title, a screen clear, a
-		// progress line rewritten by carriage returns, a bell, 60 lines.
-		command = `printf '\033[31mred\033[0m \033[1;32mbold green\033[0m \033[4;38;5;33munder\033[0m\n\033]0;pwned-title\007\033[2J\033[Hcleared\n10%%\r50%%\r100%%\n\a'; seq 1 60`
+		// The tool's output: colours, an OSC title, a screen clear, HTML,
+		// a progress line rewritten by carriage returns, a bell, 60 lines.
+		command = `printf '\033[31mred\033[0m \033[1;32mbold green\033[0m \033[4;38;5;33munder\033[0m\n\033]0;pwned-title\007\033[2J\033[Hcleared\n<img src=x onerror=alert(1)>\n10%%\r50%%\r100%%\n\a'; seq 1 60`
 		slow    = "This reply takes its time, a word at a time, "
 	)
 	main, err := llmtest.StartServer(&llmtest.Script{Reply: func(req agentcore.Request) (llmtest.Step, error) {
@@ -119,6 +119,7 @@ func TestWebConversation(t *testing.T) {
 	t.Cleanup(other.Close)
 	in := newInstance(t, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n  allowed_endpoints: [%s]\n", main.URL(), other.URL()))
 	in.addUser("alice", pw, false)
+	in.addUser("root", pw, true)
 	p := in.start()
 	a := p.login("alice", pw)
 	a.must(http.StatusOK, "PUT", "/api/v1/model-profiles/other", map[string]string{"endpoint": other.URL(), "model": "other-model"}, nil)
@@ -225,7 +226,7 @@ func TestWebConversation(t *testing.T) {
 	// The tool output as a terminal shows it.
 	out := "document.querySelector('details.tool .output')"
 	if got := eval[string](w, out+".textContent"); strings.ContainsAny(got, "\x1b\x07\r") || strings.Contains(got, "pwned-title") || strings.Contains(got, "10%") || strings.Contains(got, "50%") ||
-		!strings.HasPrefix(got, "red bold green under\ncleared\n100%\n1\n2\n") || !strings.HasSuffix(got, "\n60\n[exit status 0]") {
+		!strings.HasPrefix(got, "red bold green under\ncleared\n<img src=x onerror=alert(1)>\n100%\n1\n2\n") || !strings.HasSuffix(got, "\n60\n[exit status 0]") {
 		t.Errorf("the tool output reads %q", got)
 	}
 	if got := eval[string](w, "[...document.querySelectorAll('details.tool .output span')].map(s => s.className + '=' + s.textContent).join('|')"); got != "t-fg-1=red|t-fg-2 t-b=bold green|t-fg-6 t-u=under" {
@@ -236,7 +237,7 @@ func TestWebConversation(t *testing.T) {
 	}
 	eval[chromedp.Void](w, "document.querySelectorAll('details').forEach(d => { d.open = true })")
 	more := "document.querySelector('details.tool .show-all')"
-	if got := eval[string](w, more+".textContent + ' ' + "+more+".getAttribute('aria-expanded') + ' ' + "+out+".classList.contains('folded')"); got != "Show all 64 lines false true" {
+	if got := eval[string](w, more+".textContent + ' ' + "+more+".getAttribute('aria-expanded') + ' ' + "+out+".classList.contains('folded')"); got != "Show all 65 lines false true" {
 		t.Errorf("the long output's fold: %q", got)
 	}
 	if !eval[bool](w, out+".scrollHeight > "+out+".clientHeight + 100") {
@@ -339,10 +340,43 @@ func TestWebConversation(t *testing.T) {
 	if got := eval[string](w, "[...document.querySelectorAll('.msg.assistant')].pop().innerText"); !strings.Contains(got, "· other-model") || !strings.Contains(got, "From the other model.") {
 		t.Errorf("the last reply reads %q", got)
 	}
-	w.open("/c/"+conv, "document.querySelectorAll('.msg.assistant').length === 4")
+	// Edit and resend by the keyboard: Esc leaves the editor, Enter
+	// sends the edit (the conversation branches there).
+	eval[chromedp.Void](w, "[...document.querySelectorAll('.msg.user button.edit')].pop().click()")
+	w.until("document.activeElement.matches('form.editor textarea')", 5*time.Second)
+	w.key("\x1b")
+	w.until("!document.querySelector('form.editor') && document.activeElement.matches('.msg.user button.edit')", 5*time.Second)
+	w.key("\r")
+	w.until("document.activeElement.matches('form.editor textarea')", 5*time.Second)
+	w.do(chromedp.KeyEvent(" Tell me more.\r"))
+	w.until("document.querySelectorAll('.msg.assistant').length === 5 && document.getElementById('turn-state').textContent === ''", 30*time.Second)
+	var hist struct{ Messages []agentcore.Message }
+	a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv+"/messages", nil, &hist)
+	if got := strings.Join(contents(hist.Messages), " | "); !strings.HasSuffix(got, "user: and you? Tell me more. | assistant: From the other model.") || strings.Contains(got, "user: and you? |") {
+		t.Errorf("the active history after the edit: %s", got)
+	}
+	w.open("/c/"+conv, "document.querySelectorAll('.msg.assistant').length === 5")
 	if got := eval[string](w, "document.getElementById('model-profile').value"); got != "other" {
 		t.Errorf("reloaded, the switch shows %q", got)
 	}
+
+	// A project setup's output is terminal output too.
+	t.Run("setup output", func(t *testing.T) {
+		defer w.as(t)()
+		bare := setupRepo(t, filepath.Join(t.TempDir(), "marker"), `printf '\033[32mgreen setup\033[0m \033]0;title\007done\n'`+"\n")
+		repo := addSetupRepo(t, p.login("root", pw), "demo", "file://"+bare, "main")
+		var c conversation
+		a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, &c)
+		w.open("/c/"+c.ID, "document.getElementById('transcript').innerText.includes('Project setup finished.')")
+		setup := "document.querySelector('pre.output.setup')"
+		if got := eval[string](w, setup+".textContent"); !strings.HasPrefix(got, "installing deps\ngreen setup done\n") || strings.ContainsAny(got, "\x1b\x07") || strings.Contains(got, "title") {
+			t.Errorf("the setup output reads %q", got)
+		}
+		if got := eval[string](w, "[..."+setup+".querySelectorAll('*')].map(s => s.tagName + '.' + s.className + '=' + s.textContent).join('|')"); got != "SPAN.t-fg-2=green setup" {
+			t.Errorf("the setup output's elements: %q", got)
+		}
+	})
+
 	if pr := w.seen(&w.problems); len(pr) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
 	}

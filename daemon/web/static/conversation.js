@@ -21,6 +21,7 @@ let text = null; // the assistant text being streamed: {box, body, raw}
 let thought = null; // the reasoning being streamed: {box, body}
 let reply = null; // the current model call's reply box, for its model's name (usage)
 const tools = new Map();
+let setupTerm = null; // the project setup's output
 let pageTitle = document.title;
 
 // copyText puts s on the clipboard: the Clipboard API where the page is
@@ -236,10 +237,11 @@ function messageActions(turn, content) {
     const form = el('form', { class: 'editor' }, box, el('p', { class: 'hint', text: 'The conversation branches here; the workspace goes back to where this message began.' }), save);
     form.addEventListener('submit', (e) => {
       e.preventDefault();
-      if (!box.value.trim()) return;
+      const edited = box.value;
+      if (!edited.trim()) return;
       guard(async () => {
         const m = await turnMessage(turn);
-        await api(`${base}/messages/${encodeURIComponent(m.id)}`, { method: 'PUT', body: { content: box.value } });
+        await api(`${base}/messages/${encodeURIComponent(m.id)}`, { method: 'PUT', body: { content: edited } });
         form.remove();
       });
     });
@@ -302,8 +304,16 @@ function apply(type, ev) {
     case 'sandbox_limit': notice(d.message || 'A command hit a sandbox limit.', 'error'); break;
     case 'sandbox_waiting': turnState.textContent = d.status === 'starting' ? 'Waiting for the sandbox to start…' : 'The assistant is working…'; break;
     case 'seccomp_violation': notice(`A command made a blocked system call (${d.syscall || ''}).`, 'error'); break;
-    case 'setup_started': notice('Project setup is running…'); break;
-    case 'setup_output': notice(d.text || '', 'setup'); break;
+    case 'setup_started': notice('Project setup is running…'); setupTerm = null; break;
+    case 'setup_output':
+      if (!setupTerm) {
+        finishText();
+        const pre = el('pre', { class: 'output setup' });
+        transcript.append(pre);
+        setupTerm = new Terminal(pre);
+      }
+      setupTerm.write(d.text || '');
+      break;
     case 'setup_finished': notice(d.cached ? 'Project setup reused.' : 'Project setup finished.'); break;
     case 'setup_failed': notice('Project setup failed: ' + (d.error || ''), 'error'); break;
     case 'usage':
