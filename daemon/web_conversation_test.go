@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -381,4 +382,59 @@ func TestWebConversation(t *testing.T) {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
 	}
 	t.Logf("screenshots in %s", w.art)
+}
+
+// terminal.js, the tool output's parser, on hostile and split input: the
+// output holds only text nodes and spans of its own classes.
+func TestWebTerminal(t *testing.T) {
+	in := newInstance(t, "")
+	p := in.start()
+	w := newWebUI(t, p.URL)
+	w.open("/login", "document.getElementById('username')")
+	cases := []struct {
+		name  string
+		parts []string
+		want  string // text nodes as they are, spans as [classes]text, joined by |
+	}{
+		{"colours", []string{"\x1b[31mred\x1b[0m plain"}, "[t-fg-1]red| plain"},
+		{"a sequence split between pieces", []string{"\x1b[1;3", "2mgreen\x1b[m"}, "[t-fg-2 t-b]green"},
+		{"reset, then a colour", []string{"\x1b[1;31mA\x1b[0;32mB"}, "[t-fg-1 t-b]A|[t-fg-2]B"},
+		{"bright colours and defaults", []string{"\x1b[91;44mA\x1b[39mB\x1b[49mC"}, "[t-fg-9 t-bg-4]A|[t-bg-4]B|C"},
+		{"256 colours and RGB", []string{"\x1b[38;5;196mx\x1b[48;2;0;0;255my"}, "[t-fg-9]x|[t-fg-9 t-bg-4]y"},
+		{"inverse", []string{"\x1b[7mz\x1b[31;7mw"}, "[t-fg-inv t-bg-inv]z|[t-fg-inv t-bg-1]w"},
+		{"dim, unless coloured", []string{"\x1b[2mdim\x1b[22;2;33mx"}, "[t-d]dim|[t-fg-3]x"},
+		{"styles", []string{"\x1b[3;4;9mx\x1b[23;24;29my"}, "[t-i t-u t-s]x|y"},
+		{"window title and hyperlink dropped", []string{"a\x1b]0;title\x07b\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\"}, "ablink"},
+		{"cursor moves and erases dropped", []string{"\x1b[2J\x1b[H\x1b[?25lx\x1b[K\x1b7\x1b(B"}, "x"},
+		{"device control string dropped", []string{"a\x1bPq#0;2;0;0;0\x1b\\b"}, "ab"},
+		{"control characters dropped", []string{"a\x07\x08\x00b\x7fc\u009b31md"}, "abc31md"},
+		{"carriage returns rewrite the line", []string{"10%\r50%\r100%\ndone\r\n"}, "100%\n|done\n"},
+		{"CRLF split between pieces", []string{"a\r", "\nb"}, "a|\n|b"},
+		{"an unfinished OSC waits for its end", []string{"\x1b]0;ti", "tle\x07ok"}, "ok"},
+		{"an overlong unfinished sequence is shown", []string{"\x1b]" + strings.Repeat("x", 5000)}, "]" + strings.Repeat("x", 5000)},
+		{"a malformed CSI is dropped", []string{"\x1b[31\x01mX"}, "mX"},
+		{"an SGR with intermediates is not one", []string{"\x1b[1 mX"}, "X"},
+		{"parameters past 32 are ignored", []string{"\x1b[" + strings.Repeat("1;", 40) + "31mX"}, "[t-b]X"},
+		{"HTML is text", []string{"<img src=x onerror=alert(1)><b>x</b>"}, "<img src=x onerror=alert(1)><b>x</b>"},
+		{"a tab is kept", []string{"a\tb"}, "a\tb"},
+	}
+	var parts [][]string
+	for _, c := range cases {
+		parts = append(parts, c.parts)
+	}
+	js, err := json.Marshal(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := eval[[]string](w, fmt.Sprintf(`import('/static/terminal.js').then(({Terminal}) => %s.map((parts) => {
+  const pre = document.createElement('pre');
+  const term = new Terminal(pre);
+  parts.forEach((p) => term.write(p));
+  return [...pre.childNodes].map((n) => n.nodeType === 3 ? n.textContent : n.tagName === 'SPAN' && !n.children.length ? '[' + n.className + ']' + n.textContent : '<' + n.tagName + '>').join('|');
+}))`, js))
+	for i, c := range cases {
+		if got[i] != c.want {
+			t.Errorf("%s: %q shows as %q, want %q", c.name, c.parts, got[i], c.want)
+		}
+	}
 }
