@@ -318,6 +318,8 @@ func TestWebConversation(t *testing.T) {
 	w.until("document.getElementById('rename-form').hidden && document.activeElement.id === 'rename'", 5*time.Second)
 	w.key("\r")
 	w.until("document.activeElement.id === 'new-title'", 5*time.Second)
+	w.checkThemes("conversation-rename", "!document.getElementById('rename-form').hidden")
+	eval[chromedp.Void](w, "document.getElementById('new-title').focus()")
 	w.do(chromedp.KeyEvent("Renamed by hand\r"))
 	w.until("document.querySelector('.titlebar h1').textContent === 'Renamed by hand' && document.title.startsWith('Renamed by hand')", 10*time.Second)
 	var c struct{ Title string }

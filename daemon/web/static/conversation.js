@@ -197,9 +197,11 @@ function approvalCard(a) {
 }
 
 // waiting puts the pending approvals in the tab's title while the page
-// is in the background.
+// is in the background (and, with none left, takes back the
+// announcement).
 function waiting() {
   const n = approvals.querySelectorAll('.approval').length;
+  if (!n) document.getElementById('announce').textContent = '';
   document.title = n && document.visibilityState === 'hidden' ? `(${n}) Approval waiting · ${pageTitle}` : pageTitle;
 }
 
@@ -400,10 +402,9 @@ function setupTitle() {
   const btn = document.getElementById('rename');
   const form = document.getElementById('rename-form');
   const input = document.getElementById('new-title');
-  const close = () => { form.hidden = true; h1.hidden = false; btn.hidden = false; btn.focus(); };
+  const close = () => { form.hidden = true; btn.hidden = false; btn.focus(); };
   btn.addEventListener('click', () => {
     input.value = h1.textContent;
-    h1.hidden = true;
     btn.hidden = true;
     form.hidden = false;
     input.focus();
