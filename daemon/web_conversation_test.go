@@ -147,6 +147,9 @@ func TestWebConversation(t *testing.T) {
 		t.Errorf("the conversation page ships %d bytes on first load, over the budget of %d", n, maxFirstLoad)
 	}
 	w.checkThemes("conversation-empty", "document.getElementById('message')")
+	if eval[bool](w, "document.getElementById('rename-form').checkVisibility()") {
+		t.Error("the rename form shows before Rename is pressed")
+	}
 
 	// Shift+Enter is a new line, Enter sends. At phone size: the
 	// approval to come must be scrolled to.
@@ -315,7 +318,7 @@ func TestWebConversation(t *testing.T) {
 	w.click("#rename")
 	w.until("document.activeElement.id === 'new-title'", 5*time.Second)
 	w.key("\x1b")
-	w.until("document.getElementById('rename-form').hidden && document.activeElement.id === 'rename'", 5*time.Second)
+	w.until("!document.getElementById('rename-form').checkVisibility() && document.activeElement.id === 'rename'", 5*time.Second)
 	w.key("\r")
 	w.until("document.activeElement.id === 'new-title'", 5*time.Second)
 	w.checkThemes("conversation-rename", "!document.getElementById('rename-form').hidden")
