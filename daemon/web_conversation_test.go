@@ -22,8 +22,8 @@ import (
 // desktop and phone sizes and fails on a violation of any impact or a
 // page wider than the window; the
 // screenshots go to the artifact directory (artifactDir) as
-// name-{light,dark}-WxH.png.
-func (w *webUI) checkThemes(name, ready string) {
+// name-{light,dark}-WxH.png, scrolled to the element show selects.
+func (w *webUI) checkThemes(name, ready, show string) {
 	w.t.Helper()
 	for _, theme := range []string{"light", "dark"} {
 		w.theme(theme)
@@ -42,6 +42,7 @@ func (w *webUI) checkThemes(name, ready string) {
 			for _, v := range eval[[]axeViolation](w, `axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)`) {
 				w.t.Errorf("%s, %s, %dx%d: axe %s (%s): %s on %v", name, theme, size[0], size[1], v.ID, v.Impact, v.Help, v.Nodes)
 			}
+			eval[chromedp.Void](w, fmt.Sprintf("document.querySelector(%q).scrollIntoView({block: 'center'})", show))
 			shot, err := chromedp.Run(w.ctx, chromedp.CaptureScreenshot())
 			if err != nil {
 				w.t.Fatal(err)
@@ -146,7 +147,7 @@ func TestWebConversation(t *testing.T) {
 	if n := firstLoadBytes(w, "/c/"+conv); n > maxFirstLoad {
 		t.Errorf("the conversation page ships %d bytes on first load, over the budget of %d", n, maxFirstLoad)
 	}
-	w.checkThemes("conversation-empty", "document.getElementById('message')")
+	w.checkThemes("conversation-empty", "document.getElementById('message')", "#message")
 	if eval[bool](w, "document.getElementById('rename-form').checkVisibility()") {
 		t.Error("the rename form shows before Rename is pressed")
 	}
@@ -220,7 +221,7 @@ func TestWebConversation(t *testing.T) {
 		// No user_rules configured: the server proposes none.
 		t.Errorf("the card offers a rule the server cannot add: %s", got)
 	}
-	w.checkThemes("conversation-approval", "document.querySelector('.approval .approve')")
+	w.checkThemes("conversation-approval", "document.querySelector('.approval .approve')", ".approval")
 	w.click(".approval .approve")
 	w.until("document.getElementById('turn-state').textContent === '' && document.getElementById('transcript').innerText.includes('Done, the output is above.')", 60*time.Second)
 	if got := eval[string](w, "document.title"); got != title {
@@ -247,11 +248,11 @@ func TestWebConversation(t *testing.T) {
 	if !eval[bool](w, out+".scrollHeight > "+out+".clientHeight + 100") {
 		t.Error("the folded output shows it all")
 	}
-	w.checkThemes("conversation-tool-output", "document.querySelector('details.tool[open] .output.folded')")
+	w.checkThemes("conversation-tool-output", "document.querySelector('details.tool[open] .output.folded')", "details.tool .output")
 	eval[chromedp.Void](w, "document.querySelector('details.tool .show-all').focus()")
 	w.key("\r")
 	w.until(more+".getAttribute('aria-expanded') === 'true' && !"+out+".classList.contains('folded') && "+more+".textContent === 'Show less'", 5*time.Second)
-	w.checkThemes("conversation-tool-output-all", "document.querySelector('details.tool[open] .output:not(.folded)')")
+	w.checkThemes("conversation-tool-output-all", "document.querySelector('details.tool[open] .output:not(.folded)')", "details.tool .show-all")
 
 	// The reply: the model's name, its Markdown blocks, its tokens.
 	if got := eval[string](w, "document.querySelector('.msg.assistant .role').textContent"); got != "Assistant · test" {
@@ -296,7 +297,7 @@ func TestWebConversation(t *testing.T) {
 	if got := eval[string](w, "document.getElementById('help').innerText"); !strings.Contains(got, "Shift + Enter") || !strings.Contains(got, "Stop the running turn") {
 		t.Errorf("the shortcuts list says %q", got)
 	}
-	w.checkThemes("conversation-shortcuts", "document.getElementById('help').open")
+	w.checkThemes("conversation-shortcuts", "document.getElementById('help').open", "#help")
 	w.key("\x1b")
 	w.until("!document.getElementById('help').open", 5*time.Second)
 	w.do(chromedp.Focus(chromedp.ID("message")))
@@ -309,7 +310,7 @@ func TestWebConversation(t *testing.T) {
 	// Streaming (the reply stalls part-way), then Esc stops the turn.
 	w.do(chromedp.KeyEvent("tell it slowly\r"))
 	w.until("!document.getElementById('cancel').hidden && document.querySelectorAll('.msg.assistant').length === 3", 30*time.Second)
-	w.checkThemes("conversation-streaming", "!document.getElementById('cancel').hidden")
+	w.checkThemes("conversation-streaming", "!document.getElementById('cancel').hidden", "#turn-state")
 	w.do(chromedp.Focus(chromedp.ID("message")))
 	w.key("\x1b")
 	w.until("document.getElementById('cancel').hidden && document.getElementById('transcript').innerText.includes('Stopped.')", 30*time.Second)
@@ -321,7 +322,7 @@ func TestWebConversation(t *testing.T) {
 	w.until("!document.getElementById('rename-form').checkVisibility() && document.activeElement.id === 'rename'", 5*time.Second)
 	w.key("\r")
 	w.until("document.activeElement.id === 'new-title'", 5*time.Second)
-	w.checkThemes("conversation-rename", "!document.getElementById('rename-form').hidden")
+	w.checkThemes("conversation-rename", "!document.getElementById('rename-form').hidden", "#rename-form")
 	eval[chromedp.Void](w, "document.getElementById('new-title').focus()")
 	w.do(chromedp.KeyEvent("Renamed by hand\r"))
 	w.until("document.querySelector('.titlebar h1').textContent === 'Renamed by hand' && document.title.startsWith('Renamed by hand')", 10*time.Second)
