@@ -311,6 +311,10 @@ func TestWebConversation(t *testing.T) {
 	w.do(chromedp.KeyEvent("tell it slowly\r"))
 	w.until("!document.getElementById('cancel').hidden && document.querySelectorAll('.msg.assistant').length === 3", 30*time.Second)
 	w.checkThemes("conversation-streaming", "!document.getElementById('cancel').hidden", "#turn-state")
+	// While it runs the model cannot change: the switch says so and goes
+	// back.
+	eval[chromedp.Void](w, "(s => { s.value = 'other'; s.dispatchEvent(new Event('change')) })(document.getElementById('model-profile'))")
+	w.until("document.getElementById('status').classList.contains('error') && document.getElementById('model-profile').value === ''", 10*time.Second)
 	w.do(chromedp.Focus(chromedp.ID("message")))
 	w.key("\x1b")
 	w.until("document.getElementById('cancel').hidden && document.getElementById('transcript').innerText.includes('Stopped.')", 30*time.Second)
