@@ -469,7 +469,7 @@ func TestWebUI(t *testing.T) {
 	w.click("#send")
 	w.until(transcriptText+".includes('please fix the readme')", 20*time.Second)
 	// The reply arrives in pieces: seen part-way before it is whole.
-	w.until("document.querySelector('.msg.assistant') && document.querySelector('.msg.assistant').innerText.length > 0 && !document.querySelector('.msg.assistant').innerText.includes('func main')", 20*time.Second)
+	w.until("document.querySelector('.msg.assistant .md') && document.querySelector('.msg.assistant .md').innerText.length > 0 && !document.querySelector('.msg.assistant .md').innerText.includes('func main')", 20*time.Second)
 	w.until("document.querySelector('.approval .command')", 30*time.Second)
 	if got := eval[string](w, "document.querySelector('.approval .command').textContent"); got != "echo out-$((6*7))" {
 		t.Fatalf("the approval shows %q", got)
@@ -569,16 +569,16 @@ func TestWebUI(t *testing.T) {
 		w.open("/c/"+c.ID, "window.codumentor && codumentor.opens > 0")
 		w.fill("#message", "long story")
 		w.click("#send")
-		w.until("document.querySelector('.msg.assistant') && document.querySelector('.msg.assistant').innerText.length > 40", 30*time.Second)
+		w.until("document.querySelector('.msg.assistant .md') && document.querySelector('.msg.assistant .md').innerText.length > 40", 30*time.Second)
 		if n := proxy.drop(); n == 0 {
 			t.Fatal("no connection to drop")
 		}
-		if len(eval[string](w, "document.querySelector('.msg.assistant').innerText")) >= len(longText) {
+		if len(eval[string](w, "document.querySelector('.msg.assistant .md').innerText")) >= len(longText) {
 			t.Fatal("the reply was whole before the stream was dropped: nothing tested")
 		}
 		w.until("codumentor.opens >= 2", 20*time.Second)
 		w.until("document.getElementById('turn-state').textContent === '' && document.querySelector('.msg.assistant p')", 60*time.Second)
-		got := strings.TrimSpace(eval[string](w, "document.querySelector('.msg.assistant').innerText"))
+		got := strings.TrimSpace(eval[string](w, "document.querySelector('.msg.assistant .md').innerText"))
 		if got != longText {
 			t.Fatalf("after the reconnect the reply reads\n%q\nwant\n%q", got, longText)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
+	east "github.com/yuin/goldmark/extension/ast"
 	"github.com/yuin/goldmark/renderer"
 	"github.com/yuin/goldmark/util"
 )
@@ -89,6 +90,33 @@ func (safeRenderer) RegisterFuncs(r renderer.NodeRendererFuncRegisterer) {
 	r.Register(ast.KindAutoLink, renderAutoLink)
 	r.Register(ast.KindFencedCodeBlock, renderCode)
 	r.Register(ast.KindCodeBlock, renderCode)
+	r.Register(east.KindTaskCheckBox, renderTaskCheckBox)
+	r.Register(east.KindTable, renderTable)
+}
+
+// renderTaskCheckBox is a task list item's box, labelled (a screen
+// reader says "done" or "to do", not just "checkbox").
+func renderTaskCheckBox(w util.BufWriter, _ []byte, node ast.Node, entering bool) (ast.WalkStatus, error) {
+	if !entering {
+		return ast.WalkContinue, nil
+	}
+	if node.(*east.TaskCheckBox).IsChecked {
+		w.WriteString(`<input type="checkbox" checked disabled aria-label="done"> `)
+	} else {
+		w.WriteString(`<input type="checkbox" disabled aria-label="to do"> `)
+	}
+	return ast.WalkContinue, nil
+}
+
+// renderTable opens a table focusable, so that a keyboard can scroll a
+// wide one (the stylesheet lets it scroll rather than widen the page).
+func renderTable(w util.BufWriter, _ []byte, _ ast.Node, entering bool) (ast.WalkStatus, error) {
+	if entering {
+		w.WriteString("<table tabindex=\"0\">\n")
+	} else {
+		w.WriteString("</table>\n")
+	}
+	return ast.WalkContinue, nil
 }
 
 // href is a link's destination as the page gets it (entities resolved,
@@ -169,9 +197,26 @@ func renderCode(w util.BufWriter, source []byte, node ast.Node, entering bool) (
 	if f, ok := node.(*ast.FencedCodeBlock); ok && f.Info != nil {
 		lang = string(f.Language(source))
 	}
+	// A figure, captioned with the language as the fence names it (cut
+	// short: it is the model's text), for the page to add its copy
+	// button to.
+	w.WriteString(`<figure class="code">`)
+	if lang != "" {
+		label := lang
+		if r := []rune(label); len(r) > maxLangLabel {
+			label = string(r[:maxLangLabel]) + "…"
+		}
+		w.WriteString(`<figcaption class="lang">`)
+		w.WriteString(html.EscapeString(label))
+		w.WriteString("</figcaption>")
+	}
 	w.WriteString(Highlight(code.String(), lang))
+	w.WriteString("</figure>\n")
 	return ast.WalkSkipChildren, nil
 }
+
+// maxLangLabel is the most characters of a code fence's language shown.
+const maxLangLabel = 24
 
 // maxHighlight bounds the text chroma tokenizes; beyond it, code is
 // shown plain (escaped).
@@ -203,12 +248,16 @@ func Highlight(code, lang string) string {
 	return strings.Replace(b.String(), `<pre class="ch-chroma"`, `<pre tabindex="0" class="ch-chroma"`, 1)
 }
 
-// chromaCSS is the highlighting's classes: light, and dark under
-// prefers-color-scheme, appended to the one stylesheet.
+// chromaCSS is the highlighting's classes, appended to the one
+// stylesheet: light, and dark under prefers-color-scheme. Each theme
+// under its own media query: the two styles do not set the same token
+// classes, and a light colour left standing in dark mode (.ch-nx's
+// near-black on the dark background) would be unreadable.
 func chromaCSS() []byte {
 	var b bytes.Buffer
+	b.WriteString("@media not all and (prefers-color-scheme: dark) {\n")
 	formatter.WriteCSS(&b, styles.Get("github"))
-	b.WriteString("@media (prefers-color-scheme: dark) {\n")
+	b.WriteString("}\n@media (prefers-color-scheme: dark) {\n")
 	formatter.WriteCSS(&b, styles.Get("github-dark"))
 	b.WriteString("}\n")
 	return b.Bytes()

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -27,7 +29,7 @@ func TestMarkdownIsInert(t *testing.T) {
 		{"attribute breakout", `[x](http://a.example/"onmouseover="alert(1))`, []string{"http://a.example/"}},
 		{"http link kept", "[ok](https://example.com/a?b=c)", []string{`<a href="https://example.com/a?b=c"`}},
 		{"relative link kept", "[ok](/c/x)", []string{`<a href="/c/x"`}},
-		{"table alignment", "|a|b|\n|:-|-:|\n|1|2|", []string{"<table>", "<td"}},
+		{"table alignment", "|a|b|\n|:-|-:|\n|1|2|", []string{"<table", "<td"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := string(Markdown(tc.in))
@@ -78,4 +80,123 @@ func TestMarkdownLongTextIsPlain(t *testing.T) {
 	if out := string(Markdown(in)); !strings.Contains(out, "<em>x</em>") {
 		t.Errorf("a text of %d bytes renders as %.120q…", len(in), out)
 	}
+}
+
+func TestMarkdownBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"code language shown", "```go\nx := 1\n```", []string{`<figure class="code"><figcaption class="lang">go</figcaption><pre tabindex="0" class="ch-chroma">`, "</pre></figure>"}},
+		{"code without language", "```\nx\n```", []string{`<figure class="code"><pre tabindex="0" class="ch-chroma"><code>x`}},
+		{"code language escaped and cut", "```<b>" + strings.Repeat("x", 40) + "\nx\n```", []string{`<figcaption class="lang">&lt;b&gt;` + strings.Repeat("x", 21) + "…</figcaption>"}},
+		{"task list labelled", "- [x] shipped\n- [ ] tested", []string{`<input type="checkbox" checked disabled aria-label="done"> shipped`, `<input type="checkbox" disabled aria-label="to do"> tested`}},
+		{"table focusable", "|a|b|\n|-|-|\n|1|2|", []string{`<table tabindex="0">`, "<th>a</th>", "<td>2</td>", "</table>"}},
+		{"blockquote", "> quoted", []string{"<blockquote>\n<p>quoted</p>\n</blockquote>"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := string(Markdown(tc.in))
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%q renders %q, without %q", tc.in, out, w)
+				}
+			}
+		})
+	}
+}
+
+// Every token class the highlighter's stylesheet colours is readable
+// (WCAG AA, 4.5:1 against its background) in both themes, with the
+// cascade as a browser applies it: a rule of one theme that the other
+// does not override stays in force there. (Whitespace and the line
+// numbers, which the formatter does not show, are not text.)
+func TestChromaCSSContrast(t *testing.T) {
+	// The page's own text colours (app.css --fg), for a code block whose
+	// style names none.
+	themes := map[string]string{"light": "#1b1f24", "dark": "#e6edf3"}
+	for theme, fg := range themes {
+		rules := map[string]map[string]string{} // selector: property: value
+		var order []string
+		active := []bool{true}
+		for _, line := range strings.Split(string(chromaCSS()), "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case strings.HasPrefix(line, "@media"):
+				dark := strings.Contains(line, "(prefers-color-scheme: dark)")
+				on := dark == (theme == "dark")
+				if strings.Contains(line, "not all and") {
+					on = !on
+				}
+				active = append(active, active[len(active)-1] && on)
+				continue
+			case line == "}":
+				active = active[:len(active)-1]
+				continue
+			case line == "" || !active[len(active)-1]:
+				continue
+			}
+			if i := strings.Index(line, "*/"); i >= 0 {
+				line = strings.TrimSpace(line[i+2:])
+			}
+			sel, decls, ok := strings.Cut(line, "{")
+			if !ok {
+				t.Fatalf("unexpected CSS line %q", line)
+			}
+			sel = strings.TrimSpace(sel)
+			if rules[sel] == nil {
+				rules[sel] = map[string]string{}
+				order = append(order, sel)
+			}
+			for _, d := range strings.Split(strings.TrimSuffix(strings.TrimSpace(decls), "}"), ";") {
+				if k, v, ok := strings.Cut(d, ":"); ok {
+					rules[sel][strings.TrimSpace(k)] = strings.TrimSpace(v)
+				}
+			}
+		}
+		pre := rules[".ch-chroma"]
+		baseFG, baseBG := fg, pre["background-color"]
+		if c := pre["color"]; c != "" {
+			baseFG = c
+		}
+		for _, sel := range order {
+			r := rules[sel]
+			if !strings.HasPrefix(sel, ".ch-chroma .") || r["color"] == "" || sel == ".ch-chroma .ch-w" || sel == ".ch-chroma .ch-ln" || sel == ".ch-chroma .ch-lnt" || r["color"] == "inherit" {
+				continue
+			}
+			c, bg := r["color"], baseBG
+			if b := r["background-color"]; b != "" {
+				bg = b
+			}
+			if got := contrast(t, c, bg); got < 4.5 {
+				t.Errorf("%s: %s is %s on %s, contrast %.2f (want ≥ 4.5)", theme, sel, c, bg, got)
+			}
+		}
+		if got := contrast(t, baseFG, baseBG); got < 4.5 {
+			t.Errorf("%s: code text %s on %s, contrast %.2f", theme, baseFG, baseBG, got)
+		}
+	}
+}
+
+// contrast is the WCAG contrast ratio of two #rrggbb colours.
+func contrast(t *testing.T, a, b string) float64 {
+	t.Helper()
+	lum := func(s string) float64 {
+		var r, g, bl int
+		if _, err := fmt.Sscanf(s, "#%02x%02x%02x", &r, &g, &bl); err != nil {
+			t.Fatalf("colour %q: %v", s, err)
+		}
+		ch := func(v int) float64 {
+			c := float64(v) / 255
+			if c <= 0.03928 {
+				return c / 12.92
+			}
+			return math.Pow((c+0.055)/1.055, 2.4)
+		}
+		return 0.2126*ch(r) + 0.7152*ch(g) + 0.0722*ch(bl)
+	}
+	x, y := lum(a), lum(b)
+	if x < y {
+		x, y = y, x
+	}
+	return (x + 0.05) / (y + 0.05)
 }
