@@ -57,6 +57,19 @@ func (w *webUI) checkPage(name, ready string) {
 	}
 }
 
+// webPage is a page to check: its path, its screenshots' name and its
+// loaded condition.
+type webPage struct{ path, name, ready string }
+
+// visit opens each page and checks it (checkPage).
+func (w *webUI) visit(pages ...webPage) {
+	w.t.Helper()
+	for _, p := range pages {
+		w.open(p.path, p.ready)
+		w.checkPage(p.name, p.ready)
+	}
+}
+
 // wideNodes names what reaches past the viewport's right edge: elements
 // and text.
 const wideNodes = `(() => {
@@ -96,6 +109,9 @@ func TestWebPages(t *testing.T) {
 		".gitignore":          "build/\n*.log\n",
 		"src/config/parse.go": "package config\n\n// parseConfig reads the settings file.\nfunc parseConfig(path string) error {\n\treturn nil\n}\n",
 		"docs/guide.md":       "# Guide\n\nCall parse_config to read the settings.\n",
+		// Over the 1 MiB an ignore file may hold.
+		"big/.gitignore": strings.Repeat("*.tmp\n", 200_000),
+		"big/data.txt":   "data\n",
 	} {
 		os.MkdirAll(filepath.Dir(filepath.Join(work, name)), 0o755)
 		if err := os.WriteFile(filepath.Join(work, name), []byte(body), 0o644); err != nil {
@@ -176,10 +192,22 @@ func TestWebPages(t *testing.T) {
 		if !slices.Equal(ignored, []string{".git", "build", "run.log"}) {
 			t.Errorf("the API marks %q ignored (of %+v), want .git, build and run.log", ignored, ls.Entries)
 		}
+		// Rules over their bounds: nothing marked, and why.
+		var big struct {
+			Entries []struct {
+				Name    string
+				Ignored bool
+			}
+			IgnoreError string `json:"ignore_error"`
+		}
+		a.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=big", nil, &big)
+		if len(big.Entries) != 2 || big.Entries[0].Ignored || big.Entries[1].Ignored || !strings.Contains(big.IgnoreError, ".gitignore rules are over their limits") {
+			t.Errorf("big/ with an ignore file over its bound: %+v", big)
+		}
 		w.open("/c/"+conv.ID+"/workspace", `document.querySelector('#tree [data-path="src"]')`)
 		// The root's entries; what the .gitignore ignores says so.
 		top := eval[[]string](w, `[...document.querySelectorAll('#tree > li > button')].map(b => b.dataset.path + (b.parentElement.classList.contains('ignored') ? ' (ignored)' : ''))`)
-		want := []string{".git (ignored)", ".gitignore", "README.md", "build (ignored)", "docs", "run.log (ignored)", "src"}
+		want := []string{".git (ignored)", ".gitignore", "README.md", "big", "build (ignored)", "docs", "run.log (ignored)", "src"}
 		if !slices.Equal(top, want) {
 			t.Errorf("the tree's root shows %q, want %q", top, want)
 		}
@@ -198,6 +226,8 @@ func TestWebPages(t *testing.T) {
 		// Closed again: its entries are hidden, not gone.
 		w.press(`#tree [data-path="src"]`, "\r")
 		w.until(`document.querySelector('#tree [data-path="src"]').getAttribute('aria-expanded') === 'false' && !document.querySelector('#tree [data-path="src/config"]').checkVisibility()`, 10*time.Second)
+		w.press(`#tree [data-path="big"]`, "\r")
+		w.until(`document.querySelector('#tree [data-path="big/data.txt"]') && document.querySelector('#tree [data-path="big"]').parentElement.querySelector('li.hint').textContent.includes('over their limits')`, 20*time.Second)
 		// A directory the rules ignore opens too, its entries ignored.
 		w.press(`#tree [data-path="build"]`, "\r")
 		w.until(`document.querySelector('#tree li.ignored [data-path="build/out.txt"]')`, 20*time.Second)
@@ -326,10 +356,9 @@ func TestWebPages(t *testing.T) {
 
 	t.Run("secrets-profiles", func(t *testing.T) {
 		defer w.as(t)()
-		w.open("/secrets", "document.querySelector('#secrets li')")
-		w.checkPage("secrets", "document.querySelector('#secrets li')")
-		w.open("/profiles", "document.querySelector('#profile-endpoint option')")
-		w.checkPage("profiles", "document.querySelector('#profile-endpoint option')")
+		w.visit(
+			webPage{"/secrets", "secrets", "document.querySelector('#secrets li')"},
+			webPage{"/profiles", "profiles", "document.querySelector('#profile-endpoint option')"})
 	})
 
 	w.signIn("root", pw)
@@ -388,7 +417,7 @@ func TestWebPages(t *testing.T) {
 		w.checkPage("audit-broken", "document.getElementById('audit-verdict').classList.contains('bad')")
 	})
 
-	t.Run("doctor-mcp", func(t *testing.T) {
+	t.Run("doctor", func(t *testing.T) {
 		defer w.as(t)()
 		w.open("/admin/doctor", "document.querySelector('#checks tbody tr')")
 		names := eval[[]string](w, "[...document.querySelectorAll('#checks tbody tr')].map(r => r.cells[0].textContent)")
@@ -396,18 +425,15 @@ func TestWebPages(t *testing.T) {
 			t.Errorf("the doctor lists the browser %d times: %q", n, names)
 		}
 		w.checkPage("doctor", "document.querySelector('#checks tbody tr')")
-		w.open("/admin/mcp", "!document.getElementById('mcp-off').hidden || document.querySelector('#mcp tbody tr')")
-		w.checkPage("mcp", "true")
 	})
 
 	t.Run("admin-pages", func(t *testing.T) {
 		defer w.as(t)()
-		w.open("/admin/users", "document.querySelectorAll('#users tbody tr').length >= 2")
-		w.checkPage("users", "document.querySelectorAll('#users tbody tr').length >= 2")
-		w.open("/admin/repositories", "document.querySelectorAll('#repos tbody tr').length === 2")
-		w.checkPage("repositories", "document.querySelectorAll('#repos tbody tr').length === 2")
-		w.open("/admin/system-prompt", "document.getElementById('prompt-rendered').textContent.length > 0")
-		w.checkPage("sysprompt", "document.getElementById('prompt-rendered').textContent.length > 0")
+		w.visit(
+			webPage{"/admin/mcp", "mcp", "!document.getElementById('mcp-off').hidden || document.querySelector('#mcp tbody tr')"},
+			webPage{"/admin/users", "users", "document.querySelectorAll('#users tbody tr').length >= 2"},
+			webPage{"/admin/repositories", "repositories", "document.querySelectorAll('#repos tbody tr').length === 2"},
+			webPage{"/admin/system-prompt", "sysprompt", "document.getElementById('prompt-rendered').textContent.length > 0"})
 	})
 
 	if pr := w.seen(&w.problems); len(pr) > 0 {
