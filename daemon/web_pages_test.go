@@ -415,6 +415,22 @@ func TestWebPages(t *testing.T) {
 		w.press("#verify-form button", "\r")
 		w.until(fmt.Sprintf("document.getElementById('audit-verdict').textContent.startsWith('Broken at record %d: ') && document.getElementById('audit-verdict').classList.contains('bad')", seq), 20*time.Second)
 		w.checkPage("audit-broken", "document.getElementById('audit-verdict').classList.contains('bad')")
+		// A record under a key the server does not have.
+		if err := in.auditDB().Exec(`UPDATE audit_log SET key_id = '00000000' WHERE seq = 1`).Error; err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Intact   bool
+			Records  int64
+			BrokenAt int64 `json:"broken_at"`
+			Problem  string
+		}
+		admin.must(http.StatusOK, "GET", "/api/v1/admin/audit/verify", nil, &v)
+		if v.Intact || v.Records != 0 || !strings.Contains(v.Problem, "record 1 is MACed under key ID 00000000") {
+			t.Errorf("the verdict on a record under an unknown key: %+v", v)
+		}
+		w.press("#verify-form button", "\r")
+		w.until("document.getElementById('audit-verdict').textContent.includes('key ID 00000000')", 20*time.Second)
 	})
 
 	t.Run("doctor", func(t *testing.T) {
