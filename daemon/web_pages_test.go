@@ -383,6 +383,9 @@ func TestWebPages(t *testing.T) {
 		if v := eval[string](w, "document.getElementById('audit-verdict').textContent"); !strings.Contains(v, "records checked") || !strings.Contains(v, "Newest: ") {
 			t.Errorf("the verdict says %q", v)
 		}
+		if cur := eval[string](w, `[...document.querySelectorAll('nav [aria-current=page]')].map(a => a.textContent).join(' ')`); cur != "Admin Audit log" {
+			t.Errorf("the navigation marks %q as the current page", cur)
+		}
 		// Filters: kind, user (by name), time.
 		w.fill("#audit-kind", "login")
 		w.press("#audit-filter button", "\r")
