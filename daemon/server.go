@@ -542,9 +542,15 @@ func (s *server) ready(ctx context.Context) api.Readiness {
 	}
 	add(db)
 	add(storageCheck(s.inst, cfg.Sandbox.SandboxLimits()))
+	seen := map[string]bool{}
 	for _, name := range cfg.Plugins {
 		for _, c := range plugins[name].checks(ctx, s, *cfg) {
-			add(c)
+			// Plugins that share a component (webretrieve and
+			// mermaid_render the browser) report its check once.
+			if !seen[c.Name] {
+				seen[c.Name] = true
+				add(c)
+			}
 		}
 	}
 	if cfg.Investigation.Enabled {

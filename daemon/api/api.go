@@ -292,6 +292,7 @@ func (s *Server) routes() {
 	authed.Get("/admin/doctor", s.admin, s.doctor)
 	authed.Get("/admin/mcp", s.admin, s.adminMCP)
 	authed.Get("/admin/audit", s.admin, s.adminAudit)
+	authed.Get("/admin/audit/verify", s.admin, s.verifyAudit)
 	authed.Get("/admin/system-prompt", s.admin, s.adminSystemPrompt)
 	authed.Get("/me/usage", s.myUsage)
 	authed.Get("/admin/usage", s.admin, s.adminUsage)

@@ -631,7 +631,11 @@ func (s *Server) files(c *fiber.Ctx) error {
 		return badRequest("%v", err)
 	}
 	if f.Dir {
-		return c.JSON(f)
+		d, err := s.workspaceDir(c.UserContext(), user(c).ID, conv.ID, f)
+		if err != nil {
+			return err
+		}
+		return c.JSON(d)
 	}
 	// Served as bytes, never as something a browser would render: the
 	// agent wrote it.

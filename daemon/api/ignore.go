@@ -1,10 +1,14 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
 
+	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
@@ -73,4 +77,68 @@ func (n noLinksFS) Open(name string) (fs.File, error) {
 		}
 	}
 	return n.v.OpenFile(name)
+}
+
+// WorkspaceDir is the body of GET .../workspace/files for a directory:
+// its page of entries, each marked when the workspace's ignore rules
+// ignore it (as the diff and the push leave it out).
+type WorkspaceDir struct {
+	*agentcore.WorkspaceFile
+	Entries []WorkspaceEntry `json:"entries"`
+	// IgnoreError says why no entry is marked: the rules could not be
+	// read (over their bounds), so which ones apply is unknown.
+	IgnoreError string `json:"ignore_error,omitempty"`
+}
+
+// WorkspaceEntry is an entry of a WorkspaceDir.
+type WorkspaceEntry struct {
+	agentcore.WorkspaceEntry
+	Ignored bool `json:"ignored,omitempty"`
+}
+
+// workspaceDir marks the entries of f, a directory of conversation's
+// workspace, by the ignore rules the patch applies (newPatch).
+func (s *Server) workspaceDir(ctx context.Context, user, conversation string, f *agentcore.WorkspaceFile) (WorkspaceDir, error) {
+	d := WorkspaceDir{WorkspaceFile: f, Entries: make([]WorkspaceEntry, len(f.Entries))}
+	for i, e := range f.Entries {
+		d.Entries[i].WorkspaceEntry = e
+	}
+	lower, err := s.d.Workspaces.Lower(ctx, user, conversation)
+	if err != nil {
+		return d, err
+	}
+	// ReadWorkspace made the layer if it was missing.
+	layer, err := s.d.Layers.Get(conversation)
+	if err != nil {
+		return d, err
+	}
+	ignored, done, err := patchIgnore(lower, layer.Upper)
+	if err != nil {
+		return d, err
+	}
+	defer done()
+	for i, e := range d.Entries {
+		if strings.EqualFold(e.Name, ".git") {
+			// Never in a patch, whatever the rules say.
+			d.Entries[i].Ignored = true
+			continue
+		}
+		ok, err := ignored(path.Join(f.Path, e.Name), e.Type == "dir")
+		if err != nil {
+			for j := range d.Entries {
+				d.Entries[j].Ignored = false
+			}
+			var limit *Error
+			if errors.As(errIgnoreLimit(err), &limit) && errors.Is(err, git.ErrIgnoreLimit) {
+				d.IgnoreError = limit.Message
+			} else {
+				// The error may name the layer's host directory.
+				s.log.Warn("reading a workspace's ignore rules failed", "conversation", conversation, "err", err)
+				d.IgnoreError = "the workspace's .gitignore rules could not be read; the server log has the details"
+			}
+			break
+		}
+		d.Entries[i].Ignored = ok
+	}
+	return d, nil
 }

@@ -178,6 +178,9 @@ func Mount(app fiber.Router, b Backend) {
 	get("/admin/mcp", u.show("mcp", "MCP servers", "admin", true))
 	get("/admin/doctor", u.show("doctor", "Sandbox doctor", "admin", true))
 	get("/admin/system-prompt", u.show("sysprompt", "System prompt", "admin", true))
+	get("/search", u.show("search", "Code search", "search", false))
+	get("/usage", u.show("usage", "Usage", "usage", false))
+	get("/admin/audit", u.show("audit", "Audit log", "admin", true))
 }
 
 // headers sets the security headers of every page and asset.

@@ -1,5 +1,5 @@
 // The admin pages: users, repositories, MCP servers, the sandbox doctor,
-// the system prompt.
+// the system prompt, the audit log.
 import { api, el, say, guard, when } from './app.js';
 
 const row = (...cells) => el('tr', {}, ...cells.map((c) => (c instanceof Node ? el('td', {}, c) : el('td', { text: c ?? '' }))));
@@ -152,6 +152,68 @@ async function sysprompt() {
   document.getElementById('prompt-template').textContent = d.template;
 }
 
+
+// auditKinds are the kinds the filter suggests (daemon/audit's); any
+// other can be typed.
+const auditKinds = ['login', 'login_rate_limited', 'approval', 'approval_rule', 'sandbox_launch', 'browser_launch',
+  'secret_create', 'secret_use', 'secret_delete', 'model_profile_put', 'model_profile_delete', 'repository_sync',
+  'push', 'attachment', 'workspace_discard', 'admin', 'config'];
+
+// auditData shows a record's data: short as it is, long in a disclosure.
+function auditData(d) {
+  const text = JSON.stringify(d ?? {});
+  if (text.length <= 160) return el('code', { text });
+  return el('details', {}, el('summary', {}, el('code', { text: text.slice(0, 100) + '…' })),
+    el('pre', { class: 'plain', tabindex: '0', text: JSON.stringify(d, null, 2) }));
+}
+
+async function auditLog() {
+  document.getElementById('audit-kinds').append(...auditKinds.map((k) => el('option', { value: k })));
+  const names = new Map();
+  const ur = await api('/admin/users');
+  for (const u of ur.data.users || []) names.set(u.id, u.name);
+  const verdict = document.getElementById('audit-verdict');
+  const verify = async (head) => {
+    verdict.className = 'verdict';
+    verdict.textContent = 'Checking the chain…';
+    const r = await api('/admin/audit/verify' + (head ? '?head=' + encodeURIComponent(head) : ''), { allow: [400] });
+    if (r.status !== 200) { verdict.textContent = r.data?.error?.message || `${r.status}`; verdict.classList.add('bad'); return; }
+    const v = r.data;
+    const against = head ? `, and it reaches the head ${head}` : '';
+    verdict.textContent = v.intact
+      ? `Intact: ${v.records} ${v.records === 1 ? 'record' : 'records'} checked${against}.${v.head ? ' Newest: ' + v.head : ''}`
+      : `Broken${v.broken_at ? ' at record ' + v.broken_at : ''}: ${v.problem} (${v.records} records before it check out).`;
+    verdict.classList.add(v.intact ? 'ok' : 'bad');
+  };
+  document.getElementById('verify-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    guard(() => verify(e.target.elements.head.value.trim()));
+  });
+  const tbody = document.querySelector('#audit tbody');
+  const more = document.getElementById('audit-more');
+  const filter = document.getElementById('audit-filter');
+  let next = 0;
+  const load = async (after) => {
+    const params = new URLSearchParams({ limit: '100' });
+    for (const k of ['kind', 'user']) if (filter.elements[k].value.trim()) params.set(k, filter.elements[k].value.trim());
+    const since = filter.elements.since.value;
+    if (since) params.set('since', new Date(since).toISOString());
+    if (after) params.set('after', String(after));
+    const r = await api('/admin/audit?' + params, { allow: [400] });
+    if (r.status !== 200) { say(r.data?.error?.message || `${r.status}`, true); return; }
+    if (!after) tbody.replaceChildren();
+    for (const x of r.data.records || []) {
+      tbody.append(row(String(x.seq), when(x.time), x.kind, names.get(x.user) || x.user || '', x.source || '', auditData(x.data)));
+    }
+    next = r.data.next || 0;
+    more.hidden = !next;
+    document.getElementById('audit-empty').hidden = tbody.children.length > 0;
+  };
+  filter.addEventListener('submit', (e) => { e.preventDefault(); guard(() => load(0)); });
+  more.addEventListener('click', () => guard(() => load(next)));
+  await Promise.all([verify(''), load(0)]);
+}
+
 export function start(page) {
-  guard({ users, repositories, mcp, doctor, sysprompt }[page]);
+  guard({ users, repositories, mcp, doctor, sysprompt, audit: auditLog }[page]);
 }

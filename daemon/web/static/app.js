@@ -85,8 +85,8 @@ export function when(t) {
 const page = document.body.dataset.page;
 const modules = {
   conversation: './conversation.js', workspace: './workspace.js',
-  conversations: './pages.js', secrets: './pages.js', profiles: './pages.js',
-  users: './admin.js', repositories: './admin.js', mcp: './admin.js', doctor: './admin.js', sysprompt: './admin.js',
+  conversations: './pages.js', secrets: './pages.js', profiles: './pages.js', search: './pages.js', usage: './pages.js',
+  users: './admin.js', repositories: './admin.js', mcp: './admin.js', doctor: './admin.js', sysprompt: './admin.js', audit: './admin.js',
 };
 // data-ready marks a page whose handlers are attached (tests wait for it).
 const ready = () => { document.body.dataset.ready = '1'; };

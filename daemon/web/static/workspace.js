@@ -32,23 +32,51 @@ function language(name) {
   return m ? m[1] : '';
 }
 
-async function list(path) {
-  const r = await api(`${base}/workspace/files?path=${encodeURIComponent(path)}`);
-  document.getElementById('path').textContent = '/' + path;
-  const ul = document.getElementById('tree');
-  ul.replaceChildren();
-  if (path) {
-    const up = path.split('/').slice(0, -1).join('/');
-    const b = el('button', { type: 'button', class: 'link' }, '.. (up)');
-    b.onclick = () => guard(() => list(up));
-    ul.append(el('li', {}, b));
+// The file tree: a directory's entries are fetched when it is first
+// opened, and it then opens and closes in place. Entries the
+// workspace's ignore rules ignore (the diff and the push leave them
+// out) say so.
+function treeItem(dir, e) {
+  const p = dir ? `${dir}/${e.name}` : e.name;
+  const b = el('button', { type: 'button', class: 'link', 'data-path': p }, e.type === 'dir' ? e.name + '/' : e.name);
+  const li = el('li', { class: e.type + (e.ignored ? ' ignored' : '') }, b);
+  if (e.ignored) li.append(' ', el('span', { class: 'tag', text: 'ignored' }));
+  if (e.type !== 'dir') {
+    b.onclick = () => guard(async () => {
+      await show(p);
+      document.querySelectorAll('#tree button[aria-current]').forEach((x) => x.removeAttribute('aria-current'));
+      b.setAttribute('aria-current', 'true');
+    });
+    return li;
   }
-  for (const e of r.data.entries || []) {
-    const p = path ? `${path}/${e.name}` : e.name;
-    const b = el('button', { type: 'button', class: 'link', 'data-path': p }, e.type === 'dir' ? e.name + '/' : e.name);
-    b.onclick = () => guard(() => (e.type === 'dir' ? list(p) : show(p)));
-    ul.append(el('li', { class: e.type }, b));
+  b.setAttribute('aria-expanded', 'false');
+  let sub = null;
+  b.onclick = () => guard(async () => {
+    const open = b.getAttribute('aria-expanded') !== 'true';
+    if (open && !sub) {
+      sub = el('ul', { class: 'tree' });
+      await fill(sub, p, '');
+      li.append(sub);
+    }
+    b.setAttribute('aria-expanded', String(open));
+    sub.hidden = !open;
+  });
+  return li;
+}
+
+// fill appends a page of dir's entries to ul, and a button for the next.
+async function fill(ul, dir, cursor) {
+  const q = `path=${encodeURIComponent(dir)}` + (cursor ? `&cursor=${encodeURIComponent(cursor)}` : '');
+  const r = await api(`${base}/workspace/files?${q}`);
+  if (r.data.ignore_error) ul.append(el('li', { class: 'hint', text: r.data.ignore_error }));
+  for (const e of r.data.entries || []) ul.append(treeItem(dir, e));
+  if (r.data.next_cursor) {
+    const more = el('button', { type: 'button', class: 'link' }, 'More entries');
+    const li = el('li', {}, more);
+    more.onclick = () => guard(async () => { await fill(ul, dir, r.data.next_cursor); li.remove(); });
+    ul.append(li);
   }
+  if (!cursor && !(r.data.entries || []).length) ul.append(el('li', { class: 'hint', text: 'Empty.' }));
 }
 
 async function show(path) {
@@ -84,18 +112,67 @@ async function diff() {
   if (form) { form.hidden = false; form.dataset.digest = shown; }
 }
 
+// diffParts splits a git diff into its files: each part's text from its
+// "diff --git" line on, the path it changes and its added and removed
+// lines; the patch's "#" notes before the first file are a part
+// without a path.
+function diffParts(text) {
+  const parts = [];
+  let cur = null;
+  for (const line of text.replace(/\n$/, '').split('\n')) {
+    if (line.startsWith('diff --git ') || !cur) {
+      cur = { lines: [], path: '', file: line.startsWith('diff --git '), adds: 0, dels: 0, hunk: false };
+      parts.push(cur);
+      const m = /^diff --git a\/(.*) b\/(.*)$/.exec(line);
+      if (cur.file) cur.path = m ? m[2] : line.slice(11);
+    }
+    cur.lines.push(line);
+    if (line.startsWith('@@')) cur.hunk = true;
+    else if (!cur.hunk) {
+      const m = /^(?:\+\+\+ "?b|--- "?a)\/(.*?)"?$/.exec(line);
+      if (m && (line.startsWith('+') || !cur.named)) { cur.path = m[1]; cur.named = true; }
+    } else if (line.startsWith('+')) cur.adds++;
+    else if (line.startsWith('-')) cur.dels++;
+  }
+  return parts.map((p) => ({ ...p, text: p.lines.join('\n') + '\n' }));
+}
+
+// showDiff shows the diff file by file, each in a disclosure that shows
+// its changes when first opened (the first ones are open).
 function showDiff() {
   const out = document.getElementById('diff');
-  if (sideBySide) { out.replaceChildren(sbs(diffText)); return; }
-  const body = el('div', { class: 'md diff' });
-  out.replaceChildren(body);
-  code(body, diffText, 'diff');
+  out.replaceChildren();
+  const parts = diffParts(diffText);
+  parts.forEach((p, i) => {
+    if (!p.file) { out.append(el('pre', { class: 'plain notes', tabindex: '0', text: p.text })); return; }
+    const body = el('div', { class: 'md diff' });
+    const d = el('details', { class: 'diff-file', open: i < 30 },
+      el('summary', {}, el('span', { class: 'filename', text: p.path }), ' ',
+        el('span', { class: 'stat add-n', text: `+${p.adds}` }), ' ',
+        el('span', { class: 'stat del-n', text: `\u2212${p.dels}` }),
+        el('span', { class: 'sr', text: ` (${p.adds} added, ${p.dels} removed lines)` })),
+      body);
+    let shownAs = null;
+    const fillBody = () => {
+      if (!d.open || shownAs === sideBySide) return;
+      shownAs = sideBySide;
+      body.replaceChildren();
+      if (sideBySide) body.append(sbs(p.text, p.path));
+      else code(body, p.text, 'diff');
+    };
+    d.addEventListener('toggle', fillBody);
+    out.append(d);
+    fillBody();
+  });
+  const all = document.getElementById('diff-collapse');
+  all.hidden = parts.filter((p) => p.file).length < 2;
+  all.textContent = parts.some((p, i) => p.file && i < 30) ? 'Collapse all files' : 'Expand all files';
 }
 
 // sbs lays a unified diff out side by side: removed lines on the left,
 // added on the right, paired in order; context on both.
-function sbs(text) {
-  const table = el('table', { class: 'sbs' }, el('caption', { class: 'sr', text: 'Changes, side by side' }));
+function sbs(text, path) {
+  const table = el('table', { class: 'sbs' }, el('caption', { class: 'sr', text: `Changes to ${path}, side by side` }));
   const body = el('tbody');
   table.append(el('thead', {}, el('tr', {}, el('th', { scope: 'col', text: 'Before' }), el('th', { scope: 'col', text: 'After' }))), body);
   let dels = [], adds = [];
@@ -109,7 +186,7 @@ function sbs(text) {
   };
   let inHunk = false;
   for (const line of text.split('\n')) {
-    if (line.startsWith('diff --git')) { flush(); inHunk = false; body.append(el('tr', {}, el('th', { colspan: 2, class: 'file', text: line.slice(11) }))); continue; }
+    if (line.startsWith('diff --git')) { flush(); inHunk = false; continue; }
     if (line.startsWith('@@')) { flush(); inHunk = true; body.append(el('tr', {}, el('td', { colspan: 2, class: 'hunk', text: line }))); continue; }
     if (!inHunk) continue;
     if (line.startsWith('-')) dels.push(line.slice(1));
@@ -121,7 +198,13 @@ function sbs(text) {
 }
 
 export function start() {
-  guard(() => list(''));
+  guard(() => fill(document.getElementById('tree'), '', ''));
+  document.getElementById('diff-collapse').addEventListener('click', () => {
+    const ds = [...document.querySelectorAll('#diff details.diff-file')];
+    const open = !ds.some((d) => d.open);
+    ds.forEach((d) => { d.open = open; });
+    document.getElementById('diff-collapse').textContent = open ? 'Collapse all files' : 'Expand all files';
+  });
   document.getElementById('load-diff').addEventListener('click', () => guard(diff));
   const mode = document.getElementById('diff-mode');
   mode.addEventListener('click', () => {
