@@ -34,7 +34,7 @@ func TestWebApprovalRule(t *testing.T) {
 	if got := eval[string](w, "document.querySelector('.approval .allow-rule').textContent"); got != "Always allow commands like this: touch …" {
 		t.Fatalf("the button says %q", got)
 	}
-	w.check("approval-rule", "document.querySelector('.approval .allow-rule')")
+	w.checkPage("approval-rule", "document.querySelector('.approval .allow-rule')", "")
 	w.click(".approval .allow-rule")
 	w.until(transcriptText+".includes('Both made.') && document.getElementById('turn-state').textContent === ''", 60*time.Second)
 	if n := eval[int](w, "document.querySelectorAll('.approval').length"); n != 0 {

@@ -55,7 +55,7 @@ func TestLocalModelOutputInTheWebUI(t *testing.T) {
 	eval[chromedp.Void](w, "document.getElementById('profile-tool-calls').value = 'text'")
 	w.click("#profile-form button[type=submit]")
 	w.until("document.getElementById('profiles').innerText.includes('qwen at "+srv.URL()+", tool calls: text')", 20*time.Second)
-	w.check("profiles-tool-calls", "document.querySelector('#profiles li')")
+	w.checkPage("profiles-tool-calls", "document.querySelector('#profiles li')", "")
 	var prof struct {
 		ToolCalls string `json:"tool_calls"`
 	}
@@ -100,7 +100,7 @@ func TestLocalModelOutputInTheWebUI(t *testing.T) {
 	}
 	w.click("details.reasoning summary")
 	w.until("document.querySelector('details.reasoning').open", 5*time.Second)
-	w.check("reasoning", "document.querySelector('details.reasoning')")
+	w.checkPage("reasoning", "document.querySelector('details.reasoning')", "")
 
 	// Why a turn stopped is on the page, also after a reload.
 	for _, c := range []struct{ message, says string }{
@@ -113,7 +113,7 @@ func TestLocalModelOutputInTheWebUI(t *testing.T) {
 		a.send(conv.ID, c.message)
 		shown := fmt.Sprintf("document.querySelector('.notice.stopped') && document.querySelector('.notice.stopped').textContent.includes(%q) && document.getElementById('turn-state').textContent === ''", c.says)
 		w.until(shown, 60*time.Second)
-		w.check("stopped", shown)
+		w.checkPage("stopped", shown, "")
 		w.open("/c/"+conv.ID, "window.codumentor && codumentor.opens > 0 && "+shown)
 	}
 }

@@ -398,7 +398,7 @@ mcp:
 			}
 		}
 	}
-	w.checkPage("mcp-servers", rows+".length === 2")
+	w.checkPage("mcp-servers", rows+".length === 2", "")
 	if pr := w.seen(&w.problems); len(pr) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
 	}

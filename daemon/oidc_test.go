@@ -467,7 +467,7 @@ func TestOIDCWebUI(t *testing.T) {
 	if got := eval[string](w, "document.getElementById('oidc-corp').textContent"); got != "Sign in with Corp SSO" {
 		t.Errorf("the provider's button says %q", got)
 	}
-	w.check("login-oidc", "document.getElementById('oidc-corp')")
+	w.checkPage("login-oidc", "document.getElementById('oidc-corp')", "")
 	w.click("#oidc-corp")
 	w.until("location.host.startsWith('localhost:') && document.getElementById('username')", 20*time.Second)
 	w.fill("#username", "alice")

@@ -23,10 +23,8 @@ var screenshotSizes = [][2]int64{{1280, 800}, {390, 844}}
 var screenshotDirs sync.Map // top-level test name -> directory
 
 // screenshot saves what ctx's tab shows as name-WxH.png (WxH its
-// viewport) in the test's screenshot directory: $CODUMENTOR_ARTIFACTS/webui
-// when that is set, else the test's artifact directory (go test
-// -artifacts keeps it under -outputdir; without it, it is a temporary
-// directory). The directory is logged once.
+// viewport) in the test's screenshot directory (artifactDir). The
+// directory is logged once.
 func screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
 	dir := screenshotDir(t)
@@ -53,16 +51,24 @@ func screenshotDir(t testing.TB) string {
 	if d, ok := screenshotDirs.Load(top); ok {
 		return d.(string)
 	}
-	d := t.ArtifactDir()
-	if env := os.Getenv("CODUMENTOR_ARTIFACTS"); env != "" {
-		d = filepath.Join(env, "webui")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := artifactDir(t)
 	d0, loaded := screenshotDirs.LoadOrStore(top, d)
 	if !loaded {
 		t.Logf("screenshots in %s", d)
 	}
 	return d0.(string)
+}
+
+// artifactDir is where screenshots go: $CODUMENTOR_TEST_ARTIFACTS/webui
+// when set, else the test's artifact directory (go test -artifacts
+// keeps it under -outputdir).
+func artifactDir(t testing.TB) string {
+	if d := os.Getenv("CODUMENTOR_TEST_ARTIFACTS"); d != "" {
+		d = filepath.Join(d, "webui")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.ArtifactDir()
 }

@@ -39,7 +39,7 @@ func TestWebSystemPromptPage(t *testing.T) {
 	w.fill("#profile-prompt", "Own prompt for {{.Repository}}.")
 	w.click("#profile-form button[type=submit]")
 	w.until("document.getElementById('profiles').innerText.includes('its own system prompt')", 20*time.Second)
-	w.check("profiles-prompt", "document.querySelector('#profiles li')")
+	w.checkPage("profiles-prompt", "document.querySelector('#profiles li')", "")
 	w.open("/admin/system-prompt", "document.querySelector('h1')")
 	if h := eval[string](w, "document.querySelector('h1').textContent"); h != "Not allowed" || eval[bool](w, "!!document.getElementById('prompt-rendered')") {
 		t.Errorf("alice's /admin/system-prompt: heading %q; want the refusal, without the prompt", h)
@@ -65,7 +65,7 @@ func TestWebSystemPromptPage(t *testing.T) {
 	if s := eval[string](w, "document.getElementById('prompt-source').textContent"); !strings.Contains(s, "built-in") {
 		t.Errorf("the page names the source %q; want built-in", s)
 	}
-	w.check("sysprompt", ready)
+	w.checkPage("sysprompt", ready, "")
 	if pr := w.seen(&w.problems); len(pr) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
 	}

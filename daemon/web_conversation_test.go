@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,44 +16,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 )
-
-// checkThemes runs axe-core on the page in light and dark mode at
-// desktop and phone sizes and fails on a violation of any impact or a
-// page wider than the window; the
-// screenshots go to the artifact directory (artifactDir) as
-// name-{light,dark}-WxH.png, scrolled to the element show selects.
-func (w *webUI) checkThemes(name, ready, show string) {
-	w.t.Helper()
-	for _, theme := range []string{"light", "dark"} {
-		w.theme(theme)
-		if got := eval[bool](w, "matchMedia('(prefers-color-scheme: dark)').matches"); got != (theme == "dark") {
-			w.t.Fatalf("%s: the page is not in %s mode", name, theme)
-		}
-		for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
-			w.do(chromedp.EmulateViewport(size[0], size[1]))
-			w.until(ready, 20*time.Second)
-			if !eval[bool](w, "typeof axe !== 'undefined'") {
-				eval[chromedp.Void](w, w.axe)
-			}
-			if !eval[bool](w, "document.documentElement.scrollWidth <= document.documentElement.clientWidth") {
-				w.t.Errorf("%s, %s, %dx%d: the page scrolls sideways (%d px wide)", name, theme, size[0], size[1], eval[int](w, "document.documentElement.scrollWidth"))
-			}
-			for _, v := range eval[[]axeViolation](w, `axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)`) {
-				w.t.Errorf("%s, %s, %dx%d: axe %s (%s): %s on %v", name, theme, size[0], size[1], v.ID, v.Impact, v.Help, v.Nodes)
-			}
-			eval[chromedp.Void](w, fmt.Sprintf("document.querySelector(%q).scrollIntoView({block: 'center'})", show))
-			shot, err := chromedp.Run(w.ctx, chromedp.CaptureScreenshot())
-			if err != nil {
-				w.t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(w.art, fmt.Sprintf("%s-%s-%dx%d.png", name, theme, size[0], size[1])), shot, 0o644); err != nil {
-				w.t.Fatal(err)
-			}
-		}
-	}
-	w.theme("light")
-	w.do(chromedp.EmulateViewport(1280, 800))
-}
 
 // theme emulates prefers-color-scheme.
 func (w *webUI) theme(scheme string) {
@@ -147,7 +108,7 @@ func TestWebConversation(t *testing.T) {
 	if n := firstLoadBytes(w, "/c/"+conv); n > maxFirstLoad {
 		t.Errorf("the conversation page ships %d bytes on first load, over the budget of %d", n, maxFirstLoad)
 	}
-	w.checkThemes("conversation-empty", "document.getElementById('message')", "#message")
+	w.checkPage("conversation-empty", "document.getElementById('message')", "#message")
 	if eval[bool](w, "document.getElementById('rename-form').checkVisibility()") {
 		t.Error("the rename form shows before Rename is pressed")
 	}
@@ -221,7 +182,7 @@ func TestWebConversation(t *testing.T) {
 		// No user_rules configured: the server proposes none.
 		t.Errorf("the card offers a rule the server cannot add: %s", got)
 	}
-	w.checkThemes("conversation-approval", "document.querySelector('.approval .approve')", ".approval")
+	w.checkPage("conversation-approval", "document.querySelector('.approval .approve')", ".approval")
 	w.click(".approval .approve")
 	w.until("document.getElementById('turn-state').textContent === '' && document.getElementById('transcript').innerText.includes('Done, the output is above.')", 60*time.Second)
 	if got := eval[string](w, "document.title"); got != title {
@@ -248,11 +209,11 @@ func TestWebConversation(t *testing.T) {
 	if !eval[bool](w, out+".scrollHeight > "+out+".clientHeight + 100") {
 		t.Error("the folded output shows it all")
 	}
-	w.checkThemes("conversation-tool-output", "document.querySelector('details.tool[open] .output.folded')", "details.tool .output")
+	w.checkPage("conversation-tool-output", "document.querySelector('details.tool[open] .output.folded')", "details.tool .output")
 	eval[chromedp.Void](w, "document.querySelector('details.tool .show-all').focus()")
 	w.key("\r")
 	w.until(more+".getAttribute('aria-expanded') === 'true' && !"+out+".classList.contains('folded') && "+more+".textContent === 'Show less'", 5*time.Second)
-	w.checkThemes("conversation-tool-output-all", "document.querySelector('details.tool[open] .output:not(.folded)')", "details.tool .show-all")
+	w.checkPage("conversation-tool-output-all", "document.querySelector('details.tool[open] .output:not(.folded)')", "details.tool .show-all")
 
 	// The reply: the model's name, its Markdown blocks, its tokens.
 	if got := eval[string](w, "document.querySelector('.msg.assistant .role').textContent"); got != "Assistant · test" {
@@ -297,7 +258,7 @@ func TestWebConversation(t *testing.T) {
 	if got := eval[string](w, "document.getElementById('help').innerText"); !strings.Contains(got, "Shift + Enter") || !strings.Contains(got, "Stop the running turn") {
 		t.Errorf("the shortcuts list says %q", got)
 	}
-	w.checkThemes("conversation-shortcuts", "document.getElementById('help').open", "#help")
+	w.checkPage("conversation-shortcuts", "document.getElementById('help').open", "#help")
 	w.key("\x1b")
 	w.until("!document.getElementById('help').open", 5*time.Second)
 	w.do(chromedp.Focus(chromedp.ID("message")))
@@ -310,7 +271,7 @@ func TestWebConversation(t *testing.T) {
 	// Streaming (the reply stalls part-way), then Esc stops the turn.
 	w.do(chromedp.KeyEvent("tell it slowly\r"))
 	w.until("!document.getElementById('cancel').hidden && document.querySelectorAll('.msg.assistant').length === 3", 30*time.Second)
-	w.checkThemes("conversation-streaming", "!document.getElementById('cancel').hidden", "#turn-state")
+	w.checkPage("conversation-streaming", "!document.getElementById('cancel').hidden", "#turn-state")
 	// While it runs the model cannot change: the switch says so and goes
 	// back.
 	eval[chromedp.Void](w, "(s => { s.value = 'other'; s.dispatchEvent(new Event('change')) })(document.getElementById('model-profile'))")
@@ -326,7 +287,7 @@ func TestWebConversation(t *testing.T) {
 	w.until("!document.getElementById('rename-form').checkVisibility() && document.activeElement.id === 'rename'", 5*time.Second)
 	w.key("\r")
 	w.until("document.activeElement.id === 'new-title'", 5*time.Second)
-	w.checkThemes("conversation-rename", "!document.getElementById('rename-form').hidden", "#rename-form")
+	w.checkPage("conversation-rename", "!document.getElementById('rename-form').hidden", "#rename-form")
 	eval[chromedp.Void](w, "document.getElementById('new-title').focus()")
 	w.do(chromedp.KeyEvent("Renamed by hand\r"))
 	w.until("document.querySelector('.titlebar h1').textContent === 'Renamed by hand' && document.title.startsWith('Renamed by hand')", 10*time.Second)
@@ -391,7 +352,6 @@ func TestWebConversation(t *testing.T) {
 	if pr := w.seen(&w.problems); len(pr) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
 	}
-	t.Logf("screenshots in %s", w.art)
 }
 
 // terminal.js, the tool output's parser, on hostile and split input: the

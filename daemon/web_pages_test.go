@@ -21,9 +21,9 @@ import (
 // checkPage checks the page the tab shows in the light and the dark
 // scheme, at each screenshot size: axe-core finds no violation of any
 // impact, nothing is wider than the viewport, and a screenshot is
-// saved (name-WxH.png, name-dark-WxH.png). ready is the page's loaded
-// condition.
-func (w *webUI) checkPage(name, ready string) {
+// saved (name-WxH.png, name-dark-WxH.png), scrolled to the element show
+// selects (none: as the page is). ready is the page's loaded condition.
+func (w *webUI) checkPage(name, ready, show string) {
 	w.t.Helper()
 	for _, scheme := range []string{"light", "dark"} {
 		if _, err := chromedp.Call(w.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
@@ -43,6 +43,9 @@ func (w *webUI) checkPage(name, ready string) {
 			}
 			if wide := eval[int](w, "document.documentElement.scrollWidth"); wide > int(size[0]) {
 				w.t.Errorf("%s: the page is %d px wide (wider: %s)", where, wide, eval[string](w, wideNodes))
+			}
+			if show != "" {
+				eval[chromedp.Void](w, fmt.Sprintf("document.querySelector(%q).scrollIntoView({block: 'center'})", show))
 			}
 			shot := name
 			if scheme == "dark" {
@@ -66,7 +69,7 @@ func (w *webUI) visit(pages ...webPage) {
 	w.t.Helper()
 	for _, p := range pages {
 		w.open(p.path, p.ready)
-		w.checkPage(p.name, p.ready)
+		w.checkPage(p.name, p.ready, "")
 	}
 }
 
@@ -169,9 +172,9 @@ func TestWebPages(t *testing.T) {
 
 	w := newWebUI(t, p.URL)
 	w.open("/", "document.getElementById('username')")
-	w.checkPage("login", "document.getElementById('signin')")
+	w.checkPage("login", "document.getElementById('signin')", "")
 	w.signIn("alice", pw)
-	w.checkPage("conversations", "document.querySelectorAll('#conversations li').length > 0")
+	w.checkPage("conversations", "document.querySelectorAll('#conversations li').length > 0", "")
 
 	t.Run("workspace", func(t *testing.T) {
 		defer w.as(t)()
@@ -222,7 +225,7 @@ func TestWebPages(t *testing.T) {
 		w.until(`document.querySelector('#tree [data-path="src/config/parse.go"]') && document.querySelector('#tree [data-path="src/config/extra.go"]') && document.querySelector('#tree [data-path="README.md"]')`, 20*time.Second)
 		w.press(`#tree [data-path="src/config/extra.go"]`, "\r")
 		w.until(`document.getElementById('file').innerText.includes('const extra = 1')`, 20*time.Second)
-		w.checkPage("workspace-tree", `document.querySelector('#file pre')`)
+		w.checkPage("workspace-tree", `document.querySelector('#file pre')`, "")
 		// Closed again: its entries are hidden, not gone.
 		w.press(`#tree [data-path="src"]`, "\r")
 		w.until(`document.querySelector('#tree [data-path="src"]').getAttribute('aria-expanded') === 'false' && !document.querySelector('#tree [data-path="src/config"]').checkVisibility()`, 10*time.Second)
@@ -243,7 +246,7 @@ func TestWebPages(t *testing.T) {
 			t.Errorf("README.md's summary %q does not count +1 and \u22121", st)
 		}
 		w.until(`document.getElementById('diff').innerText.includes('+hello world') && document.getElementById('diff').innerText.includes('+const extra = 1')`, 20*time.Second)
-		w.checkPage("workspace-diff", `document.querySelectorAll('#diff details.diff-file pre').length === 2`)
+		w.checkPage("workspace-diff", `document.querySelectorAll('#diff details.diff-file pre').length === 2`, "")
 		// One file collapsed by its summary (keyboard), then all.
 		w.press(`#diff details.diff-file summary`, "\r")
 		w.until(`!document.querySelector('#diff details.diff-file').open && !document.getElementById('diff').innerText.includes('+hello world') && document.getElementById('diff').innerText.includes('+const extra = 1')`, 10*time.Second)
@@ -254,7 +257,7 @@ func TestWebPages(t *testing.T) {
 		// Side by side, per file too.
 		w.press("#diff-mode", "\r")
 		w.until(`document.querySelectorAll('#diff details.diff-file table.sbs').length === 2 && document.querySelector('#diff td.del').textContent === 'hello' && document.querySelector('#diff td.add').textContent === 'hello world'`, 10*time.Second)
-		w.checkPage("workspace-side-by-side", `document.querySelectorAll('#diff table.sbs').length === 2`)
+		w.checkPage("workspace-side-by-side", `document.querySelectorAll('#diff table.sbs').length === 2`, "")
 	})
 
 	t.Run("search", func(t *testing.T) {
@@ -277,7 +280,7 @@ func TestWebPages(t *testing.T) {
 		}
 		w.press("#syntax-h", "\r")
 		w.until("document.querySelector('details.syntax').open && document.querySelector('details.syntax').innerText.includes('parse_config')", 10*time.Second)
-		w.checkPage("search-empty", "document.getElementById('q')")
+		w.checkPage("search-empty", "document.getElementById('q')", "")
 		w.press("#q", "parse config\r")
 		w.until("document.querySelectorAll('#search-results .hit-file').length > 0", 20*time.Second)
 		// Grouped by file, each once, in the API's order.
@@ -307,7 +310,7 @@ func TestWebPages(t *testing.T) {
 		if got := eval[string](w, "location.search"); got != "?q=parse+config&k=25" {
 			t.Errorf("the search's address is %q", got)
 		}
-		w.checkPage("search", "document.querySelectorAll('#search-results .hit-file').length > 0")
+		w.checkPage("search", "document.querySelectorAll('#search-results .hit-file').length > 0", "")
 		// Another repository: nothing there.
 		eval[chromedp.Void](w, fmt.Sprintf("document.getElementById('search-repo').value = %q", otherRepo))
 		w.press("#search-go", "\r")
@@ -351,7 +354,7 @@ func TestWebPages(t *testing.T) {
 		eval[chromedp.Void](w, "document.getElementById('mine-group').value = 'day'")
 		w.press("#mine-form button", "\r")
 		w.until("document.querySelector('#mine thead').innerText.includes('Day') && /^\\d{4}-\\d\\d-\\d\\d$/.test(document.querySelector('#mine tbody th').textContent)", 20*time.Second)
-		w.checkPage("usage", "document.querySelector('#mine tbody th')")
+		w.checkPage("usage", "document.querySelector('#mine tbody th')", "")
 	})
 
 	t.Run("secrets-profiles", func(t *testing.T) {
@@ -372,7 +375,7 @@ func TestWebPages(t *testing.T) {
 		eval[chromedp.Void](w, "document.getElementById('all-group').value = 'model'")
 		w.press("#all-form button", "\r")
 		w.until("document.querySelector('#all tbody th') && document.querySelector('#all tbody th').textContent === 'test' && document.getElementById('all-quota').textContent.includes('used today')", 20*time.Second)
-		w.checkPage("usage-admin", "document.querySelector('#all tbody th')")
+		w.checkPage("usage-admin", "document.querySelector('#all tbody th')", "")
 	})
 
 	t.Run("audit", func(t *testing.T) {
@@ -393,7 +396,7 @@ func TestWebPages(t *testing.T) {
 		w.fill("#audit-user", "alice")
 		w.press("#audit-filter button", "\r")
 		w.until("document.querySelectorAll('#audit tbody tr').length >= 1 && [...document.querySelectorAll('#audit tbody tr')].every(r => r.cells[2].textContent === 'login' && r.cells[3].textContent === 'alice')", 20*time.Second)
-		w.checkPage("audit", "document.querySelectorAll('#audit tbody tr').length >= 1")
+		w.checkPage("audit", "document.querySelectorAll('#audit tbody tr').length >= 1", "")
 		w.fill("#audit-since", time.Now().Add(time.Hour).Format("2006-01-02T15:04:05"))
 		w.press("#audit-filter button", "\r")
 		w.until("document.querySelectorAll('#audit tbody tr').length === 0 && !document.getElementById('audit-empty').hidden", 20*time.Second)
@@ -417,7 +420,7 @@ func TestWebPages(t *testing.T) {
 		w.fill("#verify-head", "")
 		w.press("#verify-form button", "\r")
 		w.until(fmt.Sprintf("document.getElementById('audit-verdict').textContent.startsWith('Broken at record %d: ') && document.getElementById('audit-verdict').classList.contains('bad')", seq), 20*time.Second)
-		w.checkPage("audit-broken", "document.getElementById('audit-verdict').classList.contains('bad')")
+		w.checkPage("audit-broken", "document.getElementById('audit-verdict').classList.contains('bad')", "")
 		// A record under a key the server does not have.
 		if err := in.auditDB().Exec(`UPDATE audit_log SET key_id = '00000000' WHERE seq = 1`).Error; err != nil {
 			t.Fatal(err)
@@ -443,7 +446,7 @@ func TestWebPages(t *testing.T) {
 		if n := len(slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s != "browser" })); n != 1 {
 			t.Errorf("the doctor lists the browser %d times: %q", n, names)
 		}
-		w.checkPage("doctor", "document.querySelector('#checks tbody tr')")
+		w.checkPage("doctor", "document.querySelector('#checks tbody tr')", "")
 	})
 
 	t.Run("admin-pages", func(t *testing.T) {

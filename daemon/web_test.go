@@ -115,7 +115,6 @@ type webUI struct {
 	ctx  context.Context
 	base string
 	axe  string
-	art  string
 
 	mu       sync.Mutex
 	dialogs  []string
@@ -131,7 +130,7 @@ func newWebUI(t testing.TB, base string, extra ...chromedp.ExecAllocatorOption) 
 	if err != nil {
 		sandboxtest.SkipOrFail(t, "%v", err)
 	}
-	w := &webUI{t: t, base: base, axe: axeSource(t), art: artifactDir(t)}
+	w := &webUI{t: t, base: base, axe: axeSource(t)}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin.Path),
 		// The test's own pages only; Chrome refuses its sandbox as root
@@ -229,20 +228,6 @@ func (w *webUI) seen(from *[]string) []string {
 	return slices.Clone(*from)
 }
 
-// artifactDir is where screenshots go: $CODUMENTOR_TEST_ARTIFACTS/webui
-// when set, else the test's artifact directory (go test -artifacts
-// keeps it under -outputdir).
-func artifactDir(t testing.TB) string {
-	if d := os.Getenv("CODUMENTOR_TEST_ARTIFACTS"); d != "" {
-		d = filepath.Join(d, "webui")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	return t.ArtifactDir()
-}
-
 // as makes t the test that w's failures fail, until the returned func
 // restores the previous one.
 func (w *webUI) as(t testing.TB) func() {
@@ -321,33 +306,6 @@ type axeViolation struct {
 	Nodes  []struct {
 		Target []any `json:"target"`
 	} `json:"nodes"`
-}
-
-// check runs axe-core on the page and saves a screenshot, at desktop
-// and phone sizes; ready is the page's loaded condition.
-func (w *webUI) check(name, ready string) {
-	w.t.Helper()
-	for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
-		w.do(chromedp.EmulateViewport(size[0], size[1]))
-		w.until(ready, 20*time.Second)
-		if !eval[bool](w, "typeof axe !== 'undefined'") {
-			eval[chromedp.Void](w, w.axe)
-		}
-		vs := eval[[]axeViolation](w, `axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)`)
-		for _, v := range vs {
-			if v.Impact == "serious" || v.Impact == "critical" {
-				w.t.Errorf("%s at %dx%d: axe %s (%s): %s on %v", name, size[0], size[1], v.ID, v.Impact, v.Help, v.Nodes)
-			}
-		}
-		shot, err := chromedp.Run(w.ctx, chromedp.CaptureScreenshot())
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(w.art, fmt.Sprintf("%s-%dx%d.png", name, size[0], size[1])), shot, 0o644); err != nil {
-			w.t.Fatal(err)
-		}
-	}
-	w.do(chromedp.EmulateViewport(1280, 800))
 }
 
 func (w *webUI) signIn(name, password string) {
@@ -433,7 +391,7 @@ func TestWebUI(t *testing.T) {
 	if loc := w.location(); !strings.HasPrefix(loc, w.base+"/login") {
 		t.Fatalf("signed out, / shows %s", loc)
 	}
-	w.check("login", "document.getElementById('signin')")
+	w.checkPage("login", "document.getElementById('signin')", "")
 	// Keyboard only: the form's fields in order, Enter submits.
 	w.open("/login", "document.activeElement && document.activeElement.id === 'username'")
 	var order []string
@@ -454,7 +412,7 @@ func TestWebUI(t *testing.T) {
 	}
 	listed := "document.querySelector('#new-repo option[value=\"" + repo.ID + "\"]') && (document.querySelectorAll('#conversations li').length > 0 || !document.getElementById('empty').hidden)"
 	w.until(listed, 20*time.Second)
-	w.check("conversations", listed)
+	w.checkPage("conversations", listed, "")
 
 	// A conversation on the repository: stream, approve, output.
 	w.fill("#new-title", "Fix the README")
@@ -482,7 +440,7 @@ func TestWebUI(t *testing.T) {
 	}
 	// Rendered as Markdown (bold, highlighted code) once whole.
 	w.until("document.querySelector('.msg.assistant strong') && document.querySelector('.msg.assistant pre.ch-chroma .ch-kd')", 20*time.Second)
-	w.check("conversation", "document.querySelector('.approval .approve')")
+	w.checkPage("conversation", "document.querySelector('.approval .approve')", "")
 	// The list shows the pending approval, and finds by title.
 	w.open("/", "document.querySelector('#conversations .badge:not([hidden])')")
 	if b := eval[string](w, "document.querySelector('#conversations .badge:not([hidden])').textContent"); b != "1 approval pending" {
@@ -522,10 +480,10 @@ func TestWebUI(t *testing.T) {
 	w.until("document.getElementById('file').innerText.includes('hello world')", 20*time.Second)
 	w.click("#load-diff")
 	w.until("document.getElementById('diff').innerText.includes('+hello world') && !document.getElementById('push').hidden", 20*time.Second)
-	w.check("workspace", "document.querySelector('#diff pre')")
+	w.checkPage("workspace", "document.querySelector('#diff pre')", "")
 	w.click("#diff-mode")
 	w.until("document.querySelector('#diff table.sbs td.del') && document.querySelector('#diff td.del').textContent === 'hello' && document.querySelector('#diff td.add').textContent === 'hello world'", 10*time.Second)
-	w.check("workspace-side-by-side", "document.querySelector('#diff table.sbs')")
+	w.checkPage("workspace-side-by-side", "document.querySelector('#diff table.sbs')", "")
 	w.fill("#commit-msg", "Say hello world")
 	w.fill("#branch", "codumentor/web")
 	w.click("#push-btn")
@@ -547,7 +505,7 @@ func TestWebUI(t *testing.T) {
 	if strings.Contains(eval[string](w, "document.documentElement.outerHTML"), "s3cret-value-xyz") {
 		t.Fatal("the secrets page shows a value")
 	}
-	w.check("secrets", "document.querySelector('#secrets li')")
+	w.checkPage("secrets", "document.querySelector('#secrets li')", "")
 	// Model profiles: saved against the endpoint the operator listed, the
 	// key never sent back, the profile offered for new conversations.
 	w.open("/profiles", "document.querySelector('#profile-endpoint option')")
@@ -559,7 +517,7 @@ func TestWebUI(t *testing.T) {
 	if strings.Contains(eval[string](w, "document.documentElement.outerHTML"), "sk-web-key-123") {
 		t.Fatal("the profiles page shows a key")
 	}
-	w.check("profiles", "document.querySelector('#profiles li')")
+	w.checkPage("profiles", "document.querySelector('#profiles li')", "")
 	w.open("/", "document.querySelector('#new-profile option[value=work]')")
 
 	t.Run("reconnect", func(t *testing.T) {
@@ -791,7 +749,7 @@ func TestWebUI(t *testing.T) {
 	w.fill("#user-password", pw)
 	w.click("#user-form button[type=submit]")
 	w.until("document.querySelector('#users tbody').innerText.includes('carol')", 20*time.Second)
-	w.check("users", "document.querySelectorAll('#users tbody tr').length >= 3")
+	w.checkPage("users", "document.querySelectorAll('#users tbody tr').length >= 3", "")
 	// carol disabled from the page: the server says so too.
 	eval[chromedp.Void](w, "[...document.querySelectorAll('#users tbody tr')].find((r) => r.cells[0].textContent === 'carol').querySelector('button').click()")
 	w.until("[...document.querySelectorAll('#users tbody tr')].some((r) => r.cells[0].textContent === 'carol' && r.cells[2].textContent === 'disabled')", 20*time.Second)
@@ -813,14 +771,14 @@ func TestWebUI(t *testing.T) {
 	w.open("/admin/repositories", "document.querySelector('#repos tbody tr')")
 	w.click("#repos tbody button")
 	w.until("document.querySelector('#repos tbody').innerText.includes('synced')", 60*time.Second)
-	w.check("repositories", "document.querySelector('#repos tbody tr')")
+	w.checkPage("repositories", "document.querySelector('#repos tbody tr')", "")
 	w.open("/admin/mcp", "!document.getElementById('mcp-off').hidden || document.querySelector('#mcp tbody tr')")
-	w.check("mcp", "true")
+	w.checkPage("mcp", "true", "")
 	w.open("/admin/doctor", "document.querySelector('#checks tbody tr')")
 	if v := eval[string](w, "document.getElementById('verdict').textContent"); !strings.HasPrefix(v, "Ready") && !strings.HasPrefix(v, "Not ready") {
 		t.Errorf("the doctor page says %q", v)
 	}
-	w.check("doctor", "document.querySelector('#checks tbody tr')")
+	w.checkPage("doctor", "document.querySelector('#checks tbody tr')", "")
 
 	if pr := w.seen(&w.problems); len(pr) > 0 {
 		t.Errorf("console errors:\n%s", strings.Join(pr, "\n"))
@@ -831,7 +789,6 @@ func TestWebUI(t *testing.T) {
 	if o := w.seen(&w.outside); len(o) > 0 {
 		t.Errorf("requests left for outside hosts: %q", o)
 	}
-	t.Logf("screenshots in %s", w.art)
 
 }
 
