@@ -178,12 +178,19 @@ func (s *Service) AccessEntries(ctx context.Context, id string) ([]AccessEntry, 
 }
 
 func accessEntries(db *gorm.DB, id string) ([]AccessEntry, error) {
-	es := []AccessEntry{}
-	err := db.Table("repository_access a").Select("a.repository_id, a.kind, a.principal, a.level, CASE a.kind WHEN 'user' THEN COALESCE(u.name, a.principal) ELSE a.principal END AS name").
+	var rows []struct {
+		Kind, Principal, Name string
+		Level                 Level
+	}
+	err := db.Table("repository_access a").Select("a.kind, a.principal, a.level, CASE a.kind WHEN 'user' THEN COALESCE(u.name, a.principal) ELSE a.principal END AS name").
 		Joins("LEFT JOIN users u ON a.kind = 'user' AND u.id = a.principal").
-		Where("a.repository_id = ?", id).Order("a.kind, name").Scan(&es).Error
+		Where("a.repository_id = ?", id).Order("a.kind, name").Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("repos: reading the access entries of %s: %w", id, err)
+	}
+	es := make([]AccessEntry, len(rows))
+	for i, r := range rows {
+		es[i] = AccessEntry{Repository: id, Kind: r.Kind, Principal: r.Principal, Level: r.Level, Name: r.Name}
 	}
 	return es, nil
 }

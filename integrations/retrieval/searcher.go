@@ -38,18 +38,18 @@ type Searcher struct {
 // read) for query, returning at most limit hits.
 func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string, limit int) ([]agentcore.Hit, error) {
 	var repos []string
-	if s.Readable != nil {
+	restricted := s.Readable != nil
+	if restricted {
 		r, err := s.Readable(ctx, user)
 		if err != nil {
 			return nil, err
 		}
-		if len(r) == 0 {
-			return []agentcore.Hit{}, nil
-		}
 		repos = r
 	}
 	if repository != "" {
-		if repos != nil && !slices.Contains(repos, repository) {
+		// Before anything is searched: a repository the user may not
+		// read answers as an unknown one, whatever else they may read.
+		if restricted && !slices.Contains(repos, repository) {
 			return nil, fmt.Errorf("%w: %q", ErrNoRepository, repository)
 		}
 		if s.Exists != nil {
@@ -62,6 +62,10 @@ func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string,
 			}
 		}
 		repos = []string{repository}
+	}
+	if restricted && len(repos) == 0 {
+		// Nothing readable (an empty list to the index means everything).
+		return []agentcore.Hit{}, nil
 	}
 	rs, err := s.Index.Search(ctx, Query{Text: query, Repositories: repos, Limit: limit})
 	if err != nil {

@@ -58,6 +58,10 @@ func TestSearchCodeTool(t *testing.T) {
 		{"alice", "conv_on_a", `{"query":"load config","repository":"secret"}`, nil, nil, "no such repository"},
 		{"alice", "conv_on_a", `{"query":"load config","repository":"nope"}`, nil, nil, "no such repository"},
 		{"bob", "conv_plain", `{"query":"loadConfig"}`, []string{"no matches"}, nil, ""},
+		// bob may read nothing: naming a repository is as naming an
+		// unknown one, not an empty answer.
+		{"bob", "conv_plain", `{"query":"loadConfig","repository":"a"}`, nil, nil, "no such repository"},
+		{"bob", "conv_plain", `{"query":"loadConfig","repository":"nope"}`, nil, nil, "no such repository"},
 		{"alice", "conv_on_a", `{"query":"\"*\""}`, nil, nil, "no words"},
 		{"alice", "conv_on_a", `{"query":1}`, nil, nil, "invalid arguments"},
 	} {
