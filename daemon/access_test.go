@@ -291,7 +291,9 @@ func TestRepositoryAccessRevokedMidConversation(t *testing.T) {
 	dir, _ := searchRepo(t)
 	id = addRepo(t, root, "project", "file://"+dir)
 	// default_access all: everyone at push, as before access entries.
-	var entries struct{ Entries []struct{ Kind, Level string } }
+	var entries struct {
+		Entries []struct{ Kind, Level string }
+	}
 	root.must(http.StatusOK, "GET", "/api/v1/repositories/"+id+"/access", nil, &entries)
 	if len(entries.Entries) != 1 || entries.Entries[0].Kind != "all" || entries.Entries[0].Level != "push" {
 		t.Fatalf("a new repository's entries: %+v", entries.Entries)
