@@ -105,6 +105,11 @@ func migrateAccess(db *gorm.DB) (upgraded int, err error) {
 		return 0, fmt.Errorf("repos: migrating table repository_access: %w", err)
 	}
 	if had {
+		// Entries go with their repository in one transaction; these
+		// would be from a database edited by hand.
+		if err := db.Exec(`DELETE FROM repository_access WHERE repository_id NOT IN (SELECT id FROM repositories)`).Error; err != nil {
+			return 0, fmt.Errorf("repos: removing the access entries of deleted repositories: %w", err)
+		}
 		return 0, nil
 	}
 	res := db.Exec(`INSERT INTO repository_access (repository_id, kind, principal, level) SELECT id, ?, '', ? FROM repositories`, ForAll, LevelPush)
@@ -162,14 +167,54 @@ func (s *Service) ListFor(ctx context.Context, u auth.User) ([]Repository, error
 	return rs, nil
 }
 
+// readableIDs selects the IDs of the repositories user ? may read by
+// their entries (twice the user's ID), each part by an index lookup.
+const readableIDs = `SELECT repository_id FROM repository_access WHERE kind = 'all'
+	UNION SELECT repository_id FROM repository_access WHERE kind = 'user' AND principal = ?
+	UNION SELECT a.repository_id FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = ?`
+
 // Readable returns the IDs of the repositories the user with ID userID
-// may read (for retrieval.Searcher.Readable).
-func (s *Service) Readable(ctx context.Context, userID string) ([]string, error) {
-	ids := []string{}
-	if err := s.o.DB.WithContext(ctx).Table("repositories r").Where(readable, userID, userID, userID).Pluck("r.id", &ids).Error; err != nil {
-		return nil, fmt.Errorf("repos: listing readable repositories: %w", err)
+// may read, and whether that is every repository (for
+// retrieval.Searcher.Readable: a search then needs no filter, and no
+// list is read). It runs on every search, so it counts first.
+func (s *Service) Readable(ctx context.Context, userID string) (ids []string, all bool, err error) {
+	db, err := s.o.DB.DB()
+	if err != nil {
+		return nil, false, err
 	}
-	return ids, nil
+	var admin bool
+	var total, n int64
+	// The common case first: an entry for all on every repository (the
+	// entries go with their repository, in its transaction: no entry
+	// outlives it, see Delete and migrateAccess).
+	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = ? AND role = 'admin'), (SELECT COUNT(*) FROM repositories), (SELECT COUNT(*) FROM repository_access WHERE kind = 'all')`,
+		userID).Scan(&admin, &total, &n)
+	if err != nil {
+		return nil, false, fmt.Errorf("repos: counting readable repositories: %w", err)
+	}
+	if admin || n == total {
+		return nil, true, nil
+	}
+	rows, err := db.QueryContext(ctx, readableIDs, userID, userID)
+	if err != nil {
+		return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
+	}
+	defer rows.Close()
+	ids = []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
+	}
+	if int64(len(ids)) == total {
+		return nil, true, nil
+	}
+	return ids, false, nil
 }
 
 // AccessEntries returns repository id's access entries, with names.

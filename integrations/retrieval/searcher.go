@@ -20,9 +20,11 @@ var ErrNoRepository = errors.New("retrieval: no such repository")
 // implements agentcore.Retriever.
 type Searcher struct {
 	Index *Index
-	// Readable lists the repositories user may search. Nil means every
-	// repository (every signed-in user may read every repository).
-	Readable func(ctx context.Context, user string) ([]string, error)
+	// Readable lists the repositories user may search; all reports that
+	// they may search every repository (the list is then not used, and
+	// the index searches without a filter). Nil Readable means every
+	// repository for every user.
+	Readable func(ctx context.Context, user string) (repos []string, all bool, err error)
 	// Scope is the conversation's repository, the default scope of
 	// search_code ("" = every repository the user may read). Nil: no
 	// conversation has a repository. The daemon wires it to the
@@ -40,11 +42,14 @@ func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string,
 	var repos []string
 	restricted := s.Readable != nil
 	if restricted {
-		r, err := s.Readable(ctx, user)
+		r, all, err := s.Readable(ctx, user)
 		if err != nil {
 			return nil, err
 		}
-		repos = r
+		repos, restricted = r, !all
+		if all {
+			repos = nil
+		}
 	}
 	if repository != "" {
 		// Before anything is searched: a repository the user may not
