@@ -84,3 +84,21 @@ func TestGroups(t *testing.T) {
 		t.Errorf("groups after the changes: %+v, %v (%v)", gs, err, r)
 	}
 }
+
+// repos add gives a new repository the configuration's
+// repositories.default_access: admins, no entry.
+func TestReposAddDefaultAccess(t *testing.T) {
+	dir := initInstance(t)
+	cfg := "auth:\n  jwt_secret: " + strings.Repeat("s", 40) + "\nrepositories:\n  default_access: admins\n"
+	if err := os.WriteFile(config.Instance{Dir: dir}.ConfigFile(), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctl(t, "users", "add", "--instance", dir, "--password", "correct horse battery", "root") // creates the database
+	if r := ctl(t, "repos", "add", "--instance", dir, "closed", "file:///nonexistent/r.git"); r.code != 0 {
+		t.Fatalf("repos add: %v", r)
+	}
+	var n int64
+	if err := openDB(t, dir).Table("repository_access").Count(&n).Error; err != nil || n != 0 {
+		t.Errorf("access entries of a repository added under default_access admins: %d, %v", n, err)
+	}
+}
