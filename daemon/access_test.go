@@ -331,8 +331,14 @@ func TestRepositoryAccessRevokedMidConversation(t *testing.T) {
 	var msgs struct{ Messages []json.RawMessage }
 	bob.must(http.StatusOK, "GET", base+"/messages", nil, &msgs)
 	if len(msgs.Messages) < 4 {
-		t.Errorf("the history after the revocation: %d messages", len(msgs.Messages))
+		t.Fatalf("the history after the revocation: %d messages", len(msgs.Messages))
 	}
+	var first struct{ ID string }
+	if err := json.Unmarshal(msgs.Messages[0], &first); err != nil || first.ID == "" {
+		t.Fatalf("the first message %s: %v", msgs.Messages[0], err)
+	}
+	lost("POST", base+"/messages/"+first.ID+"/fork", nil)
+	lost("POST", base+"/messages/"+first.ID+"/regenerate", nil)
 	if got := bob.must(http.StatusOK, "GET", base+"/workspace/files?path=conf/load.go", nil, nil); !strings.Contains(string(got), "func loadSettings") {
 		t.Errorf("the workspace after the revocation: %q", got)
 	}
