@@ -90,6 +90,7 @@ func New() *cli.Command {
 			checkCommand(),
 			sandboxCommand(),
 			usersCommand(),
+			groupsCommand(),
 			secretsCommand(),
 			gcCommand(),
 			reposCommand(),

@@ -242,7 +242,7 @@ func withRepos(ctx context.Context, cmd *cli.Command, f func(*repos.Service, *go
 		if err != nil {
 			return err
 		}
-		s, err := repos.Open(repos.Options{DB: db, Queue: q, Secrets: sec, Dir: config.Instance{Dir: inst.Dir}.ReposDir()})
+		s, err := repos.Open(repos.Options{DB: db, Queue: q, Secrets: sec, Dir: config.Instance{Dir: inst.Dir}.ReposDir(), DefaultAccess: cfg.Repositories.DefaultAccess})
 		if err != nil {
 			return err
 		}

@@ -69,10 +69,11 @@ func openCodeIndex(ctx context.Context, cfg config.Config, inst config.Instance,
 //
 // search_code searches the conversation's repository by default (Scope);
 // a repository named that is not in table repositories is not found
-// (Exists); Readable stays nil: every signed-in user may read every
-// repository, as GET /api/v1/repositories shows them.
+// (Exists); every search is within the repositories the user may read
+// (Readable: the access entries, as GET /api/v1/repositories shows
+// them), the index filtering by them before it ranks and limits.
 func newSearcher(ix *retrieval.Index, convs *store.Conversations, rs *repos.Service) *retrieval.Searcher {
-	return &retrieval.Searcher{Index: ix, Scope: func(ctx context.Context, user, conversation string) (string, error) {
+	return &retrieval.Searcher{Index: ix, Readable: rs.Readable, Scope: func(ctx context.Context, user, conversation string) (string, error) {
 		c, err := convs.Get(ctx, user, conversation)
 		if err != nil {
 			return "", err

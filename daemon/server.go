@@ -335,6 +335,9 @@ func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, log hclog.L
 	if st.users, err = auth.NewUsers(db); err != nil {
 		return st, err
 	}
+	if err := st.users.SetAdminGroups(cfg.Auth.AdminGroups); err != nil {
+		return st, err
+	}
 	if st.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
 		return st, err
 	}
@@ -811,6 +814,7 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 			CheckoutBytes: int64(cfg.Repositories.MaxSnapshotBytes), History: cfg.Repositories.SnapshotHistory},
 		ProtectedBranches: cfg.Repositories.ProtectedBranches,
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
+		DefaultAccess:     cfg.Repositories.DefaultAccess,
 		Log:               log.Named("repos"),
 	})
 	if err != nil {

@@ -324,9 +324,19 @@ func (s *Server) routes() {
 
 	authed.Post("/repositories", s.admin, s.createRepository)
 	authed.Get("/repositories", s.listRepositories)
-	authed.Get("/repositories/:id", s.getRepository)
-	authed.Delete("/repositories/:id", s.admin, s.deleteRepository)
-	authed.Post("/repositories/:id/sync", s.admin, s.syncRepository)
+	// Every route under /repositories/{id} passes the one access check
+	// (readable) first: one the user may not read is not found.
+	repo := authed.group("/repositories/:id", s.readable)
+	repo.Get("", s.getRepository)
+	repo.Delete("", s.admin, s.deleteRepository)
+	repo.Post("/sync", s.repoAdmin, s.syncRepository)
+	repo.Get("/access", s.repoAdmin, s.getAccess)
+	repo.Put("/access", s.repoAdmin, s.putAccess)
+	authed.Get("/admin/groups", s.admin, s.listGroups)
+	authed.Post("/admin/groups", s.admin, s.createGroup)
+	authed.Delete("/admin/groups/:name", s.admin, s.deleteGroup)
+	authed.Put("/admin/groups/:name/members/:user", s.admin, s.setGroupMember(true))
+	authed.Delete("/admin/groups/:name/members/:user", s.admin, s.setGroupMember(false))
 	authed.Get("/admin/secrets", s.admin, s.listInstanceSecrets)
 	authed.Put("/admin/secrets/:name", s.admin, s.putInstanceSecret)
 	conv.Post("/attachments", s.uploadAttachment)
@@ -434,6 +444,7 @@ type localKey int
 const (
 	localUser localKey = iota
 	localConversation
+	localRepository
 	// localToken is the request's bearer token, valid only during the
 	// request (Fiber reuses the header's buffer): clone it to keep it.
 	localToken

@@ -122,7 +122,11 @@ func (s *Server) forkConversation(c *fiber.Ctx) error {
 	n := store.New{Title: title, Mode: src.Mode, ModelProfile: src.ModelProfile}
 	var repo repos.Repository
 	if src.Repository != "" {
-		// The caller must still be allowed to start on the repository.
+		// The caller must still be allowed to start on the repository,
+		// and is told so if they no longer are.
+		if err := s.conversationRepository(c, src, repos.LevelRead); err != nil {
+			return err
+		}
 		r, commit, err := s.startOnRepository(c, src.Repository, src.BaseCommit)
 		if err != nil {
 			return err

@@ -330,6 +330,9 @@ func (s *Server) postMessage(c *fiber.Ctx) error {
 // refusal (turnError): a quota used up, a turn running, a conversation
 // deleted since the ownership check.
 func (s *Server) startTurn(c *fiber.Ctx, r agentcore.TurnRequest) error {
+	if err := s.conversationRepository(c, conversation(c), repos.LevelRead); err != nil {
+		return err
+	}
 	t, err := s.d.Engine.StartTurn(c.UserContext(), r)
 	if err != nil {
 		return turnError(err)
@@ -703,6 +706,12 @@ func (s *Server) getJob(c *fiber.Ctx) error {
 	u := user(c)
 	if j.Owner != u.ID && u.Role != auth.RoleAdmin {
 		return errNotFound
+	}
+	if j.Kind == repos.KindSync && u.Role != auth.RoleAdmin {
+		// A repository admin's sync, once they lose access: as unknown.
+		if _, err := s.repository(c, repos.SyncRepository(j), repos.LevelAdmin, errNotFound); err != nil {
+			return err
+		}
 	}
 	return c.JSON(j)
 }

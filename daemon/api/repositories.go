@@ -71,20 +71,14 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 }
 
 func (s *Server) listRepositories(c *fiber.Ctx) error {
-	rs, err := s.d.Repositories.List(c.UserContext())
+	rs, err := s.d.Repositories.ListFor(c.UserContext(), user(c))
 	if err != nil {
 		return err
 	}
 	return c.JSON(fiber.Map{"repositories": rs})
 }
 
-func (s *Server) getRepository(c *fiber.Ctx) error {
-	r, err := s.d.Repositories.Get(c.UserContext(), c.Params("id"))
-	if err != nil {
-		return repoAnswer(err)
-	}
-	return c.JSON(r)
-}
+func (s *Server) getRepository(c *fiber.Ctx) error { return c.JSON(repository(c)) }
 
 func (s *Server) deleteRepository(c *fiber.Ctx) error {
 	if err := s.d.Repositories.Delete(c.UserContext(), c.Params("id"), user(c).ID); err != nil {
@@ -136,9 +130,9 @@ func (s *Server) startOnRepository(c *fiber.Ctx, repository, ref string) (repos.
 	if repository == "" {
 		return repos.Repository{}, "", badRequest("ref needs a repository")
 	}
-	r, err := s.d.Repositories.Get(ctx, repository)
+	r, _, err := s.d.Repositories.Access(ctx, user(c), repository)
 	if errors.Is(err, repos.ErrNotFound) {
-		rs, lerr := s.d.Repositories.List(ctx)
+		rs, lerr := s.d.Repositories.ListFor(ctx, user(c))
 		if lerr != nil {
 			return r, "", lerr
 		}
@@ -246,6 +240,9 @@ func (s *Server) push(c *fiber.Ctx) error {
 	}
 	conv := conversation(c)
 	ctx := c.UserContext()
+	if err := s.conversationRepository(c, conv, repos.LevelPush); err != nil {
+		return err
+	}
 	switch {
 	case conv.Repository == "":
 		return apiError(http.StatusConflict, "no_repository", "this conversation was not started on a repository: there is nothing to push to")

@@ -179,15 +179,26 @@ func (a *Authenticator) login(ctx context.Context, name, pw string) (User, error
 		if u.Disabled {
 			return User{}, fmt.Errorf("%w: %w: %s", ErrInvalidCredentials, ErrUserDisabled, name)
 		}
-		return a.refreshLDAPUser(ctx, u, e)
+		if u, err = a.refreshLDAPUser(ctx, u, e); err != nil {
+			return User{}, err
+		}
+	} else {
+		u, err = a.users.create(ctx, User{Name: name, Role: RoleUser, Source: SourceLDAP, DisplayName: e.Name, Email: e.Email}, nil)
+		if errors.Is(err, ErrUserExists) {
+			// A concurrent first login created it; the winner's row decides,
+			// local or LDAP.
+			return a.login(ctx, name, pw)
+		}
+		if err != nil {
+			return User{}, err
+		}
 	}
-	u, err = a.users.create(ctx, User{Name: name, Role: RoleUser, Source: SourceLDAP, DisplayName: e.Name, Email: e.Email}, nil)
-	if errors.Is(err, ErrUserExists) {
-		// A concurrent first login created it; the winner's row decides,
-		// local or LDAP.
-		return a.login(ctx, name, pw)
+	// The directory's groups as of this sign-in, and the role
+	// auth.admin_groups gives them.
+	if err := a.users.SetGroups(ctx, u.ID, GroupSourceLDAP, e.Groups); err != nil {
+		return User{}, fmt.Errorf("auth: the LDAP groups of %s: %w", name, err)
 	}
-	return u, err
+	return a.users.ByID(ctx, u.ID)
 }
 
 // refreshLDAPUser copies the directory's name and address into u's row.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -43,6 +44,9 @@ type User struct {
 	// TokenVersion is in every token issued to the user; raising it
 	// (password change, disabling, sign-out) revokes them all.
 	TokenVersion int64 `gorm:"not null;default:0" json:"-"`
+	// AdminByGroup: the role is the admin_groups' (see SetAdminGroups),
+	// and goes when the user leaves them.
+	AdminByGroup bool `gorm:"not null;default:false" json:"-"`
 }
 
 // MaxNameLength is the longest user name.
@@ -71,12 +75,13 @@ func ValidateName(name string) error {
 
 // Users is the users table. Its methods are safe for concurrent use.
 type Users struct {
-	db *gorm.DB
+	db          *gorm.DB
+	adminGroups atomic.Pointer[[]string]
 }
 
 // NewUsers migrates the users table in db and returns it.
 func NewUsers(db *gorm.DB) (*Users, error) {
-	if err := db.AutoMigrate(&User{}); err != nil {
+	if err := db.AutoMigrate(&User{}, &Group{}, &GroupMember{}); err != nil {
 		return nil, fmt.Errorf("auth: migrating the users table: %w", err)
 	}
 	if err := audit.Migrate(db); err != nil {

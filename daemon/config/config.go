@@ -130,6 +130,10 @@ type Repositories struct {
 	// holds, for git inside the workspace (default 50; 0: snapshots have
 	// no .git). It counts in max_snapshot_bytes.
 	SnapshotHistory int `yaml:"snapshot_history"`
+	// DefaultAccess is the access entries a new repository gets: "all"
+	// (every signed-in user may read and push, the default) or "admins"
+	// (none: only administrators until they add entries).
+	DefaultAccess string `yaml:"default_access"`
 }
 
 // Server bounds what HTTP clients can hold open. Zero counts are derived
@@ -187,6 +191,9 @@ type Auth struct {
 	LoginLimits LoginLimits `yaml:"login_limits"`
 	// OIDC are the OpenID providers users may sign in with (oidc.go).
 	OIDC []OIDCProvider `yaml:"oidc"`
+	// AdminGroups make their members administrators, evaluated at each
+	// sign-in (and when a local membership changes).
+	AdminGroups []string `yaml:"admin_groups"`
 }
 
 // LoginLimits is auth.login_limits: how failed logins slow down a name
@@ -406,7 +413,7 @@ func Default() Config {
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
 		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
-		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50},
+		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50, DefaultAccess: "all"},
 		Office:       DefaultOffice(),
 		Server: Server{
 			HeaderTimeout:     Duration(10 * time.Second),
@@ -562,6 +569,16 @@ func (c Config) Validate() error {
 	}
 	if c.Repositories.MaxSnapshotBytes <= 0 {
 		errs = append(errs, errors.New("repositories.max_snapshot_bytes must be positive"))
+	}
+	switch c.Repositories.DefaultAccess {
+	case "", "all", "admins":
+	default:
+		errs = append(errs, fmt.Errorf("repositories.default_access: %q is not all or admins", c.Repositories.DefaultAccess))
+	}
+	for _, g := range c.Auth.AdminGroups {
+		if strings.TrimSpace(g) == "" || len(g) > 256 {
+			errs = append(errs, fmt.Errorf("auth.admin_groups: %q is not a group name (1 to 256 bytes)", g))
+		}
 	}
 	if h := c.Repositories.SnapshotHistory; h < 0 || h > 1<<20 {
 		errs = append(errs, fmt.Errorf("repositories.snapshot_history must be between 0 (no .git) and %d commits, not %d", 1<<20, h))

@@ -127,6 +127,9 @@ type Options struct {
 	ProtectedBranches []string
 	// MaxPatchBytes bounds a pushed patch (default 16 MiB).
 	MaxPatchBytes int64
+	// DefaultAccess is the access entries of a new repository:
+	// DefaultAccessAll (the default) or DefaultAccessAdmins.
+	DefaultAccess string
 	Log           hclog.Logger
 }
 
@@ -180,8 +183,24 @@ func Open(o Options) (*Service, error) {
 	if o.Git.KnownHosts == "" {
 		o.Git.KnownHosts = filepath.Join(o.Dir, "known_hosts")
 	}
+	switch o.DefaultAccess {
+	case "":
+		o.DefaultAccess = DefaultAccessAll
+	case DefaultAccessAll, DefaultAccessAdmins:
+	default:
+		return nil, fmt.Errorf("repos: default access %q is not %s or %s", o.DefaultAccess, DefaultAccessAll, DefaultAccessAdmins)
+	}
 	if err := o.DB.AutoMigrate(&Repository{}); err != nil {
 		return nil, fmt.Errorf("repos: migrating table repositories: %w", err)
+	}
+	// The access check reads the users and their groups.
+	if _, err := auth.NewUsers(o.DB); err != nil {
+		return nil, err
+	}
+	if n, err := migrateAccess(o.DB); err != nil {
+		return nil, err
+	} else if n > 0 {
+		o.Log.Warn("repositories now have access entries: the existing ones were given access for all signed-in users (push), as before; restrict them with PUT /api/v1/repositories/{id}/access", "repositories", n)
 	}
 	if err := audit.Migrate(o.DB); err != nil {
 		return nil, err
@@ -301,9 +320,15 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 		if err := tx.Create(&r).Error; err != nil {
 			return err
 		}
+		if s.o.DefaultAccess == DefaultAccessAll {
+			if err := tx.Create(&AccessEntry{Repository: r.ID, Kind: ForAll, Level: LevelPush}).Error; err != nil {
+				return err
+			}
+		}
 		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: a.By, Data: map[string]any{
 			"action": "repository_add", "repository": r.ID, "name": r.Name, "url": r.URL, "branch": r.Branch,
 			"credential": r.Credential, "run_setup": r.RunSetup, "setup_network": r.SetupNetwork, "setup_egress": r.SetupEgress,
+			"default_access": s.o.DefaultAccess,
 		}})
 		return err
 	})
@@ -348,6 +373,9 @@ func (s *Service) Delete(ctx context.Context, id, by string) error {
 	}
 	err = s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Where("id = ?", id).Delete(&Repository{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("repository_id = ?", id).Delete(&AccessEntry{}).Error; err != nil {
 			return err
 		}
 		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: by, Data: map[string]any{"action": "repository_delete", "repository": id, "name": r.Name}})

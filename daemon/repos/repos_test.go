@@ -56,7 +56,7 @@ func run(t *testing.T, dir string, args ...string) string {
 }
 
 // service opens a Service on a fresh database, with its queue running.
-func service(t *testing.T, o Options) (*Service, *jobs.Queue) {
+func service(t testing.TB, o Options) (*Service, *jobs.Queue) {
 	t.Helper()
 	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
 	if err != nil {

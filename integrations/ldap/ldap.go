@@ -94,7 +94,33 @@ type Config struct {
 	// Entry.Email. Defaults "cn" and "mail".
 	NameAttribute string `yaml:"name_attribute"`
 	MailAttribute string `yaml:"mail_attribute"`
+	// GroupAttribute, if set, is an attribute of the user's entry that
+	// names their groups (memberOf, with slapd's memberof overlay or
+	// Active Directory): a value that is a DN gives its first RDN's
+	// value (cn=devs,ou=groups,… is "devs"), any other value itself.
+	GroupAttribute string `yaml:"group_attribute"`
+	// GroupSearchBaseDN and GroupSearchFilter instead (or as well) find
+	// the user's groups by a search under the base (whole subtree), e.g.
+	// "(&(objectClass=groupOfNames)(member={dn}))"; the filter may
+	// contain {dn} (the user's DN) and {username}, both escaped as filter
+	// values. It runs as ServiceDN if set, else as the user.
+	// GroupNameAttribute is the found groups' name (default "cn").
+	GroupSearchBaseDN  string `yaml:"group_search_base_dn"`
+	GroupSearchFilter  string `yaml:"group_search_filter"`
+	GroupNameAttribute string `yaml:"group_name_attribute"`
 }
+
+// DNPlaceholder is replaced by the user's escaped DN in
+// GroupSearchFilter.
+const DNPlaceholder = "{dn}"
+
+// MaxGroups bounds the groups one sign-in reads; a user in more is
+// refused (ErrTooManyGroups) rather than given a partial set.
+const MaxGroups = 1000
+
+// ErrTooManyGroups: the directory names more than MaxGroups groups for
+// the user.
+var ErrTooManyGroups = errors.New("ldap: the user is in too many groups")
 
 // Entry is the directory's view of an authenticated user.
 type Entry struct {
@@ -102,6 +128,9 @@ type Entry struct {
 	Username string // as given to Authenticate
 	Name     string // NameAttribute's first value, or ""
 	Email    string // MailAttribute's first value, or ""
+	// Groups are the user's groups (GroupAttribute, the group search),
+	// deduplicated; nil when neither is configured.
+	Groups []string
 }
 
 // Validate reports the first configuration error, naming its key.
@@ -162,6 +191,17 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return bad("timeout", "is negative (%v)", c.Timeout)
 	}
+	switch {
+	case c.GroupSearchBaseDN != "" && c.GroupSearchFilter == "":
+		return bad("group_search_filter", "is not set (group_search_base_dn needs it)")
+	case c.GroupSearchBaseDN == "" && c.GroupSearchFilter != "":
+		return bad("group_search_base_dn", "is not set (group_search_filter needs it)")
+	case c.GroupSearchFilter != "":
+		f := strings.ReplaceAll(strings.ReplaceAll(c.GroupSearchFilter, Placeholder, "x"), DNPlaceholder, "x")
+		if _, err := goldap.CompileFilter(f); err != nil {
+			return bad("group_search_filter", "is not an LDAP filter: %v", err)
+		}
+	}
 	if c.CACertFile != "" {
 		if _, err := loadCAs(c.CACertFile); err != nil {
 			return bad("ca_cert_file", "%v", err)
@@ -212,6 +252,9 @@ func Authenticate(ctx context.Context, c Config, username, password string) (Ent
 		mailAttr = "mail"
 	}
 	attrs := []string{nameAttr, mailAttr}
+	if c.GroupAttribute != "" {
+		attrs = append(attrs, c.GroupAttribute)
+	}
 	var e *goldap.Entry
 	if c.BindDN != "" {
 		dn := strings.ReplaceAll(c.BindDN, Placeholder, goldap.EscapeDN(username))
@@ -258,12 +301,85 @@ func Authenticate(ctx context.Context, c Config, username, password string) (Ent
 			return Entry{}, err
 		}
 	}
-	return Entry{
+	out := Entry{
 		DN:       e.DN,
 		Username: username,
 		Name:     e.GetAttributeValue(nameAttr),
 		Email:    e.GetAttributeValue(mailAttr),
-	}, nil
+	}
+	if c.GroupAttribute != "" || c.GroupSearchFilter != "" {
+		gs, err := groups(ctx, c, conn, e, username)
+		if err != nil {
+			return Entry{}, err
+		}
+		out.Groups = gs
+	}
+	return out, nil
+}
+
+// groups reads the user's groups from e's GroupAttribute and the group
+// search, on conn (bound as the user).
+func groups(ctx context.Context, c Config, conn *goldap.Conn, e *goldap.Entry, username string) ([]string, error) {
+	seen := map[string]bool{}
+	out := []string{}
+	addName := func(n string) error {
+		if n == "" || seen[n] {
+			return nil
+		}
+		if len(out) == MaxGroups {
+			return fmt.Errorf("%w: more than %d", ErrTooManyGroups, MaxGroups)
+		}
+		seen[n] = true
+		out = append(out, n)
+		return nil
+	}
+	if c.GroupAttribute != "" {
+		for _, v := range e.GetAttributeValues(c.GroupAttribute) {
+			if err := addName(rdnValue(v)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.GroupSearchFilter == "" {
+		return out, nil
+	}
+	if c.ServiceDN != "" {
+		if err := conn.Bind(c.ServiceDN, c.ServicePassword); err != nil {
+			return nil, fmt.Errorf("ldap: binding as the service account %s for the group search: %w", c.ServiceDN, ctxErr(ctx, err))
+		}
+	}
+	nameAttr := c.GroupNameAttribute
+	if nameAttr == "" {
+		nameAttr = "cn"
+	}
+	filter := strings.ReplaceAll(c.GroupSearchFilter, DNPlaceholder, goldap.EscapeFilter(e.DN))
+	filter = strings.ReplaceAll(filter, Placeholder, goldap.EscapeFilter(username))
+	res, err := conn.Search(goldap.NewSearchRequest(c.GroupSearchBaseDN, goldap.ScopeWholeSubtree, goldap.NeverDerefAliases,
+		MaxGroups+1, 0, false, filter, []string{nameAttr}, nil))
+	switch {
+	case goldap.IsErrorWithCode(err, goldap.LDAPResultSizeLimitExceeded):
+		return nil, fmt.Errorf("%w: the group search %s matches more than %d", ErrTooManyGroups, filter, MaxGroups)
+	case goldap.IsErrorWithCode(err, goldap.LDAPResultNoSuchObject):
+		return nil, fmt.Errorf("ldap: the group search's base %s (auth.ldap.group_search_base_dn) does not exist", c.GroupSearchBaseDN)
+	case err != nil:
+		return nil, fmt.Errorf("ldap: searching groups %s under %s: %w", filter, c.GroupSearchBaseDN, ctxErr(ctx, err))
+	}
+	for _, g := range res.Entries {
+		if err := addName(g.GetAttributeValue(nameAttr)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// rdnValue is the value of a DN's first attribute (cn=devs,ou=groups →
+// devs), or v itself if it is not a DN.
+func rdnValue(v string) string {
+	dn, err := goldap.ParseDN(v)
+	if err != nil || len(dn.RDNs) == 0 || len(dn.RDNs[0].Attributes) == 0 {
+		return v
+	}
+	return dn.RDNs[0].Attributes[0].Value
 }
 
 // bind binds as dn, telling a refused password from a failed request.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,10 @@ func TestValidate(t *testing.T) {
 		{"service dn without password", func(c *ldap.Config) { c.ServiceDN = "cn=svc" }, "auth.ldap.service_password"},
 		{"negative timeout", func(c *ldap.Config) { c.Timeout = -time.Second }, "auth.ldap.timeout"},
 		{"missing CA file", func(c *ldap.Config) { c.CACertFile = "/nonexistent/ca.pem" }, "auth.ldap.ca_cert_file"},
+		{"group search", func(c *ldap.Config) { c.GroupSearchBaseDN, c.GroupSearchFilter = "ou=groups", "(member={dn})" }, ""},
+		{"group base without filter", func(c *ldap.Config) { c.GroupSearchBaseDN = "ou=groups" }, "auth.ldap.group_search_filter"},
+		{"group filter without base", func(c *ldap.Config) { c.GroupSearchFilter = "(member={dn})" }, "auth.ldap.group_search_base_dn"},
+		{"group filter not a filter", func(c *ldap.Config) { c.GroupSearchBaseDN, c.GroupSearchFilter = "ou=groups", "(member={dn}" }, "auth.ldap.group_search_filter"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,7 +112,7 @@ func TestAuthenticate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ldap.Authenticate(context.Background(), tt.cfg, tt.user, tt.pw)
-			if tt.want == (ldap.Entry{}) {
+			if tt.want.DN == "" {
 				if !errors.Is(err, ldap.ErrInvalidCredentials) {
 					t.Fatalf("Authenticate(%q) = %+v, %v; want ErrInvalidCredentials", tt.user, got, err)
 				}
@@ -115,10 +121,69 @@ func TestAuthenticate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Authenticate(%q): %v", tt.user, err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("Authenticate(%q) = %+v, want %+v", tt.user, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestAuthenticateGroups reads a user's groups from slapd's memberOf
+// (the memberof overlay), from a group search, and from both.
+func TestAuthenticateGroups(t *testing.T) {
+	srv := ldaptest.Start(t)
+	aliceDN := srv.AddUser(t, "alice", "alice-password", "Alice", "")
+	bobDN := srv.AddUser(t, "bob", "bob-password", "Bob", "")
+	srv.AddUser(t, "carol", "carol-password", "Carol", "")
+	srv.AddGroup(t, "Devs", aliceDN, bobDN)
+	srv.AddGroup(t, "ops", aliceDN)
+
+	memberOf := ldap.Config{URL: srv.URL, BindDN: "uid={username}," + srv.PeopleDN, GroupAttribute: "memberOf"}
+	search := ldap.Config{URL: srv.URL, BindDN: "uid={username}," + srv.PeopleDN,
+		GroupSearchBaseDN: srv.GroupsDN, GroupSearchFilter: "(&(objectClass=groupOfNames)(member={dn}))"}
+	searchAsService := search
+	searchAsService.ServiceDN, searchAsService.ServicePassword = srv.RootDN, srv.RootPassword
+	both := search
+	both.GroupAttribute = "memberOf"
+	byUID := search
+	byUID.GroupSearchFilter = "(member=uid={username}," + srv.PeopleDN + ")"
+
+	tests := []struct {
+		name string
+		cfg  ldap.Config
+		user string
+		want []string
+	}{
+		{"memberOf", memberOf, "alice", []string{"Devs", "ops"}},
+		{"memberOf one", memberOf, "bob", []string{"Devs"}},
+		{"memberOf none", memberOf, "carol", []string{}},
+		{"search", search, "alice", []string{"Devs", "ops"}},
+		{"search as service", searchAsService, "bob", []string{"Devs"}},
+		{"search none", search, "carol", []string{}},
+		{"both, deduplicated", both, "alice", []string{"Devs", "ops"}},
+		{"search by user name", byUID, "bob", []string{"Devs"}},
+		{"no group configuration", ldap.Config{URL: srv.URL, BindDN: "uid={username}," + srv.PeopleDN}, "alice", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := ldap.Authenticate(context.Background(), tt.cfg, tt.user, tt.user+"-password")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.Groups
+			if got != nil {
+				slices.Sort(got)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("groups of %s = %#v, want %#v", tt.user, got, tt.want)
+			}
+		})
+	}
+
+	bad := search
+	bad.GroupSearchBaseDN = "ou=nowhere," + srv.BaseDN
+	if _, err := ldap.Authenticate(context.Background(), bad, "alice", "alice-password"); err == nil || errors.Is(err, ldap.ErrInvalidCredentials) || !strings.Contains(err.Error(), "group_search_base_dn") {
+		t.Errorf("a missing group base: %v, want an error naming group_search_base_dn", err)
 	}
 }
 

@@ -20,9 +20,11 @@ var ErrNoRepository = errors.New("retrieval: no such repository")
 // implements agentcore.Retriever.
 type Searcher struct {
 	Index *Index
-	// Readable lists the repositories user may search. Nil means every
-	// repository (every signed-in user may read every repository).
-	Readable func(ctx context.Context, user string) ([]string, error)
+	// Readable lists the repositories user may search; all reports that
+	// they may search every repository (the list is then not used, and
+	// the index searches without a filter). Nil Readable means every
+	// repository for every user.
+	Readable func(ctx context.Context, user string) (repos []string, all bool, err error)
 	// Scope is the conversation's repository, the default scope of
 	// search_code ("" = every repository the user may read). Nil: no
 	// conversation has a repository. The daemon wires it to the
@@ -38,18 +40,21 @@ type Searcher struct {
 // read) for query, returning at most limit hits.
 func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string, limit int) ([]agentcore.Hit, error) {
 	var repos []string
-	if s.Readable != nil {
-		r, err := s.Readable(ctx, user)
+	restricted := s.Readable != nil
+	if restricted {
+		r, all, err := s.Readable(ctx, user)
 		if err != nil {
 			return nil, err
 		}
-		if len(r) == 0 {
-			return []agentcore.Hit{}, nil
+		repos, restricted = r, !all
+		if all {
+			repos = nil
 		}
-		repos = r
 	}
 	if repository != "" {
-		if repos != nil && !slices.Contains(repos, repository) {
+		// Before anything is searched: a repository the user may not
+		// read answers as an unknown one, whatever else they may read.
+		if restricted && !slices.Contains(repos, repository) {
 			return nil, fmt.Errorf("%w: %q", ErrNoRepository, repository)
 		}
 		if s.Exists != nil {
@@ -62,6 +67,10 @@ func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string,
 			}
 		}
 		repos = []string{repository}
+	}
+	if restricted && len(repos) == 0 {
+		// Nothing readable (an empty list to the index means everything).
+		return []agentcore.Hit{}, nil
 	}
 	rs, err := s.Index.Search(ctx, Query{Text: query, Repositories: repos, Limit: limit})
 	if err != nil {

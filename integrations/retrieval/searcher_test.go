@@ -27,11 +27,14 @@ func TestSearchCodeTool(t *testing.T) {
 	}
 	s := &Searcher{
 		Index: ix,
-		Readable: func(_ context.Context, user string) ([]string, error) {
-			if user != "alice" {
-				return nil, nil
+		Readable: func(_ context.Context, user string) ([]string, bool, error) {
+			switch user {
+			case "alice":
+				return []string{"a", "b"}, false, nil
+			case "root":
+				return nil, true, nil
 			}
-			return []string{"a", "b"}, nil
+			return nil, false, nil
 		},
 		Scope: func(_ context.Context, user, conv string) (string, error) {
 			if conv == "conv_on_a" {
@@ -58,6 +61,12 @@ func TestSearchCodeTool(t *testing.T) {
 		{"alice", "conv_on_a", `{"query":"load config","repository":"secret"}`, nil, nil, "no such repository"},
 		{"alice", "conv_on_a", `{"query":"load config","repository":"nope"}`, nil, nil, "no such repository"},
 		{"bob", "conv_plain", `{"query":"loadConfig"}`, []string{"no matches"}, nil, ""},
+		// bob may read nothing: naming a repository is as naming an
+		// unknown one, not an empty answer.
+		{"bob", "conv_plain", `{"query":"loadConfig","repository":"a"}`, nil, nil, "no such repository"},
+		{"root", "conv_plain", `{"query":"loadConfig","repository":"secret"}`, []string{"lib/config.py:1-2 (repository secret)"}, nil, ""},
+		{"root", "conv_plain", `{"query":"load_config"}`, []string{"(repository b)", "(repository secret)"}, nil, ""},
+		{"bob", "conv_plain", `{"query":"loadConfig","repository":"nope"}`, nil, nil, "no such repository"},
 		{"alice", "conv_on_a", `{"query":"\"*\""}`, nil, nil, "no words"},
 		{"alice", "conv_on_a", `{"query":1}`, nil, nil, "invalid arguments"},
 	} {

@@ -69,7 +69,15 @@ async function repositories() {
         await watchJob(j.data.job.id, bar, label);
         await load();
       });
-      tbody.append(row(x.name, x.branch, (x.head || '').slice(0, 12), el('div', { class: 'row' }, sync, bar, label)));
+      const access = el('button', { type: 'button', class: 'access-open', 'aria-expanded': 'false' }, 'Access');
+      const editorRow = el('tr', { hidden: '' });
+      access.onclick = () => guard(async () => {
+        if (!editorRow.hidden) { editorRow.hidden = true; access.setAttribute('aria-expanded', 'false'); return; }
+        editorRow.replaceChildren(el('td', { colspan: '5' }, await accessEditor(x)));
+        editorRow.hidden = false;
+        access.setAttribute('aria-expanded', 'true');
+      });
+      tbody.append(row(x.name, x.branch, (x.head || '').slice(0, 12), el('div', { class: 'row' }, sync, bar, label), access), editorRow);
     }
   };
   form.addEventListener('submit', (e) => {
@@ -82,6 +90,38 @@ async function repositories() {
     });
   });
   await load();
+}
+
+// accessEditor edits repository x's access entries: who (a user, a
+// group, or all signed-in users) may read, push or administer it.
+async function accessEditor(x) {
+  const path = `/repositories/${encodeURIComponent(x.id)}/access`;
+  const list = el('div', { class: 'access-entries' });
+  const option = (v, cur) => { const o = el('option', { value: v }, v); if (v === cur) o.selected = true; return o; };
+  const entry = (e) => {
+    const kind = el('select', { 'aria-label': 'Who' }, ...['user', 'group', 'all'].map((v) => option(v, e.kind)));
+    const name = el('input', { value: e.name || '', 'aria-label': 'User or group name', placeholder: 'name' });
+    const level = el('select', { 'aria-label': 'Level' }, ...['read', 'push', 'admin'].map((v) => option(v, e.level)));
+    const remove = el('button', { type: 'button' }, 'Remove');
+    const line = el('div', { class: 'row' }, kind, name, level, remove);
+    const sync = () => { name.hidden = kind.value === 'all'; };
+    kind.onchange = sync;
+    sync();
+    remove.onclick = () => line.remove();
+    line.entry = () => (kind.value === 'all' ? { kind: 'all', level: level.value } : { kind: kind.value, name: name.value.trim(), level: level.value });
+    return line;
+  };
+  const show = (entries) => list.replaceChildren(...(entries || []).map(entry));
+  show((await api(path)).data.entries);
+  const add = el('button', { type: 'button', class: 'access-add' }, 'Add entry');
+  add.onclick = () => list.append(entry({ kind: 'group', level: 'read' }));
+  const save = el('button', { type: 'button', class: 'access-save' }, 'Save access');
+  save.onclick = () => guard(async () => {
+    const entries = [...list.children].map((l) => l.entry());
+    show((await api(path, { method: 'PUT', body: { entries } })).data.entries);
+    say(`Access to ${x.name} saved.`);
+  });
+  return el('div', { class: 'card' }, el('p', { class: 'hint', text: 'read: see, search, start conversations; push: push to unprotected branches; admin: sync and access. No entry: administrators only.' }), list, el('div', { class: 'row' }, add, save));
 }
 
 // What an MCP server's process has, as the server reports it (the

@@ -25,13 +25,15 @@ type Server struct {
 	URL          string // ldap://127.0.0.1:PORT
 	BaseDN       string // dc=example,dc=org
 	PeopleDN     string // ou=people,<BaseDN>, where AddUser puts users
+	GroupsDN     string // ou=groups,<BaseDN>, where AddGroup puts groups
 	RootDN       string // the directory's administrator, for search tests
 	RootPassword string
 }
 
 // The directory's access rules: passwords can only be used to bind (never
 // read, not even by their owner or a search account); everything else is
-// readable by anyone, so anonymous search works.
+// readable by anyone, so anonymous search works. The memberof overlay
+// keeps the members' memberOf.
 const confTemplate = `include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
 include /etc/ldap/schema/inetorgperson.schema
@@ -39,6 +41,7 @@ pidfile %[1]s/slapd.pid
 argsfile %[1]s/slapd.args
 modulepath /usr/lib/ldap
 moduleload back_mdb
+moduleload memberof
 database mdb
 maxsize 16777216
 suffix "%[2]s"
@@ -47,6 +50,7 @@ rootpw "%[4]s"
 directory %[1]s/db
 access to attrs=userPassword by anonymous auth by * none
 access to * by * read
+overlay memberof
 `
 
 // Start starts slapd and creates the base entries. It is stopped when the
@@ -69,6 +73,7 @@ func Start(t testing.TB) *Server {
 		RootPassword: "rootsecret",
 	}
 	s.PeopleDN = "ou=people," + s.BaseDN
+	s.GroupsDN = "ou=groups," + s.BaseDN
 
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "db"), 0o700); err != nil {
@@ -106,7 +111,40 @@ func Start(t testing.TB) *Server {
 		"objectClass": {"organizationalUnit"},
 		"ou":          {"people"},
 	})
+	add(t, conn, s.GroupsDN, map[string][]string{
+		"objectClass": {"organizationalUnit"},
+		"ou":          {"groups"},
+	})
 	return s
+}
+
+// AddGroup adds a groupOfNames cn=<cn> under GroupsDN whose members are
+// the DNs members (at least one: the schema requires a member), and
+// returns its DN. The memberof overlay gives each member a memberOf
+// value naming it.
+func (s *Server) AddGroup(t testing.TB, cn string, members ...string) string {
+	t.Helper()
+	dn := "cn=" + goldap.EscapeDN(cn) + "," + s.GroupsDN
+	conn := s.dialRoot(t)
+	defer conn.Close()
+	add(t, conn, dn, map[string][]string{
+		"objectClass": {"groupOfNames"},
+		"cn":          {cn},
+		"member":      members,
+	})
+	return dn
+}
+
+// RemoveMember removes member (a DN) from the group cn.
+func (s *Server) RemoveMember(t testing.TB, cn, member string) {
+	t.Helper()
+	conn := s.dialRoot(t)
+	defer conn.Close()
+	req := goldap.NewModifyRequest("cn="+goldap.EscapeDN(cn)+","+s.GroupsDN, nil)
+	req.Delete("member", []string{member})
+	if err := conn.Modify(req); err != nil {
+		t.Fatalf("ldaptest: removing %s from group %s: %v", member, cn, err)
+	}
 }
 
 // run starts slapd in the foreground (-d 0) on addr and waits until it
