@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -553,4 +554,77 @@ func BenchmarkOIDCSignIn(b *testing.B) {
 	b.ReportMetric(l, "local-p50-ms")
 	b.ReportMetric(o, "oidc-p50-ms")
 	b.ReportMetric(o-l, "added-p50-ms")
+}
+
+// TestOIDCGroups: the provider's groups claim is the user's OIDC groups at
+// each sign-in: auth.admin_groups makes alice (in "all") an admin, and a
+// repository readable by group dev is carol's to list and search, and
+// nobody's outside it.
+func TestOIDCGroups(t *testing.T) {
+	op := startOP(t)
+	t.Setenv("CODUMENTOR_TEST_OIDC_SECRET", opSecret)
+	in := newInstance(t, "  admin_groups: [all]\n"+oidcConfig(op)+"repositories:\n  default_access: admins\n")
+	in.addUser("root", pw, true)
+	p := in.start()
+	root := p.login("root", pw)
+	remote, _ := searchRepo(t)
+	id := addRepo(t, root, "team", "file://"+remote)
+	root.must(http.StatusOK, "PUT", "/api/v1/repositories/"+id+"/access", map[string]any{"entries": []map[string]string{{"kind": "group", "name": "dev", "level": "read"}}}, nil)
+
+	carol := newOIDCBrowser(t)
+	if status, body, session := carol.signIn(p.URL, "corp", "carol"); status != http.StatusOK || !session {
+		t.Fatalf("carol's sign-in: %d, session %v\n%s", status, session, body)
+	}
+	status, body, _ := carol.get(p.URL + "/api/v1/repositories")
+	var list struct{ Repositories []struct{ ID string } }
+	if err := json.Unmarshal([]byte(body), &list); status != http.StatusOK || err != nil || len(list.Repositories) != 1 || list.Repositories[0].ID != id {
+		t.Fatalf("carol (OIDC group dev) lists %d %s", status, body)
+	}
+	if status, body, _ := carol.get(p.URL + "/api/v1/search?q=loadSettings&repository=" + id); status != http.StatusOK || !strings.Contains(body, "loadSettings") {
+		t.Fatalf("carol's search: %d %s", status, body)
+	}
+
+	var users struct{ Users []auth.User }
+	root.must(http.StatusOK, "GET", "/api/v1/admin/users", nil, &users)
+	if i := slices.IndexFunc(users.Users, func(u auth.User) bool { return u.Name == "carol" }); i < 0 || users.Users[i].Role != auth.RoleUser {
+		t.Fatalf("carol (dev only) after her sign-in: %+v", users.Users)
+	}
+	// alice is in "all": an admin from her first sign-in on, the
+	// session's own view included.
+	alice := newOIDCBrowser(t)
+	if status, body, session := alice.signIn(p.URL, "corp", "alice"); status != http.StatusOK || !session {
+		t.Fatalf("alice's sign-in: %d, session %v\n%s", status, session, body)
+	}
+	var me auth.User
+	if status, body, _ := alice.get(p.URL + "/api/v1/me"); status != http.StatusOK || json.Unmarshal([]byte(body), &me) != nil || me.Role != auth.RoleAdmin {
+		t.Fatalf("alice (group all) is %d %s", status, body)
+	}
+	var groups struct {
+		Groups []struct {
+			Name    string
+			Members []struct{ User, Source string }
+		}
+	}
+	root.must(http.StatusOK, "GET", "/api/v1/admin/groups", nil, &groups)
+	members := map[string][]string{}
+	for _, g := range groups.Groups {
+		for _, m := range g.Members {
+			members[g.Name] = append(members[g.Name], m.User+"/"+m.Source)
+		}
+		slices.Sort(members[g.Name])
+	}
+	if want := map[string][]string{"dev": {"alice/oidc", "carol/oidc"}, "all": {"alice/oidc"}}; !reflect.DeepEqual(members, want) {
+		t.Fatalf("groups after the sign-ins: %v; want %v", members, want)
+	}
+
+	// A user outside dev (the allowed group) never gets a session, so
+	// never a repository either; a repository carol may not read is not
+	// found for her.
+	if status, _, session := newOIDCBrowser(t).signIn(p.URL, "corp", "bob"); status != http.StatusUnauthorized || session {
+		t.Fatalf("bob (sales): %d, session %v", status, session)
+	}
+	other := addRepo(t, root, "other", "file://"+remote)
+	if status, body, _ := carol.get(p.URL + "/api/v1/repositories/" + other); status != http.StatusNotFound {
+		t.Fatalf("carol on a repository of nobody's group: %d %s", status, body)
+	}
 }

@@ -112,8 +112,6 @@ type OIDCOptions struct {
 	// Limiter counts refused sign-ins per client address (the
 	// Authenticator's, so that both share the limit). nil: a new one.
 	Limiter *Limiter
-	// Groups receives the groups claim of each sign-in (nil: ignored).
-	Groups func(ctx context.Context, u User, source string, groups []string) error
 	// HTTPClient talks to the providers; default one with a 10 s timeout.
 	HTTPClient *http.Client
 }
@@ -123,7 +121,6 @@ type OIDC struct {
 	users     *Users
 	tokens    OIDCTokenStore
 	limiter   *Limiter
-	groups    func(context.Context, User, string, []string) error
 	client    *http.Client
 	providers []*oidcProvider
 }
@@ -177,7 +174,7 @@ func NewOIDC(users *Users, o OIDCOptions) (*OIDC, error) {
 	if err := users.db.AutoMigrate(&oidcLogin{}, &oidcIdentity{}); err != nil {
 		return nil, fmt.Errorf("auth: migrating the OIDC tables: %w", err)
 	}
-	x := &OIDC{users: users, tokens: o.Tokens, limiter: o.Limiter, groups: o.Groups, client: o.HTTPClient}
+	x := &OIDC{users: users, tokens: o.Tokens, limiter: o.Limiter, client: o.HTTPClient}
 	if x.limiter == nil {
 		x.limiter = NewLimiter(LimitOptions{})
 	}
@@ -517,7 +514,16 @@ func (o *OIDC) finish(ctx context.Context, p *oidcProvider, r OIDCCallback) (u U
 	if err != nil {
 		return User{}, "", name, reason, err
 	}
-	if err := o.groupsAtSignIn(ctx, u, "oidc", groups); err != nil {
+	// The provider's groups as of this sign-in, and the role
+	// auth.admin_groups gives them.
+	if err := o.users.SetGroups(ctx, u.ID, GroupSourceOIDC, groups); err != nil {
+		if errors.Is(err, ErrInvalidGroup) {
+			reason, err = refuse("groups", "claim %s: %v", p.cfg.GroupsClaim, err)
+			return User{}, "", name, reason, err
+		}
+		return User{}, "", name, "", err
+	}
+	if u, err = o.users.ByID(ctx, u.ID); err != nil {
 		return User{}, "", name, "", err
 	}
 	if o.tokens != nil {
@@ -526,14 +532,6 @@ func (o *OIDC) finish(ctx context.Context, p *oidcProvider, r OIDCCallback) (u U
 		}
 	}
 	return u, login.Next, name, "", nil
-}
-
-// groupsAtSignIn hands the groups of a sign-in to group storage.
-func (o *OIDC) groupsAtSignIn(ctx context.Context, u User, source string, groups []string) error {
-	if o.groups == nil {
-		return nil
-	}
-	return o.groups(ctx, u, source, groups)
 }
 
 // consume takes the begun sign-in of state out of the table: nil if there
