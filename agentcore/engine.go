@@ -390,6 +390,17 @@ func (e *Engine) conv(id string) *conv {
 // conversation's subscribers. A Store failure is logged: the turn goes on,
 // and the event is missing from the log.
 func (e *Engine) emit(c *conv, turn string, red *redactor, log *slog.Logger, typ string, data any) {
+	if !e.appendEvent(c, turn, red, log, typ, data) {
+		return
+	}
+	c.mu.Lock()
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// appendEvent persists one event for emit; false if the Store failed
+// (logged).
+func (e *Engine) appendEvent(c *conv, turn string, red *redactor, log *slog.Logger, typ string, data any) bool {
 	b, err := json.Marshal(data)
 	if err != nil {
 		b = []byte(`{}`)
@@ -403,16 +414,19 @@ func (e *Engine) emit(c *conv, turn string, red *redactor, log *slog.Logger, typ
 	c.emitMu.Unlock()
 	if err != nil {
 		log.Error("storing event failed", "type", typ, "err", err)
-		return
+		return false
 	}
-	c.mu.Lock()
+	return true
+}
+
+// wakeLocked wakes c's subscribers; c.mu is held.
+func (c *conv) wakeLocked() {
 	for wake := range c.subs {
 		select {
 		case wake <- struct{}{}:
 		default: // already woken; it reads everything new
 		}
 	}
-	c.mu.Unlock()
 }
 
 // Publish records an event of the conversation outside any turn (e.g.

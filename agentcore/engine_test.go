@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/agentcoretest"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
@@ -197,6 +198,65 @@ func TestSecondTurnRefused(t *testing.T) {
 	next := h.start("c", "more")
 	if err := h.wait(next); err == nil || !strings.Contains(err.Error(), "script exhausted") {
 		t.Errorf("next turn: %v", err)
+	}
+}
+
+// endStore records each turn-ending event that, the moment it is
+// stored, would have a message sent by whoever sees it refused.
+type endStore struct {
+	*agentcoretest.MemStore
+	e     *agentcore.Engine
+	mu    sync.Mutex
+	early []string
+}
+
+func (s *endStore) AppendEvent(ctx context.Context, ev agentcore.Event) (agentcore.Event, error) {
+	ev, err := s.MemStore.AppendEvent(ctx, ev)
+	switch ev.Type {
+	case agentcore.EventTurnFinished, agentcore.EventTurnFailed, agentcore.EventTurnCancelled:
+		if err == nil && agentcore.RefusesTurnNow(s.e, ev.Conversation) {
+			s.mu.Lock()
+			s.early = append(s.early, ev.Type)
+			s.mu.Unlock()
+		}
+	}
+	return ev, err
+}
+
+// TestNextTurnRightAfterTheLast: a client that sends the next message as
+// soon as it sees a turn end (or its last event is in the Store) is not
+// refused with ErrTurnInProgress.
+func TestNextTurnRightAfterTheLast(t *testing.T) {
+	s := &llmtest.Script{Steps: []llmtest.Step{{Text: "one"}, {Text: "two"}, {Text: "three"}}}
+	store := &endStore{MemStore: agentcoretest.NewMemStore()}
+	h := newHarness(t, s, func(c *agentcore.Config) { c.Store = store })
+	store.e = h.e
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	events := h.e.Subscribe(ctx, "c", 0)
+	h.start("c", "go")
+	// Three turns answered, the fourth fails: the script is exhausted.
+	var ends []string
+	for ev := range events {
+		switch ev.Type {
+		case agentcore.EventTurnFinished:
+			ends = append(ends, ev.Type)
+			if _, err := h.e.StartTurn(t.Context(), agentcore.TurnRequest{User: "alice", Conversation: "c", Content: "more"}); err != nil {
+				t.Fatalf("StartTurn right after %s: %v", ev.Type, err)
+			}
+		case agentcore.EventTurnFailed, agentcore.EventTurnCancelled:
+			ends = append(ends, ev.Type)
+			cancel()
+		}
+	}
+	want := []string{agentcore.EventTurnFinished, agentcore.EventTurnFinished, agentcore.EventTurnFinished, agentcore.EventTurnFailed}
+	if !slices.Equal(ends, want) {
+		t.Fatalf("turn ends %v, want %v", ends, want)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.early) > 0 {
+		t.Errorf("stored while the turn still held the conversation: %v", store.early)
 	}
 }
 

@@ -206,30 +206,39 @@ func (e *Engine) run(t *Turn) {
 	e.emitTurnUsage(t)
 	switch {
 	case err == nil:
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "stop"})
+		e.endTurn(t, EventTurnFinished, TurnFinished{Reason: "stop"})
 	case errors.As(err, &rep) && cause == nil:
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "repeating", Message: "Stopped: " + rep.what() + ". Send a message to tell the assistant what to do instead."})
+		e.endTurn(t, EventTurnFinished, TurnFinished{Reason: "repeating", Message: "Stopped: " + rep.what() + ". Send a message to tell the assistant what to do instead."})
 	case errors.Is(err, ErrBudget) && cause == nil:
 		// Step budget.
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFinished, TurnFinished{Reason: "max_steps", Message: fmt.Sprintf("Stopped after %d model calls, the most one turn may make. Send a message to let the assistant go on.", e.cfg.MaxSteps)})
+		e.endTurn(t, EventTurnFinished, TurnFinished{Reason: "max_steps", Message: fmt.Sprintf("Stopped after %d model calls, the most one turn may make. Send a message to let the assistant go on.", e.cfg.MaxSteps)})
 	case errors.Is(cause, errCancelled):
 		err = context.Canceled
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, TurnCancelled{})
+		e.endTurn(t, EventTurnCancelled, TurnCancelled{})
 	case cause != nil && errors.Is(e.ctx.Err(), context.Canceled):
 		err = ErrClosed
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnCancelled, TurnCancelled{Reason: "server shutting down"})
+		e.endTurn(t, EventTurnCancelled, TurnCancelled{Reason: "server shutting down"})
 	default:
 		if cause != nil {
 			err = cause // the time budget
 		}
 		t.log.Warn("turn failed", "err", err)
-		e.emit(t.c, t.ID, t.red, t.log, EventTurnFailed, TurnFailed{Error: capError(t.red.String(err.Error()), maxErrorText)})
+		e.endTurn(t, EventTurnFailed, TurnFailed{Error: capError(t.red.String(err.Error()), maxErrorText)})
 	}
 	t.err = err
-	t.c.mu.Lock()
-	t.c.turn = nil
-	t.c.mu.Unlock()
 	close(t.done)
+}
+
+// endTurn stores the turn's last event and clears the conversation's
+// turn under c.mu, then wakes subscribers: whoever sees that event (a
+// subscriber woken earlier reads the Store at any time) and sends the
+// next message finds no turn running, or waits for c.mu until none is.
+func (e *Engine) endTurn(t *Turn, typ string, data any) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	e.appendEvent(t.c, t.ID, t.red, t.log, typ, data)
+	t.c.turn = nil
+	t.c.wakeLocked()
 }
 
 // loop calls the model and runs its tool calls until it stops.

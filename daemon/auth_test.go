@@ -127,7 +127,9 @@ func (s *stream) ended(timeout time.Duration) {
 // a user may (16, over 4 conversations): every one of them ends, and
 // their places are free again for his next session.
 func TestStreamEndsWithItsToken(t *testing.T) {
-	in := newInstance(t, "  token_ttl: 4s\nplugins: []\n")
+	// The tokens outlive the setup (logins and 18 streams) on a loaded
+	// machine: the streams must be seen open before any expires.
+	in := newInstance(t, "  token_ttl: 15s\nplugins: []\n")
 	in.args = []string{"--sse-heartbeat", "100ms"}
 	in.addUser("bob", pw, false)
 	in.addUser("carol", pw, false)
@@ -154,7 +156,7 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 	_, carol := open("carol")
 	_, dave := open("dave")
 	// All stay open across heartbeats while their tokens are good.
-	heartbeats(t, 2, 3*time.Second, append(bobs, carol, dave)...)
+	heartbeats(t, 2, 10*time.Second, append(bobs, carol, dave)...)
 
 	in.users(func(ctx context.Context, us *auth.Users) error {
 		return us.SetDisabled(ctx, auth.CommandLine, "bob", true)
@@ -163,11 +165,11 @@ func TestStreamEndsWithItsToken(t *testing.T) {
 		return us.SetPassword(ctx, auth.CommandLine, "carol", "new password 1")
 	})
 	for _, s := range bobs {
-		s.ended(2 * time.Second)
+		s.ended(10 * time.Second)
 	}
-	carol.ended(time.Second)
-	// dave's token expires 4 s after its login.
-	dave.ended(8 * time.Second)
+	carol.ended(10 * time.Second)
+	// dave's token expires 15 s after its login.
+	dave.ended(30 * time.Second)
 
 	// The ended streams gave their places back: bob, enabled again,
 	// opens his 16 at once.

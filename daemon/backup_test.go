@@ -141,7 +141,7 @@ func TestBackupRestore(t *testing.T) {
 	// The second turn writes events while the backup runs.
 	a.send(conv, "count")
 	approve()
-	time.Sleep(300 * time.Millisecond)
+	s.until(agentcore.EventToolOutput, 30*time.Second)
 	before := readState(t, in.config(), conv, alice.ID)
 	file := filepath.Join(t.TempDir(), "instance.cbk")
 	if code, out := codumentorctl(t, "", "backup", "--instance", in.dir, "--out", file); code != 0 || !strings.Contains(out, "backup of") {

@@ -85,7 +85,14 @@ fetch(%q).then(r => r.text()).then(t => { out.textContent = 'LEAKED ' + t; }, e 
 		t.Errorf("a page reached the server:\n%s", output)
 	}
 
-	time.Sleep(500 * time.Millisecond) // the browser stops when idle
+	// The browser stops when idle (idle_timeout), so the render starts it
+	// again.
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		if pid := childRunning(p.cmd.Process.Pid, "\x00--remote-debugging-"); pid != 0 {
+			return fmt.Errorf("the browser (pid %d) still runs", pid)
+		}
+		return nil
+	})
 	status, svg, h := a.do("POST", "/api/v1/render/diagram", map[string]string{"source": "graph TD\n  A[Client] --> B[Server]\n"})
 	if status != http.StatusOK || !bytes.HasPrefix(svg, []byte("<svg")) || h.Get("Content-Type") != "image/svg+xml" || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Fatalf("render svg = %d %s %.200s", status, h, svg)

@@ -66,13 +66,17 @@ const (
 )
 
 // childRunning returns the pid of parent's child process whose command
-// line contains arg, or 0.
+// line contains arg, or 0. A child is listed under the thread that
+// started it: a Go parent's under any of its threads.
 func childRunning(parent int, arg string) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
-	for _, f := range strings.Fields(string(b)) {
-		pid, _ := strconv.Atoi(f)
-		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && strings.Contains(string(cmd), arg) {
-			return pid
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", parent))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid > 0 && strings.Contains(string(cmd), arg) {
+				return pid
+			}
 		}
 	}
 	return 0

@@ -120,6 +120,8 @@ type webUI struct {
 	dialogs  []string
 	outside  []string
 	problems []string // console errors and exceptions
+	// loading are our tab's requests in flight, its event stream aside.
+	loading map[network.RequestID]bool
 }
 
 // newWebUI starts one headless Chromium with one tab on base; extra
@@ -130,7 +132,7 @@ func newWebUI(t testing.TB, base string, extra ...chromedp.ExecAllocatorOption) 
 	if err != nil {
 		sandboxtest.SkipOrFail(t, "%v", err)
 	}
-	w := &webUI{t: t, base: base, axe: axeSource(t)}
+	w := &webUI{t: t, base: base, axe: axeSource(t), loading: map[network.RequestID]bool{}}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin.Path),
 		// The test's own pages only; Chrome refuses its sandbox as root
@@ -185,6 +187,25 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 		}
 	}()
 	if console {
+		// In the order the browser sends them: a request's end never
+		// comes before its start.
+		err := chromedp.Listen(ctx, func(ev any) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			switch ev := ev.(type) {
+			case *network.EventRequestWillBeSent:
+				if ev.Type != network.ResourceTypeEventSource {
+					w.loading[ev.RequestID] = true
+				}
+			case *network.EventLoadingFinished:
+				delete(w.loading, ev.RequestID)
+			case *network.EventLoadingFailed:
+				delete(w.loading, ev.RequestID)
+			}
+		})
+		if err != nil {
+			w.t.Fatal(err)
+		}
 		// The console's "Failed to load resource" errors for a 4xx are
 		// let through below (the page's refused API calls, the pages a
 		// test opens to see a 404); an asset or the favicon answering
@@ -274,6 +295,28 @@ func (w *webUI) until(expr string, timeout time.Duration) {
 		if err != nil || !ok {
 			body := eval[string](w, "document.body ? document.body.innerText.slice(0, 3000) : ''")
 			return fmt.Errorf("waiting for %s at %s: %v; the page says:\n%s", expr, w.location(), err, body)
+		}
+		return nil
+	})
+}
+
+// quiet waits until the tab loads nothing (its event stream aside) and
+// has run a frame and a task after the last load ended, so that what a
+// load queued (an image's error handler) has run.
+func (w *webUI) quiet() {
+	w.t.Helper()
+	inflight := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.loading)
+	}
+	sandboxtest.Eventually(w.t, 20*time.Second, func() error {
+		if n := inflight(); n > 0 {
+			return fmt.Errorf("%d requests in flight at %s", n, w.location())
+		}
+		eval[chromedp.Void](w, "new Promise(r => requestAnimationFrame(() => setTimeout(r)))")
+		if n := inflight(); n > 0 {
+			return fmt.Errorf("%d requests in flight at %s", n, w.location())
 		}
 		return nil
 	})
@@ -556,13 +599,20 @@ func TestWebUI(t *testing.T) {
 		// inert checks the page: no payload ran, none became an element.
 		inert := func(where string) {
 			t.Helper()
-			time.Sleep(200 * time.Millisecond)
+			w.quiet()
 			if v := eval[string](w, "String(window.__xss)"); v != "undefined" {
 				t.Errorf("%s: a payload ran: window.__xss = %s", where, v)
 			}
 			if n := eval[int](w, "document.querySelectorAll('img, iframe, script:not([src]), [onerror], [onclick], a[href^=javascript i]').length"); n != 0 {
 				t.Errorf("%s: the page holds %d elements from a payload:\n%s", where, n, eval[string](w, "document.getElementById('main').innerHTML"))
 			}
+		}
+		// The control: a handler a failed image load queues has run
+		// by the time inert looks.
+		eval[chromedp.Void](w, "(() => { const i = new Image(); i.addEventListener('error', () => { window.__control = 1 }); i.src = '/no-such-image' })()")
+		w.quiet()
+		if !eval[bool](w, "window.__control === 1") {
+			t.Error("the control's error handler had not run when the page was quiet")
 		}
 		inert("the conversation")
 		eval[chromedp.Void](w, "document.querySelectorAll('.msg a').forEach(a => { if (a.textContent.startsWith('click me')) a.click() })")

@@ -426,8 +426,9 @@ const (
 // (fallocate) is stopped too. A reading is also taken when the commands
 // stop running, so the next command is compared with what they left.
 // With a free-space reserve (Limits.DiskReserve), the filesystem of
-// dirs[0] is watched too.
-func watchDisk(dirs []string, l Limits, base int64, active func() bool, over func(diskHit)) *diskWatch {
+// dirs[0] is watched too. over reports whether it stopped anything; a
+// growth that stopped nothing is measured again from the same reading.
+func watchDisk(dirs []string, l Limits, base int64, active func() bool, over func(diskHit) bool) *diskWatch {
 	budget := l.Disk
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -456,13 +457,18 @@ func watchDisk(dirs []string, l Limits, base int64, active func() bool, over fun
 					used := treesUsage(dirs, budget)
 					// The walk is the cost: walk at most a tenth of the time.
 					nextWalk = time.Now().Add(min(max(diskPollMin, 10*time.Since(start)), diskPollMax) - diskPollMin)
+					// A growth that stopped nothing (the writer not yet
+					// known as running) is still owed a stop.
+					stopped := true
 					switch {
 					case now && budget > 0 && used > budget && used > last:
-						over(diskHit{limitDisk, used})
+						stopped = over(diskHit{limitDisk, used})
 					case now && low && used > last:
-						over(diskHit{limitDiskFree, free})
+						stopped = over(diskHit{limitDiskFree, free})
 					}
-					last = used
+					if stopped {
+						last = used
+					}
 				}
 				wasActive = now
 			}

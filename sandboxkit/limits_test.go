@@ -344,6 +344,38 @@ func TestLimitsDiskFastFill(t *testing.T) {
 	}
 }
 
+// TestWatchDiskOwesAStop: a growth past the budget that stopped nothing
+// (a Session command counts as running before it can be killed) is acted
+// on at the next reading, though the tree has not grown since.
+func TestWatchDiskOwesAStop(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big"), bytes.Repeat([]byte{1}, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	stopped := make(chan diskHit, 1)
+	w := watchDisk([]string{dir}, Limits{Disk: 1 << 20}, 0, func() bool { return true }, func(h diskHit) bool {
+		calls++
+		if calls == 1 {
+			return false // the writer is not yet known
+		}
+		select {
+		case stopped <- h:
+		default:
+		}
+		return true
+	})
+	defer w.close()
+	select {
+	case h := <-stopped:
+		if h.limit != limitDisk || h.n < 4<<20 {
+			t.Errorf("hit %+v, want %s with at least 4 MiB", h, limitDisk)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the overrun that stopped nothing was not acted on again")
+	}
+}
+
 // TestLimitsDiskReadWrite: the disk budget covers a directory bound
 // read-write (here the git profile's /out): a command that keeps writing
 // there is stopped, and one that crosses the budget at once and exits

@@ -421,8 +421,9 @@ func (s *Session) running() bool {
 
 // overDisk kills the running commands and jobs: the workspace crossed
 // its disk budget, or its filesystem's reserve, while they ran, so one of
-// them wrote it full.
-func (s *Session) overDisk(h diskHit) {
+// them wrote it full. It reports whether it killed any: a command being
+// started counts as running (see begin) before it can be killed.
+func (s *Session) overDisk(h diskHit) bool {
 	var ids []uint64
 	s.mu.Lock()
 	for sc := range s.fg {
@@ -443,6 +444,7 @@ func (s *Session) overDisk(h diskHit) {
 	for _, id := range ids {
 		s.cl.Kill(id)
 	}
+	return len(ids) > 0
 }
 
 // Command returns a Cmd that runs argv in the session, as a foreground
