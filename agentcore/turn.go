@@ -57,6 +57,10 @@ type Turn struct {
 	red     *redactor
 	log     *slog.Logger
 	usage   *turnUsage // shared with its subagents
+	// specs are the tools offered at the turn's last step, made from the
+	// registry's generation specsGen (0: not kept).
+	specs    []ToolSpec
+	specsGen uint64
 	// checkpointed is closed once the workspace checkpoint of the turn's
 	// begin is taken (see beginCheckpoint); nil for a subagent's turn.
 	checkpointed chan struct{}
@@ -638,8 +642,12 @@ func estimateTokens(msgs []Message, tools []ToolSpec) int {
 // specs lists the tools for the model; shell's description names the
 // user's secrets (names only).
 func (e *Engine) specs(t *Turn) []ToolSpec {
+	tools, gen := e.tools.sorted(t.ctx)
+	if gen != 0 && gen == t.specsGen {
+		return t.specs // the same tools, and a turn's secrets do not change
+	}
 	var specs []ToolSpec
-	for _, tool := range e.tools.sorted(t.ctx) {
+	for _, tool := range tools {
 		s := tool.Spec()
 		if t.sub != nil && s.Name == "delegate" {
 			continue // one level: a subagent does not delegate
@@ -650,6 +658,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 		}
 		specs = append(specs, s)
 	}
+	t.specs, t.specsGen = specs, gen
 	return specs
 }
 
@@ -690,7 +699,8 @@ func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, erro
 	tool := e.tools.get(ctx, call.Name)
 	if tool == nil {
 		var names []string
-		for _, t := range e.tools.sorted(ctx) {
+		tools, _ := e.tools.sorted(ctx)
+		for _, t := range tools {
 			names = append(names, t.Spec().Name)
 		}
 		return "", fmt.Errorf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", "))
