@@ -290,6 +290,27 @@ type contextInput struct {
 	// requestOnly leaves Context.Messages empty: a step needs only the
 	// request and its fit, not the account of each message.
 	requestOnly bool
+	// buf, if set, is the turn's requests' buffer: history is the one of
+	// generation histGen of its reads, which only grows within one.
+	buf     *requestBuf
+	histGen int
+}
+
+// requestBuf keeps the messages of a turn's last request, so that the
+// next one, whose history only grew, appends what is new to them in
+// place of a copy of the whole history (a long conversation's is large).
+// A request's messages are a capped view of its buffer: what is appended
+// after it lies beyond its length, and nothing before is written again.
+type requestBuf struct {
+	ok  bool
+	gen int
+	// msgs is the system message and history[start:hist] as they were
+	// sent, room to append after them.
+	msgs        []Message
+	sys         string
+	start, hist int
+	// sizes and idx are scratch, written anew by each build.
+	sizes, idx []int
 }
 
 // buildContext makes the next request from in: system message (with the
@@ -331,18 +352,38 @@ func buildContext(in contextInput) Context {
 		c.Summary = &ContextSummary{From: s.From, To: s.To, Tokens: tokensOf(len(s.Summary), in.ratio)}
 	}
 	c.from = first
-	msgs := make([]Message, 0, len(hist)-start+2)
-	idx := make([]int, 0, len(hist)-start+2) // history index of each of msgs
-	msgs, idx = append(msgs, Message{Role: RoleSystem, Content: sys}), append(idx, -1)
-	if newest >= 0 && newest < start {
-		msgs, idx = append(msgs, hist[newest]), append(idx, newest)
+	b := in.buf
+	if b == nil {
+		b = &requestBuf{}
 	}
-	msgs = append(msgs, hist[start:]...) // one copy: a history is long
+	inserted := newest >= 0 && newest < start
+	var msgs []Message
+	if b.ok && b.gen == in.histGen && b.start == start && b.sys == sys && b.hist <= len(hist) && !inserted {
+		msgs = append(b.msgs, hist[b.hist:]...)
+	} else {
+		room := 0
+		if in.buf != nil {
+			room = len(hist)/8 + 16 // for the turn's next steps
+		}
+		msgs = make([]Message, 0, len(hist)-start+2+room)
+		msgs = append(msgs, Message{Role: RoleSystem, Content: sys})
+		if inserted {
+			msgs = append(msgs, hist[newest])
+		}
+		msgs = append(msgs, hist[start:]...) // one copy: a history is long
+	}
+	b.ok, b.gen, b.msgs, b.sys, b.start, b.hist = !inserted, in.histGen, msgs, sys, start, len(hist)
+	msgs = msgs[:len(msgs):len(msgs)] // what is appended next is not this request's
+	idx := append(b.idx[:0], -1)      // history index of each of msgs
+	if inserted {
+		idx = append(idx, newest)
+	}
 	for i := start; i < len(hist); i++ {
 		idx = append(idx, i)
 	}
 	c.ToolTokens = tokensOf(toolBytes(in.tools), in.ratio)
-	sizes := make([]int, len(msgs))
+	sizes := slices.Grow(b.sizes[:0], len(msgs))[:len(msgs)]
+	b.idx, b.sizes = idx, sizes
 	total := c.ToolTokens
 	for i, m := range msgs {
 		sizes[i] = tokensOf(messageBytes(m), in.ratio)
@@ -350,6 +391,7 @@ func buildContext(in contextInput) Context {
 	}
 	var elided []int // bytes left out, once any is
 	if c.Budget > 0 && total > c.Budget {
+		msgs = slices.Clone(msgs) // the buffer's stay as they were sent
 		elided = make([]int, len(msgs))
 		// The latest step's outputs are what the model asked for just
 		// now: elided only when asked to (elideAll).

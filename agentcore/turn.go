@@ -61,6 +61,7 @@ type Turn struct {
 	// registry's generation specsGen (0: not kept).
 	specs    []ToolSpec
 	specsGen uint64
+	reqBuf   requestBuf // the messages of its requests
 	// checkpointed is closed once the workspace checkpoint of the turn's
 	// begin is taken (see beginCheckpoint); nil for a subagent's turn.
 	checkpointed chan struct{}
