@@ -100,7 +100,7 @@ func (e *Engine) request(t *Turn, msgs []Message, sys string, specs []ToolSpec, 
 	if err != nil {
 		return Request{}, err
 	}
-	in.requestOnly = true
+	in.requestOnly, in.forced = true, force != ""
 	cv := buildContext(in)
 	if force != "" && cv.compactTo == 0 {
 		cv.compactTo = cv.furthest

@@ -290,6 +290,10 @@ type contextInput struct {
 	// requestOnly leaves Context.Messages empty: a step needs only the
 	// request and its fit, not the account of each message.
 	requestOnly bool
+	// forced: a compaction is asked for even if the request fits, so
+	// its end is wanted (without it, a request only step that fits
+	// skips compactionEnd).
+	forced bool
 	// buf, if set, is the turn's requests' buffer: history is the one of
 	// generation histGen of its reads, which only grows within one.
 	buf     *requestBuf
@@ -309,8 +313,9 @@ type requestBuf struct {
 	msgs        []Message
 	sys         string
 	start, hist int
-	// sizes and idx are scratch, written anew by each build.
-	sizes, idx []int
+	// bytes are messageBytes of each of msgs; sizes and idx are
+	// scratch, written anew by each build.
+	bytes, sizes, idx []int
 }
 
 // buildContext makes the next request from in: system message (with the
@@ -358,8 +363,9 @@ func buildContext(in contextInput) Context {
 	}
 	inserted := newest >= 0 && newest < start
 	var msgs []Message
+	mb := b.bytes[:0] // messageBytes of each of msgs
 	if b.ok && b.gen == in.histGen && b.start == start && b.sys == sys && b.hist <= len(hist) && !inserted {
-		msgs = append(b.msgs, hist[b.hist:]...)
+		msgs, mb = append(b.msgs, hist[b.hist:]...), b.bytes
 	} else {
 		room := 0
 		if in.buf != nil {
@@ -372,7 +378,10 @@ func buildContext(in contextInput) Context {
 		}
 		msgs = append(msgs, hist[start:]...) // one copy: a history is long
 	}
-	b.ok, b.gen, b.msgs, b.sys, b.start, b.hist = !inserted, in.histGen, msgs, sys, start, len(hist)
+	for _, m := range msgs[len(mb):] {
+		mb = append(mb, messageBytes(m))
+	}
+	b.ok, b.gen, b.msgs, b.bytes, b.sys, b.start, b.hist = !inserted, in.histGen, msgs, mb, sys, start, len(hist)
 	msgs = msgs[:len(msgs):len(msgs)] // what is appended next is not this request's
 	idx := append(b.idx[:0], -1)      // history index of each of msgs
 	if inserted {
@@ -385,8 +394,8 @@ func buildContext(in contextInput) Context {
 	sizes := slices.Grow(b.sizes[:0], len(msgs))[:len(msgs)]
 	b.idx, b.sizes = idx, sizes
 	total := c.ToolTokens
-	for i, m := range msgs {
-		sizes[i] = tokensOf(messageBytes(m), in.ratio)
+	for i, n := range mb {
+		sizes[i] = tokensOf(n, in.ratio)
 		total += sizes[i]
 	}
 	var elided []int // bytes left out, once any is
@@ -480,6 +489,9 @@ func buildContext(in contextInput) Context {
 			}
 			c.Messages[i] = cm
 		}
+	}
+	if c.Fits && in.requestOnly && !in.forced {
+		return c // no compaction is wanted
 	}
 	best, furthest := compactionEnd(msgs, idx, sizes, newest, start, total-sum(sizes[1:]), c.Budget)
 	c.furthest = furthest
