@@ -316,6 +316,21 @@ type requestBuf struct {
 	// bytes are messageBytes of each of msgs; sizes and idx are
 	// scratch, written anew by each build.
 	bytes, sizes, idx []int
+	// sent is the last request built without elisions, and its
+	// requestBytes.
+	sent      Request
+	sentBytes int
+}
+
+// requestBytes is requestBytes(req), known without counting if req is
+// the buffer's last request.
+func (b *requestBuf) requestBytes(req Request) int {
+	s := b.sent
+	if len(req.Messages) > 0 && len(req.Messages) == len(s.Messages) && &req.Messages[0] == &s.Messages[0] &&
+		len(req.Tools) == len(s.Tools) && (len(req.Tools) == 0 || &req.Tools[0] == &s.Tools[0]) {
+		return b.sentBytes
+	}
+	return requestBytes(req)
 }
 
 // buildContext makes the next request from in: system message (with the
@@ -474,6 +489,13 @@ func buildContext(in contextInput) Context {
 	c.Tokens = total
 	c.Fits = c.Budget == 0 || total <= c.Budget
 	c.req = Request{Messages: msgs, Tools: in.tools}
+	if in.buf != nil && elided == nil {
+		n := toolBytes(in.tools)
+		for _, x := range mb {
+			n += x
+		}
+		b.sent, b.sentBytes = c.req, n
+	}
 	if !in.requestOnly {
 		c.Messages = make([]ContextMessage, len(msgs))
 		for i, m := range msgs {

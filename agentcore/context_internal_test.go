@@ -317,6 +317,9 @@ func TestRequestBuf(t *testing.T) {
 		if !reflect.DeepEqual(got.req, want.req) || got.Tokens != want.Tokens || got.Elided != want.Elided || got.compactTo != want.compactTo || got.furthest != want.furthest {
 			t.Fatalf("%s: with the buffer the request differs from one built anew (%d vs %d messages, %d vs %d tokens)", s.name, len(got.req.Messages), len(want.req.Messages), got.Tokens, want.Tokens)
 		}
+		if n, want := buf.requestBytes(got.req), requestBytes(got.req); n != want {
+			t.Fatalf("%s: the buffer counts %d bytes of the request; it has %d", s.name, n, want)
+		}
 		if s.window > 0 && got.Elided == 0 {
 			t.Fatalf("%s: nothing elided; the step tests elision", s.name)
 		}

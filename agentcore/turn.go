@@ -616,7 +616,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 	}
 	reply.Content = t.red.String(text.String())
 	if usage.Reported {
-		e.calib.observe(t.window.Model, requestBytes(req), usage.PromptTokens)
+		e.calib.observe(t.window.Model, t.reqBuf.requestBytes(req), usage.PromptTokens)
 	} else {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
