@@ -82,6 +82,9 @@ func (e *Engine) checkpoint(c *conv, name string) error {
 // turn's ID. The tree is the one the last turn was owed a checkpoint of,
 // if it is: Fork names this one for it.
 func (e *Engine) turnCheckpoint(t *Turn) {
+	if e.beforeCheckpoint != nil {
+		e.beforeCheckpoint(t.ID)
+	}
 	c := t.c
 	c.wsMu.Lock()
 	owed := e.takeOwed(c)
@@ -168,9 +171,11 @@ func (e *Engine) afterName(conversation, name string) string {
 }
 
 // beginCheckpoint runs as turn t begins, before its user message is
-// stored: it branches from message from, if set. The turn's own
-// goroutine then checkpoints the workspace under the turn's ID before
-// its first step (so that StartTurn does not wait for the walk).
+// stored: it branches from message from, if set. Then StartTurn
+// checkpoints the workspace under the turn's ID in a goroutine of its
+// own, while the message is stored and the first model call is made:
+// nothing changes the workspace before a tool runs, and runTool waits for
+// it (awaitCheckpoint), as the turn's end does.
 func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) error {
 	if from != "" {
 		bs, ok := e.cfg.Store.(BranchStore)
@@ -193,6 +198,23 @@ func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) erro
 		e.emit(t.c, t.ID, t.red, t.log, EventWorkspaceReverted, WorkspaceReverted{Turn: m.Turn, Reason: "branch"})
 	}
 	return nil
+}
+
+// awaitCheckpoint waits for the checkpoint of turn t's begin, if it
+// has one.
+func (e *Engine) awaitCheckpoint(t *Turn) {
+	if t.checkpointed == nil {
+		return
+	}
+	if e.awaitingCheckpoint != nil {
+		select {
+		case <-t.checkpointed:
+			return
+		default:
+			e.awaitingCheckpoint()
+		}
+	}
+	<-t.checkpointed
 }
 
 // endCheckpoint owes turn t its checkpoint as it ends, unless a

@@ -84,7 +84,11 @@ func (e *Engine) contextInput(t *Turn, msgs []Message, sys string, specs []ToolS
 		return contextInput{}, err
 	}
 	ratio, learnt := e.calib.get(t.window.Model)
-	return contextInput{system: sys, tools: specs, history: msgs, summary: sum, window: t.window, ratio: ratio, learnt: learnt}, nil
+	in := contextInput{system: sys, tools: specs, history: msgs, summary: sum, window: t.window, ratio: ratio, learnt: learnt}
+	if r, ok := t.hist.(*readOnce); ok && r.read {
+		in.buf, in.histGen = &t.reqBuf, r.reads
+	}
+	return in, nil
 }
 
 // request makes the step's request within the model's context window:
@@ -96,7 +100,7 @@ func (e *Engine) request(t *Turn, msgs []Message, sys string, specs []ToolSpec, 
 	if err != nil {
 		return Request{}, err
 	}
-	in.requestOnly = true
+	in.requestOnly, in.forced = true, force != ""
 	cv := buildContext(in)
 	if force != "" && cv.compactTo == 0 {
 		cv.compactTo = cv.furthest

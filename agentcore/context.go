@@ -290,6 +290,47 @@ type contextInput struct {
 	// requestOnly leaves Context.Messages empty: a step needs only the
 	// request and its fit, not the account of each message.
 	requestOnly bool
+	// forced: a compaction is asked for even if the request fits, so
+	// its end is wanted (without it, a request only step that fits
+	// skips compactionEnd).
+	forced bool
+	// buf, if set, is the turn's requests' buffer: history is the one of
+	// generation histGen of its reads, which only grows within one.
+	buf     *requestBuf
+	histGen int
+}
+
+// requestBuf keeps the messages of a turn's last request, so that the
+// next one, whose history only grew, appends what is new to them in
+// place of a copy of the whole history (a long conversation's is large).
+// A request's messages are a capped view of its buffer: what is appended
+// after it lies beyond its length, and nothing before is written again.
+type requestBuf struct {
+	ok  bool
+	gen int
+	// msgs is the system message and history[start:hist] as they were
+	// sent, room to append after them.
+	msgs        []Message
+	sys         string
+	start, hist int
+	// bytes are messageBytes of each of msgs; sizes and idx are
+	// scratch, written anew by each build.
+	bytes, sizes, idx []int
+	// sent is the last request built without elisions, and its
+	// requestBytes.
+	sent      Request
+	sentBytes int
+}
+
+// requestBytes is requestBytes(req), known without counting if req is
+// the buffer's last request.
+func (b *requestBuf) requestBytes(req Request) int {
+	s := b.sent
+	if len(req.Messages) > 0 && len(req.Messages) == len(s.Messages) && &req.Messages[0] == &s.Messages[0] &&
+		len(req.Tools) == len(s.Tools) && (len(req.Tools) == 0 || &req.Tools[0] == &s.Tools[0]) {
+		return b.sentBytes
+	}
+	return requestBytes(req)
 }
 
 // buildContext makes the next request from in: system message (with the
@@ -331,25 +372,50 @@ func buildContext(in contextInput) Context {
 		c.Summary = &ContextSummary{From: s.From, To: s.To, Tokens: tokensOf(len(s.Summary), in.ratio)}
 	}
 	c.from = first
-	msgs := make([]Message, 0, len(hist)-start+2)
-	idx := make([]int, 0, len(hist)-start+2) // history index of each of msgs
-	msgs, idx = append(msgs, Message{Role: RoleSystem, Content: sys}), append(idx, -1)
-	if newest >= 0 && newest < start {
-		msgs, idx = append(msgs, hist[newest]), append(idx, newest)
+	b := in.buf
+	if b == nil {
+		b = &requestBuf{}
 	}
-	msgs = append(msgs, hist[start:]...) // one copy: a history is long
+	inserted := newest >= 0 && newest < start
+	var msgs []Message
+	mb := b.bytes[:0] // messageBytes of each of msgs
+	if b.ok && b.gen == in.histGen && b.start == start && b.sys == sys && b.hist <= len(hist) && !inserted {
+		msgs, mb = append(b.msgs, hist[b.hist:]...), b.bytes
+	} else {
+		room := 0
+		if in.buf != nil {
+			room = len(hist)/8 + 16 // for the turn's next steps
+		}
+		msgs = make([]Message, 0, len(hist)-start+2+room)
+		msgs = append(msgs, Message{Role: RoleSystem, Content: sys})
+		if inserted {
+			msgs = append(msgs, hist[newest])
+		}
+		msgs = append(msgs, hist[start:]...) // one copy: a history is long
+	}
+	for _, m := range msgs[len(mb):] {
+		mb = append(mb, messageBytes(m))
+	}
+	b.ok, b.gen, b.msgs, b.bytes, b.sys, b.start, b.hist = !inserted, in.histGen, msgs, mb, sys, start, len(hist)
+	msgs = msgs[:len(msgs):len(msgs)] // what is appended next is not this request's
+	idx := append(b.idx[:0], -1)      // history index of each of msgs
+	if inserted {
+		idx = append(idx, newest)
+	}
 	for i := start; i < len(hist); i++ {
 		idx = append(idx, i)
 	}
 	c.ToolTokens = tokensOf(toolBytes(in.tools), in.ratio)
-	sizes := make([]int, len(msgs))
+	sizes := slices.Grow(b.sizes[:0], len(msgs))[:len(msgs)]
+	b.idx, b.sizes = idx, sizes
 	total := c.ToolTokens
-	for i, m := range msgs {
-		sizes[i] = tokensOf(messageBytes(m), in.ratio)
+	for i, n := range mb {
+		sizes[i] = tokensOf(n, in.ratio)
 		total += sizes[i]
 	}
 	var elided []int // bytes left out, once any is
 	if c.Budget > 0 && total > c.Budget {
+		msgs = slices.Clone(msgs) // the buffer's stay as they were sent
 		elided = make([]int, len(msgs))
 		// The latest step's outputs are what the model asked for just
 		// now: elided only when asked to (elideAll).
@@ -423,6 +489,13 @@ func buildContext(in contextInput) Context {
 	c.Tokens = total
 	c.Fits = c.Budget == 0 || total <= c.Budget
 	c.req = Request{Messages: msgs, Tools: in.tools}
+	if in.buf != nil && elided == nil {
+		n := toolBytes(in.tools)
+		for _, x := range mb {
+			n += x
+		}
+		b.sent, b.sentBytes = c.req, n
+	}
 	if !in.requestOnly {
 		c.Messages = make([]ContextMessage, len(msgs))
 		for i, m := range msgs {
@@ -438,6 +511,9 @@ func buildContext(in contextInput) Context {
 			}
 			c.Messages[i] = cm
 		}
+	}
+	if c.Fits && in.requestOnly && !in.forced {
+		return c // no compaction is wanted
 	}
 	best, furthest := compactionEnd(msgs, idx, sizes, newest, start, total-sum(sizes[1:]), c.Budget)
 	c.furthest = furthest

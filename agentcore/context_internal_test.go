@@ -2,6 +2,7 @@ package agentcore
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -268,5 +269,68 @@ func TestSummaryOfAnotherBranch(t *testing.T) {
 	sum.Last = ""
 	if cv := buildContext(in); cv.Summary == nil {
 		t.Fatal("the summary is not used without message IDs")
+	}
+}
+
+// A turn's requests share a buffer (requestBuf): each must be what a
+// build from scratch makes, and stay as it was sent while later ones
+// append to the buffer, whatever changed between them.
+func TestRequestBuf(t *testing.T) {
+	steps := []struct {
+		name   string
+		add    int // turns appended to the history before the build
+		sys    string
+		window int
+		gen    int
+		sum    bool // a summary of the first 8 messages in effect
+	}{
+		{"first", 2, "sys", 0, 1, false},
+		{"grown", 1, "sys", 0, 1, false},
+		{"same", 0, "sys", 0, 1, false},
+		{"elided", 1, "sys", 1000, 1, false},
+		{"after elision", 1, "sys", 0, 1, false},
+		{"other system", 0, "sys2", 0, 1, false},
+		{"read again", 1, "sys2", 0, 2, false},
+		{"summary", 1, "sys2", 0, 2, true},
+		{"summary grown", 1, "sys2", 0, 2, true},
+		{"summary gone", 0, "sys2", 0, 2, false},
+	}
+	var hist []Message
+	var buf requestBuf
+	type sent struct {
+		name string
+		req  Request
+		was  []Message
+	}
+	var sents []sent
+	for _, s := range steps {
+		for range s.add {
+			hist = append(hist, turnMsgs(len(hist)/4, 1000)...)
+		}
+		in := contextInput{system: s.sys, history: hist, ratio: defaultTokensPerByte, window: ContextWindow{Tokens: s.window}, requestOnly: true}
+		if s.sum {
+			in.summary = &ContextCompacted{Summary: "SUMMARY", From: 0, To: 8}
+		}
+		want := buildContext(in)
+		in.buf, in.histGen = &buf, s.gen
+		got := buildContext(in)
+		if !reflect.DeepEqual(got.req, want.req) || got.Tokens != want.Tokens || got.Elided != want.Elided || got.compactTo != want.compactTo || got.furthest != want.furthest {
+			t.Fatalf("%s: with the buffer the request differs from one built anew (%d vs %d messages, %d vs %d tokens)", s.name, len(got.req.Messages), len(want.req.Messages), got.Tokens, want.Tokens)
+		}
+		if n, want := buf.requestBytes(got.req), requestBytes(got.req); n != want {
+			t.Fatalf("%s: the buffer counts %d bytes of the request; it has %d", s.name, n, want)
+		}
+		if s.window > 0 && got.Elided == 0 {
+			t.Fatalf("%s: nothing elided; the step tests elision", s.name)
+		}
+		// An LLM may append to what it was given and keep it: the next
+		// requests write nothing of it, nor it of theirs.
+		kept := append(got.req.Messages, Message{Role: RoleUser, Content: "appended by the LLM"})
+		sents = append(sents, sent{s.name, Request{Messages: kept}, slices.Clone(kept)})
+	}
+	for _, s := range sents {
+		if !reflect.DeepEqual(s.req.Messages, s.was) {
+			t.Errorf("request %q changed after it was sent", s.name)
+		}
 	}
 }

@@ -20,6 +20,9 @@ type readOnce struct {
 	turn string // what storeHistory sets on each message appended
 	msgs []Message
 	read bool
+	// reads counts the Store reads: between two, msgs only grows (see
+	// requestBuf).
+	reads int
 }
 
 // readingOnce wraps a turn's Store history in a readOnce; a subagent's,
@@ -42,7 +45,7 @@ func withIDs(ctx context.Context, t *Turn, hist []Message, i int) ([]Message, er
 	if err != nil {
 		return nil, fmt.Errorf("reading the conversation: %w", err)
 	}
-	r.msgs, r.read = msgs, true
+	r.msgs, r.read, r.reads = msgs, true, r.reads+1
 	if len(msgs) != len(hist) {
 		return hist, nil
 	}
@@ -55,7 +58,7 @@ func (r *readOnce) messages(ctx context.Context) ([]Message, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.msgs, r.read = msgs, true
+		r.msgs, r.read, r.reads = msgs, true, r.reads+1
 	}
 	// Capped, so that an append by the caller cannot write where the
 	// turn's next message goes.

@@ -120,12 +120,17 @@ type registry struct {
 	mu      sync.RWMutex
 	tools   map[string]Tool
 	sources []ToolSource
+	// byName is tools sorted by name, made once after each add; gen
+	// counts the adds.
+	byName []Tool
+	gen    uint64
 }
 
 func (r *registry) addSource(s ToolSource) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sources = append(r.sources, s)
+	r.byName, r.gen = nil, r.gen+1
 }
 
 func (r *registry) add(t Tool) error {
@@ -142,21 +147,45 @@ func (r *registry) add(t Tool) error {
 		return fmt.Errorf("%w: %s", ErrToolExists, name)
 	}
 	r.tools[name] = t
+	r.byName, r.gen = nil, r.gen+1
 	return nil
 }
 
 func (r *registry) get(ctx context.Context, name string) Tool {
+	r.mu.RLock()
+	t, sources := r.tools[name], len(r.sources) > 0
+	r.mu.RUnlock()
+	if t != nil || !sources {
+		return t // a registered tool comes before the sources'
+	}
 	return r.all(ctx)[name]
 }
 
-// sorted returns the tools by name, so requests are deterministic.
-func (r *registry) sorted(ctx context.Context) []Tool {
-	all := r.all(ctx)
-	var out []Tool
-	for _, n := range slices.Sorted(maps.Keys(all)) {
-		out = append(out, all[n])
+// sorted returns the tools by name, so requests are deterministic; the
+// caller must not change the slice. gen is the registry's generation
+// while it has no sources (the same gen, the same tools), 0 otherwise.
+func (r *registry) sorted(ctx context.Context) (tools []Tool, gen uint64) {
+	r.mu.RLock()
+	tools, gen, sources := r.byName, r.gen, len(r.sources) > 0
+	r.mu.RUnlock()
+	if !sources && tools != nil {
+		return tools, gen
 	}
-	return out
+	all := r.all(ctx)
+	tools = make([]Tool, 0, len(all))
+	for _, n := range slices.Sorted(maps.Keys(all)) {
+		tools = append(tools, all[n])
+	}
+	if sources {
+		return tools, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gen != gen || len(r.sources) > 0 {
+		return tools, 0 // changed meanwhile: not kept
+	}
+	r.byName = tools
+	return tools, gen
 }
 
 // all is the registered tools and the sources' by name.

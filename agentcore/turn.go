@@ -57,6 +57,14 @@ type Turn struct {
 	red     *redactor
 	log     *slog.Logger
 	usage   *turnUsage // shared with its subagents
+	// specs are the tools offered at the turn's last step, made from the
+	// registry's generation specsGen (0: not kept).
+	specs    []ToolSpec
+	specsGen uint64
+	reqBuf   requestBuf // the messages of its requests
+	// checkpointed is closed once the workspace checkpoint of the turn's
+	// begin is taken (see beginCheckpoint); nil for a subagent's turn.
+	checkpointed chan struct{}
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -136,6 +144,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	started := false
 	defer func() {
 		if !started {
+			e.awaitCheckpoint(t)
 			c.mu.Lock()
 			c.turn = nil
 			c.mu.Unlock()
@@ -159,6 +168,11 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	if err := e.beginCheckpoint(ctx, t, r.From); err != nil {
 		return nil, err
 	}
+	t.checkpointed = make(chan struct{})
+	go func() {
+		defer close(t.checkpointed)
+		e.turnCheckpoint(t)
+	}()
 	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content, Turn: t.ID}); err != nil {
 		return nil, fmt.Errorf("agentcore: storing the message: %w", err)
 	}
@@ -197,8 +211,8 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 
 // run is the turn loop.
 func (e *Engine) run(t *Turn) {
-	e.turnCheckpoint(t)
 	err := e.loop(t)
+	e.awaitCheckpoint(t)
 	e.endCheckpoint(t)
 	cause := context.Cause(t.ctx)
 	var rep repeating
@@ -611,7 +625,7 @@ func (e *Engine) stream(t *Turn, req Request) (Message, map[string]error, map[st
 	}
 	reply.Content = t.red.String(text.String())
 	if usage.Reported {
-		e.calib.observe(t.window.Model, requestBytes(req), usage.PromptTokens)
+		e.calib.observe(t.window.Model, t.reqBuf.requestBytes(req), usage.PromptTokens)
 	} else {
 		usage.PromptTokens, usage.CompletionTokens = estimateTokens(req.Messages, req.Tools), estimateTokens([]Message{reply}, nil)
 	}
@@ -638,8 +652,12 @@ func estimateTokens(msgs []Message, tools []ToolSpec) int {
 // specs lists the tools for the model; shell's description names the
 // user's secrets (names only).
 func (e *Engine) specs(t *Turn) []ToolSpec {
+	tools, gen := e.tools.sorted(t.ctx)
+	if gen != 0 && gen == t.specsGen {
+		return t.specs // the same tools, and a turn's secrets do not change
+	}
 	var specs []ToolSpec
-	for _, tool := range e.tools.sorted(t.ctx) {
+	for _, tool := range tools {
 		s := tool.Spec()
 		if t.sub != nil && s.Name == "delegate" {
 			continue // one level: a subagent does not delegate
@@ -650,6 +668,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 		}
 		specs = append(specs, s)
 	}
+	t.specs, t.specsGen = specs, gen
 	return specs
 }
 
@@ -657,6 +676,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 // model sees: redacted and capped. A call refused while it streamed
 // (refusal) is answered with its reason and nothing else happens.
 func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
+	e.awaitCheckpoint(t) // before anything can change the workspace
 	ctx := t.ctx
 	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
 	out, err := "", refusal
@@ -689,7 +709,8 @@ func (e *Engine) execute(ctx context.Context, t *Turn, call *Call) (string, erro
 	tool := e.tools.get(ctx, call.Name)
 	if tool == nil {
 		var names []string
-		for _, t := range e.tools.sorted(ctx) {
+		tools, _ := e.tools.sorted(ctx)
+		for _, t := range tools {
 			names = append(names, t.Spec().Name)
 		}
 		return "", fmt.Errorf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", "))
