@@ -81,14 +81,13 @@ func (q *parsedQuery) plain() bool {
 		len(q.notPaths) == 0 && len(q.notLangs) == 0 && len(q.notRepos) == 0
 }
 
-// rankWords are the words a backend ranks by: the plain words and the
-// phrases' words.
+// rankWords are the words a backend ranks by, the plain words: a query
+// of phrases without them is answered from the files that hold the
+// phrases (a phrase's words are in every chunk that has it, so they
+// rank next to nothing, and finding its chunks among all those with its
+// common words was the slow part).
 func (q *parsedQuery) rankWords() string {
-	ws := slices.Clone(q.words)
-	for _, p := range q.phrases {
-		ws = append(ws, p.src)
-	}
-	return strings.Join(ws, " ")
+	return strings.Join(q.words, " ")
 }
 
 // patterns are the phrases and regular expressions a chunk must match.
@@ -244,7 +243,7 @@ func (p *queryParser) term(q *parsedQuery) error {
 			return p.errAt(start, "empty regular expression")
 		}
 		if len(q.regexps)+len(q.not) >= maxQueryRegexps {
-			return p.errAt(start, fmt.Sprintf("more than %d regular expressions and phrases to exclude", maxQueryRegexps))
+			return p.errAt(start, fmt.Sprintf("more than %d regular expressions", maxQueryRegexps))
 		}
 		pat, err := compilePattern(s, s)
 		if err != nil {

@@ -64,7 +64,7 @@ func TestParseQueryLanguage(t *testing.T) {
 		{"a\x00b", 2, "control character"},
 		{"ab \xff", 4, "not valid UTF-8"},
 		{strings.Repeat("w ", 33), 65, "more than 32 terms"},
-		{`/a/ /b/ /c/ /d/ /e/`, 17, "more than 4"},
+		{`/a/ -"b" /c/ /d/ /e/`, 18, "more than 4 regular expressions"},
 	} {
 		_, err := parseQueryLanguage(tc.q)
 		var se *SyntaxError
