@@ -34,6 +34,9 @@ type gramSeen struct {
 // chunks: overlapping text counts once). seen is scratch, reset on
 // return.
 func fileGrams(seen *gramSeen, texts ...string) []byte {
+	if seen == nil {
+		seen = new(gramSeen)
+	}
 	for _, s := range texts {
 		var t uint32 // the last bytes, 7 bits each
 		n := 0       // how many of them are ASCII in a row
@@ -50,7 +53,8 @@ func fileGrams(seen *gramSeen, texts ...string) []byte {
 			if n++; n < 3 {
 				continue
 			}
-			if w, b := t/64, uint64(1)<<(t%64); seen.bits[w]&b == 0 {
+			w, b := t/64, uint64(1)<<(t%64)
+			if seen.bits[w]&b == 0 {
 				seen.bits[w] |= b
 				seen.list = append(seen.list, t)
 			}
@@ -96,6 +100,9 @@ func gramOf(s string) (uint32, bool) {
 type gramQuery struct {
 	all   []uint32
 	anyOf [][]gramQuery
+	// lits are ASCII strings (lower case) every match holds, ASCII case
+	// aside: a cheap test of a text before the regular expression runs.
+	lits []string
 }
 
 func (q gramQuery) trivial() bool { return len(q.all) == 0 && len(q.anyOf) == 0 }
@@ -134,6 +141,7 @@ func (q gramQuery) mayMatch(filter []byte) bool {
 func (q gramQuery) and(r gramQuery) gramQuery {
 	q.all = append(q.all[:len(q.all):len(q.all)], r.all...)
 	q.anyOf = append(q.anyOf[:len(q.anyOf):len(q.anyOf)], r.anyOf...)
+	q.lits = append(q.lits[:len(q.lits):len(q.lits)], r.lits...)
 	return q
 }
 
@@ -147,12 +155,35 @@ func or(qs []gramQuery) gramQuery {
 	if len(qs) == 1 {
 		return qs[0]
 	}
-	return gramQuery{anyOf: [][]gramQuery{qs}}
+	alts := make([]gramQuery, len(qs))
+	for i, q := range qs {
+		alts[i] = gramQuery{all: q.all, anyOf: q.anyOf} // no literal is sure in an alternation
+	}
+	return gramQuery{anyOf: [][]gramQuery{alts}}
+}
+
+// hasLits reports whether text holds every literal of q (lower is text
+// with ASCII letters lower-cased).
+func (q gramQuery) hasLits(lower string) bool {
+	for _, l := range q.lits {
+		if !strings.Contains(lower, l) {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiLower is s with ASCII letters lower-cased, in buf.
+func asciiLower(buf []byte, s string) []byte {
+	return appendLower(buf[:0], s)
 }
 
 // literalGrams is the condition for a literal string to be in a file.
 func literalGrams(s string) gramQuery {
 	var q gramQuery
+	if len(s) >= 3 && isASCII(s) {
+		q.lits = []string{s}
+	}
 	for i := 0; i+3 <= len(s) && len(q.all) < maxLiteralGrams; i++ {
 		if t, ok := gramOf(s[i:]); ok {
 			q.all = append(q.all, t)

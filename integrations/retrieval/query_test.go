@@ -78,9 +78,9 @@ func TestParseQueryLanguage(t *testing.T) {
 	}
 }
 
-// TestRegexGrams: the trigram condition of a pattern holds for every
-// text it matches (no file it matches is skipped), and rejects texts
-// without its literals.
+// TestRegexGrams: the trigram condition of a pattern (and its sure
+// literals) holds for every text it matches (no file it matches is
+// skipped), and rejects texts without its literals.
 func TestRegexGrams(t *testing.T) {
 	for _, tc := range []struct {
 		re      string
@@ -109,6 +109,9 @@ func TestRegexGrams(t *testing.T) {
 		for _, m := range tc.matches {
 			if !q.mayMatch(fileGrams(&seen, m)) {
 				t.Errorf("%q: a text it matches, %q, fails its trigrams", tc.re, m)
+			}
+			if !q.hasLits(string(asciiLower(nil, m))) {
+				t.Errorf("%q: a text it matches, %q, lacks one of its literals %q", tc.re, m, q.lits)
 			}
 		}
 		for _, m := range tc.reject {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // The query language's side of the embedded index: a row per file with
@@ -315,6 +316,7 @@ type verifier struct {
 	pq       *parsedQuery
 	deadline time.Time
 	scanned  int
+	lower    []byte // scratch: a chunk's text, lower-cased
 }
 
 func newVerifier(pq *parsedQuery) *verifier {
@@ -361,7 +363,17 @@ func (v *verifier) chunk(r *Result) bool {
 	pq := v.pq
 	v.scanned += len(r.Text)
 	first := -1
-	for _, p := range pq.patterns() {
+	pats := pq.patterns()
+	if len(pats) > 0 {
+		v.lower = asciiLower(v.lower, r.Text)
+		lower := unsafe.String(unsafe.SliceData(v.lower), len(v.lower))
+		for _, p := range pats {
+			if !p.grams.hasLits(lower) {
+				return false
+			}
+		}
+	}
+	for _, p := range pats {
 		loc := p.re.FindStringIndex(r.Text)
 		if loc == nil {
 			return false

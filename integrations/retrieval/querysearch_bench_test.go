@@ -3,6 +3,7 @@ package retrieval
 import (
 	"cmp"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -73,6 +74,9 @@ func BenchmarkQueryLanguage(b *testing.B) {
 	slowest := map[string]time.Duration{}
 	for b.Loop() {
 		for kind, qs := range languageQueries {
+			if k := os.Getenv("QL_KIND"); k != "" && k != kind {
+				continue
+			}
 			for _, q := range qs {
 				start := time.Now()
 				rs, err := ix.Search(b.Context(), Query{Text: q, Repositories: []string{"go"}, Limit: 10})
