@@ -289,3 +289,48 @@ func TestRegexOverGoTree(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryFilesFilledOnOpen: an index made before retrieval_query_files
+// (chunks, no rows there, no version) gets them from its stored chunks
+// when opened: sym:, regexps and lang: find what they found after an
+// ingestion.
+func TestQueryFilesFilledOnOpen(t *testing.T) {
+	dir := t.TempDir()
+	be, dbs := openShards(t, dir)
+	ix := languageRepo(t, be)
+	queries := []string{`sym:ListenAndServe`, `sym:fetch_page`, `/BUF_[A-Z]+ \d+/`, `lang:python`, `"server says hi"`}
+	before := map[string][]string{}
+	for _, q := range queries {
+		rs, err := ix.Search(t.Context(), Query{Text: q, Limit: 20})
+		if err != nil || len(rs) == 0 {
+			t.Fatalf("%s: %v %v", q, paths(rs), err)
+		}
+		before[q] = hitLines(rs, q)
+	}
+	for _, db := range dbs {
+		for _, stmt := range []string{`DROP TABLE retrieval_query_files`, `DELETE FROM retrieval_meta WHERE name = 'query'`} {
+			if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	again, err := NewSQLite(t.Context(), dbs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix2, _ := New(Options{Backend: again})
+	for _, q := range queries {
+		rs, err := ix2.Search(t.Context(), Query{Text: q, Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hitLines(rs, q); !slices.Equal(got, before[q]) {
+			t.Errorf("%s: %v after filling, %v before", q, got, before[q])
+		}
+	}
+	// Filled once: a second open leaves the rows alone.
+	var n int
+	if err := dbs[0].QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_query_files`).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("rows %d, %v", n, err)
+	}
+}
