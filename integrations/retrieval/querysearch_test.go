@@ -334,3 +334,24 @@ func TestQueryFilesFilledOnOpen(t *testing.T) {
 		t.Fatalf("rows %d, %v", n, err)
 	}
 }
+
+// TestQueryLanguageHybrid: with an embedding model, words with filters
+// are ranked hybrid and filtered as without one.
+func TestQueryLanguageHybrid(t *testing.T) {
+	be := backends[0].open(t)
+	languageRepo(t, be)
+	ix, _ := New(Options{Backend: be, Embedder: scriptedEmbedder(t)})
+	for q, want := range map[string][]string{
+		`serve path:server -path:_test`: {"server/http.go"},
+		`page lang:python`:              {"client/fetch.py"},
+		`says "server says"`:            {"web/app.ts"},
+	} {
+		rs, err := ix.Search(t.Context(), Query{Text: q, Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := paths(rs); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", q, got, want)
+		}
+	}
+}
