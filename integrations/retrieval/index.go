@@ -275,7 +275,6 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 		size   int // of the chunks' text
 		buf    []byte
 		closed bool
-		seen   gramSeen
 	)
 	finish := func() error { // ends the writer once; its error
 		if closed {
@@ -339,7 +338,7 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 			}
 			cs := chunk(c.path, data)
 			if len(cs) > 0 {
-				cs[0].query = newFileQuery(&seen, c.path, data)
+				cs[0].query = newFileQuery(c.path, data)
 			}
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to

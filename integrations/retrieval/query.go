@@ -81,13 +81,20 @@ func (q *parsedQuery) plain() bool {
 		len(q.notPaths) == 0 && len(q.notLangs) == 0 && len(q.notRepos) == 0
 }
 
-// rankWords are the words a backend ranks by, the plain words: a query
-// of phrases without them is answered from the files that hold the
-// phrases (a phrase's words are in every chunk that has it, so they
-// rank next to nothing, and finding its chunks among all those with its
-// common words was the slow part).
+// rankWords are the words a backend ranks by: the plain words and the
+// phrases' (a chunk with a phrase but none of the other words is found
+// too). None without plain words: a query of phrases is answered from
+// the files that hold them (finding their chunks among all those with
+// their common words was 5× slower).
 func (q *parsedQuery) rankWords() string {
-	return strings.Join(q.words, " ")
+	if len(q.words) == 0 {
+		return ""
+	}
+	ws := slices.Clone(q.words)
+	for _, p := range q.phrases {
+		ws = append(ws, p.src)
+	}
+	return strings.Join(ws, " ")
 }
 
 // patterns are the phrases and regular expressions a chunk must match.

@@ -58,8 +58,8 @@ type fileQuery struct {
 }
 
 // newFileQuery computes a file's row.
-func newFileQuery(seen *gramSeen, path string, content []byte) *fileQuery {
-	return &fileQuery{grams: fileGrams(seen, string(content)), symbols: extractSymbols(path, content)}
+func newFileQuery(path string, content []byte) *fileQuery {
+	return &fileQuery{grams: fileGrams(unsafe.String(unsafe.SliceData(content), len(content))), symbols: extractSymbols(path, content)}
 }
 
 // encodeSymbols is the symbols column: "kind\tname\tline\n" per symbol.
@@ -149,12 +149,11 @@ func (s *shard) fillQueryFiles(ctx context.Context) error {
 		repo  string
 		file  []Chunk
 		batch []queryRow
-		seen  gramSeen
 	)
 	flushFile := func() {
 		if len(file) > 0 {
 			content := fileContent(file)
-			batch = append(batch, queryRow{repo, file[0].Path, file[0].Language, newFileQuery(&seen, file[0].Path, []byte(content))})
+			batch = append(batch, queryRow{repo, file[0].Path, file[0].Language, newFileQuery(file[0].Path, []byte(content))})
 		}
 		file = nil
 	}
@@ -228,10 +227,7 @@ func replaceQueryFiles(ctx context.Context, tx *sql.Tx, repository string, remov
 			return fmt.Errorf("retrieval: %w", err)
 		}
 	}
-	var (
-		rows []queryRow
-		seen *gramSeen
-	)
+	var rows []queryRow
 	for i := 0; i < len(chunks); {
 		j := i + 1
 		for j < len(chunks) && chunks[j].Path == chunks[i].Path {
@@ -239,10 +235,7 @@ func replaceQueryFiles(ctx context.Context, tx *sql.Tx, repository string, remov
 		}
 		fq := chunks[i].query
 		if fq == nil { // not from an Index: from the chunks
-			if seen == nil {
-				seen = new(gramSeen)
-			}
-			fq = newFileQuery(seen, chunks[i].Path, []byte(fileContent(chunks[i:j])))
+			fq = newFileQuery(chunks[i].Path, []byte(fileContent(chunks[i:j])))
 		}
 		rows = append(rows, queryRow{repository, chunks[i].Path, chunks[i].Language, fq})
 		i = j

@@ -70,6 +70,7 @@ func TestQueryLanguage(t *testing.T) {
 		{q: `/BUF_[A-Z]+ \d+/`, want: []string{"app:native/buf.c"}, only: true},
 		{q: `/retries:? ?(none)?$/`, want: []string{"app:server/http.go", "app:client/fetch.py"}, only: true},
 		{q: `http /TODO/`, want: []string{"app:server/http.go"}, only: true},
+		{q: `http "server says hi"`, want: []string{"app:web/app.ts"}, only: true}, // the phrase's words rank too
 		// sym: definitions, exact name first, any language.
 		{q: `sym:ListenAndServe`, want: []string{"app:server/http.go", "lib:lib/util.go"}, only: true},
 		{q: `sym:listenandserve repo:lib`, want: []string{"lib:lib/util.go"}, only: true},
@@ -143,6 +144,7 @@ func TestQueryLanguageWeaviate(t *testing.T) {
 		for _, w := range tc.want {
 			want = append(want, w[strings.IndexByte(w, ':')+1:])
 		}
+		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%q: %v, want %v", tc.q, got, want)
 		}

@@ -117,61 +117,81 @@ func goSymbols(content []byte) []Symbol {
 func blankBraces(src []byte) []byte {
 	out := make([]byte, 0, len(src)/4)
 	depth := 0
-	put := func(i int) {
-		if depth == 0 || src[i] == '\n' {
-			out = append(out, src[i])
-		}
-	}
-	for i := 0; i < len(src); i++ {
+	from := 0 // src[from:i] is still to be copied, at depth 0
+	for i := 0; i < len(src); {
 		c := src[i]
+		if !goSpecial[c] {
+			i++
+			continue
+		}
+		// Where the token starting at i ends.
+		end := i + 1
 		switch {
 		case c == '/' && i+1 < len(src) && src[i+1] == '/':
-			for ; i < len(src) && src[i] != '\n'; i++ {
-				put(i)
-			}
-			if i < len(src) {
-				put(i)
+			end = len(src)
+			if j := bytes.IndexByte(src[i:], '\n'); j >= 0 {
+				end = i + j
 			}
 		case c == '/' && i+1 < len(src) && src[i+1] == '*':
-			put(i)
-			put(i + 1)
-			for i += 2; i < len(src) && !(src[i] == '*' && i+1 < len(src) && src[i+1] == '/'); i++ {
-				put(i)
+			end = len(src)
+			if j := bytes.Index(src[i+2:], []byte("*/")); j >= 0 {
+				end = i + 2 + j + 2
 			}
-			if i < len(src) {
-				put(i)
-				i++
-				put(i)
-			}
-		case c == '"' || c == '\'' || c == '`':
-			put(i)
-			for i++; i < len(src) && src[i] != c; i++ {
-				if c != '`' && src[i] == '\\' && i+1 < len(src) {
-					put(i)
-					i++
+		case c == '"' || c == '\'':
+			for end < len(src) && src[end] != c && src[end] != '\n' {
+				if src[end] == '\\' {
+					end++
 				}
-				if c != '`' && src[i] == '\n' { // unterminated: the line ends it
-					break
+				end++
+			}
+			end = min(len(src), end+1)
+		case c == '`':
+			end = len(src)
+			if j := bytes.IndexByte(src[i+1:], '`'); j >= 0 {
+				end = i + 1 + j + 1
+			}
+		}
+		if depth > 0 { // only the newlines of what is left out
+			for _, b := range src[i:end] {
+				if b == '\n' {
+					out = append(out, '\n')
 				}
-				put(i)
 			}
-			if i < len(src) {
-				put(i)
+		}
+		switch c {
+		case '{':
+			if depth == 0 {
+				out = append(out, src[from:end]...)
 			}
-		case c == '{':
-			put(i)
 			depth++
-		case c == '}':
+		case '}':
 			if depth > 0 {
 				depth--
+				if depth == 0 {
+					out = append(out, '}')
+					from = end
+				}
 			}
-			put(i)
-		default:
-			put(i)
 		}
+		i = end
+		if depth > 0 {
+			from = i
+		}
+	}
+	if depth == 0 {
+		out = append(out, src[from:]...)
 	}
 	return out
 }
+
+// goSpecial marks the bytes blankBraces stops at: braces, the starts of
+// strings, runes and comments, and newlines (kept between braces).
+var goSpecial = func() (t [256]bool) {
+	for _, c := range []byte("{}\"'`/\n") {
+		t[c] = true
+	}
+	return t
+}()
 
 // docText is a comment group's text, bounded.
 func docText(g *ast.CommentGroup) string {
