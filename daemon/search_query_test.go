@@ -70,7 +70,8 @@ func TestSearchQueryLanguageRoute(t *testing.T) {
 		{`x /a(b/`, "column 3: regular expression: missing closing )"},
 		{`lang:cobol2`, "column 6: unknown language"},
 		{"a\x00b", "column 2: control character"},
-		{"ab \xff", "column 4: not valid UTF-8"},
+		{"ab \xff", "column 4: the query is not valid UTF-8"},
+		{strings.Repeat("a", 2000), "longer than 1024 bytes"},
 		{`-settings`, "column 1: only exclusions"},
 	} {
 		b := alice.must(http.StatusBadRequest, "GET", "/api/v1/search?q="+url.QueryEscape(tc.q), nil, nil)
@@ -83,7 +84,8 @@ func TestSearchQueryLanguageRoute(t *testing.T) {
 	for _, q := range hostile {
 		start := time.Now()
 		status, b, _ := alice.do("GET", "/api/v1/search?q="+url.QueryEscape(q), nil)
-		if status != http.StatusOK && status != http.StatusBadRequest {
+		// 10 KB do not fit in the server's request line: 431 before the handler.
+		if status != http.StatusOK && status != http.StatusBadRequest && !(len(q) > 4<<10 && status == http.StatusRequestHeaderFieldsTooLarge) {
 			t.Errorf("%q: %d %s", q[:min(len(q), 40)], status, b)
 		}
 		if d := time.Since(start); d > time.Minute {

@@ -61,7 +61,9 @@ var languageQueries = map[string][]string{
 // BenchmarkQueryLanguage measures the language's searches over the Go
 // tree in the embedded index (p50/p95 per kind, each query run once an
 // iteration), next to the relevance set's word queries in the same
-// index (words-p95-ms: unchanged by the language).
+// index (words-p95-ms: unchanged by the language). QL_KIND=regex (a
+// key of languageQueries) runs one kind, to profile it; the five
+// slowest queries are logged.
 func BenchmarkQueryLanguage(b *testing.B) {
 	g := goTreeRepo(b)
 	rel := loadRelevance(b)
