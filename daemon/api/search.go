@@ -17,7 +17,10 @@ type SearchResults struct {
 }
 
 // search is GET /api/v1/search?q=&repository=&k=: code search over the
-// repositories the user may read (or the one named).
+// repositories the user may read (or the one named), in the query
+// language of the retrieval package (words, "phrase", /regexp/, sym:,
+// path:, lang:, repo:, -term). A query it cannot read is 400 with the
+// column at fault in the message.
 func (s *Server) search(c *fiber.Ctx) error {
 	if s.d.Search == nil {
 		return apiError(http.StatusServiceUnavailable, "search_unavailable", "code search is not configured on this server")

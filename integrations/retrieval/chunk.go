@@ -24,6 +24,9 @@ type Chunk struct {
 	// terms(Path) and terms(Text), when computed ahead of the backend.
 	pathTerms, terms string
 	termsSet         bool
+	// query is the file's row of the query language (querysearch.go),
+	// on its first chunk when an Index computed it.
+	query *fileQuery
 }
 
 // indexTerms are terms(c.Path) and terms(c.Text), computed once.

@@ -20,7 +20,7 @@ func (r Result) Hit(query string) agentcore.Hit {
 	first := 0
 	ws := parseQuery(query)
 	for i, l := range lines {
-		if lineHas(l, ws) {
+		if r.line > 0 && r.StartLine+i == r.line || r.line == 0 && lineHas(l, ws) {
 			first = max(0, i-2)
 			break
 		}

@@ -38,6 +38,10 @@ type Query struct {
 	// Limit is the number of results wanted (default 10, at most
 	// MaxLimit).
 	Limit int
+
+	// depth, when over Limit, is how many results the embedded backend
+	// returns: the query language filters them (querysearch.go).
+	depth int
 }
 
 // Defaults and bounds of searches.
@@ -65,6 +69,7 @@ type Result struct {
 
 	id    int64 // the backend's key, while ranking
 	shard int   // and the SQLite shard it is in
+	line  int   // the line a phrase, regular expression or sym: matched (0: none)
 }
 
 // Embedder turns texts into vectors, one per text in order
@@ -332,6 +337,9 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 				break
 			}
 			cs := chunk(c.path, data)
+			if len(cs) > 0 {
+				cs[0].query = newFileQuery(c.path, data)
+			}
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
 				// The terms too, here: the writers are what bounds an
@@ -431,6 +439,13 @@ func (ix *Index) embed(ctx context.Context, chunks []Chunk) error {
 // Search finds the chunks that best match q.Text (and, with an Embedder,
 // its meaning) in q.Repositories.
 func (ix *Index) Search(ctx context.Context, q Query) ([]Result, error) {
+	pq, err := parseSearch(q)
+	if err != nil {
+		return nil, err
+	}
+	if !pq.plain() {
+		return ix.searchLanguage(ctx, q, pq)
+	}
 	if err := checkQuery(&q); err != nil {
 		return nil, err
 	}

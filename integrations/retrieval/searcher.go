@@ -102,10 +102,17 @@ const toolLimit = 20
 func (t searchTool) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{
 		Name: "search_code",
-		Description: "Search the ingested source code of the repository this conversation is about (or another repository, by name) " +
-			"for identifiers or words, e.g. parseConfig or \"read config file\". Returns the best matching snippets with path and line numbers.",
+		Description: "Search the ingested source code of the repository this conversation is about (or another repository, by name). " +
+			"Words and identifiers are ranked (parseConfig, parse_config and parse config find each other). " +
+			"Also, separated by spaces: \"exact phrase\"; /regular expression/ (RE2, ^ and $ at line ends, \\/ for a slash); " +
+			"sym:name (files defining a function, method, type or class of that name); path:dir/file (path contains); " +
+			"lang:go (or python, javascript, typescript, c, cpp, java, rust...); repo:name; " +
+			"-term excludes (-word, -\"phrase\", -/regexp/, -path:, -lang:, -repo:). " +
+			"Phrases, regexps and path: ignore case unless they contain an upper-case letter. " +
+			"Examples: sym:ListenAndServe, /func \\(s \\*Server\\) \\w+/ path:net/http, \"read config\" lang:python -path:test. " +
+			"Returns the best matching snippets with path and line numbers.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{` +
-			`"query":{"type":"string","description":"words or identifiers to look for"},` +
+			`"query":{"type":"string","description":"words, identifiers and the query syntax above (at most 1024 bytes)"},` +
 			`"repository":{"type":"string","description":"repository ID; default: the conversation's repository"},` +
 			`"limit":{"type":"integer","description":"number of results, 1-20 (default 8)"}},` +
 			`"required":["query"],"additionalProperties":false}`),

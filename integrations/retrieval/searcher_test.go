@@ -67,7 +67,14 @@ func TestSearchCodeTool(t *testing.T) {
 		{"root", "conv_plain", `{"query":"loadConfig","repository":"secret"}`, []string{"lib/config.py:1-2 (repository secret)"}, nil, ""},
 		{"root", "conv_plain", `{"query":"load_config"}`, []string{"(repository b)", "(repository secret)"}, nil, ""},
 		{"bob", "conv_plain", `{"query":"loadConfig","repository":"nope"}`, nil, nil, "no such repository"},
-		{"alice", "conv_on_a", `{"query":"\"*\""}`, nil, nil, "no words"},
+		{"alice", "conv_on_a", `{"query":"* ^ ( :"}`, nil, nil, "no words"},
+		// The query language: a phrase is verbatim (a "*" in it too), sym:
+		// finds definitions, errors say where.
+		{"alice", "conv_on_a", `{"query":"\"*\""}`, []string{"no matches"}, nil, ""},
+		{"alice", "conv_on_a", `{"query":"sym:load_config","repository":"b"}`, []string{"lib/config.py:1-2 (repository b)"}, nil, ""},
+		{"alice", "conv_plain", `{"query":"/load_?config/ lang:python"}`, []string{"lib/config.py"}, []string{"pkg/config.go"}, ""},
+		{"alice", "conv_plain", `{"query":"config -path:lib/"}`, []string{"pkg/config.go"}, []string{"lib/config.py"}, ""},
+		{"alice", "conv_on_a", `{"query":"load \"config"}`, nil, nil, "bad query: column 6: unterminated phrase"},
 		{"alice", "conv_on_a", `{"query":1}`, nil, nil, "invalid arguments"},
 	} {
 		out, err := run(tc.user, tc.conv, tc.args)

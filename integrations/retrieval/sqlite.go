@@ -172,6 +172,9 @@ func NewSQLite(ctx context.Context, dbs ...*sql.DB) (*SQLite, error) {
 		if err := sh.rebuild(ctx); err != nil {
 			return nil, err
 		}
+		if err := sh.openQueryTables(ctx); err != nil {
+			return nil, err
+		}
 		s.shards = append(s.shards, sh)
 	}
 	return s, nil
@@ -346,6 +349,9 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 		return fmt.Errorf("retrieval: %w", err)
 	}
 	defer tx.Rollback()
+	if err := replaceQueryFiles(ctx, tx, repository, remove, chunks); err != nil {
+		return err
+	}
 	// The removed chunks (with their text, which a contentless index
 	// needs to remove them), removeLookup paths a query.
 	var old []indexed
@@ -523,6 +529,9 @@ func (s *shard) deleteRepository(ctx context.Context, repository string) error {
 		ids = append(ids, chunkIDs(page)...)
 	}
 	if err := deleteChunks(ctx, tx, ids); err != nil {
+		return err
+	}
+	if err := deleteQueryFiles(ctx, tx, repository); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -739,7 +748,7 @@ func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
 		return nil, err
 	}
-	depth := q.Limit
+	depth := max(q.Limit, q.depth)
 	if q.Vector != nil {
 		depth = max(depth, hybridDepth)
 	}
@@ -771,11 +780,11 @@ func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	}
 	ranked := mergeRanked(lexs, depth)
 	if q.Vector != nil {
-		ranked = fuse(q.Limit, func(r Result) string {
+		ranked = fuse(max(q.Limit, q.depth), func(r Result) string {
 			return strconv.Itoa(r.shard) + ":" + strconv.FormatInt(r.id, 10)
 		}, ranked, mergeRanked(vecs, depth))
 	}
-	ranked = ranked[:min(len(ranked), q.Limit)]
+	ranked = ranked[:min(len(ranked), max(q.Limit, q.depth))]
 	if len(s.shards) == 1 {
 		return s.shards[0].load(ctx, ranked)
 	}
