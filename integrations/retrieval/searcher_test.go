@@ -74,6 +74,9 @@ func TestSearchCodeTool(t *testing.T) {
 		{"alice", "conv_on_a", `{"query":"sym:load_config","repository":"b"}`, []string{"lib/config.py:1-2 (repository b)"}, nil, ""},
 		{"alice", "conv_plain", `{"query":"/load_?config/ lang:python"}`, []string{"lib/config.py"}, []string{"pkg/config.go"}, ""},
 		{"alice", "conv_plain", `{"query":"config -path:lib/"}`, []string{"pkg/config.go"}, []string{"lib/config.py"}, ""},
+		// repo: narrows what the user may read, never widens it.
+		{"alice", "conv_plain", `{"query":"load_config repo:secret"}`, []string{"no matches"}, []string{"secret"}, ""},
+		{"root", "conv_plain", `{"query":"load_config repo:secret"}`, []string{"(repository secret)"}, []string{"(repository b)"}, ""},
 		{"alice", "conv_on_a", `{"query":"load \"config"}`, nil, nil, "bad query: column 6: unterminated phrase"},
 		{"alice", "conv_on_a", `{"query":1}`, nil, nil, "invalid arguments"},
 	} {
