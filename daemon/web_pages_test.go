@@ -279,7 +279,7 @@ func TestWebPages(t *testing.T) {
 			t.Errorf("focus order on the search page: %q", order)
 		}
 		w.press("#syntax-h", "\r")
-		w.until("document.querySelector('details.syntax').open && document.querySelector('details.syntax').innerText.includes('parse_config')", 10*time.Second)
+		w.until("document.querySelector('details.syntax').open && document.querySelector('details.syntax').innerText.includes('parse_config') && document.querySelector('details.syntax').innerText.includes('sym:parseConfig')", 10*time.Second)
 		w.checkPage("search-empty", "document.getElementById('q')", "")
 		w.press("#q", "parse config\r")
 		w.until("document.querySelectorAll('#search-results .hit-file').length > 0", 20*time.Second)
@@ -319,6 +319,15 @@ func TestWebPages(t *testing.T) {
 		w.fill("#q", "!!!")
 		w.press("#search-go", "\r")
 		w.until("document.getElementById('search-summary').classList.contains('error') && document.getElementById('search-summary').textContent.length > 10", 20*time.Second)
+		// The query language: a regular expression with a path filter
+		// finds the one file; a syntax error says where it is.
+		eval[chromedp.Void](w, "document.getElementById('search-repo').value = ''")
+		w.fill("#q", "/func parse\\w+\\(/ path:src/")
+		w.press("#search-go", "\r")
+		w.until("document.querySelectorAll('#search-results .hit-file').length === 1 && document.querySelector('#search-results .hit-path').lastChild.textContent === 'src/config/parse.go'", 20*time.Second)
+		w.fill("#q", `parse "config`)
+		w.press("#search-go", "\r")
+		w.until("document.getElementById('search-summary').classList.contains('error') && document.getElementById('search-summary').textContent.includes('column 7')", 20*time.Second)
 		// A search's address shows its results; open one in a
 		// conversation on the repository at the indexed commit.
 		w.open("/search?q=parseConfig&repository="+repo, "document.querySelector('#search-results .open-conv')")
