@@ -24,6 +24,43 @@ type Chunk struct {
 	// terms(Path) and terms(Text), when computed ahead of the backend.
 	pathTerms, terms string
 	termsSet         bool
+	// file, on the first chunk of a file an Index ingests, holds the
+	// file's own fields (its symbols and doc comments); a backend that
+	// ranks files computes them itself when a chunk lacks them.
+	file *fileFields
+}
+
+// fileFields are the fields a file is ranked by besides its chunks'
+// text: the names it defines and its doc comments (extractSymbols), and
+// their terms, computed once.
+type fileFields struct {
+	symbols, docs      string
+	symTerms, docTerms string
+	termsSet           bool
+}
+
+// newFileFields are the fields of the file at p with content.
+func newFileFields(p string, content []byte) *fileFields {
+	var names, docs strings.Builder
+	for _, s := range extractSymbols(p, content) {
+		if s.Name != "" {
+			names.WriteString(s.Name)
+			names.WriteByte(' ')
+		}
+		if s.Doc != "" {
+			docs.WriteString(s.Doc)
+			docs.WriteByte('\n')
+		}
+	}
+	return &fileFields{symbols: names.String(), docs: docs.String()}
+}
+
+// indexTerms are terms(f.symbols) and terms(f.docs), computed once.
+func (f *fileFields) indexTerms() (symbols, docs string) {
+	if !f.termsSet {
+		f.symTerms, f.docTerms, f.termsSet = terms(f.symbols), terms(f.docs), true
+	}
+	return f.symTerms, f.docTerms
 }
 
 // indexTerms are terms(c.Path) and terms(c.Text), computed once.

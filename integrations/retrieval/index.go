@@ -332,6 +332,11 @@ func (ix *Index) IngestStats(ctx context.Context, repository, gitDir, from, to s
 				break
 			}
 			cs := chunk(c.path, data)
+			if len(cs) > 0 {
+				cs[0].file = newFileFields(c.path, data)
+				sym, doc := cs[0].file.indexTerms()
+				size += len(sym) + len(doc)
+			}
 			for i := range cs {
 				cs[i].Repository, cs[i].Commit = repository, to
 				// The terms too, here: the writers are what bounds an
@@ -466,31 +471,53 @@ func checkQuery(q *Query) error {
 	return nil
 }
 
-// fuse merges rankings by reciprocal rank fusion: each list adds
-// 1/(rrfK + rank) to a chunk's score.
-func fuse(limit int, key func(Result) string, lists ...[]Result) []Result {
-	const rrfK = 60
+// vectorWeight is what the vector ranking weighs in fuseRanks against
+// the lexical one's 1. Vectors must not make a search worse than words
+// alone: the weight is the largest that did not lower recall@5 or MRR
+// of any evaluation set (BenchmarkEval, with llmtest's embeddings over
+// HTTP; integrations/README.md has the measurements).
+var vectorWeight = 0.2
+
+// rrfK is reciprocal rank fusion's constant: a list adds
+// weight/(rrfK + rank) to an entry's score.
+const rrfK = 60
+
+// fused is an entry of fuseRanks' ranking.
+type fused struct {
+	key   string
+	score float64
+}
+
+// fuseRanks merges a lexical and a vector ranking (keys, best first) by
+// weighted reciprocal rank fusion, the vector ranking weighing
+// vectorWeight; ties keep the lexical order, then the key's.
+func fuseRanks(lex, vec []string) []fused {
 	score := map[string]float64{}
-	first := map[string]Result{}
-	for _, l := range lists {
-		for rank, r := range l {
-			k := key(r)
-			score[k] += 1 / float64(rrfK+rank+1)
-			if _, ok := first[k]; !ok {
-				first[k] = r
-			}
+	order := map[string]int{}
+	for rank, k := range lex {
+		score[k] += 1 / float64(rrfK+rank+1)
+		if _, ok := order[k]; !ok {
+			order[k] = rank
 		}
 	}
-	out := make([]Result, 0, len(first))
-	for k, r := range first {
-		r.Score = score[k]
-		out = append(out, r)
+	for rank, k := range vec {
+		score[k] += vectorWeight / float64(rrfK+rank+1)
+		if _, ok := order[k]; !ok {
+			order[k] = len(lex) + rank
+		}
 	}
-	slices.SortFunc(out, func(a, b Result) int {
-		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+	out := make([]fused, 0, len(score))
+	for k, s := range score {
+		out = append(out, fused{k, s})
+	}
+	slices.SortFunc(out, func(a, b fused) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
 			return c
 		}
-		return cmp.Compare(key(a), key(b))
+		if c := cmp.Compare(order[a.key], order[b.key]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
 	})
-	return out[:min(limit, len(out))]
+	return out
 }
