@@ -104,6 +104,7 @@ var ftsSchema = []string{
 // which is BM25F's rule (fileWeights).
 var filesSchema = []string{
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_files_fts USING fts5(path, name, symbols, docs, repo, tokenize = 'ascii', content = '')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_files_vocab USING fts5vocab(retrieval_files_fts, row)`,
 }
 
 // filesVersion numbers what a file's row in retrieval_files_fts holds
@@ -1493,7 +1494,7 @@ func (s *shard) rebuildFiles(ctx context.Context) error {
 	if ok, err = current(tx); err != nil || ok { // another process did it
 		return err
 	}
-	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_files_fts`, `DELETE FROM retrieval_files`}, filesSchema...) {
+	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_files_vocab`, `DROP TABLE IF EXISTS retrieval_files_fts`, `DELETE FROM retrieval_files`}, filesSchema...) {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
 		}

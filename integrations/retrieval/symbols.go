@@ -51,12 +51,15 @@ func goSymbols(content []byte) []Symbol {
 	fset := token.NewFileSet()
 	// A file with errors still has the declarations before them.
 	f, _ := parser.ParseFile(fset, "", content, parser.ParseComments|parser.SkipObjectResolution)
-	if f == nil || f.Name == nil {
+	if f == nil || f.Name == nil || f.Name.Name == "" || f.Name.Name == "_" { // no package clause
 		return nil
 	}
 	line := func(p token.Pos) int { return fset.Position(p).Line }
 	syms := []Symbol{{Name: f.Name.Name, Kind: "package", Line: line(f.Package), Doc: docText(f.Doc)}}
 	add := func(s Symbol) bool {
+		if s.Name == "_" || s.Name == "" { // blank, or what the parser made of an error
+			return true
+		}
 		if len(syms) >= maxSymbols {
 			return false
 		}
