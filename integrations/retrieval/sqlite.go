@@ -934,11 +934,13 @@ func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 // and secondWeight times its second best's (the body, chunk by chunk:
 // a file's body in the index only once). Measured on the evaluation sets
 // (BenchmarkEval, testdata/eval): integrations/README.md.
-var fileWeights = [...]float64{1, 3, 2, 1, 0} // path, name, symbols, docs, repo
-
-const (
+var (
+	fileWeights  = [...]float64{1, 3, 2, 1, 0} // path, name, symbols, docs, repo
 	fieldsWeight = 1.0
 	secondWeight = 0.3
+)
+
+const (
 	// chunkDepth chunks and filesDepth files are ranked by each shard
 	// (FTS5 scores every row that matches either way: the depth costs
 	// only the rows read back).

@@ -381,3 +381,38 @@ func TestFileRanking(t *testing.T) {
 		}
 	}
 }
+
+// TestHybridKeepsLexical: with an embedder, the files the words find
+// keep the lexical ranking's order, first; the vectors only add files
+// after them (vectorWeight).
+func TestHybridKeepsLexical(t *testing.T) {
+	var files []repoFile
+	for i, w := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"} {
+		// Each file has the query's words a different number of times,
+		// and words of its own that the vectors see.
+		files = append(files, repoFile{path: fmt.Sprintf("f%d_%s.go", i, w), content: fmt.Sprintf("package p\n\n// %s\nfunc %s() {}\n", strings.Repeat("parse config settings ", i+1)+strings.Repeat(w+" ", 20), w)})
+	}
+	files = append(files, repoFile{path: "vectors_only.go", content: "package p\n\n// " + strings.Repeat("parsing configs ", 30) + "\n"})
+	dir, commit := makeRepo(t, files)
+	lex, _ := New(Options{Backend: backends[0].open(t)})
+	hyb, _ := New(Options{Backend: backends[0].open(t), Embedder: scriptedEmbedder(t)})
+	for _, ix := range []*Index{lex, hyb} {
+		if err := ix.Ingest(t.Context(), "r", dir, "", commit, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{"parse config", "settings alpha", "zeta config", "parsing configs settings"} {
+		l, err := lex.Search(t.Context(), Query{Text: q, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := hyb.Search(t.Context(), Query{Text: q, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp, hp := paths(l), paths(h)
+		if len(hp) < len(lp) || !slices.Equal(hp[:len(lp)], lp) {
+			t.Errorf("%q: hybrid %v, want the lexical %v first", q, hp, lp)
+		}
+	}
+}

@@ -86,3 +86,40 @@ func TestFileText(t *testing.T) {
 		}
 	}
 }
+
+// TestFuseRanks: at weight 0 the lexical ranking stays as it is and the
+// vectors only add the files it lacks, after it; at a weight, reciprocal
+// rank fusion.
+func TestFuseRanks(t *testing.T) {
+	keys := func(fs []fused) []string {
+		var ks []string
+		for _, f := range fs {
+			ks = append(ks, f.key)
+		}
+		return ks
+	}
+	lex, vec := []string{"a", "b", "c"}, []string{"c", "d", "b", "e"}
+	defer func(w float64) { vectorWeight = w }(vectorWeight)
+	for _, tt := range []struct {
+		weight float64
+		want   []string
+	}{
+		{0, []string{"a", "b", "c", "d", "e"}},
+		{1, []string{"c", "b", "a", "d", "e"}},    // c: 1/63+1/61, b: 1/62+1/63, a: 1/61
+		{0.01, []string{"a", "b", "c", "d", "e"}}, // the vectors only break near ties
+	} {
+		vectorWeight = tt.weight
+		fs := fuseRanks(lex, vec)
+		if got := keys(fs); !slices.Equal(got, tt.want) {
+			t.Errorf("weight %g: %v, want %v", tt.weight, got, tt.want)
+		}
+		for i := 1; i < len(fs); i++ {
+			if fs[i].score > fs[i-1].score {
+				t.Errorf("weight %g: scores not descending: %v", tt.weight, fs)
+			}
+		}
+	}
+	if got := fuseRanks(nil, vec); !slices.Equal(keys(got), vec) {
+		t.Errorf("no lexical ranking: %v, want the vectors' %v", keys(got), vec)
+	}
+}
