@@ -358,5 +358,5 @@ func searchHTTP(b *testing.B, ix *Index, repository string, queries []string) ([
 		}
 		lat = append(lat, time.Since(start))
 	}
-	return lat, float64((cpuTime()-cpu0).Microseconds()) / 1000 / float64(len(queries))
+	return lat, float64((cpuTime() - cpu0).Microseconds()) / 1000 / float64(len(queries))
 }

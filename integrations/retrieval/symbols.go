@@ -91,7 +91,7 @@ func goSymbols(content []byte) []Symbol {
 		kind, name := "", ""
 		switch {
 		case group != "":
-			kind, name = group, goIdent(rest)
+			kind, name = group, identAt(rest)
 		case strings.HasPrefix(rest, "func "):
 			kind, rest = "func", rest[len("func "):]
 			if strings.HasPrefix(rest, "(") { // a receiver
@@ -100,7 +100,7 @@ func goSymbols(content []byte) []Symbol {
 					rest = strings.TrimLeft(rest[end+1:], " ")
 				}
 			}
-			name = goIdent(rest)
+			name = identAt(rest)
 		default:
 			for _, kw := range []string{"type", "var", "const"} {
 				if r, ok := strings.CutPrefix(rest, kw+" "); ok {
@@ -108,7 +108,7 @@ func goSymbols(content []byte) []Symbol {
 					if strings.HasPrefix(r, "(") {
 						group = kw
 					} else {
-						name = goIdent(r)
+						name = identAt(r)
 					}
 					break
 				}
@@ -126,8 +126,9 @@ func goSymbols(content []byte) []Symbol {
 	return syms
 }
 
-// goIdent is the identifier s starts with ("" if none).
-func goIdent(s string) string {
+// identAt is the identifier (Go's or Python's) s starts with ("" if
+// none).
+func identAt(s string) string {
 	end := strings.IndexFunc(s, func(r rune) bool {
 		return !(r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r))
 	})
@@ -219,11 +220,8 @@ func pySymbols(content []byte) []Symbol {
 		default:
 			continue
 		}
-		end := strings.IndexFunc(t, func(r rune) bool { return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= 0x80) })
-		if end < 0 {
-			end = len(t)
-		}
-		if end == 0 {
+		name := identAt(t)
+		if name == "" {
 			continue
 		}
 		if len(syms) >= maxSymbols {
@@ -231,7 +229,7 @@ func pySymbols(content []byte) []Symbol {
 		}
 		// The docstring is the first statement of the body, after the
 		// line the header ends on (headers of one line: most of them).
-		syms = append(syms, Symbol{Name: t[:end], Kind: kind, Line: i + 1, Doc: docstring(i + 1)})
+		syms = append(syms, Symbol{Name: name, Kind: kind, Line: i + 1, Doc: docstring(i + 1)})
 	}
 	return syms
 }

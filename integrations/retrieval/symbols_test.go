@@ -30,6 +30,13 @@ func TestExtractSymbols(t *testing.T) {
 			{"load", "func", 9, ""},
 			{"parse_config", "func", 12, "one line"},
 		}},
+		{"go groups", "g.go", "package g\n\ntype (\n\t// A is a.\n\tA int\n\n\t// B is b.\n\tB struct {\n\t\t// not a doc\n\t\tx int\n\t}\n)\n\n// f's doc\n\nfunc f() {\n\t// inside\n}\n\nfunc (T) M() {}\n", []Symbol{
+			{"g", "package", 1, ""},
+			{"A", "type", 5, "A is a.\n"},
+			{"B", "type", 8, "B is b.\n"},
+			{"f", "func", 16, ""},
+			{"M", "method", 20, ""},
+		}},
 		{"go with a syntax error keeps what came before", "x.go", "package x\n\nfunc ok() {}\n\nfunc (", []Symbol{{"x", "package", 1, ""}, {"ok", "func", 3, ""}}},
 		{"not go", "x.go", "\x00\xff garbage", nil},
 		{"other language", "x.rs", "fn main() {}", nil},
