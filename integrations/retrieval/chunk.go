@@ -39,6 +39,15 @@ type fileFields struct {
 	termsSet           bool
 }
 
+// A file's docs field holds the first paragraph of each doc comment, at
+// most fieldDoc bytes of it, and at most fieldDocs bytes in all: the
+// summaries that say what a file is about, not its comments' text again
+// (the chunks have it), which FTS5 would index a second time.
+const (
+	fieldDoc  = 512
+	fieldDocs = 8 << 10
+)
+
 // newFileFields are the fields of the file at p with content.
 func newFileFields(p string, content []byte) *fileFields {
 	var names, docs strings.Builder
@@ -47,8 +56,18 @@ func newFileFields(p string, content []byte) *fileFields {
 			names.WriteString(s.Name)
 			names.WriteByte(' ')
 		}
-		if s.Doc != "" {
-			docs.WriteString(s.Doc)
+		if d := s.Doc; d != "" && docs.Len() < fieldDocs {
+			if i := strings.Index(d, "\n\n"); i >= 0 {
+				d = d[:i]
+			}
+			if len(d) > fieldDoc { // at a space: no word cut in two
+				if j := strings.LastIndexByte(d[:fieldDoc], ' '); j > 0 {
+					d = d[:j]
+				} else {
+					d = strings.ToValidUTF8(d[:fieldDoc], "")
+				}
+			}
+			docs.WriteString(d)
 			docs.WriteByte('\n')
 		}
 	}
