@@ -477,8 +477,8 @@ func checkQuery(q *Query) error {
 // Vectors must never make a search worse than words alone: on the
 // evaluation (BenchmarkEval, llmtest's embeddings over HTTP) every
 // weight of reciprocal rank fusion tried lowered MRR (Go's set: 0.94
-// lexical, 0.85 at 0.1, 0.74 at 0.2, 0.37 at 1; recall@5 0.985, 0.985,
-// 0.97, 0.57), as rank fusion flattens BM25's margins; appending cannot
+// lexical, 0.85 at 0.1, 0.75 at 0.2, 0.38 at 1; recall@5 0.985, 0.985,
+// 0.98, 0.575), as rank fusion flattens BM25's margins; appending cannot
 // lower recall@k or MRR (integrations/README.md).
 var vectorWeight = 0.0
 
