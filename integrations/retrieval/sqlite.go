@@ -25,8 +25,9 @@ import (
 
 // SQLite is the embedded Backend: chunks in a table, their words in an
 // FTS5 index ranked by BM25 (the path's words weigh pathWeight times the
-// body's), and their vectors, when there are some, searched by
-// brute-force cosine similarity and fused with BM25 by reciprocal rank.
+// body's), each file's own fields (path, name, symbols, doc comments) in
+// another, and their vectors, when there are some, searched by
+// brute-force cosine similarity; a search ranks files (Search).
 //
 // The index may be spread over several databases (shards), each file's
 // chunks in the one its path hashes to: each shard has its own writer,
