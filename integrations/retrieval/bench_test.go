@@ -3,6 +3,11 @@ package retrieval
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -256,4 +261,102 @@ func searchRelevance(b *testing.B, ix *Index, rel []relevance) (recall float64, 
 		}
 	}
 	return float64(found) / float64(len(rel)), lat
+}
+
+// BenchmarkEval is the evaluation (eval_test.go) of each corpus, Go's
+// tree and Python's standard library: recall@1, recall@5 and MRR of the
+// naive whole-file BM25 baseline (naive-), the embedded index's words
+// (lexical-) and hybrid with llmtest's embeddings over HTTP (hybrid-, at
+// vectorWeight; hybrid-wW- at other weights, to choose it), and the
+// latency of searches over HTTP (a loopback server answering the
+// Searcher's hits as JSON) on the Go tree, for relevance.json's word
+// queries (go-http-) and the Go set's sentences (go-http-eval-). Run once (-benchtime 1x): it ingests each
+// corpus twice.
+func BenchmarkEval(b *testing.B) {
+	corpora := evalCorpora(b)
+	rel := loadRelevance(b)
+	emb := scriptedEmbedder(b)
+	for b.Loop() {
+		for _, c := range corpora {
+			b.ReportMetric(float64(len(c.set.Queries)), c.name+"-queries")
+			queries := make([]string, len(c.set.Queries))
+			for i, q := range c.set.Queries {
+				queries[i] = q.Query
+			}
+			naive := newNaiveBM25(c.docs, queries)
+			var m evalMetrics
+			for _, q := range c.set.Queries {
+				m.add(naive.rank(q.Query, q.File))
+			}
+			m.mean(len(queries)).report(b, c.name+"-naive")
+
+			lex, _ := New(Options{Backend: backends[0].open(b)})
+			if err := lex.Ingest(b.Context(), c.name, c.gitDir, "", c.first, nil); err != nil {
+				b.Fatal(err)
+			}
+			evalIndex(b, lex, c).report(b, c.name+"-lexical")
+			if c.name == "go" {
+				var words []string
+				for _, r := range rel {
+					words = append(words, r.Query)
+				}
+				lat, cpu := searchHTTP(b, lex, c.name, words)
+				b.ReportMetric(percentile(lat, 0.5), "go-http-p50-ms")
+				b.ReportMetric(percentile(lat, 0.95), "go-http-p95-ms")
+				b.ReportMetric(cpu, "go-http-cpu-ms")
+				lat, cpu = searchHTTP(b, lex, c.name, queries)
+				b.ReportMetric(percentile(lat, 0.5), "go-http-eval-p50-ms")
+				b.ReportMetric(percentile(lat, 0.95), "go-http-eval-p95-ms")
+				b.ReportMetric(cpu, "go-http-eval-cpu-ms")
+			}
+
+			hyb, _ := New(Options{Backend: backends[0].open(b), Embedder: emb})
+			if err := hyb.Ingest(b.Context(), c.name, c.gitDir, "", c.first, nil); err != nil {
+				b.Fatal(err)
+			}
+			evalIndex(b, hyb, c).report(b, c.name+"-hybrid")
+			configured := vectorWeight
+			for _, w := range []float64{0.1, 0.2, 1} {
+				vectorWeight = w
+				evalIndex(b, hyb, c).report(b, fmt.Sprintf("%s-hybrid-w%g", c.name, w))
+			}
+			vectorWeight = configured
+		}
+	}
+}
+
+// searchHTTP serves ix's searches of repository over HTTP on 127.0.0.1
+// (the Searcher's hits as JSON, as GET /api/v1/search answers them) and
+// sends each query once: the latencies, as the client saw them, and
+// the CPU time of a search (server and client: less dependent on the
+// machine's load), in milliseconds.
+func searchHTTP(b *testing.B, ix *Index, repository string, queries []string) ([]time.Duration, float64) {
+	s := &Searcher{Index: ix}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits, err := s.SearchIn(r.Context(), "", repository, r.URL.Query().Get("q"), 10)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"results": hits})
+	}))
+	defer srv.Close()
+	client := srv.Client()
+	var lat []time.Duration
+	cpu0 := cpuTime()
+	for _, q := range queries {
+		start := time.Now()
+		resp, err := client.Get(srv.URL + "/?q=" + url.QueryEscape(q))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("%q: %v %v", q, resp.Status, err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat, float64((cpuTime() - cpu0).Microseconds()) / 1000 / float64(len(queries))
 }

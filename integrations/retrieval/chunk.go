@@ -27,6 +27,63 @@ type Chunk struct {
 	// query is the file's row of the query language (querysearch.go),
 	// on its first chunk when an Index computed it.
 	query *fileQuery
+	// file, on the first chunk of a file an Index ingests, holds the
+	// file's own fields (its symbols and doc comments); a backend that
+	// ranks files computes them itself when a chunk lacks them.
+	file *fileFields
+}
+
+// fileFields are the fields a file is ranked by besides its chunks'
+// text: the names it defines and its doc comments (extractSymbols), and
+// their terms, computed once.
+type fileFields struct {
+	symbols, docs      string
+	symTerms, docTerms string
+	termsSet           bool
+}
+
+// A file's docs field holds the first paragraph of each doc comment, at
+// most fieldDoc bytes of it, and at most fieldDocs bytes in all: the
+// summaries that say what a file is about, not its comments' text again
+// (the chunks have it), which FTS5 would index a second time.
+const (
+	fieldDoc  = 512
+	fieldDocs = 8 << 10
+)
+
+// newFileFields are the fields of a file that defines syms
+// (extractSymbols).
+func newFileFields(syms []Symbol) *fileFields {
+	var names, docs strings.Builder
+	for _, s := range syms {
+		if s.Name != "" {
+			names.WriteString(s.Name)
+			names.WriteByte(' ')
+		}
+		if d := s.Doc; d != "" && docs.Len() < fieldDocs {
+			if i := strings.Index(d, "\n\n"); i >= 0 {
+				d = d[:i]
+			}
+			if len(d) > fieldDoc { // at a space: no word cut in two
+				if j := strings.LastIndexByte(d[:fieldDoc], ' '); j > 0 {
+					d = d[:j]
+				} else {
+					d = strings.ToValidUTF8(d[:fieldDoc], "")
+				}
+			}
+			docs.WriteString(d)
+			docs.WriteByte('\n')
+		}
+	}
+	return &fileFields{symbols: names.String(), docs: docs.String()}
+}
+
+// indexTerms are terms(f.symbols) and terms(f.docs), computed once.
+func (f *fileFields) indexTerms() (symbols, docs string) {
+	if !f.termsSet {
+		f.symTerms, f.docTerms, f.termsSet = terms(f.symbols), terms(f.docs), true
+	}
+	return f.symTerms, f.docTerms
 }
 
 // indexTerms are terms(c.Path) and terms(c.Text), computed once.

@@ -57,9 +57,10 @@ type fileQuery struct {
 	symbols []Symbol
 }
 
-// newFileQuery computes a file's row.
-func newFileQuery(path string, content []byte) *fileQuery {
-	return &fileQuery{grams: fileGrams(unsafe.String(unsafe.SliceData(content), len(content))), symbols: extractSymbols(path, content)}
+// newFileQuery computes the row of a file with content that defines
+// syms (extractSymbols).
+func newFileQuery(content []byte, syms []Symbol) *fileQuery {
+	return &fileQuery{grams: fileGrams(unsafe.String(unsafe.SliceData(content), len(content))), symbols: syms}
 }
 
 // encodeSymbols is the symbols column: "kind\tname\tline\n" per symbol.
@@ -153,7 +154,7 @@ func (s *shard) fillQueryFiles(ctx context.Context) error {
 	flushFile := func() {
 		if len(file) > 0 {
 			content := fileContent(file)
-			batch = append(batch, queryRow{repo, file[0].Path, file[0].Language, newFileQuery(file[0].Path, []byte(content))})
+			batch = append(batch, queryRow{repo, file[0].Path, file[0].Language, newFileQuery([]byte(content), extractSymbols(file[0].Path, []byte(content)))})
 		}
 		file = nil
 	}
@@ -235,7 +236,8 @@ func replaceQueryFiles(ctx context.Context, tx *sql.Tx, repository string, remov
 		}
 		fq := chunks[i].query
 		if fq == nil { // not from an Index: from the chunks
-			fq = newFileQuery(chunks[i].Path, []byte(fileContent(chunks[i:j])))
+			content := []byte(fileContent(chunks[i:j]))
+			fq = newFileQuery(content, extractSymbols(chunks[i].Path, content))
 		}
 		rows = append(rows, queryRow{repository, chunks[i].Path, chunks[i].Language, fq})
 		i = j

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,8 +25,9 @@ import (
 
 // SQLite is the embedded Backend: chunks in a table, their words in an
 // FTS5 index ranked by BM25 (the path's words weigh pathWeight times the
-// body's), and their vectors, when there are some, searched by
-// brute-force cosine similarity and fused with BM25 by reciprocal rank.
+// body's), each file's own fields (path, name, symbols, doc comments) in
+// another, and their vectors, when there are some, searched by
+// brute-force cosine similarity; a search ranks files (Search).
 //
 // The index may be spread over several databases (shards), each file's
 // chunks in the one its path hashes to: each shard has its own writer,
@@ -48,9 +50,6 @@ type shard struct {
 // of the body (a query naming a package or file finds it first).
 const pathWeight = 4.0
 
-// hybridDepth is how many results of each ranking are fused.
-const hybridDepth = 50
-
 var sqliteSchema = []string{
 	`CREATE TABLE IF NOT EXISTS retrieval_chunks (
 		id INTEGER PRIMARY KEY,
@@ -64,6 +63,17 @@ var sqliteSchema = []string{
 		vector BLOB
 	)`,
 	`CREATE INDEX IF NOT EXISTS retrieval_chunks_path ON retrieval_chunks(repository, path)`,
+	// One row per file with chunks: the fields it is ranked by besides
+	// its chunks (fileFields), as text, which its row of
+	// retrieval_files_fts is computed from (and removed by).
+	`CREATE TABLE IF NOT EXISTS retrieval_files (
+		id INTEGER PRIMARY KEY,
+		repository TEXT NOT NULL,
+		path TEXT NOT NULL,
+		symbols TEXT NOT NULL,
+		docs TEXT NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS retrieval_files_path ON retrieval_files(repository, path)`,
 	// The terms version the index was built with (termsVersion).
 	`CREATE TABLE IF NOT EXISTS retrieval_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)`,
 }
@@ -88,6 +98,26 @@ var ftsSchema = []string{
 	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_vocab USING fts5vocab(retrieval_fts, row)`,
 }
 
+// filesSchema is the full-text index of the files' own fields
+// (fileTerms), contentless like retrieval_fts; rebuildFiles drops and
+// creates it again. One row per file: FTS5's bm25 adds a row's
+// weighted hits of a word over its columns before saturating them,
+// which is BM25F's rule (fileWeights).
+var filesSchema = []string{
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_files_fts USING fts5(path, name, symbols, docs, repo, tokenize = 'ascii', content = '')`,
+	`CREATE VIRTUAL TABLE IF NOT EXISTS retrieval_files_vocab USING fts5vocab(retrieval_files_fts, row)`,
+}
+
+// filesVersion numbers what a file's row in retrieval_files_fts holds
+// (fileTerms, extractSymbols): an index built with another one (or
+// with other terms, termsVersion) has its files' rows made again from
+// their chunks when it is opened (rebuildFiles).
+const filesVersion = 1
+
+// filesBuilt is the value of retrieval_meta's 'files' row of an index
+// whose file rows are current.
+const filesBuilt = filesVersion<<8 | termsVersion
+
 // termsVersion numbers what terms() makes of a text: 1, every word; 2,
 // without unindexed words. A contentless index can remove a chunk only
 // by the terms it was indexed with, so an index of another version (or
@@ -108,6 +138,10 @@ const termsFunc = "retrieval_terms"
 // as the batch's reader computed them (beside the writers, not in them).
 const pendingFunc = "retrieval_pending"
 
+// pendingFileFunc is pendingFunc for the files of a batch (pending.files):
+// (batch, i, column), the columns those of retrieval_files_fts.
+const pendingFileFunc = "retrieval_pending_file"
+
 // pending holds the batches whose FTS5 rows a statement is inserting,
 // by key, for pendingFunc: the driver registers a function for every
 // connection at once, so what it reads is shared the same way. An entry
@@ -116,7 +150,32 @@ var pending = struct {
 	sync.Mutex
 	next    int64
 	batches map[int64][]Chunk
-}{batches: map[int64][]Chunk{}}
+	files   map[int64][]fileRow
+}{batches: map[int64][]Chunk{}, files: map[int64][]fileRow{}}
+
+// fileRow is a file of a batch being written.
+type fileRow struct {
+	path string
+	f    *fileFields
+}
+
+// fileTerms are the terms of a file's row in retrieval_files_fts:
+// column 0 its path's, 1 its name's (without the extension), 2 the
+// names it defines, 3 its doc comments.
+func fileTerms(p string, f *fileFields, col int64) string {
+	switch col {
+	case 0:
+		return terms(p)
+	case 1:
+		base := path.Base(p)
+		return terms(strings.TrimSuffix(base, path.Ext(base)))
+	case 2:
+		sym, _ := f.indexTerms()
+		return sym
+	}
+	_, doc := f.indexTerms()
+	return doc
+}
 
 func init() {
 	sqlite.MustRegisterScalarFunction(pendingFunc, 3, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
@@ -134,6 +193,18 @@ func init() {
 			return path, nil
 		}
 		return body, nil
+	})
+	sqlite.MustRegisterScalarFunction(pendingFileFunc, 3, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		key, _ := args[0].(int64)
+		i, _ := args[1].(int64)
+		col, _ := args[2].(int64)
+		pending.Lock()
+		fs := pending.files[key]
+		pending.Unlock()
+		if i < 0 || i >= int64(len(fs)) {
+			return nil, fmt.Errorf("%s: no file %d in batch %d", pendingFileFunc, i, key)
+		}
+		return fileTerms(fs[i].path, fs[i].f, col), nil
 	})
 	sqlite.MustRegisterDeterministicScalarFunction(termsFunc, 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
 		switch v := args[0].(type) {
@@ -173,6 +244,9 @@ func NewSQLite(ctx context.Context, dbs ...*sql.DB) (*SQLite, error) {
 			return nil, err
 		}
 		if err := sh.openQueryTables(ctx); err != nil {
+			return nil, err
+		}
+		if err := sh.rebuildFiles(ctx); err != nil {
 			return nil, err
 		}
 		s.shards = append(s.shards, sh)
@@ -355,6 +429,7 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	// The removed chunks (with their text, which a contentless index
 	// needs to remove them), removeLookup paths a query.
 	var old []indexed
+	var oldFs []indexedFile
 	for len(remove) > 0 {
 		part := remove[:min(len(remove), removeLookup)]
 		remove = remove[len(part):]
@@ -379,16 +454,25 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
+		files, err := oldFiles(ctx, tx, `repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		oldFs = append(oldFs, files...)
 	}
 	// In rowid order: FTS5 writes out its pending terms when a rowid is
 	// lower than the one before.
 	slices.SortFunc(old, func(a, b indexed) int { return cmp.Compare(a.id, b.id) })
+	slices.SortFunc(oldFs, func(a, b indexedFile) int { return cmp.Compare(a.id, b.id) })
 	ids := chunkIDs(old)
 	// The chunks' rows first, then the index's: once FTS5 is written to
 	// in a transaction, every later statement that opens a savepoint
 	// (any of several rows) makes it write its pending terms out as a
 	// new segment, many small segments that it merges again and again.
 	if err := deleteChunks(ctx, tx, ids); err != nil {
+		return err
+	}
+	if err := deleteFiles(ctx, tx, oldFs); err != nil {
 		return err
 	}
 	// Rows go in insertRows at a time, with IDs assigned here (the
@@ -415,7 +499,15 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 			return fmt.Errorf("retrieval: storing chunks: %w", err)
 		}
 	}
+	files := batchFiles(chunks)
+	firstFile, err := insertFiles(ctx, tx, repository, files)
+	if err != nil {
+		return err
+	}
 	if err := s.ftsDelete(ctx, tx, repository, old); err != nil {
+		return err
+	}
+	if err := ftsDeleteFiles(ctx, tx, repository, oldFs); err != nil {
 		return err
 	}
 	// Into FTS5 by one statement, in rowid order, the terms the batch's
@@ -428,12 +520,23 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	pending.next++
 	key := pending.next
 	pending.batches[key] = chunks
+	pending.files[key] = files
 	pending.Unlock()
 	defer func() {
 		pending.Lock()
 		delete(pending.batches, key)
+		delete(pending.files, key)
 		pending.Unlock()
 	}()
+	// The files' rows first: the chunks' statement, the larger, writes
+	// out what the files' left pending.
+	if len(files) > 0 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_files_fts (rowid, path, name, symbols, docs, repo)
+			SELECT id, `+pendingFileFunc+`(?, id - ?, 0), `+pendingFileFunc+`(?, id - ?, 1), `+pendingFileFunc+`(?, id - ?, 2), `+pendingFileFunc+`(?, id - ?, 3), ?
+			FROM retrieval_files WHERE id >= ? ORDER BY id`, key, firstFile, key, firstFile, key, firstFile, key, firstFile, repoToken(repository), firstFile); err != nil {
+			return fmt.Errorf("retrieval: indexing files: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_fts (rowid, path, body, repo)
 		SELECT id, `+pendingFunc+`(?, id - ?, 0), `+pendingFunc+`(?, id - ?, 1), ?
 		FROM retrieval_chunks WHERE id >= ? ORDER BY id`, key, first, key, first, repoToken(repository), first); err != nil {
@@ -532,6 +635,16 @@ func (s *shard) deleteRepository(ctx context.Context, repository string) error {
 		return err
 	}
 	if err := deleteQueryFiles(ctx, tx, repository); err != nil {
+		return err
+	}
+	files, err := oldFiles(ctx, tx, `repository = ?`, repository)
+	if err != nil {
+		return err
+	}
+	if err := ftsDeleteFiles(ctx, tx, repository, files); err != nil {
+		return err
+	}
+	if err := deleteFiles(ctx, tx, files); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -736,112 +849,332 @@ func (s *shard) docCounts(ctx context.Context, parts []any) (int64, map[string]i
 	return n, docs, rows.Err()
 }
 
-// Search implements Backend: every shard ranks its chunks for the same
-// words (pruneCommon over the whole index), the rankings are merged by
-// score (the best depth of all shards), then fused. BM25 in a shard
-// uses that shard's document counts, so a shard where the query's words
-// are rarer scores higher: each shard's scores are scaled by idfScales
-// (without it, lexical recall@5 over testdata/relevance.json was 0.74
-// with two shards, 0.77 with it, 0.79 with one database). Cosine
-// similarity does not depend on the shard.
+// Search implements Backend, ranking files (rankFiles) and answering
+// each file's best chunk, best file first: every shard ranks its files
+// for the same words (pruneCommon over the whole index), the rankings
+// are merged by score, then fused with the vectors' (fuseFiles). BM25 in
+// a shard uses that shard's document counts, so a shard where the
+// query's words are rarer scores higher: each shard's scores are scaled
+// by idfScales (without it, lexical recall@5 over
+// testdata/relevance.json was 0.74 with two shards, 0.77 with it, 0.79
+// with one database, when chunks were ranked alone). Cosine similarity
+// does not depend on the shard.
 func (s *SQLite) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
 		return nil, err
 	}
+	// The query language filters a deeper ranking (Query.depth).
 	depth := max(q.Limit, q.depth)
-	if q.Vector != nil {
-		depth = max(depth, hybridDepth)
-	}
 	ws, scales, err := s.pruneCommon(ctx, parseQuery(q.Text))
 	if err != nil {
 		return nil, err
 	}
-	lexs := make([][]Result, len(s.shards))
-	vecs := make([][]Result, len(s.shards))
+	lexs := make([][]fileHit, len(s.shards))
+	vecs := make([][]fileHit, len(s.shards))
 	err = s.each(func(i int, sh *shard) error {
+		scale := 1.0
+		if scales != nil {
+			scale = scales[i]
+		}
 		var err error
-		if lexs[i], err = sh.lexical(ctx, ws, q.Repositories, depth); err != nil {
+		if lexs[i], err = sh.rankFiles(ctx, ws, q.Repositories, scale, depth); err != nil {
 			return err
 		}
-		if scales != nil {
-			for j := range lexs[i] {
-				lexs[i][j].Score *= scales[i]
-			}
-		}
 		if q.Vector != nil {
-			if vecs[i], err = sh.nearest(ctx, q, depth); err != nil {
+			if vecs[i], err = sh.nearestFiles(ctx, q); err != nil {
 				return err
 			}
+		}
+		for j := range lexs[i] {
+			lexs[i][j].shard = i
+		}
+		for j := range vecs[i] {
+			vecs[i][j].shard = i
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	ranked := mergeRanked(lexs, depth)
+	ranked := mergeFiles(lexs)
 	if q.Vector != nil {
-		ranked = fuse(max(q.Limit, q.depth), func(r Result) string {
-			return strconv.Itoa(r.shard) + ":" + strconv.FormatInt(r.id, 10)
-		}, ranked, mergeRanked(vecs, depth))
+		ranked = fuseFiles(ranked, mergeFiles(vecs))
 	}
-	ranked = ranked[:min(len(ranked), max(q.Limit, q.depth))]
-	if len(s.shards) == 1 {
-		return s.shards[0].load(ctx, ranked)
-	}
-	// Each shard loads its chunks; the ranking keeps its order.
+	ranked = ranked[:min(len(ranked), depth)]
+	// Each shard finds the best chunk of its files that have none among
+	// the chunks ranked, and loads its chunks; the ranking keeps its
+	// order.
 	mine := make([][]Result, len(s.shards))
-	for _, r := range ranked {
-		mine[r.shard] = append(mine[r.shard], r)
+	for _, f := range ranked {
+		mine[f.shard] = append(mine[f.shard], Result{Chunk: Chunk{Repository: f.repository, Path: f.path}, Score: f.score, id: f.chunk, shard: f.shard})
 	}
 	if err := s.each(func(i int, sh *shard) error {
+		if err := sh.bestChunks(ctx, ws, mine[i]); err != nil {
+			return err
+		}
+		rs := mine[i][:0]
+		for _, r := range mine[i] {
+			if r.id != 0 { // 0: the file left the index meanwhile
+				r.Chunk = Chunk{}
+				rs = append(rs, r)
+			}
+		}
 		var err error
-		mine[i], err = sh.load(ctx, mine[i])
+		mine[i], err = sh.load(ctx, rs)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	type key struct {
-		shard int
-		id    int64
-	}
-	loaded := map[key]Result{}
+	loaded := map[fileKey]Result{}
 	for _, rs := range mine {
 		for _, r := range rs {
-			loaded[key{r.shard, r.id}] = r
+			loaded[fileKey{r.Repository, r.Path}] = r
 		}
 	}
-	out := ranked[:0]
-	for _, r := range ranked {
-		if l, ok := loaded[key{r.shard, r.id}]; ok {
+	out := make([]Result, 0, len(ranked))
+	for _, f := range ranked {
+		if l, ok := loaded[f.fileKey]; ok {
 			out = append(out, l)
 		}
 	}
 	return out, nil
 }
 
-// mergeRanked is the depth best of the shards' rankings (lists[i] is
-// shard i's, best first), by score.
-func mergeRanked(lists [][]Result, depth int) []Result {
-	if len(lists) == 1 {
-		return lists[0]
+// File ranking (rankFiles): a file's score is the BM25F of its own
+// fields (path, file name, the names it defines, its doc comments:
+// fileWeights) times fieldsWeight, plus the BM25 score of its best chunk
+// and secondWeight times its second best's (the body, chunk by chunk:
+// a file's body in the index only once). Measured on the evaluation sets
+// (BenchmarkEval, testdata/eval): integrations/README.md.
+var (
+	fileWeights  = [...]float64{1, 3, 2, 1, 0} // path, name, symbols, docs, repo
+	fieldsWeight = 1.0
+	secondWeight = 0.3
+)
+
+const (
+	// chunkDepth chunks and filesDepth files are ranked by each shard
+	// (FTS5 scores every row that matches either way: the depth costs
+	// only the rows read back).
+	chunkDepth = 200
+	filesDepth = 100
+)
+
+// fileKey names a file of the index.
+type fileKey struct{ repository, path string }
+
+// fileHit is a file ranked, with its best chunk (0 when none was among
+// those ranked).
+type fileHit struct {
+	fileKey
+	shard int
+	chunk int64
+	score float64
+}
+
+// rankFiles ranks the shard's files for ws: the chunks by BM25
+// (lexical), the files' fields by BM25F; scores times scale (idfScales).
+func (s *shard) rankFiles(ctx context.Context, ws []queryWord, repos []string, scale float64, depth int) ([]fileHit, error) {
+	chunks, err := s.lexical(ctx, ws, repos, max(chunkDepth, depth))
+	if err != nil {
+		return nil, err
 	}
-	var all []Result
-	for i, l := range lists {
-		for _, r := range l {
-			r.shard = i
-			all = append(all, r)
+	weights := make([]string, len(fileWeights))
+	for i, w := range fileWeights {
+		weights[i] = strconv.FormatFloat(w, 'f', -1, 64)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT f.id, f.repository, f.path, r.rank FROM
+		(SELECT rowid, bm25(retrieval_files_fts, `+strings.Join(weights, ", ")+`) AS rank
+			FROM retrieval_files_fts WHERE retrieval_files_fts MATCH ? ORDER BY rank LIMIT ?) r
+		JOIN retrieval_files f ON f.id = r.rowid`, ftsQuery(ws, repos), max(filesDepth, depth))
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: searching: %w", err)
+	}
+	type acc struct {
+		fields, best, second float64
+		chunk                int64
+	}
+	files := map[fileKey]*acc{}
+	get := func(k fileKey) *acc {
+		a := files[k]
+		if a == nil {
+			a = &acc{}
+			files[k] = a
+		}
+		return a
+	}
+	for rows.Next() {
+		var id int64
+		var k fileKey
+		var rank float64
+		if err := rows.Scan(&id, &k.repository, &k.path, &rank); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		get(k).fields = -rank // bm25 is lower for better matches
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	keys, err := s.chunkFiles(ctx, chunks)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range chunks { // best first
+		k, ok := keys[c.id]
+		if !ok {
+			continue
+		}
+		a := get(k)
+		switch {
+		case a.chunk == 0:
+			a.best, a.chunk = c.Score, c.id
+		case a.second == 0:
+			a.second = c.Score
 		}
 	}
-	slices.SortFunc(all, func(a, b Result) int {
-		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+	out := make([]fileHit, 0, len(files))
+	for k, a := range files {
+		out = append(out, fileHit{fileKey: k, chunk: a.chunk, score: scale * (fieldsWeight*a.fields + a.best + secondWeight*a.second)})
+	}
+	return out, nil
+}
+
+// chunkFiles are the files of the ranked chunks, by ID.
+func (s *shard) chunkFiles(ctx context.Context, rs []Result) (map[int64]fileKey, error) {
+	keys := make(map[int64]fileKey, len(rs))
+	if len(rs) == 0 {
+		return keys, nil
+	}
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, repository, path FROM retrieval_chunks WHERE id IN (`+idList(ids)+`)`)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var k fileKey
+		if err := rows.Scan(&id, &k.repository, &k.path); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		keys[id] = k
+	}
+	return keys, rows.Err()
+}
+
+// nearestFiles ranks the shard's files by their chunk most similar to
+// q.Vector (nearest).
+func (s *shard) nearestFiles(ctx context.Context, q Query) ([]fileHit, error) {
+	chunks, err := s.nearest(ctx, q, chunkDepth)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := s.chunkFiles(ctx, chunks)
+	if err != nil {
+		return nil, err
+	}
+	var out []fileHit
+	seen := map[fileKey]bool{}
+	for _, c := range chunks {
+		k, ok := keys[c.id]
+		if !ok || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, fileHit{fileKey: k, chunk: c.id, score: c.Score})
+	}
+	return out, nil
+}
+
+// mergeFiles is the shards' file rankings in one, best first (a file is
+// in one shard).
+func mergeFiles(lists [][]fileHit) []fileHit {
+	var all []fileHit
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	slices.SortFunc(all, func(a, b fileHit) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.shard, b.shard); c != 0 {
+		if c := cmp.Compare(a.repository, b.repository); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.id, b.id)
+		return cmp.Compare(a.path, b.path)
 	})
-	return all[:min(len(all), depth)]
+	return all
+}
+
+// fuseFiles fuses the lexical and the vector rankings of files
+// (fuseRanks, vectorWeight); a file keeps the lexical ranking's best
+// chunk when it has one there.
+func fuseFiles(lex, vec []fileHit) []fileHit {
+	if len(vec) == 0 {
+		return lex
+	}
+	keys := func(hs []fileHit) []string {
+		ks := make([]string, len(hs))
+		for i, h := range hs {
+			ks[i] = h.repository + "\x00" + h.path
+		}
+		return ks
+	}
+	hits := map[string]fileHit{}
+	for i, k := range keys(vec) {
+		hits[k] = vec[i]
+	}
+	for i, k := range keys(lex) {
+		hits[k] = lex[i]
+	}
+	fused := fuseRanks(keys(lex), keys(vec))
+	out := make([]fileHit, len(fused))
+	for i, f := range fused {
+		h := hits[f.key]
+		h.score = f.score
+		out[i] = h
+	}
+	return out
+}
+
+// bestChunks sets the chunk of each result that has none: the file's
+// chunk that ranks best for ws, or its first.
+func (s *shard) bestChunks(ctx context.Context, ws []queryWord, rs []Result) error {
+	for i := range rs {
+		if rs[i].id != 0 {
+			continue
+		}
+		rows, err := s.db.QueryContext(ctx, `SELECT id FROM retrieval_chunks WHERE repository = ? AND path = ? ORDER BY start_line, id`, rs[i].Repository, rs[i].Path)
+		if err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("retrieval: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rs[i].id = ids[0]
+		err = s.db.QueryRowContext(ctx, `SELECT rowid FROM retrieval_fts WHERE retrieval_fts MATCH ? AND rowid IN (`+idList(ids)+`) ORDER BY bm25(retrieval_fts, `+strconv.FormatFloat(pathWeight, 'f', 1, 64)+`, 1.0, 0.0) LIMIT 1`, ftsQuery(ws, nil)).Scan(&rs[i].id)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+	}
+	return nil
 }
 
 // lexical ranks chunks by BM25 (path words weigh pathWeight, the
@@ -994,4 +1327,245 @@ func (h *topK) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// indexedFile is a file's row in the index, as ftsDeleteFiles needs it.
+type indexedFile struct {
+	id   int64
+	path string
+	f    fileFields
+}
+
+// oldFiles are the rows of retrieval_files matching the condition.
+func oldFiles(ctx context.Context, tx *sql.Tx, cond string, args ...any) ([]indexedFile, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, path, symbols, docs FROM retrieval_files WHERE `+cond, args...)
+	if err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	defer rows.Close()
+	var out []indexedFile
+	for rows.Next() {
+		var f indexedFile
+		if err := rows.Scan(&f.id, &f.path, &f.f.symbols, &f.f.docs); err != nil {
+			return nil, fmt.Errorf("retrieval: %w", err)
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retrieval: %w", err)
+	}
+	return out, nil
+}
+
+// deleteFiles removes the files' rows.
+func deleteFiles(ctx context.Context, tx *sql.Tx, files []indexedFile) error {
+	ids := make([]int64, len(files))
+	for i, f := range files {
+		ids[i] = f.id
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		list := idList(ids[:n])
+		ids = ids[n:]
+		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_files WHERE id IN (`+list+`)`); err != nil {
+			return fmt.Errorf("retrieval: %w", err)
+		}
+	}
+	return nil
+}
+
+// ftsDeleteFiles removes files from retrieval_files_fts by the terms
+// they were indexed with (see ftsDelete).
+func ftsDeleteFiles(ctx context.Context, tx *sql.Tx, repository string, files []indexedFile) error {
+	if len(files) == 0 {
+		return nil
+	}
+	del, err := tx.PrepareContext(ctx, `INSERT INTO retrieval_files_fts (retrieval_files_fts, rowid, path, name, symbols, docs, repo) VALUES ('delete', ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("retrieval: %w", err)
+	}
+	defer del.Close()
+	rt := repoToken(repository)
+	for i := range files {
+		f := &files[i]
+		if _, err := del.ExecContext(ctx, f.id, fileTerms(f.path, &f.f, 0), fileTerms(f.path, &f.f, 1), fileTerms(f.path, &f.f, 2), fileTerms(f.path, &f.f, 3), rt); err != nil {
+			return fmt.Errorf("retrieval: removing a file from the index: %w", err)
+		}
+	}
+	return nil
+}
+
+// batchFiles are the files of a batch's chunks, in the order of their
+// first chunks: each with the fields its first chunk carries, or (a
+// caller other than Index) computed from its chunks' text.
+func batchFiles(chunks []Chunk) []fileRow {
+	var files []fileRow
+	at := map[string]int{}
+	var parts map[string][]Chunk // of files without fields
+	for _, c := range chunks {
+		if i, ok := at[c.Path]; ok {
+			if files[i].f == nil {
+				parts[c.Path] = append(parts[c.Path], c)
+			}
+			continue
+		}
+		at[c.Path] = len(files)
+		files = append(files, fileRow{path: c.Path, f: c.file})
+		if c.file == nil {
+			if parts == nil {
+				parts = map[string][]Chunk{}
+			}
+			parts[c.Path] = append(parts[c.Path], c)
+		}
+	}
+	for i := range files {
+		if files[i].f == nil {
+			files[i].f = newFileFields(extractSymbols(files[i].path, []byte(fileText(parts[files[i].path]))))
+		}
+	}
+	return files
+}
+
+// fileText puts a file's text back together from its chunks: in order
+// of their lines, windows overlapping, a line longer than chunkBytes in
+// pieces (chunks of that one line, the last with its newline).
+func fileText(cs []Chunk) string {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b Chunk) int { return cmp.Compare(a.StartLine, b.StartLine) })
+	var b strings.Builder
+	last, open := 0, false // the last line written, and whether it has no newline yet
+	for _, c := range cs {
+		if open && c.StartLine == last && c.EndLine == last {
+			b.WriteString(c.Text)
+			open = !strings.HasSuffix(c.Text, "\n")
+			continue
+		}
+		line := c.StartLine
+		for l := range strings.SplitAfterSeq(c.Text, "\n") {
+			if l == "" {
+				continue
+			}
+			if line > last {
+				b.WriteString(l)
+				last = line
+				open = !strings.HasSuffix(l, "\n")
+			}
+			line++
+		}
+	}
+	return b.String()
+}
+
+// insertFiles stores the files' rows, with IDs from the first it
+// returns on, in order.
+func insertFiles(ctx context.Context, tx *sql.Tx, repository string, files []fileRow) (int64, error) {
+	var first int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM retrieval_files`).Scan(&first); err != nil {
+		return 0, fmt.Errorf("retrieval: %w", err)
+	}
+	rows := make([]any, 0, 5*insertRows)
+	for i := 0; i < len(files); i += insertRows {
+		part := files[i:min(len(files), i+insertRows)]
+		rows = rows[:0]
+		for j, f := range part {
+			rows = append(rows, first+int64(i+j), repository, f.path, f.f.symbols, f.f.docs)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_files (id, repository, path, symbols, docs) VALUES `+placeholders(len(part), 5), rows...); err != nil {
+			return 0, fmt.Errorf("retrieval: storing files: %w", err)
+		}
+	}
+	return first, nil
+}
+
+// rebuildFiles creates the files' index if missing and, unless the
+// shard's is current (filesBuilt), makes every file's row again from
+// its stored chunks (fileText), in one transaction: an index built
+// before files were ranked, or with other terms, is ranked by its
+// files' fields from the time it is opened.
+func (s *shard) rebuildFiles(ctx context.Context) error {
+	current := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) (bool, error) {
+		var v int
+		err := q.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = 'files'`).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil && v == filesBuilt, err
+	}
+	ok, err := current(s.db)
+	if err != nil {
+		return fmt.Errorf("retrieval: reading the index's schema: %w", err)
+	}
+	if ok {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	}
+	defer tx.Rollback()
+	if ok, err = current(tx); err != nil || ok { // another process did it
+		return err
+	}
+	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_files_vocab`, `DROP TABLE IF EXISTS retrieval_files_fts`, `DELETE FROM retrieval_files`}, filesSchema...) {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		}
+	}
+	type key struct{ repository, path string }
+	var keys []key
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository, path FROM retrieval_chunks ORDER BY repository, path`)
+	if err != nil {
+		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	}
+	for rows.Next() {
+		var k key
+		if err := rows.Scan(&k.repository, &k.path); err != nil {
+			rows.Close()
+			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	}
+	for _, k := range keys {
+		rows, err := tx.QueryContext(ctx, `SELECT start_line, end_line, text FROM retrieval_chunks WHERE repository = ? AND path = ? ORDER BY start_line, id`, k.repository, k.path)
+		if err != nil {
+			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		}
+		var cs []Chunk
+		for rows.Next() {
+			c := Chunk{Path: k.path}
+			if err := rows.Scan(&c.StartLine, &c.EndLine, &c.Text); err != nil {
+				rows.Close()
+				return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+			}
+			cs = append(cs, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		}
+		files := batchFiles(cs)
+		first, err := insertFiles(ctx, tx, k.repository, files)
+		if err != nil {
+			return err
+		}
+		f := files[0]
+		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_files_fts (rowid, path, name, symbols, docs, repo) VALUES (?, ?, ?, ?, ?, ?)`,
+			first, fileTerms(f.path, f.f, 0), fileTerms(f.path, f.f, 1), fileTerms(f.path, f.f, 2), fileTerms(f.path, f.f, 3), repoToken(k.repository)); err != nil {
+			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES ('files', ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, filesBuilt); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	}
+	return nil
 }

@@ -9,12 +9,13 @@ import (
 )
 
 // vocab is the index's terms with their document and occurrence counts,
-// shard by shard ("i term doc cnt").
+// shard by shard ("i term doc cnt"), then the files' index's ("i f term
+// doc cnt").
 func vocab(t *testing.T, dbs []*sql.DB) []string {
 	t.Helper()
 	var out []string
 	for i, db := range dbs {
-		rows, err := db.QueryContext(t.Context(), `SELECT term, doc, cnt FROM retrieval_vocab ORDER BY term`)
+		rows, err := db.QueryContext(t.Context(), `SELECT term, doc, cnt FROM retrieval_vocab UNION ALL SELECT 'f ' || term, doc, cnt FROM retrieval_files_vocab ORDER BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,6 +118,9 @@ func TestIndexAfterChanges(t *testing.T) {
 				if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
 					t.Fatalf("integrity-check of shard %d: %v", i, err)
 				}
+				if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_files_fts (retrieval_files_fts) VALUES ('integrity-check')`); err != nil {
+					t.Fatalf("integrity-check of shard %d's files: %v", i, err)
+				}
 			}
 			if tc.sharded { // both shards hold chunks of r
 				for i, db := range synced {
@@ -143,8 +147,8 @@ func TestIndexAfterChanges(t *testing.T) {
 			}
 			for _, db := range synced {
 				var n int
-				if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM retrieval_chunks WHERE repository = 'r'`).Scan(&n); err != nil || n != 0 {
-					t.Fatalf("%d chunks of r left (%v)", n, err)
+				if err := db.QueryRowContext(t.Context(), `SELECT (SELECT count(*) FROM retrieval_chunks WHERE repository = 'r') + (SELECT count(*) FROM retrieval_files WHERE repository = 'r')`).Scan(&n); err != nil || n != 0 {
+					t.Fatalf("%d chunks and files of r left (%v)", n, err)
 				}
 			}
 			rs, err := ix.Search(t.Context(), Query{Text: "goneSoon parseConfig", Repositories: []string{"other"}})
@@ -289,6 +293,126 @@ func TestRebuildOlderIndex(t *testing.T) {
 		}
 		if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')`); err != nil {
 			t.Fatalf("integrity-check: %v", err)
+		}
+	}
+}
+
+// TestRebuildFiles: an index built before files were ranked (no
+// retrieval_files, no 'files' version) gets its files' rows from its
+// stored chunks when it is opened, as a fresh index has them.
+func TestRebuildFiles(t *testing.T) {
+	dir, first := makeRepo(t, []repoFile{
+		{path: "pkg/config.go", content: "// Package pkg loads settings.\npackage pkg\n\n// Loader reads files.\ntype Loader struct{}\n\n" + strings.Repeat("func (l *Loader) pad() {\n\tl.pad()\n}\n\n", 60) + "func parseConfig() {}\n"},
+		{path: "lib/mod.py", content: "\"\"\"Module of helpers.\"\"\"\n\nclass Helper:\n    \"\"\"Helps.\"\"\"\n"},
+		{path: "README.md", content: "# Read me\n"},
+	})
+	open := func(db *sql.DB) *Index {
+		be, err := NewSQLite(t.Context(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix, _ := New(Options{Backend: be})
+		return ix
+	}
+	fresh := openTestDB(t, t.TempDir())
+	defer fresh.Close()
+	if err := open(fresh).Ingest(t.Context(), "r", dir, "", first, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := vocab(t, []*sql.DB{fresh})
+	if !slices.Contains(want, "0 f loader 1 2") || !slices.Contains(want, "0 f helpers 1 1") {
+		t.Fatalf("the files' index lacks the symbols and doc comments:\n%s", strings.Join(want, "\n"))
+	}
+
+	db := openTestDB(t, t.TempDir())
+	defer db.Close()
+	if err := open(db).Ingest(t.Context(), "r", dir, "", first, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE retrieval_files_vocab`, `DROP TABLE retrieval_files_fts`, `DROP TABLE retrieval_files`, `DELETE FROM retrieval_meta WHERE name = 'files'`} {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix := open(db) // rebuilds
+	if got := vocab(t, []*sql.DB{db}); !slices.Equal(got, want) {
+		t.Fatalf("after the rebuild:\n%s\nwant (a fresh index):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := db.ExecContext(t.Context(), `INSERT INTO retrieval_files_fts (retrieval_files_fts) VALUES ('integrity-check')`); err != nil {
+		t.Fatalf("integrity-check: %v", err)
+	}
+	rs, err := ix.Search(t.Context(), Query{Text: "module helpers"})
+	if err != nil || len(rs) == 0 || rs[0].Path != "lib/mod.py" {
+		t.Fatalf("search after the rebuild: %v %v", paths(rs), err)
+	}
+}
+
+// TestFileRanking: results are files, each once, with its best chunk;
+// a file's own fields (name, symbols, doc comments) rank it.
+func TestFileRanking(t *testing.T) {
+	pad := strings.Repeat("func pad() {\n\tpad()\n}\n\n", 40)
+	dir, commit := makeRepo(t, []repoFile{
+		// Many chunks that mention settings: still one result.
+		{path: "pkg/settings.go", content: "package pkg\n\n" + strings.Repeat("// settings settings\nfunc s() {}\n\n", 200)},
+		// The words are in its third chunk.
+		{path: "pkg/loader.go", content: "package pkg\n\n" + pad + pad + "// LoadSettings reads the settings file from disk.\nfunc LoadSettings() {}\n"},
+		// Found by its name only: no chunk has the word.
+		{path: "httputil/reverseproxy.go", content: "package httputil\n\nfunc forward() {}\n"},
+		{path: "other.go", content: "package other\n\nfunc unrelated() {}\n"},
+	})
+	for _, bk := range backends[:1] {
+		ix, _ := New(Options{Backend: bk.open(t)})
+		if err := ix.Ingest(t.Context(), "r", dir, "", commit, nil); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := ix.Search(t.Context(), Query{Text: "load settings from disk", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := paths(rs); len(got) != len(rs) || len(rs) < 2 || rs[0].Path != "pkg/loader.go" {
+			t.Fatalf("load settings: %v (%d results), want pkg/loader.go first, each file once", got, len(rs))
+		}
+		if !strings.Contains(rs[0].Text, "func LoadSettings") {
+			t.Errorf("pkg/loader.go's chunk is lines %d-%d, not its best", rs[0].StartLine, rs[0].EndLine)
+		}
+		rs, err = ix.Search(t.Context(), Query{Text: "reverseproxy"})
+		if err != nil || len(rs) != 1 || rs[0].Path != "httputil/reverseproxy.go" || rs[0].StartLine != 1 {
+			t.Fatalf("reverseproxy: %+v %v, want its file's first chunk", rs, err)
+		}
+	}
+}
+
+// TestHybridKeepsLexical: with an embedder, the files the words find
+// keep the lexical ranking's order, first; the vectors only add files
+// after them (vectorWeight).
+func TestHybridKeepsLexical(t *testing.T) {
+	var files []repoFile
+	for i, w := range []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"} {
+		// Each file has the query's words a different number of times,
+		// and words of its own that the vectors see.
+		files = append(files, repoFile{path: fmt.Sprintf("f%d_%s.go", i, w), content: fmt.Sprintf("package p\n\n// %s\nfunc %s() {}\n", strings.Repeat("parse config settings ", i+1)+strings.Repeat(w+" ", 20), w)})
+	}
+	files = append(files, repoFile{path: "vectors_only.go", content: "package p\n\n// " + strings.Repeat("parsing configs ", 30) + "\n"})
+	dir, commit := makeRepo(t, files)
+	lex, _ := New(Options{Backend: backends[0].open(t)})
+	hyb, _ := New(Options{Backend: backends[0].open(t), Embedder: scriptedEmbedder(t)})
+	for _, ix := range []*Index{lex, hyb} {
+		if err := ix.Ingest(t.Context(), "r", dir, "", commit, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{"parse config", "settings alpha", "zeta config", "parsing configs settings"} {
+		l, err := lex.Search(t.Context(), Query{Text: q, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := hyb.Search(t.Context(), Query{Text: q, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp, hp := paths(l), paths(h)
+		if len(hp) < len(lp) || !slices.Equal(hp[:len(lp)], lp) {
+			t.Errorf("%q: hybrid %v, want the lexical %v first", q, hp, lp)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func extractSymbols(path string, content []byte) (syms []Symbol) {
 func goSymbols(content []byte) []Symbol {
 	fset := token.NewFileSet()
 	f, _ := parser.ParseFile(fset, "", blankBraces(content), parser.ParseComments|parser.SkipObjectResolution)
-	if f == nil || f.Name == nil {
+	if f == nil || f.Name == nil || f.Name.Name == "" { // not Go: no package clause
 		return nil
 	}
 	var syms []Symbol
@@ -219,6 +219,9 @@ func lineSymbols(lang string, content []byte) []Symbol {
 		inBlock bool     // inside /* … */
 	)
 	lines := bytes.Split(content, []byte("\n"))
+	if lang == "python" {
+		syms = pyModuleDoc(lines)
+	}
 	for i, raw := range lines {
 		if len(syms) >= symbolsMax {
 			break
@@ -299,6 +302,12 @@ func pyDocstring(after [][]byte) string {
 		}
 	}
 	if q == "" {
+		// A one-line docstring in single quotes: "Does this."
+		if len(t) >= 2 && (t[0] == '"' || t[0] == '\'') {
+			if text, _, ok := strings.Cut(t[1:], t[:1]); ok {
+				return text
+			}
+		}
 		return ""
 	}
 	t = t[3:]
@@ -317,6 +326,23 @@ func pyDocstring(after [][]byte) string {
 		doc = append(doc, s)
 	}
 	return strings.Join(doc, "\n")
+}
+
+// pyModuleDoc is a Python file's module docstring as its "package"
+// symbol (no name: the file is the module), if the first statement, past
+// blank and comment lines, is a string.
+func pyModuleDoc(lines [][]byte) []Symbol {
+	for i, raw := range lines[:min(len(lines), symbolDocLines)] {
+		t := strings.TrimSpace(string(raw))
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		if doc := pyDocstring(lines[i:]); doc != "" {
+			return []Symbol{{Kind: "package", Line: i + 1, Doc: clipDoc(doc)}}
+		}
+		return nil
+	}
+	return nil
 }
 
 // Modifiers that may come before a definition's keyword.
