@@ -26,11 +26,7 @@ import (
 func (w *webUI) checkPage(name, ready, show string) {
 	w.t.Helper()
 	for _, scheme := range []string{"light", "dark"} {
-		if _, err := chromedp.Call(w.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
-		}); err != nil {
-			w.t.Fatal(err)
-		}
+		w.theme(scheme)
 		for _, size := range screenshotSizes {
 			w.do(chromedp.EmulateViewport(size[0], size[1]))
 			w.until(ready, 20*time.Second)
