@@ -177,6 +177,28 @@ func (p *queryParser) atEnd(i int) bool {
 	return unicode.IsSpace(r)
 }
 
+// regexpAhead reports whether the term at p.i, which starts with a
+// slash, is a regular expression: it closes with another, followed by a
+// space or the end. Otherwise (`/usr/bin/env`, `//go:embed`, `/etc`) it
+// is a word.
+func (p *queryParser) regexpAhead() bool {
+	for i := p.i + 1; i < len(p.s); i++ {
+		switch p.s[i] {
+		case '\\':
+			i++
+		case '/':
+			return p.atEnd(i + 1)
+		}
+	}
+	return false
+}
+
+// punctAt reports whether punctuation other than a quote is at i.
+func (p *queryParser) punctAt(i int) bool {
+	r, _ := utf8.DecodeRuneInString(p.s[i:])
+	return r != '"' && unicode.IsPunct(r)
+}
+
 // word reads up to the next space.
 func (p *queryParser) word() string {
 	start := p.i
@@ -199,7 +221,8 @@ func (p *queryParser) delimited(d byte, unescape bool) (string, error) {
 			b.WriteByte(p.s[i+1])
 			i++
 		case c == d:
-			if !p.atEnd(i + 1) {
+			// Prose quotes phrases before punctuation: `"go1.20", …`.
+			if !p.atEnd(i+1) && !(d == '"' && p.punctAt(i+1)) {
 				return "", p.errAt(i+1, fmt.Sprintf("a space must follow the closing %c", d))
 			}
 			p.i = i + 1
@@ -242,6 +265,9 @@ func (p *queryParser) term(q *parsedQuery) error {
 		}
 		return nil
 	case '/':
+		if !p.regexpAhead() {
+			break // a path or a comment marker: a word
+		}
 		s, err := p.delimited('/', false)
 		if err != nil {
 			return err
@@ -269,6 +295,10 @@ func (p *queryParser) term(q *parsedQuery) error {
 	if !ok || !queryFields[field] {
 		if neg {
 			ws := parseQuery(w)
+			if len(ws) == 0 && !strings.ContainsFunc(w, isWordRune) {
+				q.words = append(q.words, p.s[start:p.i]) // prose: "a --> b"
+				return nil
+			}
 			if len(ws) == 0 {
 				return p.errAt(start, fmt.Sprintf("nothing to exclude in %q (single characters and common words are not indexed)", w))
 			}

@@ -25,6 +25,16 @@ func TestParseQueryLanguage(t *testing.T) {
 		{`path:net/http file:server`, func(q *parsedQuery) bool { return slices.Equal(q.paths, []string{"net/http", "server"}) }},
 		{`lang:go lang:py`, func(q *parsedQuery) bool { return slices.Equal(q.langs, []string{"go", "python"}) }},
 		{`repo:backend`, func(q *parsedQuery) bool { return slices.Equal(q.repos, []string{"backend"}) }},
+		// A dash before punctuation alone is prose, not an exclusion.
+		{`map --> filter`, func(q *parsedQuery) bool { return q.plain() && len(q.words) == 3 }},
+		// A slash that starts no delimited regular expression is a word.
+		{`/usr/bin/env //go:embed /etc`, func(q *parsedQuery) bool {
+			return q.plain() && slices.Equal(q.words, []string{"/usr/bin/env", "//go:embed", "/etc"})
+		}},
+		// Prose: punctuation may follow a closing quote.
+		{`strings like "go1.20", "go1.21".`, func(q *parsedQuery) bool {
+			return len(q.phrases) == 2 && q.phrases[0].src == "go1.20" && q.phrases[1].src == "go1.21"
+		}},
 		{`path:"with space"`, func(q *parsedQuery) bool { return slices.Equal(q.paths, []string{"with space"}) }},
 		{`server -test -path:_test.go -lang:c -repo:old -"TODO" -/xx+/`, func(q *parsedQuery) bool {
 			return len(q.notWords) == 1 && slices.Equal(q.notPaths, []string{"_test.go"}) && slices.Equal(q.notLangs, []string{"c"}) &&
@@ -50,7 +60,6 @@ func TestParseQueryLanguage(t *testing.T) {
 		msg    string
 	}{
 		{`foo "unterminated`, 5, "unterminated phrase"},
-		{`foo /unterminated`, 5, "unterminated regular expression"},
 		{`/a(b/`, 1, "missing closing )"},
 		{`x /a{1000}{1000}/`, 3, "regular expression"},
 		{`/a{1001}/`, 1, "invalid repeat count"},

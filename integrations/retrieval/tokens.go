@@ -252,9 +252,7 @@ type queryWord []string
 func parseQuery(q string) []queryWord {
 	var kept []queryWord
 	seen := map[string]bool{}
-	for _, field := range strings.FieldsFunc(q, func(r rune) bool {
-		return !(r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r))
-	}) {
+	for _, field := range strings.FieldsFunc(q, func(r rune) bool { return !isWordRune(r) }) {
 		var w queryWord
 		identParts(field, func(p string) { w = append(w, p) })
 		key := strings.Join(w, " ")
@@ -305,3 +303,7 @@ func stopWord(w string) bool {
 	}
 	return false
 }
+
+// isWordRune reports whether r is part of a query's words: a letter, a
+// digit or an underscore.
+func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
