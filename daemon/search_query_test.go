@@ -3,10 +3,12 @@ package daemon_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,9 +85,25 @@ func TestSearchQueryLanguageRoute(t *testing.T) {
 		`path : load`, `{path body}: load`, `load*`, "load\x00", "\xc3\x28", `sym:'; DROP TABLE retrieval_chunks; --`, `"load" OR "x"`}
 	for _, q := range hostile {
 		start := time.Now()
+		if len(q) > 4<<10 {
+			// 10 KB do not fit in the server's request line: 431 before the
+			// handler, or the connection reset while the client still
+			// writes the rest of it (the server answered and closed).
+			req, _ := http.NewRequest("GET", p.URL+"/api/v1/search?q="+url.QueryEscape(q), nil)
+			req.Header.Set("Authorization", "Bearer "+alice.token)
+			res, err := http.DefaultClient.Do(req)
+			if err == nil {
+				res.Body.Close()
+				if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+					t.Errorf("a 10 KB query: %s", res.Status)
+				}
+			} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+				t.Errorf("a 10 KB query: %v", err)
+			}
+			continue
+		}
 		status, b, _ := alice.do("GET", "/api/v1/search?q="+url.QueryEscape(q), nil)
-		// 10 KB do not fit in the server's request line: 431 before the handler.
-		if status != http.StatusOK && status != http.StatusBadRequest && !(len(q) > 4<<10 && status == http.StatusRequestHeaderFieldsTooLarge) {
+		if status != http.StatusOK && status != http.StatusBadRequest {
 			t.Errorf("%q: %d %s", q[:min(len(q), 40)], status, b)
 		}
 		if d := time.Since(start); d > time.Minute {

@@ -459,7 +459,7 @@ func TestWebPages(t *testing.T) {
 		w.visit(
 			webPage{"/admin/mcp", "mcp", "!document.getElementById('mcp-off').hidden || document.querySelector('#mcp tbody tr')"},
 			webPage{"/admin/users", "users", "document.querySelectorAll('#users tbody tr').length >= 2"},
-			webPage{"/admin/repositories", "repositories", "document.querySelectorAll('#repos tbody tr').length === 2"},
+			webPage{"/admin/repositories", "repositories", "document.querySelectorAll('#repos tbody tr:not([hidden])').length === 2"},
 			webPage{"/admin/system-prompt", "sysprompt", "document.getElementById('prompt-rendered').textContent.length > 0"})
 	})
 
