@@ -82,9 +82,6 @@ func (e *Engine) checkpoint(c *conv, name string) error {
 // turn's ID. The tree is the one the last turn was owed a checkpoint of,
 // if it is: Fork names this one for it.
 func (e *Engine) turnCheckpoint(t *Turn) {
-	if e.beforeCheckpoint != nil {
-		e.beforeCheckpoint(t.ID)
-	}
 	c := t.c
 	c.wsMu.Lock()
 	owed := e.takeOwed(c)
@@ -202,19 +199,10 @@ func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) erro
 
 // awaitCheckpoint waits for the checkpoint of turn t's begin, if it
 // has one.
-func (e *Engine) awaitCheckpoint(t *Turn) {
-	if t.checkpointed == nil {
-		return
+func (t *Turn) awaitCheckpoint() {
+	if t.checkpointed != nil {
+		<-t.checkpointed
 	}
-	if e.awaitingCheckpoint != nil {
-		select {
-		case <-t.checkpointed:
-			return
-		default:
-			e.awaitingCheckpoint()
-		}
-	}
-	<-t.checkpointed
 }
 
 // endCheckpoint owes turn t its checkpoint as it ends, unless a

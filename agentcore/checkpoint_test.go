@@ -1,13 +1,11 @@
 package agentcore_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
@@ -146,56 +144,5 @@ func TestCheckpointAfterDiscard(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(l.Upper); err != nil || len(ents) != 0 {
 		t.Errorf("after the revert the upper layer holds %v (%v), want nothing", ents, err)
-	}
-}
-
-// A turn's begin checkpoint is taken while its first model call is made;
-// its first tool waits for it, so reverting the turn undoes that tool's
-// writes.
-func TestCheckpointBeforeFirstTool(t *testing.T) {
-	s := &llmtest.Script{Steps: []llmtest.Step{
-		{ToolCalls: []agentcore.ToolCall{shellCall("c1", "echo one > first.txt")}},
-		{Text: "done"},
-	}}
-	h := newHarness(t, s, func(c *agentcore.Config) { c.ShellAlwaysAllow = true })
-	awaiting := make(chan struct{}, 1)
-	agentcore.SetCheckpointHooks(h.e, func(turn string) {
-		// Held until the turn's tool waits for it; a tool that ran
-		// meanwhile would be in the checkpoint.
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		events := h.e.Subscribe(ctx, "c", 0)
-		for {
-			select {
-			case <-awaiting:
-				return
-			case ev, ok := <-events:
-				if !ok {
-					t.Error("no turn waited for its begin checkpoint")
-					return
-				}
-				if ev.Type == agentcore.EventToolOutput {
-					t.Error("the turn's first tool ran before its begin checkpoint was taken")
-					return
-				}
-			}
-		}
-	}, func() { awaiting <- struct{}{} })
-	turn := h.start("c", "go")
-	if err := h.wait(turn); err != nil {
-		t.Fatal(err)
-	}
-	l, err := h.layers.Get("c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(l.Upper, "first.txt")); err != nil {
-		t.Fatalf("the tool wrote no file: %v", err)
-	}
-	if err := h.e.RevertTurn(t.Context(), "alice", "c", turn.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(l.Upper, "first.txt")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("after reverting the turn, its tool's file is still there (%v)", err)
 	}
 }

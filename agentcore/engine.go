@@ -180,11 +180,6 @@ type Engine struct {
 
 	// closeSession closes a sandbox for Close; tests watch it.
 	closeSession func(*sandboxkit.Session) error
-	// beforeCheckpoint and awaitingCheckpoint, if set, are told that a
-	// turn's begin checkpoint is about to be taken and that a turn waits
-	// for it; tests watch them.
-	beforeCheckpoint   func(turn string)
-	awaitingCheckpoint func()
 
 	// outputMu serialises making and pruning kept outputs.
 	outputMu sync.Mutex

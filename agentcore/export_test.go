@@ -17,9 +17,3 @@ func RefusesTurnNow(e *Engine, conversation string) bool {
 	defer c.mu.Unlock()
 	return c.turn != nil || c.held
 }
-
-// SetCheckpointHooks makes e tell before that a turn's begin checkpoint
-// is about to be taken, and awaiting that a turn waits for it.
-func SetCheckpointHooks(e *Engine, before func(turn string), awaiting func()) {
-	e.beforeCheckpoint, e.awaitingCheckpoint = before, awaiting
-}

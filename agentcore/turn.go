@@ -144,7 +144,7 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	started := false
 	defer func() {
 		if !started {
-			e.awaitCheckpoint(t)
+			t.awaitCheckpoint()
 			c.mu.Lock()
 			c.turn = nil
 			c.mu.Unlock()
@@ -212,7 +212,7 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 // run is the turn loop.
 func (e *Engine) run(t *Turn) {
 	err := e.loop(t)
-	e.awaitCheckpoint(t)
+	t.awaitCheckpoint()
 	e.endCheckpoint(t)
 	cause := context.Cause(t.ctx)
 	var rep repeating
@@ -676,7 +676,7 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 // model sees: redacted and capped. A call refused while it streamed
 // (refusal) is answered with its reason and nothing else happens.
 func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
-	e.awaitCheckpoint(t) // before anything can change the workspace
+	t.awaitCheckpoint() // before anything can change the workspace
 	ctx := t.ctx
 	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
 	out, err := "", refusal
