@@ -168,11 +168,9 @@ func (e *Engine) afterName(conversation, name string) string {
 }
 
 // beginCheckpoint runs as turn t begins, before its user message is
-// stored: it branches from message from, if set. Then StartTurn
-// checkpoints the workspace under the turn's ID in a goroutine of its
-// own, while the message is stored and the first model call is made:
-// nothing changes the workspace before a tool runs, and runTool waits for
-// it (awaitCheckpoint), as the turn's end does.
+// stored: it branches from message from, if set. The turn's own
+// goroutine then checkpoints the workspace under the turn's ID before
+// its first step (so that StartTurn does not wait for the walk).
 func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) error {
 	if from != "" {
 		bs, ok := e.cfg.Store.(BranchStore)
@@ -195,14 +193,6 @@ func (e *Engine) beginCheckpoint(ctx context.Context, t *Turn, from string) erro
 		e.emit(t.c, t.ID, t.red, t.log, EventWorkspaceReverted, WorkspaceReverted{Turn: m.Turn, Reason: "branch"})
 	}
 	return nil
-}
-
-// awaitCheckpoint waits for the checkpoint of turn t's begin, if it
-// has one.
-func (t *Turn) awaitCheckpoint() {
-	if t.checkpointed != nil {
-		<-t.checkpointed
-	}
 }
 
 // endCheckpoint owes turn t its checkpoint as it ends, unless a

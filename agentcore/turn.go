@@ -62,9 +62,6 @@ type Turn struct {
 	specs    []ToolSpec
 	specsGen uint64
 	reqBuf   requestBuf // the messages of its requests
-	// checkpointed is closed once the workspace checkpoint of the turn's
-	// begin is taken (see beginCheckpoint); nil for a subagent's turn.
-	checkpointed chan struct{}
 }
 
 // errCancelled is the cause of a turn cancelled by Cancel.
@@ -144,7 +141,6 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	started := false
 	defer func() {
 		if !started {
-			t.awaitCheckpoint()
 			c.mu.Lock()
 			c.turn = nil
 			c.mu.Unlock()
@@ -168,11 +164,6 @@ func (e *Engine) StartTurn(ctx context.Context, r TurnRequest) (*Turn, error) {
 	if err := e.beginCheckpoint(ctx, t, r.From); err != nil {
 		return nil, err
 	}
-	t.checkpointed = make(chan struct{})
-	go func() {
-		defer close(t.checkpointed)
-		e.turnCheckpoint(t)
-	}()
 	if err := e.cfg.Store.AppendMessages(ctx, r.Conversation, Message{Role: RoleUser, Content: content, Turn: t.ID}); err != nil {
 		return nil, fmt.Errorf("agentcore: storing the message: %w", err)
 	}
@@ -211,8 +202,8 @@ func (e *Engine) loadSecrets(ctx context.Context, user string) (map[string]strin
 
 // run is the turn loop.
 func (e *Engine) run(t *Turn) {
+	e.turnCheckpoint(t)
 	err := e.loop(t)
-	t.awaitCheckpoint()
 	e.endCheckpoint(t)
 	cause := context.Cause(t.ctx)
 	var rep repeating
@@ -676,7 +667,6 @@ func (e *Engine) specs(t *Turn) []ToolSpec {
 // model sees: redacted and capped. A call refused while it streamed
 // (refusal) is answered with its reason and nothing else happens.
 func (e *Engine) runTool(t *Turn, tc ToolCall, refusal error) string {
-	t.awaitCheckpoint() // before anything can change the workspace
 	ctx := t.ctx
 	call := &Call{ID: tc.ID, Name: tc.Name, Arguments: []byte(tc.Arguments), User: t.User, Conversation: t.Conversation, Turn: t.ID, turn: t}
 	out, err := "", refusal
