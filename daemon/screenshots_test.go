@@ -49,7 +49,11 @@ func screenshotDir(t testing.TB) string {
 	t.Helper()
 	top, _, _ := strings.Cut(t.Name(), "/")
 	if d, ok := screenshotDirs.Load(top); ok {
-		return d.(string)
+		if _, err := os.Stat(d.(string)); err == nil {
+			return d.(string)
+		}
+		// An earlier run's (go test -count): removed when it ended.
+		screenshotDirs.CompareAndDelete(top, d)
 	}
 	d := artifactDir(t)
 	d0, loaded := screenshotDirs.LoadOrStore(top, d)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -120,8 +122,18 @@ type webUI struct {
 	dialogs  []string
 	outside  []string
 	problems []string // console errors and exceptions
-	// loading are our tab's requests in flight, its event stream aside.
-	loading map[network.RequestID]bool
+	// loading are our tab's requests in flight, its event stream aside,
+	// with the document loader that made them; page is the loader of the
+	// newest document. A request of a document navigated away from may
+	// end with no event: it is forgotten.
+	loading map[network.RequestID]pending
+	page    cdp.LoaderID
+}
+
+// pending is a request in flight.
+type pending struct {
+	loader cdp.LoaderID
+	url    string
 }
 
 // newWebUI starts one headless Chromium with one tab on base; extra
@@ -132,7 +144,7 @@ func newWebUI(t testing.TB, base string, extra ...chromedp.ExecAllocatorOption) 
 	if err != nil {
 		sandboxtest.SkipOrFail(t, "%v", err)
 	}
-	w := &webUI{t: t, base: base, axe: axeSource(t), loading: map[network.RequestID]bool{}}
+	w := &webUI{t: t, base: base, axe: axeSource(t), loading: map[network.RequestID]pending{}}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin.Path),
 		// The test's own pages only; Chrome refuses its sandbox as root
@@ -194,8 +206,12 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 			defer w.mu.Unlock()
 			switch ev := ev.(type) {
 			case *network.EventRequestWillBeSent:
+				if ev.Type == network.ResourceTypeDocument && ev.LoaderID != w.page {
+					w.page = ev.LoaderID
+					maps.DeleteFunc(w.loading, func(_ network.RequestID, r pending) bool { return r.loader != w.page })
+				}
 				if ev.Type != network.ResourceTypeEventSource {
-					w.loading[ev.RequestID] = true
+					w.loading[ev.RequestID] = pending{ev.LoaderID, ev.Request.URL}
 				}
 			case *network.EventLoadingFinished:
 				delete(w.loading, ev.RequestID)
@@ -305,20 +321,26 @@ func (w *webUI) until(expr string, timeout time.Duration) {
 // load queued (an image's error handler) has run.
 func (w *webUI) quiet() {
 	w.t.Helper()
-	inflight := func() int {
+	inflight := func() error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.loading)
-	}
-	sandboxtest.Eventually(w.t, 20*time.Second, func() error {
-		if n := inflight(); n > 0 {
-			return fmt.Errorf("%d requests in flight at %s", n, w.location())
+		var urls []string
+		for _, r := range w.loading {
+			if r.loader == w.page {
+				urls = append(urls, r.url)
+			}
 		}
-		eval[chromedp.Void](w, "new Promise(r => requestAnimationFrame(() => setTimeout(r)))")
-		if n := inflight(); n > 0 {
-			return fmt.Errorf("%d requests in flight at %s", n, w.location())
+		if len(urls) > 0 {
+			return fmt.Errorf("%d requests in flight at %s: %q", len(urls), w.location(), urls)
 		}
 		return nil
+	}
+	sandboxtest.Eventually(w.t, 20*time.Second, func() error {
+		if err := inflight(); err != nil {
+			return err
+		}
+		eval[chromedp.Void](w, "new Promise(r => requestAnimationFrame(() => setTimeout(r)))")
+		return inflight()
 	})
 }
 
