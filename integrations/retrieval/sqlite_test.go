@@ -416,3 +416,53 @@ func TestHybridKeepsLexical(t *testing.T) {
 		}
 	}
 }
+
+// A search restricted to repositories finds theirs only, however many
+// of those it names are not in the index (or in a shard), and nothing
+// when none of them is: a filter left with no repository is never no
+// filter.
+func TestRepositoryFilter(t *testing.T) {
+	var files []repoFile
+	for i := range 12 {
+		files = append(files, repoFile{path: fmt.Sprintf("p/f%d.go", i), content: fmt.Sprintf("package p\n\n// loadSettings%d reads the settings.\nfunc loadSettings%d() {}\n", i, i)})
+	}
+	dir, commit := makeRepo(t, files)
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			ix, _ := New(Options{Backend: bk.open(t)})
+			for _, r := range []string{"a", "b"} {
+				if err := ix.Ingest(t.Context(), r, dir, "", commit, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			absent := []string{"x", "y", "z", "w"}
+			for _, tt := range []struct {
+				repos []string
+				want  []string
+			}{
+				{nil, []string{"a", "b"}},
+				{[]string{"a"}, []string{"a"}},
+				{append([]string{"a"}, absent...), []string{"a"}},
+				{append(slices.Clone(absent), "b"), []string{"b"}},
+				{[]string{"a", "b"}, []string{"a", "b"}},
+				{absent, nil},
+				{[]string{"x"}, nil},
+			} {
+				rs, err := ix.Search(t.Context(), Query{Text: "load settings", Repositories: tt.repos, Limit: 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, r := range rs {
+					if !slices.Contains(got, r.Repository) {
+						got = append(got, r.Repository)
+					}
+				}
+				slices.Sort(got)
+				if n := min(20, 12*len(tt.want)); !slices.Equal(got, tt.want) || len(rs) != n {
+					t.Errorf("repositories %v: %d results from %v, want %d from %v", tt.repos, len(rs), got, n, tt.want)
+				}
+			}
+		})
+	}
+}
