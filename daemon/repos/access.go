@@ -2,11 +2,13 @@ package repos
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"gorm.io/gorm"
 
@@ -104,6 +106,11 @@ func migrateAccess(db *gorm.DB) (upgraded int, err error) {
 	if err := db.AutoMigrate(&AccessEntry{}); err != nil {
 		return 0, fmt.Errorf("repos: migrating table repository_access: %w", err)
 	}
+	for _, q := range generationSQL() {
+		if err := db.Exec(q).Error; err != nil {
+			return 0, fmt.Errorf("repos: creating the access generation: %w", err)
+		}
+	}
 	if had {
 		// Entries go with their repository in one transaction; these
 		// would be from a database edited by hand.
@@ -117,6 +124,74 @@ func migrateAccess(db *gorm.DB) (upgraded int, err error) {
 		return 0, fmt.Errorf("repos: giving existing repositories access for all: %w", res.Error)
 	}
 	return int(res.RowsAffected), nil
+}
+
+// generationSQL creates table access_generation, one row counting the
+// changes that can change what a user may read, and the triggers that
+// count them: any write to the access entries or the group memberships,
+// a repository added or deleted, a user's role changed. Triggers, so
+// that no writer (the API, codumentorctl, another replica, a hand-edit)
+// can change access without a new generation; Readable's answers are
+// kept under theirs.
+func generationSQL() []string {
+	qs := []string{
+		`CREATE TABLE IF NOT EXISTS access_generation (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
+		`INSERT OR IGNORE INTO access_generation (id, n) VALUES (1, 0)`,
+	}
+	for _, t := range []struct{ name, event, table, when string }{
+		{"access_insert", "INSERT", "repository_access", ""},
+		{"access_update", "UPDATE", "repository_access", ""},
+		{"access_delete", "DELETE", "repository_access", ""},
+		{"members_insert", "INSERT", "group_members", ""},
+		{"members_update", "UPDATE", "group_members", ""},
+		{"members_delete", "DELETE", "group_members", ""},
+		{"repositories_insert", "INSERT", "repositories", ""},
+		{"repositories_delete", "DELETE", "repositories", ""},
+		{"users_role", "UPDATE OF role", "users", " WHEN OLD.role IS NOT NEW.role"},
+	} {
+		qs = append(qs, `CREATE TRIGGER IF NOT EXISTS access_generation_`+t.name+` AFTER `+t.event+` ON `+t.table+t.when+
+			` BEGIN UPDATE access_generation SET n = n + 1 WHERE id = 1; END`)
+	}
+	return qs
+}
+
+// readableCache holds Readable's answers under the access generation
+// they were read at; a new generation empties it.
+type readableCache struct {
+	mu    sync.Mutex
+	gen   int64
+	users map[string]readableSet
+}
+
+type readableSet struct {
+	ids []string
+	all bool
+}
+
+// maxReadableCache bounds the users a readableCache holds; past it, it
+// starts over.
+const maxReadableCache = 4096
+
+func (c *readableCache) get(gen int64, user string) (readableSet, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return readableSet{}, false
+	}
+	r, ok := c.users[user]
+	return r, ok
+}
+
+func (c *readableCache) put(gen int64, user string, r readableSet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen > gen {
+		return // read before a change another call has seen
+	}
+	if c.gen != gen || c.users == nil || len(c.users) >= maxReadableCache {
+		c.gen, c.users = gen, map[string]readableSet{}
+	}
+	c.users[user] = r
 }
 
 // granted is the SQL condition that an access entry a applies to user ?
@@ -176,45 +251,76 @@ const readableIDs = `SELECT repository_id FROM repository_access WHERE kind = 'a
 // Readable returns the IDs of the repositories the user with ID userID
 // may read, and whether that is every repository (for
 // retrieval.Searcher.Readable: a search then needs no filter, and no
-// list is read). It runs on every search, so it counts first.
+// list is read). It runs on every search: an answer is kept until the
+// access generation changes, and read again in one transaction with it.
 func (s *Service) Readable(ctx context.Context, userID string) (ids []string, all bool, err error) {
 	db, err := s.o.DB.DB()
 	if err != nil {
 		return nil, false, err
 	}
-	var admin bool
-	var total, n int64
-	// The common case first: an entry for all on every repository (the
-	// entries go with their repository, in its transaction: no entry
-	// outlives it, see Delete and migrateAccess).
-	err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = ? AND role = 'admin'), (SELECT COUNT(*) FROM repositories), (SELECT COUNT(*) FROM repository_access WHERE kind = 'all')`,
-		userID).Scan(&admin, &total, &n)
-	if err != nil {
-		return nil, false, fmt.Errorf("repos: counting readable repositories: %w", err)
+	var gen int64
+	if err := db.QueryRowContext(ctx, `SELECT n FROM access_generation WHERE id = 1`).Scan(&gen); err != nil {
+		return nil, false, fmt.Errorf("repos: reading the access generation: %w", err)
 	}
-	if admin || n == total {
-		return nil, true, nil
+	if r, ok := s.readable.get(gen, userID); ok {
+		return slices.Clone(r.ids), r.all, nil
 	}
-	rows, err := db.QueryContext(ctx, readableIDs, userID, userID)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
 	}
+	defer tx.Rollback()
+	if err := tx.QueryRowContext(ctx, `SELECT n FROM access_generation WHERE id = 1`).Scan(&gen); err != nil {
+		return nil, false, fmt.Errorf("repos: reading the access generation: %w", err)
+	}
+	r, err := listReadable(ctx, tx, userID)
+	if err != nil {
+		return nil, false, err
+	}
+	s.readable.put(gen, userID, r)
+	return slices.Clone(r.ids), r.all, nil
+}
+
+// listReadable reads what Readable answers.
+func listReadable(ctx context.Context, tx *sql.Tx, userID string) (readableSet, error) {
+	var admin bool
+	var total, forAll, forUser, forGroup int64
+	// The common cases first, by counts over the entries' indexes: one
+	// principal the user is (all, the user, one of their groups) with an
+	// entry on every repository. A principal has one entry at most per
+	// repository, and the entries go with their repository, in its
+	// transaction: no entry outlives it (see Delete and migrateAccess).
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = ? AND role = 'admin'), (SELECT COUNT(*) FROM repositories),
+		(SELECT COUNT(*) FROM repository_access WHERE kind = 'all'),
+		(SELECT COUNT(*) FROM repository_access WHERE kind = 'user' AND principal = ?),
+		(SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = ? GROUP BY m.group_name) g)`,
+		userID, userID, userID).Scan(&admin, &total, &forAll, &forUser, &forGroup)
+	if err != nil {
+		return readableSet{}, fmt.Errorf("repos: counting readable repositories: %w", err)
+	}
+	if admin || max(forAll, forUser, forGroup) == total {
+		return readableSet{all: true}, nil
+	}
+	rows, err := tx.QueryContext(ctx, readableIDs, userID, userID)
+	if err != nil {
+		return readableSet{}, fmt.Errorf("repos: listing readable repositories: %w", err)
+	}
 	defer rows.Close()
-	ids = []string{}
+	ids := []string{}
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
+			return readableSet{}, fmt.Errorf("repos: listing readable repositories: %w", err)
 		}
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
+		return readableSet{}, fmt.Errorf("repos: listing readable repositories: %w", err)
 	}
 	if int64(len(ids)) == total {
-		return nil, true, nil
+		return readableSet{all: true}, nil
 	}
-	return ids, false, nil
+	return readableSet{ids: ids}, nil
 }
 
 // AccessEntries returns repository id's access entries, with names.

@@ -150,6 +150,8 @@ type Service struct {
 	// checkout crossed Sandbox.CheckoutBytes: a commit's tree does not
 	// shrink, so they are refused without another checkout.
 	tooLarge map[string]error
+	// readable holds Readable's answers.
+	readable readableCache
 	// joined, if set (by tests), is called under snapMu when a Snapshot
 	// call joins a checkout under way.
 	joined func(name string)
