@@ -128,6 +128,9 @@ type webUI struct {
 	// end with no event: it is forgotten.
 	loading map[network.RequestID]pending
 	page    cdp.LoaderID
+	// failed are the newest loads that failed (not cancelled), for the
+	// message of a wait that timed out.
+	failed []string
 }
 
 // pending is a request in flight.
@@ -216,6 +219,9 @@ func (w *webUI) watch(ctx context.Context, console bool) {
 			case *network.EventLoadingFinished:
 				delete(w.loading, ev.RequestID)
 			case *network.EventLoadingFailed:
+				if r, ok := w.loading[ev.RequestID]; ok && !ev.Canceled {
+					w.failed = append(w.failed[max(0, len(w.failed)-9):], r.url+": "+ev.ErrorText)
+				}
 				delete(w.loading, ev.RequestID)
 			}
 		})
@@ -310,7 +316,11 @@ func (w *webUI) until(expr string, timeout time.Duration) {
 		cancel()
 		if err != nil || !ok {
 			body := eval[string](w, "document.body ? document.body.innerText.slice(0, 3000) : ''")
-			return fmt.Errorf("waiting for %s at %s: %v; the page says:\n%s", expr, w.location(), err, body)
+			status := eval[string](w, "document.getElementById('status')?.textContent ?? ''")
+			w.mu.Lock()
+			failed, problems := slices.Clone(w.failed), slices.Clone(w.problems)
+			w.mu.Unlock()
+			return fmt.Errorf("waiting for %s at %s: %v; its status says %q; failed loads %q; console errors %q; the page says:\n%s", expr, w.location(), err, status, failed, problems, body)
 		}
 		return nil
 	})
