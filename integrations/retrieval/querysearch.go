@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -118,13 +117,12 @@ func (s *shard) openQueryTables(ctx context.Context) error {
 			return fmt.Errorf("retrieval: creating the index tables: %w", err)
 		}
 	}
-	var version int
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = 'query'`).Scan(&version)
-	if err == nil && version == queryVersion {
-		return nil
-	}
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	version, err := metaValue(ctx, s.db, "query")
+	if err != nil {
 		return fmt.Errorf("retrieval: reading the index's schema: %w", err)
+	}
+	if version == queryVersion {
+		return nil
 	}
 	return s.fillQueryFiles(ctx)
 }
@@ -179,8 +177,7 @@ func (s *shard) fillQueryFiles(ctx context.Context) error {
 	if err := insertQueryRows(ctx, tx, batch); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES ('query', ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, queryVersion); err != nil {
+	if err := setMeta(ctx, tx, "query", queryVersion); err != nil {
 		return fmt.Errorf("retrieval: filling the query index: %w", err)
 	}
 	return tx.Commit()

@@ -259,19 +259,12 @@ func NewSQLite(ctx context.Context, dbs ...*sql.DB) (*SQLite, error) {
 // table (before version 2), makes it again from the chunks' rows, in one
 // transaction: about the full-text part of ingesting them again, once.
 func (s *shard) rebuild(ctx context.Context) error {
-	current := func(q interface {
-		QueryRowContext(context.Context, string, ...any) *sql.Row
-	}) (bool, error) {
-		var version int
-		err := q.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = 'terms'`).Scan(&version)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		if err != nil || version != termsVersion {
+	current := func(q querier) (bool, error) {
+		if v, err := metaValue(ctx, q, "terms"); err != nil || v != termsVersion {
 			return false, err
 		}
 		var ddl string
-		err = q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl)
+		err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'retrieval_fts'`).Scan(&ddl)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
@@ -291,47 +284,83 @@ func (s *shard) rebuild(ctx context.Context) error {
 	if ok {
 		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
-	}
-	defer tx.Rollback()
-	if ok, err = current(tx); err != nil || ok { // another process did it
-		return err
-	}
-	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_vocab`, `DROP TABLE IF EXISTS retrieval_fts`}, ftsSchema...) {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	return rebuildOnce(ctx, s.db, "the index", "terms", termsVersion, current, func(tx *sql.Tx) error {
+		for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_vocab`, `DROP TABLE IF EXISTS retrieval_fts`}, ftsSchema...) {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
 		}
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository FROM retrieval_chunks`)
-	if err != nil {
-		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
-	}
-	var repos []string
-	for rows.Next() {
-		var r string
-		if err := rows.Scan(&r); err != nil {
-			rows.Close()
-			return fmt.Errorf("retrieval: rebuilding the index: %w", err)
-		}
-		repos = append(repos, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
-	}
-	for _, r := range repos {
-		if err := ftsInsert(ctx, tx, r); err != nil {
+		rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository FROM retrieval_chunks`)
+		if err != nil {
 			return err
 		}
+		var repos []string
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				rows.Close()
+				return err
+			}
+			repos = append(repos, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range repos {
+			if err := ftsInsert(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// querier is a database or a transaction, to read from.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// metaValue is retrieval_meta's value of name, 0 when it has none (no
+// version is 0).
+func metaValue(ctx context.Context, q querier, name string) (int, error) {
+	var v int
+	err := q.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES ('terms', ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, termsVersion); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+	return v, err
+}
+
+// setMeta records retrieval_meta's value of name.
+func setMeta(ctx context.Context, tx *sql.Tx, name string, v int) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES (?, ?)
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, name, v)
+	return err
+}
+
+// rebuildOnce makes a part of a shard (what, for errors) again by build
+// in one transaction, unless current says it is current; asked again in
+// the transaction, since another process may have made it meanwhile.
+// The transaction records version as the part's (name) in
+// retrieval_meta.
+func rebuildOnce(ctx context.Context, db *sql.DB, what, name string, version int, current func(querier) (bool, error), build func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retrieval: rebuilding %s: %w", what, err)
+	}
+	defer tx.Rollback()
+	if ok, err := current(tx); err != nil || ok {
+		return err
+	}
+	if err := build(tx); err != nil {
+		return fmt.Errorf("retrieval: rebuilding %s: %w", what, err)
+	}
+	if err := setMeta(ctx, tx, name, version); err != nil {
+		return fmt.Errorf("retrieval: rebuilding %s: %w", what, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the index: %w", err)
+		return fmt.Errorf("retrieval: rebuilding %s: %w", what, err)
 	}
 	return nil
 }
@@ -1527,15 +1556,9 @@ func insertFiles(ctx context.Context, tx *sql.Tx, repository string, files []fil
 // before files were ranked, or with other terms, is ranked by its
 // files' fields from the time it is opened.
 func (s *shard) rebuildFiles(ctx context.Context) error {
-	current := func(q interface {
-		QueryRowContext(context.Context, string, ...any) *sql.Row
-	}) (bool, error) {
-		var v int
-		err := q.QueryRowContext(ctx, `SELECT value FROM retrieval_meta WHERE name = 'files'`).Scan(&v)
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, nil
-		}
-		return err == nil && v == filesBuilt, err
+	current := func(q querier) (bool, error) {
+		v, err := metaValue(ctx, q, "files")
+		return v == filesBuilt, err
 	}
 	ok, err := current(s.db)
 	if err != nil {
@@ -1544,72 +1567,58 @@ func (s *shard) rebuildFiles(ctx context.Context) error {
 	if ok {
 		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-	}
-	defer tx.Rollback()
-	if ok, err = current(tx); err != nil || ok { // another process did it
-		return err
-	}
-	for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_files_vocab`, `DROP TABLE IF EXISTS retrieval_files_fts`, `DELETE FROM retrieval_files`}, filesSchema...) {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-		}
-	}
-	type key struct{ repository, path string }
-	var keys []key
-	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository, path FROM retrieval_chunks ORDER BY repository, path`)
-	if err != nil {
-		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-	}
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.repository, &k.path); err != nil {
-			rows.Close()
-			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-	}
-	for _, k := range keys {
-		rows, err := tx.QueryContext(ctx, `SELECT start_line, end_line, text FROM retrieval_chunks WHERE repository = ? AND path = ? ORDER BY start_line, id`, k.repository, k.path)
-		if err != nil {
-			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-		}
-		var cs []Chunk
-		for rows.Next() {
-			c := Chunk{Path: k.path}
-			if err := rows.Scan(&c.StartLine, &c.EndLine, &c.Text); err != nil {
-				rows.Close()
-				return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+	return rebuildOnce(ctx, s.db, "the files' index", "files", filesBuilt, current, func(tx *sql.Tx) error {
+		for _, q := range append([]string{`DROP TABLE IF EXISTS retrieval_files_vocab`, `DROP TABLE IF EXISTS retrieval_files_fts`, `DELETE FROM retrieval_files`}, filesSchema...) {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
 			}
-			cs = append(cs, c)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-		}
-		files := batchFiles(cs)
-		first, err := insertFiles(ctx, tx, k.repository, files)
+		rows, err := tx.QueryContext(ctx, `SELECT DISTINCT repository, path FROM retrieval_chunks ORDER BY repository, path`)
 		if err != nil {
 			return err
 		}
-		f := files[0]
-		if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_files_fts (rowid, path, name, symbols, docs, repo) VALUES (?, ?, ?, ?, ?, ?)`,
-			first, fileTerms(f.path, f.f, 0), fileTerms(f.path, f.f, 1), fileTerms(f.path, f.f, 2), fileTerms(f.path, f.f, 3), repoToken(k.repository)); err != nil {
-			return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
+		var keys []fileKey
+		for rows.Next() {
+			var k fileKey
+			if err := rows.Scan(&k.repository, &k.path); err != nil {
+				rows.Close()
+				return err
+			}
+			keys = append(keys, k)
 		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_meta (name, value) VALUES ('files', ?)
-		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, filesBuilt); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("retrieval: rebuilding the files' index: %w", err)
-	}
-	return nil
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			rows, err := tx.QueryContext(ctx, `SELECT start_line, end_line, text FROM retrieval_chunks WHERE repository = ? AND path = ? ORDER BY start_line, id`, k.repository, k.path)
+			if err != nil {
+				return err
+			}
+			var cs []Chunk
+			for rows.Next() {
+				c := Chunk{Path: k.path}
+				if err := rows.Scan(&c.StartLine, &c.EndLine, &c.Text); err != nil {
+					rows.Close()
+					return err
+				}
+				cs = append(cs, c)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			files := batchFiles(cs)
+			first, err := insertFiles(ctx, tx, k.repository, files)
+			if err != nil {
+				return err
+			}
+			f := files[0]
+			if _, err := tx.ExecContext(ctx, `INSERT INTO retrieval_files_fts (rowid, path, name, symbols, docs, repo) VALUES (?, ?, ?, ?, ?, ?)`,
+				first, fileTerms(f.path, f.f, 0), fileTerms(f.path, f.f, 1), fileTerms(f.path, f.f, 2), fileTerms(f.path, f.f, 3), repoToken(k.repository)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
