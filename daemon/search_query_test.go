@@ -1,18 +1,13 @@
 package daemon_test
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
 // GET /api/v1/search speaks the query language: each form finds its
@@ -27,24 +22,7 @@ func TestSearchQueryLanguageRoute(t *testing.T) {
 	repo, head := searchRepo(t)
 	var added struct{ ID string }
 	p.login("root", pw).must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "search", "url": "file://" + repo, "branch": "main"}, &added)
-	ctx := context.Background()
-	var dbs []*sql.DB
-	for i := range retrieval.Shards {
-		db, err := retrieval.OpenShard(ctx, filepath.Join(in.config().DataDir(), retrieval.ShardFile(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		dbs = append(dbs, db)
-	}
-	be, err := retrieval.NewSQLite(ctx, dbs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, _ := retrieval.New(retrieval.Options{Backend: be})
-	if err := ix.Ingest(ctx, added.ID, repo, "", head, nil); err != nil {
-		t.Fatal(err)
-	}
+	ingestInto(t, in, added.ID, repo, head)
 
 	alice := p.login("alice", pw)
 	type results struct {

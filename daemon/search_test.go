@@ -16,6 +16,30 @@ import (
 	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
+// ingestInto indexes repository id (a git directory at its commit head)
+// into the instance's index files, as its sync job does.
+func ingestInto(t *testing.T, in *instance, id, dir, head string) {
+	t.Helper()
+	ctx := context.Background()
+	var dbs []*sql.DB
+	for i := range retrieval.Shards {
+		db, err := retrieval.OpenShard(ctx, filepath.Join(in.config().DataDir(), retrieval.ShardFile(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	be, err := retrieval.NewSQLite(ctx, dbs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, _ := retrieval.New(retrieval.Options{Backend: be})
+	if err := ix.Ingest(ctx, id, dir, "", head, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // GET /api/v1/search finds what was ingested into the instance's code
 // index (the shard files beside its database), with paths and lines; bad
 // parameters are 400s, a repository that does not exist is 404.
@@ -30,28 +54,13 @@ func TestSearchRoute(t *testing.T) {
 	repo, head := searchRepo(t)
 	var added struct{ ID string }
 	p.login("root", pw).must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "search", "url": "file://" + repo, "branch": "main"}, &added)
-	ctx := context.Background()
-	var dbs []*sql.DB
 	for i := range retrieval.Shards {
 		f := filepath.Join(in.config().DataDir(), retrieval.ShardFile(i))
 		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("the server's index file %s: %v, %v; want it 0600", f, fi, err)
 		}
-		db, err := retrieval.OpenShard(ctx, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		dbs = append(dbs, db)
 	}
-	be, err := retrieval.NewSQLite(ctx, dbs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, _ := retrieval.New(retrieval.Options{Backend: be})
-	if err := ix.Ingest(ctx, added.ID, repo, "", head, nil); err != nil {
-		t.Fatal(err)
-	}
+	ingestInto(t, in, added.ID, repo, head)
 
 	alice := p.login("alice", pw)
 	var res struct {

@@ -30,6 +30,34 @@ func addRepos(t testing.TB, s *Service, n int) []Repository {
 	return rs
 }
 
+// accessService is a service whose new repositories get no access
+// entries, and its users.
+func accessService(t testing.TB) (*Service, *auth.Users) {
+	t.Helper()
+	s, _ := service(t, Options{DefaultAccess: DefaultAccessAdmins})
+	us, err := auth.NewUsers(s.o.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, us
+}
+
+// addUser adds a user who is not an administrator, a member of groups
+// (from the directory).
+func addUser(t testing.TB, us *auth.Users, name string, groups ...string) auth.User {
+	t.Helper()
+	u, err := us.Add(context.Background(), auth.AddUser{Name: name, Password: "long enough password", By: auth.CommandLine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) > 0 {
+		if err := us.SetGroups(context.Background(), u.ID, auth.GroupSourceLDAP, groups); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
 // The level a user has is the highest of the entries for them, their
 // groups and all; administrators have admin everywhere; without one the
 // repository is not found, as an unknown one.
@@ -231,25 +259,9 @@ func TestAccessUpgrade(t *testing.T) {
 // lists exactly the covered ones otherwise.
 func TestReadableAll(t *testing.T) {
 	ctx := context.Background()
-	s, _ := service(t, Options{DefaultAccess: DefaultAccessAdmins})
-	us, err := auth.NewUsers(s.o.DB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := us.Add(ctx, auth.AddUser{Name: "alice", Password: "long enough password", By: auth.CommandLine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := us.SetGroups(ctx, u.ID, auth.GroupSourceLocal, []string{"devs", "ops"}); err != nil {
-		t.Fatal(err)
-	}
-	bob, err := us.Add(ctx, auth.AddUser{Name: "bob", Password: "long enough password", By: auth.CommandLine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := us.SetGroups(ctx, bob.ID, auth.GroupSourceLocal, []string{"qa"}); err != nil {
-		t.Fatal(err)
-	}
+	s, us := accessService(t)
+	u := addUser(t, us, "alice", "devs", "ops")
+	addUser(t, us, "bob", "qa")
 	rs := addRepos(t, s, 3)
 	user := AccessEntry{Kind: ForUser, Name: "alice", Level: LevelRead}
 	other := AccessEntry{Kind: ForUser, Name: "bob", Level: LevelAdmin}
@@ -299,21 +311,13 @@ func TestReadableAll(t *testing.T) {
 // memberships, repositories added and deleted, the user's role.
 func TestReadableFollowsChanges(t *testing.T) {
 	ctx := context.Background()
-	s, _ := service(t, Options{DefaultAccess: DefaultAccessAdmins})
-	us, err := auth.NewUsers(s.o.DB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := us.Add(ctx, auth.AddUser{Name: "alice", Password: "long enough password", By: auth.CommandLine})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, us := accessService(t)
+	u := addUser(t, us, "alice")
 	rs := addRepos(t, s, 2)
 	devs := AccessEntry{Kind: ForGroup, Name: "devs", Level: LevelRead}
 	if _, err := s.SetAccess(ctx, auth.CommandLine, rs[0].ID, []AccessEntry{devs}); err != nil {
 		t.Fatal(err)
 	}
-	var third Repository
 	check := func(step string, all bool, want ...*Repository) {
 		t.Helper()
 		for range 2 { // read, then kept
@@ -354,7 +358,7 @@ func TestReadableFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("an entry for her", true)
-	third, err = s.Add(ctx, Add{Name: "third", URL: "file:///nonexistent/r.git", By: auth.CommandLine})
+	third, err := s.Add(ctx, Add{Name: "third", URL: "file:///nonexistent/r.git", By: auth.CommandLine})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,18 +434,8 @@ func BenchmarkSearchAccess(b *testing.B) {
 
 func benchSearchAccess(b *testing.B, entry func(i int) *AccessEntry, changed bool) {
 	ctx := context.Background()
-	s, _ := service(b, Options{DefaultAccess: DefaultAccessAdmins})
-	us, err := auth.NewUsers(s.o.DB)
-	if err != nil {
-		b.Fatal(err)
-	}
-	u, err := us.Add(ctx, auth.AddUser{Name: "bench", Password: "long enough password", By: auth.CommandLine})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := us.SetGroups(ctx, u.ID, auth.GroupSourceLDAP, []string{"devs", "ops", "qa"}); err != nil {
-		b.Fatal(err)
-	}
+	s, us := accessService(b)
+	u := addUser(b, us, "bench", "devs", "ops", "qa")
 	shard, err := retrieval.OpenShard(ctx, filepath.Join(b.TempDir(), retrieval.ShardFile(0)))
 	if err != nil {
 		b.Fatal(err)
