@@ -37,11 +37,15 @@ import (
 const SessionCookie = "codumentor_session"
 
 // sessionCookie is the request's session cookie's name (SessionCookie).
-func (s *Server) sessionCookie(c *fiber.Ctx) string {
+func (s *Server) sessionCookie(c *fiber.Ctx) string { return s.hostCookie(c, SessionCookie) }
+
+// hostCookie is cookie name's name for the request: "__Host-" + name
+// under TLS (see SessionCookie).
+func (s *Server) hostCookie(c *fiber.Ctx, name string) string {
 	if s.secure(c) {
-		return "__Host-" + SessionCookie
+		return "__Host-" + name
 	}
-	return SessionCookie
+	return name
 }
 
 // HeaderCSRF carries a cookie session's CSRF token on a fetch.
@@ -104,21 +108,25 @@ func (s *Server) secure(c *fiber.Ctx) bool {
 // Origin or, without it, Referer. Without either it is refused: every
 // browser this UI supports sends Origin on a POST.
 func (s *Server) sameOrigin(c *fiber.Ctx) bool {
-	scheme := "http"
-	if s.secure(c) {
-		scheme = "https"
-	}
-	host := strings.ToLower(string(c.Request().Host()))
-	own := scheme + "://" + host
+	own := s.origin(c)
 	if o := c.Get(fiber.HeaderOrigin); o != "" {
 		if strings.EqualFold(o, own) {
 			return true
 		}
-		s.warnHost(o, host)
+		s.warnHost(o, strings.ToLower(string(c.Request().Host())))
 		return false
 	}
 	u, err := url.Parse(c.Get(fiber.HeaderReferer))
 	return err == nil && u.Host != "" && strings.EqualFold(u.Scheme+"://"+u.Host, own)
+}
+
+// origin is this server's origin as the browser reached it.
+func (s *Server) origin(c *fiber.Ctx) string {
+	scheme := "http"
+	if s.secure(c) {
+		scheme = "https"
+	}
+	return scheme + "://" + string(c.Request().Host())
 }
 
 // warnHost logs, once, a refused Origin that names this host on another

@@ -23,21 +23,7 @@ import (
 // under TLS, as SessionCookie).
 const OIDCCookie = "codumentor_oidc"
 
-func (s *Server) oidcCookie(c *fiber.Ctx) string {
-	if s.secure(c) {
-		return "__Host-" + OIDCCookie
-	}
-	return OIDCCookie
-}
-
-// origin is this server's origin as the browser reached it.
-func (s *Server) origin(c *fiber.Ctx) string {
-	scheme := "http"
-	if s.secure(c) {
-		scheme = "https"
-	}
-	return scheme + "://" + string(c.Request().Host())
-}
+func (s *Server) oidcCookie(c *fiber.Ctx) string { return s.hostCookie(c, OIDCCookie) }
 
 // OIDCProviders lists the providers the sign-in page offers.
 func (s *Server) OIDCProviders() []web.Provider {
