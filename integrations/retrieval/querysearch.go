@@ -213,17 +213,14 @@ func replaceQueryFiles(ctx context.Context, tx *sql.Tx, repository string, remov
 	}
 	slices.Sort(remove)
 	remove = slices.Compact(remove)
-	for len(remove) > 0 {
-		part := remove[:min(len(remove), removeLookup)]
-		remove = remove[len(part):]
-		args := make([]any, 0, 1+len(part))
-		args = append(args, repository)
-		for _, p := range part {
-			args = append(args, p)
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_query_files WHERE repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args...); err != nil {
+	err := inPaths(repository, remove, func(cond string, args []any) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM retrieval_query_files WHERE `+cond, args...); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	var rows []queryRow
 	for i := 0; i < len(chunks); {

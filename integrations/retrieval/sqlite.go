@@ -316,6 +316,25 @@ func (s *shard) rebuild(ctx context.Context) error {
 	})
 }
 
+// inPaths calls f for repository's paths, removeLookup at a time, with
+// the condition that selects their rows (repository = ? AND path IN …)
+// and its arguments.
+func inPaths(repository string, paths []string, f func(cond string, args []any) error) error {
+	for len(paths) > 0 {
+		part := paths[:min(len(paths), removeLookup)]
+		paths = paths[len(part):]
+		args := make([]any, 0, 1+len(part))
+		args = append(args, repository)
+		for _, p := range part {
+			args = append(args, p)
+		}
+		if err := f(`repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // querier is a database or a transaction, to read from.
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -459,15 +478,8 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 	// needs to remove them), removeLookup paths a query.
 	var old []indexed
 	var oldFs []indexedFile
-	for len(remove) > 0 {
-		part := remove[:min(len(remove), removeLookup)]
-		remove = remove[len(part):]
-		args := make([]any, 0, 1+len(part))
-		args = append(args, repository)
-		for _, p := range part {
-			args = append(args, p)
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, path, text FROM retrieval_chunks WHERE repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args...)
+	err = inPaths(repository, remove, func(cond string, args []any) error {
+		rows, err := tx.QueryContext(ctx, `SELECT id, path, text FROM retrieval_chunks WHERE `+cond, args...)
 		if err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
@@ -483,11 +495,15 @@ func (s *shard) replace(ctx context.Context, repository string, remove []string,
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("retrieval: %w", err)
 		}
-		files, err := oldFiles(ctx, tx, `repository = ? AND path IN (?`+strings.Repeat(",?", len(part)-1)+`)`, args...)
+		files, err := oldFiles(ctx, tx, cond, args...)
 		if err != nil {
 			return err
 		}
 		oldFs = append(oldFs, files...)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// In rowid order: FTS5 writes out its pending terms when a rowid is
 	// lower than the one before.
