@@ -420,30 +420,56 @@ const (
 	diskPollMax = 5 * time.Second
 )
 
+// diskDyingMax bounds how long growth after a stop is put down to the
+// stopped commands: a SIGKILL ends them in far less, and a command
+// started meanwhile writes uncharged only that long. A variable for the
+// tests.
+var diskDyingMax = time.Second
+
 // watchDisk starts watching the trees dirs (diskTrees). base is their
 // usage before the first command started (treesUsage): the first reading
 // is compared with it, so a command that crosses the budget at once
 // (fallocate) is stopped too. A reading is also taken when the commands
 // stop running, so the next command is compared with what they left.
 // With a free-space reserve (Limits.DiskReserve), the filesystem of
-// dirs[0] is watched too. over reports whether it stopped anything; a
-// growth that stopped nothing is measured again from the same reading.
-func watchDisk(dirs []string, l Limits, base int64, active func() bool, over func(diskHit) bool) *diskWatch {
+// dirs[0] is watched too.
+//
+// over stops the running commands and returns a channel closed once
+// they have exited, or nil if it stopped nothing; a growth that stopped
+// nothing is measured again from the same reading. The stopped commands
+// write on until they die (bytes between the reading and the kill), so
+// until they have exited, growth is theirs and stops no one else (a
+// command started just after them, an rm say); then one reading is the
+// new baseline. A command's start does not move it: a writer that
+// outlives the commands around it is measured from the reading before
+// however often they start.
+func watchDisk(dirs []string, l Limits, base int64, active func() bool, over func(diskHit) <-chan struct{}) *diskWatch {
 	budget := l.Disk
 	d := &diskWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
 		last, wasActive := base, false
 		var nextWalk time.Time
+		// dying is the stopped commands until they have exited (or
+		// dyingEnd passed: then growth is charged to whatever runs).
+		var dying <-chan struct{}
+		var dyingEnd time.Time
 		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
 			select {
 			case <-d.stop:
 				return
+			case <-dying:
+				// What they wrote until they died is in this reading.
+				last, dying = treesUsage(dirs, budget), nil
+				continue
 			case <-t.C:
 			}
-			if now := active(); now || wasActive {
+			if dying != nil && !time.Now().Before(dyingEnd) {
+				dying = nil
+			}
+			if now := active(); dying == nil && (now || wasActive) {
 				// Below the reserve, the walk says whether these
 				// trees grew (others share the filesystem), at
 				// once; an rm that frees space is not stopped.
@@ -457,18 +483,20 @@ func watchDisk(dirs []string, l Limits, base int64, active func() bool, over fun
 					used := treesUsage(dirs, budget)
 					// The walk is the cost: walk at most a tenth of the time.
 					nextWalk = time.Now().Add(min(max(diskPollMin, 10*time.Since(start)), diskPollMax) - diskPollMin)
-					// A growth that stopped nothing (the writer not yet
-					// known as running) is still owed a stop.
-					stopped := true
+					var hit diskHit
 					switch {
 					case now && budget > 0 && used > budget && used > last:
-						stopped = over(diskHit{limitDisk, used})
+						hit = diskHit{limitDisk, used}
 					case now && low && used > last:
-						stopped = over(diskHit{limitDiskFree, free})
+						hit = diskHit{limitDiskFree, free}
 					}
-					if stopped {
+					if hit.limit == "" {
 						last = used
+					} else if exited := over(hit); exited != nil {
+						last, dying, dyingEnd = used, exited, time.Now().Add(diskDyingMax)
 					}
+					// Else the writer, not yet known as running, is
+					// still owed a stop: last stays.
 				}
 				wasActive = now
 			}

@@ -354,16 +354,16 @@ func TestWatchDiskOwesAStop(t *testing.T) {
 	}
 	var calls int
 	stopped := make(chan diskHit, 1)
-	w := watchDisk([]string{dir}, Limits{Disk: 1 << 20}, 0, func() bool { return true }, func(h diskHit) bool {
+	w := watchDisk([]string{dir}, Limits{Disk: 1 << 20}, 0, func() bool { return true }, func(h diskHit) <-chan struct{} {
 		calls++
 		if calls == 1 {
-			return false // the writer is not yet known
+			return nil // the writer is not yet known
 		}
 		select {
 		case stopped <- h:
 		default:
 		}
-		return true
+		return make(chan struct{})
 	})
 	defer w.close()
 	select {
@@ -374,6 +374,111 @@ func TestWatchDiskOwesAStop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the overrun that stopped nothing was not acted on again")
 	}
+}
+
+// tickingWatch starts watchDisk on a directory holding 2 MiB, with a
+// budget of 1 MiB and commands always running. Each reading offers a
+// value on the returned ticks (dropped unless the test waits for it);
+// over sends its hit on hits and returns what next returns.
+func tickingWatch(t *testing.T, next func() <-chan struct{}) (big string, ticks <-chan struct{}, hits <-chan diskHit) {
+	t.Helper()
+	dir := t.TempDir()
+	big = filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte{1}, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tc, hc := make(chan struct{}), make(chan diskHit, 16)
+	active := func() bool {
+		select {
+		case tc <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	w := watchDisk([]string{dir}, Limits{Disk: 1 << 20}, 0, active, func(h diskHit) <-chan struct{} {
+		hc <- h
+		return next()
+	})
+	t.Cleanup(w.close)
+	return big, tc, hc
+}
+
+// setDiskDyingMax sets diskDyingMax for t, before its watch starts and
+// until it has stopped (cleanups run last first).
+func setDiskDyingMax(t *testing.T, d time.Duration) {
+	old := diskDyingMax
+	diskDyingMax = d
+	t.Cleanup(func() { diskDyingMax = old })
+}
+
+// grow appends n bytes to path.
+func grow(t *testing.T, path string, n int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(bytes.Repeat([]byte{1}, n))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// growUntilHit appends to path at each reading until the watch stops
+// someone: a writer over the budget must be stopped.
+func growUntilHit(t *testing.T, path string, ticks <-chan struct{}, hits <-chan diskHit) diskHit {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		grow(t, path, 64<<10)
+		select {
+		case h := <-hits:
+			return h
+		case <-ticks:
+		case <-timeout:
+			t.Fatal("a writer over the budget was not stopped")
+		}
+	}
+}
+
+// TestWatchDiskDyingWrites: what the stopped commands write until they
+// have exited (the bytes between the reading and the kill) stops no one
+// else, such as an rm started at once; after their exit a writer over
+// the budget is stopped again.
+func TestWatchDiskDyingWrites(t *testing.T) {
+	// Only the exit ends their grace here.
+	setDiskDyingMax(t, time.Hour)
+	exited := make(chan struct{})
+	big, ticks, hits := tickingWatch(t, func() <-chan struct{} { return exited })
+	if h := <-hits; h.limit != limitDisk {
+		t.Fatalf("first hit %+v, want %s", h, limitDisk)
+	}
+	// The stopped command's last writes, seen by later readings.
+	grow(t, big, 256<<10)
+	for range 5 {
+		<-ticks
+	}
+	select {
+	case h := <-hits:
+		t.Fatalf("growth before the stopped commands exited stopped someone: %+v", h)
+	default:
+	}
+	close(exited)
+	if h := growUntilHit(t, big, ticks, hits); h.n < 2<<20+256<<10 {
+		t.Errorf("hit %+v, want at least %d bytes", h, 2<<20+256<<10)
+	}
+}
+
+// TestWatchDiskDyingBounded: a stopped command that does not exit does
+// not shield a writer for longer than diskDyingMax.
+func TestWatchDiskDyingBounded(t *testing.T) {
+	setDiskDyingMax(t, 100*time.Millisecond)
+	big, ticks, hits := tickingWatch(t, func() <-chan struct{} { return make(chan struct{}) })
+	<-hits
+	growUntilHit(t, big, ticks, hits)
 }
 
 // TestLimitsDiskReadWrite: the disk budget covers a directory bound

@@ -238,10 +238,10 @@ func (c *Cmd) launch(ctx context.Context) error {
 	sl.started()
 	if watch {
 		budget := p.Limits.Disk
-		c.disk = watchDisk(dirs, p.Limits, base, func() bool { return true }, func(h diskHit) bool {
+		c.disk = watchDisk(dirs, p.Limits, base, func() bool { return true }, func(h diskHit) <-chan struct{} {
 			c.diskHit.CompareAndSwap(nil, &h)
 			c.cancel()
-			return true
+			return c.rc.Proc.Done
 		})
 		c.diskEnd = func() {
 			// A command that wrote past the budget between two readings

@@ -421,30 +421,43 @@ func (s *Session) running() bool {
 
 // overDisk kills the running commands and jobs: the workspace crossed
 // its disk budget, or its filesystem's reserve, while they ran, so one of
-// them wrote it full. It reports whether it killed any: a command being
-// started counts as running (see begin) before it can be killed.
-func (s *Session) overDisk(h diskHit) bool {
-	var ids []uint64
+// them wrote it full. It returns a channel closed once all it killed
+// have exited (the disk watch puts their last writes down to them), or
+// nil if it killed none: a command being started counts as running (see
+// begin) before it can be killed.
+func (s *Session) overDisk(h diskHit) <-chan struct{} {
+	var procs []*supervisor.Proc
 	s.mu.Lock()
 	for sc := range s.fg {
 		if sc.disk.limit == "" {
 			sc.disk = h
 		}
-		ids = append(ids, sc.rc.Proc.ID)
+		procs = append(procs, sc.rc.Proc)
 	}
 	for _, j := range s.jobs {
 		if j.info.Running {
 			if j.disk.limit == "" {
 				j.disk = h
 			}
-			ids = append(ids, j.proc.ID)
+			procs = append(procs, j.proc)
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range ids {
-		s.cl.Kill(id)
+	if len(procs) == 0 {
+		return nil
 	}
-	return len(ids) > 0
+	for _, p := range procs {
+		s.cl.Kill(p.ID)
+	}
+	exited := make(chan struct{})
+	go func() {
+		// Done closes at the exit, or at the session's end.
+		for _, p := range procs {
+			<-p.Done
+		}
+		close(exited)
+	}()
+	return exited
 }
 
 // Command returns a Cmd that runs argv in the session, as a foreground
