@@ -312,6 +312,48 @@ func TestLimitsDiskBudget(t *testing.T) {
 	check("run", c.Run(), c.State)
 }
 
+// TestLimitsDiskBackgroundWriter: a background job that fills the
+// workspace is stopped at the disk budget though foreground commands
+// start and end around it faster than the disk watch reads.
+func TestLimitsDiskBackgroundWriter(t *testing.T) {
+	requireSandbox(t)
+	l := DefaultLimits()
+	l.Disk = 64 << 20
+	p := enforcePolicy(t, l)
+	s := startSession(t, p, SessionOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	// Several loops, to start commands as often as a session can. Some are
+	// stopped with the writer (they ran when it grew).
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				s.Command(ctx, "true").Run()
+			}
+		})
+	}
+	info, err := s.StartBackground(t.Context(), []string{"sh", "-c", "yes > bg"}, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), time.Minute)
+	defer wcancel()
+	if err := s.WaitJob(wctx, info.ID, 0); err != nil {
+		used, _ := diskUsage(p.Workspace.Upper)
+		t.Fatalf("the background writer was not stopped (%d MiB written): %v", used>>20, err)
+	}
+	cancel()
+	wg.Wait()
+	j := s.Jobs()[0]
+	used, _ := diskUsage(p.Workspace.Upper)
+	if j.Limit != limitDisk || used > l.Disk+768<<20 {
+		t.Fatalf("job %+v, upper layer %d bytes; want stopped at the disk budget (%d)", j, used, l.Disk)
+	}
+	t.Logf("stopped at %d MiB for a %d MiB budget", used>>20, l.Disk>>20)
+}
+
 // TestLimitsDiskFastFill: a command that crosses the disk budget at
 // once (fallocate takes no time) and then stops writing is stopped too,
 // in a Session and in a one-shot Run; a sparse file of 3 GiB is not
