@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -584,7 +585,7 @@ func decodeApproval(data []byte) (agentcore.Approval, error) {
 // Approvals implements agentcore.Store.
 func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]agentcore.Approval, error) {
 	var rows []approvalRow
-	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Order("rowid").Find(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("store: reading approvals: %w", err)
 	}
 	as := make([]agentcore.Approval, len(rows))
@@ -595,6 +596,11 @@ func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]a
 		}
 		as[i] = a
 	}
+	// In the order they were asked for; neither backend keeps an
+	// insertion order of its own that the other shares.
+	slices.SortFunc(as, func(a, b agentcore.Approval) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
+	})
 	return as, nil
 }
 
