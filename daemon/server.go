@@ -133,7 +133,11 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("llm.base_url is not set: the server runs, but every turn fails until an OpenAI-compatible endpoint is configured in config.yaml (llm.base_url, llm.model)")
 	}
 
-	db, err := store.OpenOptions(ctx, inst.Database(), store.Options{BusyTimeout: cfg.Store.BusyTimeout.Std()})
+	dbc, err := cfg.Store.Database(inst)
+	if err != nil {
+		return err
+	}
+	db, err := store.OpenConfig(ctx, dbc)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-
-	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // wantStorage requires a 503 with code and a Retry-After.
@@ -40,11 +38,7 @@ func TestStorageBusy(t *testing.T) {
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "before"}, &conv)
 
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/approvalrule"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
@@ -315,12 +316,63 @@ type Audit struct {
 	HeadInterval Duration `yaml:"head_interval"`
 }
 
-// Store configures the instance database (SQLite).
+// Store configures the database: the instance's SQLite file (the
+// default), or PostgreSQL, which several servers can share.
 type Store struct {
 	// BusyTimeout is how long a write waits for another connection's
-	// write lock (codumentorctl's, a backup's) before the request answers
-	// 503 storage_busy (default 5s).
+	// write lock (codumentorctl's, a backup's, another server's) before
+	// the request answers 503 storage_busy (default 5s).
 	BusyTimeout Duration `yaml:"busy_timeout"`
+	// Backend is sqlite (default: data/codumentor.db in the instance)
+	// or postgres (Postgres).
+	Backend string `yaml:"backend"`
+	// Postgres is the database of backend postgres.
+	Postgres Postgres `yaml:"postgres"`
+}
+
+// Postgres says how to reach the PostgreSQL database.
+type Postgres struct {
+	// DSN is a connection string without a password:
+	// postgres://codumentor@db.example:5432/codumentor?sslmode=verify-full
+	// or host=… dbname=… pairs.
+	DSN string `yaml:"dsn"`
+	// PasswordEnv names the environment variable that holds the
+	// password; PasswordFile is a file that does (its first line). At
+	// most one; neither for a database that needs none (peer or
+	// certificate authentication).
+	PasswordEnv  string `yaml:"password_env"`
+	PasswordFile string `yaml:"password_file"`
+	// MaxConns bounds the server's connections (default 16).
+	MaxConns int `yaml:"max_conns"`
+}
+
+// Database is the store.Config of the database that c and i name, the
+// PostgreSQL password read from where c says.
+func (c Store) Database(i Instance) (store.Config, error) {
+	sc := store.Config{Backend: c.Backend, BusyTimeout: c.BusyTimeout.Std(), MaxConns: c.Postgres.MaxConns}
+	if c.Backend != store.BackendPostgres {
+		sc.Backend, sc.Path = store.BackendSQLite, i.Database()
+		return sc, nil
+	}
+	sc.DSN = c.Postgres.DSN
+	switch p := c.Postgres; {
+	case p.PasswordEnv != "":
+		sc.Password = os.Getenv(p.PasswordEnv)
+		if sc.Password == "" {
+			return sc, fmt.Errorf("store.postgres.password_env: the environment variable %s is not set", p.PasswordEnv)
+		}
+	case p.PasswordFile != "":
+		b, err := os.ReadFile(p.PasswordFile)
+		if err != nil {
+			return sc, fmt.Errorf("store.postgres.password_file: %w", err)
+		}
+		sc.Password, _, _ = strings.Cut(string(b), "\n")
+		sc.Password = strings.TrimSuffix(sc.Password, "\r")
+		if sc.Password == "" {
+			return sc, fmt.Errorf("store.postgres.password_file %s is empty", p.PasswordFile)
+		}
+	}
+	return sc, nil
 }
 
 // Log configures logs/codumentor.log (and stderr).
@@ -468,6 +520,7 @@ func (c Config) Validate() error {
 	if c.Store.BusyTimeout <= 0 {
 		errs = append(errs, errors.New("store.busy_timeout must be positive"))
 	}
+	errs = append(errs, c.Store.validate()...)
 	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
 		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
 	}
@@ -731,4 +784,28 @@ func (i Instance) Load(file string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+func (c Store) validate() []error {
+	var errs []error
+	p := c.Postgres
+	switch c.Backend {
+	case "", store.BackendSQLite:
+		if p != (Postgres{}) {
+			errs = append(errs, errors.New("store.postgres is set, but store.backend is not postgres"))
+		}
+	case store.BackendPostgres:
+		if _, err := store.ParsePostgresDSN(p.DSN); err != nil {
+			errs = append(errs, errors.New(strings.TrimPrefix(err.Error(), "store: ")))
+		}
+		if p.PasswordEnv != "" && p.PasswordFile != "" {
+			errs = append(errs, errors.New("store.postgres: set password_env or password_file, not both"))
+		}
+		if p.MaxConns < 0 {
+			errs = append(errs, errors.New("store.postgres.max_conns must not be negative"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store.backend %q: use sqlite or postgres", c.Backend))
+	}
+	return errs
 }
