@@ -436,6 +436,38 @@ func (e *Engine) Publish(conversation, typ string, data any) {
 	e.emit(e.conv(conversation), "", nil, e.log, typ, data)
 }
 
+// Wake wakes the subscribers of conversation, which read what is new in
+// the Store: for events another process stored (a server beside this
+// one on a shared database). A conversation nobody here follows costs
+// nothing.
+func (e *Engine) Wake(conversation string) {
+	e.mu.Lock()
+	c := e.convs[conversation]
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// WakeAll wakes every subscriber, for when events of other processes may
+// have been missed (the notifications' connection was lost).
+func (e *Engine) WakeAll() {
+	e.mu.Lock()
+	cs := make([]*conv, 0, len(e.convs))
+	for _, c := range e.convs {
+		cs = append(cs, c)
+	}
+	e.mu.Unlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		c.wakeLocked()
+		c.mu.Unlock()
+	}
+}
+
 // subscribeBatch is how many events a subscriber reads from the Store at
 // once.
 const subscribeBatch = 256

@@ -161,6 +161,7 @@ type server struct {
 	inst    config.Instance
 	db      *gorm.DB
 	engine  *agentcore.Engine
+	convs   *store.Conversations
 	api     *api.Server
 	queue   *jobs.Queue
 	secrets *secrets.Store
@@ -247,7 +248,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
-	s.engine = engine
+	s.engine, s.convs = engine, st.convs
 	// The setups' events are their conversations': published by the
 	// engine, which needs the setups' layers first.
 	ws.trees.setups.SetPublish(engine.Publish)
@@ -630,6 +631,15 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	}()
 	go s.watchConfig(ctx, inst, o, reload)
 	go s.logAuditHeads(ctx, s.cfg.Load().Audit.HeadInterval.Std())
+	// The events other servers on the database store reach this one's
+	// subscribers (PostgreSQL; nothing to do on SQLite).
+	listened := make(chan error, 1)
+	go func() {
+		listened <- s.convs.Listen(ctx, s.engine.Wake, func(lost error) {
+			s.log.Warn("the database's event notifications were interrupted; subscribers re-read the events", "err", lost)
+			s.engine.WakeAll()
+		})
+	}()
 
 	served := make(chan error, 1)
 	go func() { served <- s.api.App().Listener(ln) }()
@@ -647,6 +657,10 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	}
 	s.trees.setups.Close()
 	s.engine.Close()
+	cancel()
+	if lerr := <-listened; lerr != nil {
+		s.log.Warn("event notifications", "err", lerr)
+	}
 	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
 		s.log.Warn("job queue", "err", qerr)
 	}

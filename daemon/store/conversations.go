@@ -97,6 +97,9 @@ type Conversations struct {
 	db      *gorm.DB
 	cache   *eventCache
 	observe atomic.Pointer[func(agentcore.Event)]
+	// origin tells this process's announcements (Listen) from other
+	// servers'.
+	origin string
 }
 
 // Observe calls f with each event once it is stored (for metrics); f
@@ -113,7 +116,7 @@ func NewConversations(db *gorm.DB) (*Conversations, error) {
 	if err := audit.Migrate(db); err != nil {
 		return nil, err
 	}
-	return &Conversations{db: db, cache: newEventCache()}, nil
+	return &Conversations{db: db, cache: newEventCache(), origin: randid.New("proc_")}, nil
 }
 
 // maxTitle bounds a conversation's title, in bytes.
@@ -494,7 +497,10 @@ func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (age
 		if err := tx.Model(&Conversation{}).Where("id = ?", e.Conversation).Updates(upd).Error; err != nil {
 			return err
 		}
-		return tx.Omit(clause.Associations).Create(&eventRow{ConversationID: e.Conversation, Seq: e.Seq, Type: e.Type, Turn: e.Turn, Time: e.Time, Data: e.Data}).Error
+		if err := tx.Omit(clause.Associations).Create(&eventRow{ConversationID: e.Conversation, Seq: e.Seq, Type: e.Type, Turn: e.Turn, Time: e.Time, Data: e.Data}).Error; err != nil {
+			return err
+		}
+		return s.announce(tx, e)
 	})
 	if err != nil {
 		return agentcore.Event{}, fmt.Errorf("store: appending an event: %w", err)

@@ -1,0 +1,69 @@
+package daemon_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
+)
+
+// replicas starts n servers, each with an instance directory of its own,
+// on one PostgreSQL database, with the same configuration (extra).
+func replicas(t *testing.T, n int, extra string) ([]*instance, []*proc) {
+	t.Helper()
+	extra += fmt.Sprintf("store:\n  backend: postgres\n  postgres: {dsn: %q}\n", storetest.Postgres(t).DSN)
+	ins := make([]*instance, n)
+	ps := make([]*proc, n)
+	for i := range ins {
+		ins[i] = newInstance(t, extra)
+		if i == 0 {
+			// The first server creates the tables; the others find them.
+			ins[0].addUser("root", pw, true)
+		}
+		ps[i] = ins[i].start()
+	}
+	return ins, ps
+}
+
+// An event stored by one server reaches a subscriber on another live, in
+// order, each once, and Last-Event-ID resumes on a third exactly as on
+// one server.
+func TestReplicaEvents(t *testing.T) {
+	_, ps := replicas(t, 3, llm(t, llmtest.Step{Text: "First answer."}, llmtest.Step{Text: "Second answer."}))
+	a, b, c := ps[0].login("root", pw), ps[1].login("root", pw), ps[2].login("root", pw)
+	conv := a.newConversation()
+	onB := b.follow(conv, "")
+	defer onB.close()
+	a.send(conv, "hello")
+	first := onB.until(agentcore.EventTurnFinished, 60*time.Second)
+	a.send(conv, "again")
+	second := onB.until(agentcore.EventTurnFinished, 60*time.Second)
+	all := append(first, second...)
+	for i, ev := range all {
+		if ev.ID != strconv.Itoa(i+1) {
+			t.Fatalf("event %d on the other server has ID %s (want %d): %v", i, ev.ID, i+1, all)
+		}
+	}
+	// The stored events, as the writing server serves them, are the ones
+	// the other server streamed.
+	onA := a.follow(conv, "")
+	defer onA.close()
+	for i, want := range all {
+		if got := onA.next(30 * time.Second); got.ID != want.ID || got.Type != want.Type || string(got.Data) != string(want.Data) {
+			t.Fatalf("event %d: on the writer %+v, on the other server %+v", i, got, want)
+		}
+	}
+	// Resume on a third server from the middle.
+	mid := len(first)
+	onC := c.follow(conv, strconv.Itoa(mid))
+	defer onC.close()
+	for _, want := range all[mid:] {
+		if got := onC.next(30 * time.Second); got.ID != want.ID || got.Type != want.Type {
+			t.Fatalf("resumed after %d on a third server: got %+v, want %+v", mid, got, want)
+		}
+	}
+}
