@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,16 +12,21 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
-	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
+// configs maps each database openDB opened to its configuration, for
+// other to open it again.
+var configs sync.Map
+
+// openDB opens a fresh database of the backend under test, with the
+// audit log migrated.
 func openDB(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
+	c := storetest.Config(t)
+	db := storetest.OpenConfig(t, c)
+	configs.Store(db, c)
+	t.Cleanup(func() { configs.Delete(db) })
 	if err := audit.Migrate(db); err != nil {
 		t.Fatal(err)
 	}
