@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
 // testAPI is the API over a real SQLite database, served on 127.0.0.1,
@@ -42,11 +42,7 @@ func startAPI(tb testing.TB, immutable bool) *testAPI {
 func startAPIWith(tb testing.TB, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
 	tb.Helper()
 	dir := tb.TempDir()
-	db, err := store.Open(context.Background(), filepath.Join(dir, "test.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { store.Close(db) })
+	db := storetest.Open(tb)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		tb.Fatal(err)
