@@ -478,6 +478,9 @@ func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (age
 	if len(e.Data) == 0 {
 		e.Data = json.RawMessage(`{}`)
 	}
+	// As the database keeps it, so that the cache and every server
+	// serve the same event.
+	e.Time = Time(e.Time)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var c Conversation
 		if err := tx.Select("last_seq").Where("id = ?", e.Conversation).Take(&c).Error; err != nil {
