@@ -2,7 +2,9 @@ package daemon_test
 
 import (
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +68,33 @@ func TestReplicaEvents(t *testing.T) {
 			t.Fatalf("resumed after %d on a third server: got %+v, want %+v", mid, got, want)
 		}
 	}
+}
+
+// A server whose auth.jwt_secret differs from the deployment's refuses
+// to start, and says why (never the secret); one that rotated (the old
+// secret among its previous ones) starts.
+func TestReplicaSecretMismatch(t *testing.T) {
+	ins, _ := replicas(t, 1, "")
+	cfg, err := os.ReadFile(ins[0].config().ConfigFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newInstance(t, "")
+	wrong := strings.Replace(string(cfg), testSecret, strings.Repeat("w", 40), 1)
+	if err := os.WriteFile(other.config().ConfigFile(), []byte(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := other.run()
+	if err == nil {
+		p.kill()
+		t.Fatal("a server with another auth.jwt_secret started on the deployment's database")
+	}
+	if !strings.Contains(err.Error(), "auth.jwt_secret is not the one the other servers") || strings.Contains(err.Error(), testSecret) {
+		t.Fatalf("refusal: %v", err)
+	}
+	rotated := strings.Replace(string(cfg), testSecret, strings.Repeat("r", 40)+"\n  previous_jwt_secrets: ["+testSecret+"]", 1)
+	if err := os.WriteFile(other.config().ConfigFile(), []byte(rotated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other.start().login("root", pw)
 }

@@ -142,6 +142,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close(db)
+	if store.Backend(db) == store.BackendPostgres {
+		// Servers that share a database must share the secret that
+		// signs what they hand out.
+		if err := auth.CheckSharedSecret(ctx, db, cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets); err != nil {
+			return err
+		}
+	}
 	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
 		return err
 	}
