@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -97,4 +98,59 @@ func TestReplicaSecretMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	other.start().login("root", pw)
+}
+
+// A conversation is served by its home node whichever replica a request
+// reaches: created through A (its home), a message through B, the event
+// stream through C, the approval through A. The command runs once, on
+// the home node, and every event reaches the stream once, in order. A
+// conversation created through A for node B is at home on B, and a
+// message through C reaches it there.
+func TestReplicaHome(t *testing.T) {
+	needSandbox(t)
+	// Each conversation's first turn runs the one command.
+	script := llm(t, shellCall("echo ran >> marker.txt"), llmtest.Step{Text: "Done."})
+	_, ps := replicas(t, 3, script)
+	a, b, c := ps[0].login("root", pw), ps[1].login("root", pw), ps[2].login("root", pw)
+
+	var conv struct{ ID, Home string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "homed"}, &conv)
+	if conv.Home == "" {
+		t.Fatalf("the conversation has no home node: %+v", conv)
+	}
+	onC := c.follow(conv.ID, "")
+	defer onC.close()
+	b.send(conv.ID, "run it")
+	evs := onC.until(agentcore.EventApprovalPending, 60*time.Second)
+	aid := approvalID(t, evs[len(evs)-1])
+	a.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+aid, map[string]string{"decision": "approve"}, nil)
+	evs = append(evs, onC.until(agentcore.EventTurnFinished, 60*time.Second)...)
+	for i, ev := range evs {
+		if ev.ID != strconv.Itoa(i+1) {
+			t.Fatalf("event %d on the stream has ID %s: %v", i, ev.ID, evs)
+		}
+	}
+	for _, cl := range []*client{a, b, c} {
+		if got := string(cl.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=marker.txt", nil, nil)); got != "ran\n" {
+			t.Fatalf("the workspace, read through %s: %q, want the command's one line", cl.base, got)
+		}
+	}
+
+	// Placed on B by name from A; a message through C runs there.
+	var nodeB struct{ ID, Home string }
+	b.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "mine"}, &nodeB)
+	var onB struct{ ID, Home string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "placed", "node": nodeB.Home}, &onB)
+	if onB.Home != nodeB.Home || onB.Home == conv.Home {
+		t.Fatalf("placed on %q, want B's node %q (A's is %q)", onB.Home, nodeB.Home, conv.Home)
+	}
+	s := a.follow(onB.ID, "")
+	defer s.close()
+	c.send(onB.ID, "run it")
+	evs = s.until(agentcore.EventApprovalPending, 60*time.Second)
+	c.must(http.StatusOK, "POST", "/api/v1/conversations/"+onB.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	if got := string(a.must(http.StatusOK, "GET", "/api/v1/conversations/"+onB.ID+"/workspace/files?path=marker.txt", nil, nil)); got != "ran\n" {
+		t.Fatalf("B's workspace read through A: %q", got)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,7 @@ import (
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -86,6 +88,9 @@ type Config struct {
 	Server  Server   `yaml:"server"`
 	// Store configures the instance database.
 	Store Store `yaml:"store"`
+	// Cluster configures this server as one node of several on a
+	// PostgreSQL store.
+	Cluster Cluster `yaml:"cluster"`
 	// Audit configures the audit log.
 	Audit Audit `yaml:"audit"`
 	// Metrics configures GET /metrics.
@@ -330,6 +335,24 @@ type Store struct {
 	Postgres Postgres `yaml:"postgres"`
 }
 
+// Cluster configures a node of a deployment of several servers on one
+// PostgreSQL database (store.backend postgres); a server on SQLite is
+// the only one and ignores it.
+type Cluster struct {
+	// Node is this node's name, unique in the deployment (default: the
+	// instance's own, data/node_id, made at the first start).
+	Node string `yaml:"node"`
+	// URL is where the other nodes reach this one's API, for the
+	// requests they forward to the home node of a conversation
+	// (default: the address it listens on, if that is not a wildcard).
+	URL string `yaml:"url"`
+	// Heartbeat is how often the node renews its record (default 2s);
+	// LostAfter how old that record may be before the others take the
+	// node to be lost (default 10s).
+	Heartbeat Duration `yaml:"heartbeat"`
+	LostAfter Duration `yaml:"lost_after"`
+}
+
 // Postgres says how to reach the PostgreSQL database.
 type Postgres struct {
 	// DSN is a connection string without a password:
@@ -464,6 +487,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
+		Cluster:      Cluster{Heartbeat: Duration(2 * time.Second), LostAfter: Duration(10 * time.Second)},
 		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50, DefaultAccess: "all"},
 		Office:       DefaultOffice(),
@@ -521,6 +545,17 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("store.busy_timeout must be positive"))
 	}
 	errs = append(errs, c.Store.validate()...)
+	if c.Cluster.Node != "" && !validNodeName(c.Cluster.Node) {
+		errs = append(errs, fmt.Errorf("cluster.node %q: use 1 to 64 of a-z, A-Z, 0-9, '.', '_' and '-'", c.Cluster.Node))
+	}
+	if c.Cluster.URL != "" {
+		if u, err := url.Parse(c.Cluster.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			errs = append(errs, fmt.Errorf("cluster.url %q: give http(s)://host:port of this node's API", c.Cluster.URL))
+		}
+	}
+	if c.Cluster.Heartbeat <= 0 || c.Cluster.LostAfter < 2*c.Cluster.Heartbeat {
+		errs = append(errs, errors.New("cluster.heartbeat must be positive and cluster.lost_after at least two heartbeats"))
+	}
 	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
 		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
 	}
@@ -808,4 +843,49 @@ func (c Store) validate() []error {
 		errs = append(errs, fmt.Errorf("store.backend %q: use sqlite or postgres", c.Backend))
 	}
 	return errs
+}
+
+// NodeID returns the instance's node name, data/node_id, which it
+// creates (random) the first time: what names this node among the
+// servers of a deployment unless cluster.node does.
+func (i Instance) NodeID() (string, error) {
+	file := filepath.Join(i.DataDir(), "node_id")
+	b, err := os.ReadFile(file)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); validNodeName(id) {
+			return id, nil
+		}
+		return "", fmt.Errorf("%s does not hold a node name: remove it for a new one, or set cluster.node", file)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("reading the node name: %w", err)
+	}
+	id := randid.New("node_")
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return i.NodeID()
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating the node name: %w", err)
+	}
+	_, err = f.WriteString(id + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("writing the node name: %w", err)
+	}
+	return id, nil
+}
+
+func validNodeName(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
