@@ -154,3 +154,69 @@ func TestReplicaHome(t *testing.T) {
 		t.Fatalf("B's workspace read through A: %q", got)
 	}
 }
+
+// Losing a node: killed mid-turn, a replica that is not the home loses
+// nothing (the stream resumes on another); the home node killed, its
+// conversations keep their history, their turns and workspace answer
+// 503 workspace_unavailable naming it, and the other nodes go on; back,
+// it serves them again.
+func TestReplicaNodeLost(t *testing.T) {
+	needSandbox(t)
+	ins, ps := replicas(t, 3, llm(t, shellCall("echo ran >> marker.txt"), llmtest.Step{Text: "Done."}))
+	a, b, c := ps[0].login("root", pw), ps[1].login("root", pw), ps[2].login("root", pw)
+	var conv struct{ ID, Home string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "on A"}, &conv)
+
+	// B dies mid-turn: the turn, at home on A, goes on; the stream
+	// resumes on C from the last event B sent.
+	onB := b.follow(conv.ID, "")
+	b.send(conv.ID, "run it")
+	seen := onB.until(agentcore.EventApprovalPending, 60*time.Second)
+	ps[1].kill()
+	last := seen[len(seen)-1]
+	c.must(http.StatusOK, "POST", "/api/v1/conversations/"+conv.ID+"/approvals/"+approvalID(t, last), map[string]string{"decision": "approve"}, nil)
+	onC := c.follow(conv.ID, last.ID)
+	rest := onC.until(agentcore.EventTurnFinished, 60*time.Second)
+	onC.close()
+	for i, ev := range append(seen, rest...) {
+		if ev.ID != strconv.Itoa(i+1) {
+			t.Fatalf("event %d has ID %s across the lost replica and the next", i, ev.ID)
+		}
+	}
+
+	// A, the home, dies: history reads, workspace and turns refuse.
+	ps[0].kill()
+	c.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID, nil, nil)
+	c.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/messages", nil, nil)
+	for _, r := range []struct{ method, path string }{
+		{"POST", "/messages"}, {"GET", "/workspace/files?path=marker.txt"}, {"GET", "/workspace/diff"},
+	} {
+		var body any
+		if r.method == "POST" {
+			body = map[string]string{"content": "again"}
+		}
+		status, got, h := c.do(r.method, "/api/v1/conversations/"+conv.ID+r.path, body)
+		if status != http.StatusServiceUnavailable || !strings.Contains(string(got), `"code":"workspace_unavailable"`) || !strings.Contains(string(got), conv.Home) || h.Get("Retry-After") == "" {
+			t.Fatalf("%s %s with the home node down: %d %s", r.method, r.path, status, got)
+		}
+	}
+	// The others go on: a new conversation, through C, lives on C.
+	var other struct{ ID, Home string }
+	c.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "on C"}, &other)
+	if other.Home == conv.Home {
+		t.Fatalf("a new conversation was placed on the lost node %s", other.Home)
+	}
+	s := c.follow(other.ID, "")
+	c.send(other.ID, "run it")
+	evs := s.until(agentcore.EventApprovalPending, 60*time.Second)
+	c.must(http.StatusOK, "POST", "/api/v1/conversations/"+other.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	s.until(agentcore.EventTurnFinished, 60*time.Second)
+	s.close()
+
+	// A is back: its conversation works again, through C.
+	ps[0] = ins[0].start()
+	if got := string(c.must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=marker.txt", nil, nil)); got != "ran\n" {
+		t.Fatalf("the workspace after its node's return: %q", got)
+	}
+	c.send(conv.ID, "hello again")
+}

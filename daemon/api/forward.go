@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -94,12 +95,12 @@ func (s *Server) forward(c *fiber.Ctx, node string) error {
 		// Its sender took this node for the home; two nodes that
 		// disagree must not pass the request back and forth.
 		s.log.Warn("a request forwarded here belongs to another node", "node", node, "path", c.Path())
-		return workspaceUnavailable(node)
+		return workspaceUnavailable(node, nil)
 	}
 	n, err := cl.Node(c.UserContext(), node)
 	if err != nil {
 		if errors.Is(err, cluster.ErrUnavailable) {
-			return workspaceUnavailable(node)
+			return workspaceUnavailable(node, errNotReached)
 		}
 		return err
 	}
@@ -117,16 +118,25 @@ func (s *Server) forward(c *fiber.Ctx, node string) error {
 	c.Request().UseHostHeader = true
 	if err := proxy.DoTimeout(c, n.URL+uri, forwardTimeout, forwardClient); err != nil {
 		s.log.Warn("forwarding a request to its conversation's home node failed", "node", node, "path", c.Path(), "err", err)
-		return workspaceUnavailable(node)
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, fasthttp.ErrDialTimeout) {
+			return workspaceUnavailable(node, errNotReached)
+		}
+		return workspaceUnavailable(node, err)
 	}
 	return nil
 }
 
+// errNotReached is the cause of a workspaceUnavailable answer for a
+// node that the request never reached: it is lost, or refused the
+// connection.
+var errNotReached = errors.New("the node was not reached")
+
 // workspaceUnavailable is the answer for a conversation whose home node
-// is lost.
-func workspaceUnavailable(node string) *Error {
+// is lost; cause says why, for the caller.
+func workspaceUnavailable(node string, cause error) *Error {
 	e := apiError(http.StatusServiceUnavailable, "workspace_unavailable",
 		"this conversation's workspace and turns are on node %s, which cannot be reached now; its history can still be read, and this works again once the node is back", node)
-	e.retryAfter = 10
+	e.retryAfter, e.cause = 10, cause
 	return e
 }

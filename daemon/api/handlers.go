@@ -191,7 +191,13 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 			home = n.ID
 		}
 		if home != cl.Self() {
-			return s.forward(c, home)
+			err := s.forward(c, home)
+			if req.Node != "" || !errors.Is(err, errNotReached) {
+				return err
+			}
+			// The least loaded node is gone since its last heartbeat:
+			// this one takes the conversation.
+			c.Response().Reset()
 		}
 	}
 	if err := s.checkMode(user(c), req.Mode); err != nil {
