@@ -6,12 +6,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/store/storetest"
+	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
 // replicas starts n servers, each with an instance directory of its own,
@@ -219,4 +221,45 @@ func TestReplicaNodeLost(t *testing.T) {
 		t.Fatalf("the workspace after its node's return: %q", got)
 	}
 	c.send(conv.ID, "hello again")
+}
+
+// A node that shuts down drains its turns first: it takes no new
+// conversations nor turns, while a running turn gets its approval
+// (through another node) and finishes, not interrupted; then it exits.
+func TestReplicaDrain(t *testing.T) {
+	needSandbox(t)
+	_, ps := replicas(t, 2, llm(t, shellCall("echo ran >> marker.txt"), llmtest.Step{Text: "Done."}))
+	a, b := ps[0].login("root", pw), ps[1].login("root", pw)
+	var running, idle struct{ ID, Home string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "running"}, &running)
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "idle", "node": running.Home}, &idle)
+	s := b.follow(running.ID, "")
+	defer s.close()
+	a.send(running.ID, "run it")
+	evs := s.until(agentcore.EventApprovalPending, 60*time.Second)
+
+	ps[0].cmd.Process.Signal(syscall.SIGTERM)
+	sandboxtest.Eventually(t, 30*time.Second, func() error {
+		status, body, _ := b.do("POST", "/api/v1/conversations/"+idle.ID+"/messages", map[string]string{"content": "hello"})
+		if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "shutting_down") {
+			return fmt.Errorf("a new turn on the draining node: %d %s", status, body)
+		}
+		return nil
+	})
+	var placed struct{ ID, Home string }
+	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "new"}, &placed)
+	if placed.Home == running.Home {
+		t.Fatalf("a new conversation was placed on the draining node")
+	}
+	b.must(http.StatusOK, "POST", "/api/v1/conversations/"+running.ID+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+	for _, ev := range s.until(agentcore.EventTurnFinished, 60*time.Second) {
+		if ev.Type == agentcore.EventTurnFailed {
+			t.Fatalf("the turn was interrupted by the drain: %s", ev.Data)
+		}
+	}
+	select {
+	case <-ps[0].done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the drained node did not exit")
+	}
 }

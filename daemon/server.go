@@ -648,9 +648,13 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	}()
 	go s.watchConfig(ctx, inst, o, reload)
 	go s.logAuditHeads(ctx, s.cfg.Load().Audit.HeadInterval.Std())
+	// The node's record and the events of the others outlive ctx until
+	// the node has drained its turns.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
 	if s.nodes != nil {
-		go s.nodes.Run(ctx, func() int {
-			n, err := s.convs.Running(ctx, s.nodes.Self())
+		go s.nodes.Run(bg, func() int {
+			n, err := s.convs.Running(bg, s.nodes.Self())
 			if err != nil {
 				s.log.Warn("counting this node's running turns", "err", err)
 			}
@@ -661,7 +665,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	// subscribers (PostgreSQL; nothing to do on SQLite).
 	listened := make(chan error, 1)
 	go func() {
-		listened <- s.convs.Listen(ctx, s.engine.Wake, func(lost error) {
+		listened <- s.convs.Listen(bg, s.engine.Wake, func(lost error) {
 			s.log.Warn("the database's event notifications were interrupted; subscribers re-read the events", "err", lost)
 			s.engine.WakeAll()
 		})
@@ -676,6 +680,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 		cancel()
 	case <-ctx.Done():
 		s.log.Info("shutting down")
+		if s.nodes != nil {
+			s.drain(bg)
+		}
 		if serr := s.api.Shutdown(10 * time.Second); serr != nil {
 			s.log.Warn("shutdown", "err", serr)
 		}
@@ -684,6 +691,7 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	s.trees.setups.Close()
 	s.engine.Close()
 	cancel()
+	stopBG()
 	if lerr := <-listened; lerr != nil {
 		s.log.Warn("event notifications", "err", lerr)
 	}
@@ -879,6 +887,24 @@ type unconfiguredLLM struct{}
 
 func (unconfiguredLLM) Stream(context.Context, agentcore.Request) (agentcore.Stream, error) {
 	return nil, errors.New("no model is configured: set llm.base_url (and llm.model) in config.yaml to an OpenAI-compatible endpoint and restart")
+}
+
+// drain lets a node that shuts down finish its turns first: it takes no
+// new conversations (the others place them) and no new turns (503
+// shutting_down), while it still serves approvals, history and events,
+// for up to cluster.drain_timeout.
+func (s *server) drain(ctx context.Context) {
+	if err := s.nodes.Drain(ctx); err != nil {
+		s.log.Warn("recording that this node drains", "err", err)
+	}
+	timeout := s.cfg.Load().Cluster.DrainTimeout.Std()
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n, _ := s.convs.Running(ctx, s.nodes.Self())
+	s.log.Info("draining: waiting for the running turns to end", "turns", n, "timeout", timeout)
+	if err := s.engine.Drain(dctx); err != nil {
+		s.log.Warn("draining: turns still running after cluster.drain_timeout are interrupted", "timeout", timeout)
+	}
 }
 
 // joinCluster records this server as a node of the deployment on db:

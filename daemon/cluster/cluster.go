@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -60,10 +61,12 @@ type Options struct {
 
 // Registry is this node's view of the deployment's nodes.
 type Registry struct {
-	db   *gorm.DB
-	self Node
-	o    Options
-	key  []byte
+	db       *gorm.DB
+	self     Node
+	o        Options
+	key      []byte
+	draining atomic.Bool
+	load     atomic.Int64
 }
 
 // Open records self (ID and URL) in db's nodes table and returns the
@@ -89,7 +92,7 @@ func Open(ctx context.Context, db *gorm.DB, self Node, o Options) (*Registry, er
 		return nil, fmt.Errorf("cluster: migrating the nodes table: %w", err)
 	}
 	r := &Registry{db: db, self: self, o: o, key: key}
-	if err := r.beat(ctx, 0, false); err != nil {
+	if err := r.beat(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -98,9 +101,9 @@ func Open(ctx context.Context, db *gorm.DB, self Node, o Options) (*Registry, er
 // Self is this node's ID.
 func (r *Registry) Self() string { return r.self.ID }
 
-func (r *Registry) beat(ctx context.Context, load int, draining bool) error {
+func (r *Registry) beat(ctx context.Context) error {
 	n := r.self
-	n.Seen, n.Load, n.Draining = time.Now().UTC(), load, draining
+	n.Seen, n.Load, n.Draining = time.Now().UTC(), int(r.load.Load()), r.draining.Load()
 	err := r.db.WithContext(ctx).Clauses(clause.OnConflict{
 		Columns:   []clause.Column{{Name: "id"}},
 		DoUpdates: clause.AssignmentColumns([]string{"url", "seen", "load", "draining"}),
@@ -121,14 +124,18 @@ func (r *Registry) Run(ctx context.Context, load func() int) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.beat(ctx, load(), false)
+			r.load.Store(int64(load()))
+			r.beat(ctx)
 		}
 	}
 }
 
 // Drain records that the node takes no new conversations: it is
 // shutting down.
-func (r *Registry) Drain(ctx context.Context) error { return r.beat(ctx, 0, true) }
+func (r *Registry) Drain(ctx context.Context) error {
+	r.draining.Store(true)
+	return r.beat(ctx)
+}
 
 // Node returns the node id, or an error wrapping ErrUnavailable if it
 // is lost (or never was).

@@ -351,6 +351,10 @@ type Cluster struct {
 	// node to be lost (default 10s).
 	Heartbeat Duration `yaml:"heartbeat"`
 	LostAfter Duration `yaml:"lost_after"`
+	// DrainTimeout is how long a node that shuts down (SIGTERM) waits
+	// for its running turns to end before it interrupts them (default
+	// 2m).
+	DrainTimeout Duration `yaml:"drain_timeout"`
 }
 
 // Postgres says how to reach the PostgreSQL database.
@@ -487,7 +491,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
-		Cluster:      Cluster{Heartbeat: Duration(2 * time.Second), LostAfter: Duration(10 * time.Second)},
+		Cluster:      Cluster{Heartbeat: Duration(2 * time.Second), LostAfter: Duration(10 * time.Second), DrainTimeout: Duration(2 * time.Minute)},
 		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50, DefaultAccess: "all"},
 		Office:       DefaultOffice(),
@@ -555,6 +559,9 @@ func (c Config) Validate() error {
 	}
 	if c.Cluster.Heartbeat <= 0 || c.Cluster.LostAfter < 2*c.Cluster.Heartbeat {
 		errs = append(errs, errors.New("cluster.heartbeat must be positive and cluster.lost_after at least two heartbeats"))
+	}
+	if c.Cluster.DrainTimeout < 0 {
+		errs = append(errs, errors.New("cluster.drain_timeout must not be negative"))
 	}
 	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
 		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
