@@ -110,7 +110,7 @@ mcp:
 
 	// The log refuses launches: nothing starts.
 	db := in.openDB()
-	lift := refuseInserts(t, db, "audit_log", "sandbox_launch")
+	lift := refuseInserts(t, db, "audit_log", "sandbox_launch", "audit log unwritable")
 	if status, body := a.upload(conv.ID, "again.docx", officetest.GoodDOCX()); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"audit_unavailable"`) {
 		t.Fatalf("upload with the log unwritable: %d %s", status, body)
 	}
@@ -150,7 +150,7 @@ mcp:
 	p := in.start()
 	admin := p.login("root", pw)
 	db := in.openDB()
-	refuseInserts(t, db, "audit_log", "sandbox_launch")
+	refuseInserts(t, db, "audit_log", "sandbox_launch", "audit log unwritable")
 	conv := admin.newConversation()
 	s := admin.follow(conv, "")
 	admin.send(conv, "go")

@@ -502,10 +502,10 @@ func procStatus(t testing.TB, pid int, field string) int64 {
 }
 
 // refuseInserts makes db refuse the rows of table that have kind (any
-// row if kind is empty) until the returned function lifts it: a trigger
+// row if kind is empty), with message, until the returned function lifts it: a trigger
 // in the database's own dialect, for a test of what a failed write
 // does.
-func refuseInserts(t testing.TB, db *gorm.DB, table, kind string) (lift func()) {
+func refuseInserts(t testing.TB, db *gorm.DB, table, kind, message string) (lift func()) {
 	t.Helper()
 	name := "test_refuse_" + table
 	var create, drop []string
@@ -515,7 +515,7 @@ func refuseInserts(t testing.TB, db *gorm.DB, table, kind string) (lift func()) 
 			when = " WHEN (NEW.kind = '" + kind + "')"
 		}
 		create = []string{
-			`CREATE FUNCTION ` + name + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the test refuses this row'; END $$`,
+			`CREATE FUNCTION ` + name + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '` + message + `'; END $$`,
 			`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + table + ` FOR EACH ROW` + when + ` EXECUTE FUNCTION ` + name + `()`,
 		}
 		drop = []string{`DROP TRIGGER ` + name + ` ON ` + table, `DROP FUNCTION ` + name + `()`}
@@ -524,7 +524,7 @@ func refuseInserts(t testing.TB, db *gorm.DB, table, kind string) (lift func()) 
 		if kind != "" {
 			when = " WHEN NEW.kind = '" + kind + "'"
 		}
-		create = []string{`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + table + when + ` BEGIN SELECT RAISE(ABORT, 'the test refuses this row'); END`}
+		create = []string{`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + table + when + ` BEGIN SELECT RAISE(ABORT, '` + message + `'); END`}
 		drop = []string{`DROP TRIGGER ` + name}
 	}
 	exec := func(qs []string) {

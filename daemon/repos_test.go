@@ -198,7 +198,7 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.must(http.StatusConflict, "POST", path, push("codumentor/readme", strings.Repeat("0", 64)), nil)
 	// A push the audit log cannot record is not made.
 	db := in.openDB()
-	lift := refuseInserts(t, db, "audit_log", "push")
+	lift := refuseInserts(t, db, "audit_log", "push", "audit log unwritable")
 	if status, body, _ := a.do("POST", path, push("codumentor/readme", digest)); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"audit_unavailable"`) {
 		t.Fatalf("push with the audit log unwritable: %d %s", status, body)
 	}

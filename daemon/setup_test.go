@@ -352,7 +352,7 @@ func TestSetupUnrecordedRefused(t *testing.T) {
 	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
 
 	db := in.openDB()
-	refuseInserts(t, db, "conversation_setups", "")
+	refuseInserts(t, db, "conversation_setups", "", "the test refuses setup records")
 	store.Close(db)
 	a.must(http.StatusInternalServerError, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, nil)
 	var list struct{ Conversations []struct{ ID string } }

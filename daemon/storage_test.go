@@ -78,7 +78,8 @@ func TestStorageFull(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
-	in := newInstance(t, "plugins: []\n")
+	// The instance's own file system fills: its SQLite database's.
+	in := newInstance(t, "plugins: []\nstore: {backend: sqlite}\n")
 	in.addUser("alice", pw, false)
 	// The data directory's content moves onto the tmpfs mounted over it.
 	in.wrap = []string{"unshare", "-Urm", "sh", "-c", `set -e
