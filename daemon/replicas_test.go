@@ -263,3 +263,46 @@ func TestReplicaDrain(t *testing.T) {
 		t.Fatal("the drained node did not exit")
 	}
 }
+
+// Three replicas behind nginx (round robin): a client that knows only
+// the proxy's address works as with one server. Its requests reach the
+// nodes in turn; the turn runs once, on the conversation's home node,
+// and every event reaches the stream once, in order.
+func TestReplicasBehindNginx(t *testing.T) {
+	needSandbox(t)
+	_, ps := replicas(t, 3, llm(t, shellCall("echo ran >> marker.txt"), llmtest.Step{Text: "Done."}))
+	var ups []string
+	for _, p := range ps {
+		ups = append(ups, strings.TrimPrefix(p.URL, "http://"))
+	}
+	lb := "http://" + nginx(t, "proxy_set_header Host $http_host; proxy_http_version 1.1; proxy_buffering off; proxy_read_timeout 300s;", ups...)
+	front := &proc{t: t, URL: lb}
+	a := front.login("root", pw)
+	var convs []string
+	for range 3 {
+		convs = append(convs, a.newConversation())
+	}
+	homes := map[string]bool{}
+	for _, id := range convs {
+		var c struct{ Home string }
+		a.must(http.StatusOK, "GET", "/api/v1/conversations/"+id, nil, &c)
+		homes[c.Home] = true
+	}
+	for _, id := range convs {
+		s := a.follow(id, "")
+		a.send(id, "run it")
+		evs := s.until(agentcore.EventApprovalPending, 60*time.Second)
+		a.must(http.StatusOK, "POST", "/api/v1/conversations/"+id+"/approvals/"+approvalID(t, evs[len(evs)-1]), map[string]string{"decision": "approve"}, nil)
+		evs = append(evs, s.until(agentcore.EventTurnFinished, 60*time.Second)...)
+		s.close()
+		for i, ev := range evs {
+			if ev.ID != strconv.Itoa(i+1) {
+				t.Fatalf("conversation %s: event %d has ID %s: %v", id, i, ev.ID, evs)
+			}
+		}
+		if got := string(a.must(http.StatusOK, "GET", "/api/v1/conversations/"+id+"/workspace/files?path=marker.txt", nil, nil)); got != "ran\n" {
+			t.Fatalf("conversation %s's workspace: %q, want the command's one line", id, got)
+		}
+	}
+	t.Logf("3 conversations on %d nodes", len(homes))
+}
