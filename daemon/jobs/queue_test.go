@@ -492,6 +492,53 @@ func TestTwoQueuesRunEachJobOnce(t *testing.T) {
 	}
 }
 
+// Claims racing for the one due job, from two processes' connections
+// and outside any transaction, take it once: on PostgreSQL (READ
+// COMMITTED) the claim's UPDATE re-checks its WHERE on the row another
+// claim changed meanwhile, and finds it no longer queued.
+func TestConcurrentClaimsTakeAJobOnce(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	var queues []*Queue
+	for range 2 {
+		q := newQueue(t, openDB(t, c), Options{})
+		q.Handle("once", func(ctx context.Context, j *Job) (any, error) { return nil, nil })
+		queues = append(queues, q)
+	}
+	const rounds, claimers = 20, 8
+	for round := range rounds {
+		id := mustEnqueue(t, queues[0], "once", round, EnqueueOptions{}).ID
+		var wg sync.WaitGroup
+		var taken atomic.Int32
+		begin := make(chan struct{})
+		for i := range claimers {
+			wg.Go(func() {
+				<-begin
+				j, err := queues[i%2].claim(ctx)
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if j != nil {
+					if j.ID != id || j.Attempts != 1 {
+						t.Errorf("claimed %s (attempt %d); want %s, attempt 1", j.ID, j.Attempts, id)
+					}
+					taken.Add(1)
+				}
+			})
+		}
+		close(begin)
+		wg.Wait()
+		if n := taken.Load(); n != 1 {
+			t.Fatalf("round %d: the job was claimed %d times; want once", round, n)
+		}
+		j, err := queues[1].Get(ctx, id)
+		if err != nil || j.Status != StatusRunning || j.Attempts != 1 {
+			t.Fatalf("round %d: the claimed job = %+v, %v; want running, 1 attempt", round, j, err)
+		}
+	}
+}
+
 func TestSchedulerRunsPeriodicallyOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	db, _ := tempDB(t)
