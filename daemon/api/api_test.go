@@ -41,8 +41,14 @@ func startAPI(tb testing.TB, immutable bool) *testAPI {
 // startAPIWith is startAPI with more of the Deps, which with sets.
 func startAPIWith(tb testing.TB, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
 	tb.Helper()
+	return startAPIOn(tb, storetest.Config(tb), immutable, with)
+}
+
+// startAPIOn is startAPIWith on the database c.
+func startAPIOn(tb testing.TB, c store.Config, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
+	tb.Helper()
 	dir := tb.TempDir()
-	db := storetest.Open(tb)
+	db := storetest.OpenConfig(tb, c)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		tb.Fatal(err)

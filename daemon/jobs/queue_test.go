@@ -539,6 +539,67 @@ func TestConcurrentClaimsTakeAJobOnce(t *testing.T) {
 	}
 }
 
+// A claim that chose a due job and then waited for its row while
+// another connection ran an attempt and queued the job again for later
+// does not take it early. On SQLite the claim waits for the write lock
+// before it reads anything; on PostgreSQL it waits for the row, then
+// re-checks its outer WHERE on the row as the other left it.
+func TestClaimRechecksTheRowItWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	q := newQueue(t, openDB(t, c), Options{})
+	q.Handle("later", func(ctx context.Context, j *Job) (any, error) { return nil, nil })
+	id := mustEnqueue(t, q, "later", nil, EnqueueOptions{}).ID
+
+	other := openDB(t, c)
+	sqlDB, err := other.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pg := store.Backend(other) == store.BackendPostgres
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if pg {
+		exec("BEGIN")
+	} else {
+		exec("BEGIN IMMEDIATE")
+	}
+	exec("UPDATE jobs SET status = 'running', attempts = 1 WHERE id = $1", id)
+
+	type claimed struct {
+		j   *Job
+		err error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		j, err := q.claim(ctx)
+		done <- claimed{j, err}
+	}()
+	if pg {
+		waitFor(t, "the claim to wait for the job's row", func() bool {
+			var n int64
+			if err := other.Raw("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE jobs%'").Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+	}
+	exec("UPDATE jobs SET status = 'queued', run_at = $1 WHERE id = $2", time.Now().Add(time.Hour), id)
+	exec("COMMIT")
+	if r := <-done; r.j != nil || r.err != nil {
+		t.Fatalf("claim = %+v, %v; want no job (the job is due in an hour)", r.j, r.err)
+	}
+}
+
 func TestSchedulerRunsPeriodicallyOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	db, _ := tempDB(t)
