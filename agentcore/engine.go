@@ -344,11 +344,8 @@ func (e *Engine) AddSource(s ToolSource) { e.tools.addSource(s) }
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	e.closed = true
-	convs := make([]*conv, 0, len(e.convs))
-	for _, c := range e.convs {
-		convs = append(convs, c)
-	}
 	e.mu.Unlock()
+	convs := e.allConvs()
 	e.cancel()
 	e.wg.Wait()
 	// A session's Close waits for its sandbox to be gone: in parallel and
@@ -434,6 +431,76 @@ func (c *conv) wakeLocked() {
 // data is not redacted: it must carry no secret values.
 func (e *Engine) Publish(conversation, typ string, data any) {
 	e.emit(e.conv(conversation), "", nil, e.log, typ, data)
+}
+
+// Drain refuses new turns from now on (StartTurn returns ErrClosed) and
+// waits until the turns running have ended, or ctx is done (then it
+// returns ctx's error and the turns go on until Close). A server that
+// shuts down gracefully drains first, so that no turn is cut short.
+func (e *Engine) Drain(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	for {
+		// A StartTurn that passed the check before closed was set
+		// may register its turn after a look: look until none is left.
+		var running []*Turn
+		for _, c := range e.allConvs() {
+			c.mu.Lock()
+			if c.turn != nil {
+				running = append(running, c.turn)
+			}
+			c.mu.Unlock()
+		}
+		if len(running) == 0 {
+			return nil
+		}
+		for _, t := range running {
+			select {
+			case <-t.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// allConvs returns the conversations the engine knows, for a walk that
+// takes their locks (never under e.mu).
+func (e *Engine) allConvs() []*conv {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cs := make([]*conv, 0, len(e.convs))
+	for _, c := range e.convs {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// Wake wakes the subscribers of conversation, which read what is new in
+// the Store: for events another process stored (a server beside this
+// one on a shared database). A conversation nobody here follows costs
+// nothing.
+func (e *Engine) Wake(conversation string) {
+	e.mu.Lock()
+	c := e.convs[conversation]
+	e.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// WakeAll wakes every subscriber, for when events of other processes may
+// have been missed (the notifications' connection was lost).
+func (e *Engine) WakeAll() {
+	for _, c := range e.allConvs() {
+		c.mu.Lock()
+		c.wakeLocked()
+		c.mu.Unlock()
+	}
 }
 
 // subscribeBatch is how many events a subscriber reads from the Store at

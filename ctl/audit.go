@@ -245,17 +245,14 @@ func readExport(cmd *cli.Command, file string) ([]audit.Record, error) {
 // recordAdmin puts an administrative action of codumentorctl in the
 // instance's audit log, if the instance has a database yet.
 func recordAdmin(ctx context.Context, inst config.Instance, data map[string]any) error {
-	if _, err := os.Stat(inst.Database()); err != nil {
+	db, err := openDatabase(ctx, inst, false)
+	if errors.Is(err, errNoDatabase) {
 		return nil
 	}
-	db, err := store.Open(ctx, inst.Database())
 	if err != nil {
-		return err
+		return unwrapExit(err)
 	}
 	defer store.Close(db)
-	if err := useAuditKeys(db, inst); err != nil {
-		return err
-	}
 	if err := audit.Migrate(db); err != nil {
 		return err
 	}

@@ -103,6 +103,10 @@ func checkOwner(dir string) error {
 	return nil
 }
 
+// errNoDatabase is openDatabase's error for an instance whose SQLite
+// file does not exist yet.
+var errNoDatabase = errors.New("no database")
+
 // openDatabase opens the instance's database, which must exist unless
 // create is set: commands that only read should not leave an empty
 // database behind a mistyped --instance.
@@ -112,17 +116,26 @@ func checkOwner(dir string) error {
 // (users, secrets rotate --reencrypt, repos add and sync, whose job the
 // server runs) are short transactions under SQLite's own locking that
 // never touch what the server keeps in memory (conversations, turns,
-// approvals), it never runs crash recovery, gc skips layers a sandbox has
+// approvals; on PostgreSQL, under the same advisory lock as the
+// server's), it never runs crash recovery, gc skips layers a sandbox has
 // locked, and backup reads a VACUUM INTO snapshot. restore writes only
 // into an empty directory, never a served instance (its lock file is
 // there).
 func openDatabase(ctx context.Context, inst config.Instance, create bool) (*gorm.DB, error) {
-	if !create {
-		if _, err := os.Stat(inst.Database()); err != nil {
-			return nil, exitWith(exitFailure, fmt.Errorf("no database in %s: %w (the server creates it at its first start, and so does codumentorctl users add)", inst.Dir, err))
+	cfg, err := inst.Load("")
+	if err != nil {
+		return nil, exitWith(exitFailure, err)
+	}
+	dbc, err := cfg.Store.Database(inst)
+	if err != nil {
+		return nil, exitWith(exitFailure, err)
+	}
+	if !create && dbc.Backend == store.BackendSQLite {
+		if _, err := os.Stat(dbc.Path); err != nil {
+			return nil, exitWith(exitFailure, fmt.Errorf("%w in %s: %w (the server creates it at its first start, and so does codumentorctl users add)", errNoDatabase, inst.Dir, err))
 		}
 	}
-	db, err := store.Open(ctx, inst.Database())
+	db, err := store.OpenConfig(ctx, dbc)
 	if err != nil {
 		return nil, exitWith(exitFailure, err)
 	}
@@ -212,6 +225,13 @@ func instanceChecks(ctx context.Context, o checkOptions, r *checkReport) {
 	}
 
 	db, err := openDatabase(ctx, inst, false)
+	if cfg.Store.Backend == store.BackendPostgres {
+		add("database", unwrapExit(err), "the PostgreSQL database store.postgres.dsn names opens", "check store.postgres.dsn and its password (password_env or password_file), and that the server can reach the database")
+		if db != nil {
+			store.Close(db)
+		}
+		return
+	}
 	add("database", unwrapExit(err), inst.Database()+" opens", "codumentorctl users add --instance "+inst.Dir+" NAME creates it with the first user (so does the server's first start)")
 	if err != nil {
 		return

@@ -1,13 +1,13 @@
 package daemon
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
 // TestRuleApproverAsks: what the rules match runs unasked only where the
@@ -16,10 +16,7 @@ import (
 // the operator now allows no longer applies.
 func TestRuleApproverAsks(t *testing.T) {
 	ctx := t.Context()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "db.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.Open(t)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/audit"
-	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"gorm.io/gorm"
 )
@@ -163,11 +162,7 @@ func TestAuditLog(t *testing.T) {
 // testSecret, as codumentorctl audit verify does.
 func (in *instance) auditDB() *gorm.DB {
 	in.t.Helper()
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	in.t.Cleanup(func() { store.Close(db) })
+	db := in.openDB()
 	if err := audit.UseKeys(db, audit.NewKeys(testSecret, nil)); err != nil {
 		in.t.Fatal(err)
 	}

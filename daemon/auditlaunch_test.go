@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/api"
 	"github.com/codumentor/codumentor/daemon/audit"
-	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/mcp"
 	"github.com/codumentor/codumentor/integrations/office/officetest"
 )
@@ -111,14 +109,8 @@ mcp:
 	}
 
 	// The log refuses launches: nothing starts.
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
-	if err := db.Exec(`CREATE TRIGGER no_launch BEFORE INSERT ON audit_log WHEN NEW.kind = 'sandbox_launch' BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END`).Error; err != nil {
-		t.Fatal(err)
-	}
+	db := in.openDB()
+	lift := refuseInserts(t, db, "audit_log", "sandbox_launch", "audit log unwritable")
 	if status, body := a.upload(conv.ID, "again.docx", officetest.GoodDOCX()); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"audit_unavailable"`) {
 		t.Fatalf("upload with the log unwritable: %d %s", status, body)
 	}
@@ -136,9 +128,7 @@ mcp:
 	if len(list.Attachments) != 1 {
 		t.Errorf("attachments: %+v", list.Attachments)
 	}
-	if err := db.Exec(`DROP TRIGGER no_launch`).Error; err != nil {
-		t.Fatal(err)
-	}
+	lift()
 	if got := launches(); len(got["git"]) != 1 || len(got["office"]) != 1 {
 		t.Errorf("refused launches recorded: %v", got)
 	}
@@ -159,14 +149,8 @@ mcp:
 	in.addUser("root", pw, true)
 	p := in.start()
 	admin := p.login("root", pw)
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
-	if err := db.Exec(`CREATE TRIGGER no_launch BEFORE INSERT ON audit_log WHEN NEW.kind = 'sandbox_launch' BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END`).Error; err != nil {
-		t.Fatal(err)
-	}
+	db := in.openDB()
+	refuseInserts(t, db, "audit_log", "sandbox_launch", "audit log unwritable")
 	conv := admin.newConversation()
 	s := admin.follow(conv, "")
 	admin.send(conv, "go")

@@ -25,7 +25,9 @@ import (
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
+	"gorm.io/gorm"
 )
 
 // bin is the codumentor binary the tests run: the real server process,
@@ -88,6 +90,12 @@ func newInstance(t testing.TB, extra string) *instance {
 	// overlayfs leaves a mode-000 work dir that t.TempDir cannot remove.
 	t.Cleanup(func() { overlay.RemoveAll(inst.WorkspacesDir()) })
 	yaml := "auth:\n  jwt_secret: " + testSecret + "\n" + extra
+	// Under CODUMENTOR_TEST_STORE=postgres every server test runs on a
+	// PostgreSQL database of its own, but for those that configure the
+	// store themselves (SQLite's locking).
+	if storetest.Backend() == store.BackendPostgres && !strings.Contains(extra, "store:") {
+		yaml += fmt.Sprintf("store:\n  backend: postgres\n  postgres: {dsn: %q}\n", storetest.Postgres(t).DSN)
+	}
 	if err := os.WriteFile(inst.ConfigFile(), []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +103,22 @@ func newInstance(t testing.TB, extra string) *instance {
 }
 
 func (in *instance) config() config.Instance { return config.Instance{Dir: in.dir} }
+
+// openDB opens the instance's database as its configuration names it
+// (SQLite or PostgreSQL), beside a server that may run, closed when the
+// test ends.
+func (in *instance) openDB() *gorm.DB {
+	in.t.Helper()
+	cfg, err := in.config().Load("")
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	c, err := cfg.Store.Database(in.config())
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return storetest.OpenConfig(in.t, c)
+}
 
 // addUser adds a local user through the database, as codumentorctl does.
 func (in *instance) addUser(name, password string, admin bool) auth.User {
@@ -112,11 +136,7 @@ func (in *instance) addUser(name, password string, admin bool) auth.User {
 func (in *instance) users(f func(context.Context, *auth.Users) error) {
 	in.t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	// The instance's audit keys, as codumentorctl takes them.
 	cfg, err := in.config().Load("")
 	if err != nil {
@@ -479,4 +499,41 @@ func procStatus(t testing.TB, pid int, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
+}
+
+// refuseInserts makes db refuse the rows of table that have kind (any
+// row if kind is empty), with message, until the returned function lifts it: a trigger
+// in the database's own dialect, for a test of what a failed write
+// does.
+func refuseInserts(t testing.TB, db *gorm.DB, table, kind, message string) (lift func()) {
+	t.Helper()
+	name := "test_refuse_" + table
+	var create, drop []string
+	if store.Backend(db) == store.BackendPostgres {
+		when := ""
+		if kind != "" {
+			when = " WHEN (NEW.kind = '" + kind + "')"
+		}
+		create = []string{
+			`CREATE FUNCTION ` + name + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '` + message + `'; END $$`,
+			`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + table + ` FOR EACH ROW` + when + ` EXECUTE FUNCTION ` + name + `()`,
+		}
+		drop = []string{`DROP TRIGGER ` + name + ` ON ` + table, `DROP FUNCTION ` + name + `()`}
+	} else {
+		when := ""
+		if kind != "" {
+			when = " WHEN NEW.kind = '" + kind + "'"
+		}
+		create = []string{`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + table + when + ` BEGIN SELECT RAISE(ABORT, '` + message + `'); END`}
+		drop = []string{`DROP TRIGGER ` + name}
+	}
+	exec := func(qs []string) {
+		for _, q := range qs {
+			if err := db.Exec(q).Error; err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	exec(create)
+	return func() { exec(drop) }
 }

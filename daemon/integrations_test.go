@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -214,10 +213,7 @@ func TestFailClosedMatrix(t *testing.T) {
 			// A setup script (its mirror and snapshot made while the
 			// sandbox worked).
 			gitCmd(t, dir, "--git-dir="+filepath.Join(in.dir, "repos", repo+".git"), "fetch", "-q", src, "+refs/heads/*:refs/heads/*")
-			db, err := store.Open(context.Background(), in.config().Database())
-			if err != nil {
-				t.Fatal(err)
-			}
+			db := in.openDB()
 			err = db.Exec("UPDATE repositories SET head = ?, synced = ? WHERE id = ?", gitCmd(t, src, "rev-parse", "main"), time.Now().UTC(), repo).Error
 			store.Close(db)
 			if err != nil {

@@ -89,11 +89,7 @@ func TestListenBeforeRecovery(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "listen") {
 		t.Fatalf("codumentor api on a taken address: %v, %s", err, out)
 	}
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		t.Fatal(err)

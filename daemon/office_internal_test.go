@@ -2,12 +2,12 @@ package daemon
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/integrations/office"
 )
 
@@ -17,11 +17,7 @@ import (
 // attachments are not there.
 func TestReadAttachmentTool(t *testing.T) {
 	ctx := t.Context()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
+	db := storetest.Open(t)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,6 @@ import (
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/secrets"
-	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -427,11 +426,7 @@ func checkRefused(t testing.TB, status int, body string, session bool) {
 func oidcTokens(t testing.TB, in *instance, user, provider string) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	var row struct {
 		Ciphertext []byte
 		KeyID      string

@@ -17,9 +17,9 @@ import (
 )
 
 // nginx runs Debian's nginx as this (unprivileged) user in front of
-// upstream (host:port) with the location block given, and returns its
-// address. It stops with the test.
-func nginx(t *testing.T, upstream, location string) string {
+// upstreams (host:port, taken in turn: round robin) with the location
+// block given, and returns its address. It stops with the test.
+func nginx(t *testing.T, location string, upstreams ...string) string {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -52,15 +52,18 @@ http {
 	fastcgi_temp_path %[1]s/fastcgi;
 	uwsgi_temp_path %[1]s/uwsgi;
 	scgi_temp_path %[1]s/scgi;
+	upstream codumentor {
+		%[3]s
+	}
 	server {
 		listen %[2]s;
 		location / {
-			proxy_pass http://%[3]s;
+			proxy_pass http://codumentor;
 			%[4]s
 		}
 	}
 }
-`, dir, addr, upstream, location)
+`, dir, addr, "server "+strings.Join(upstreams, ";\n\t\tserver ")+";", location)
 	file := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func TestSignInBehindProxyHost(t *testing.T) {
 		return res.StatusCode
 	}
 	const warning = "proxy_set_header Host $http_host"
-	bad := nginx(t, upstream, "proxy_set_header Host $host;")
+	bad := nginx(t, "proxy_set_header Host $host;", upstream)
 	for range 3 {
 		if code := signIn(bad); code != http.StatusForbidden {
 			t.Fatalf("sign-in through a proxy that drops the port: %d, want 403", code)
@@ -120,7 +123,7 @@ func TestSignInBehindProxyHost(t *testing.T) {
 	if n := strings.Count(log, warning); n != 1 || !strings.Contains(log, "origin=http://"+bad) || !strings.Contains(log, "host=127.0.0.1\n") {
 		t.Fatalf("want one warning naming the Origin and the Host it received, got %d in:\n%s", n, log)
 	}
-	good := nginx(t, upstream, "proxy_set_header Host $http_host;")
+	good := nginx(t, "proxy_set_header Host $http_host;", upstream)
 	if code := signIn(good); code != http.StatusSeeOther {
 		t.Fatalf("sign-in through a proxy that passes the Host: %d, want 303", code)
 	}

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
 	"github.com/codumentor/codumentor/daemon/jobs"
-	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -199,23 +197,15 @@ func TestRepositoryPushEndToEnd(t *testing.T) {
 	a.must(http.StatusBadRequest, "POST", path, push("../x", digest), nil)
 	a.must(http.StatusConflict, "POST", path, push("codumentor/readme", strings.Repeat("0", 64)), nil)
 	// A push the audit log cannot record is not made.
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
-	if err := db.Exec(`CREATE TRIGGER no_push BEFORE INSERT ON audit_log WHEN NEW.kind = 'push' BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END`).Error; err != nil {
-		t.Fatal(err)
-	}
+	db := in.openDB()
+	lift := refuseInserts(t, db, "audit_log", "push", "audit log unwritable")
 	if status, body, _ := a.do("POST", path, push("codumentor/readme", digest)); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"code":"audit_unavailable"`) {
 		t.Fatalf("push with the audit log unwritable: %d %s", status, body)
 	}
 	if out, err := exec.Command("git", "-C", bare, "rev-parse", "--verify", "-q", "codumentor/readme").CombinedOutput(); err == nil {
 		t.Fatalf("the unrecorded push was made: %s", out)
 	}
-	if err := db.Exec(`DROP TRIGGER no_push`).Error; err != nil {
-		t.Fatal(err)
-	}
+	lift()
 	var res struct{ Branch, Commit, Remote string }
 	a.must(http.StatusOK, "POST", path, push("codumentor/readme", digest), &res)
 	if res.Branch != "codumentor/readme" || res.Remote != url || gitCmd(t, bare, "rev-parse", "codumentor/readme") != res.Commit {

@@ -98,8 +98,12 @@ func openEmbeddedIndex(ctx context.Context, inst config.Instance, db *gorm.DB) (
 	if err != nil {
 		return nil, nil, err
 	}
+	// Only a SQLite instance database can hold an index of an older
+	// version: there was no PostgreSQL backend then.
 	var legacy bool
-	err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'retrieval_chunks')`).Scan(&legacy)
+	if store.Backend(db) == store.BackendSQLite {
+		err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'retrieval_chunks')`).Scan(&legacy)
+	}
 	if err == nil && legacy {
 		err = sqlDB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM retrieval_chunks)`).Scan(&legacy)
 	}

@@ -117,10 +117,7 @@ func TestSearchRouteIndexInDatabase(t *testing.T) {
 	in.addUser("alice", pw, false)
 	repo, head := searchRepo(t)
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := in.openDB()
 	sqlDB, _ := db.DB()
 	be, err := retrieval.NewSQLite(ctx, sqlDB)
 	if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/cluster"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/connlimit"
 	"github.com/codumentor/codumentor/daemon/jobs"
@@ -133,15 +134,30 @@ func Run(ctx context.Context, o Options) error {
 		log.Warn("llm.base_url is not set: the server runs, but every turn fails until an OpenAI-compatible endpoint is configured in config.yaml (llm.base_url, llm.model)")
 	}
 
-	db, err := store.OpenOptions(ctx, inst.Database(), store.Options{BusyTimeout: cfg.Store.BusyTimeout.Std()})
+	dbc, err := cfg.Store.Database(inst)
+	if err != nil {
+		return err
+	}
+	db, err := store.OpenConfig(ctx, dbc)
 	if err != nil {
 		return err
 	}
 	defer store.Close(db)
+	var nodes *cluster.Registry
+	if store.Backend(db) == store.BackendPostgres {
+		// Servers that share a database must share the secret that
+		// signs what they hand out.
+		if err := auth.CheckSharedSecret(ctx, db, cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets); err != nil {
+			return err
+		}
+		if nodes, err = joinCluster(ctx, cfg, inst, db, ln, scheme); err != nil {
+			return err
+		}
+	}
 	if err := audit.UseKeys(db, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
 		return err
 	}
-	s, err := build(ctx, cfg, inst, db, log, o)
+	s, err := build(ctx, cfg, inst, db, nodes, log, o)
 	if err != nil {
 		return err
 	}
@@ -157,6 +173,8 @@ type server struct {
 	inst    config.Instance
 	db      *gorm.DB
 	engine  *agentcore.Engine
+	convs   *store.Conversations
+	nodes   *cluster.Registry // nil: the only server on its database
 	api     *api.Server
 	queue   *jobs.Queue
 	secrets *secrets.Store
@@ -192,11 +210,11 @@ type server struct {
 // No closure made here reads the server: a stage gets its inputs as
 // arguments, so reordering stages fails to compile rather than reading
 // a field not yet set (TestBuildStages).
-func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, log hclog.Logger, o Options) (*server, error) {
+func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger, o Options) (*server, error) {
 	s := &server{log: log, db: db, inst: inst, hostMasks: hostMasks(inst, o.ConfigFile, cfg)}
 	s.cfg.Store(&cfg)
 	live := &s.cfg // the running configuration, as watchConfig reloads it
-	st, err := openStores(ctx, cfg, db, log)
+	st, err := openStores(ctx, cfg, db, nodes, log)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +261,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 	if err != nil {
 		return nil, err
 	}
-	s.engine = engine
+	s.engine, s.convs, s.nodes = engine, st.convs, nodes
 	// The setups' events are their conversations': published by the
 	// engine, which needs the setups' layers first.
 	ws.trees.setups.SetPublish(engine.Publish)
@@ -282,6 +300,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		Limits:        apiLimits,
 		MCP:           s.mcp,
 		Investigation: api.Investigation{Enabled: cfg.Investigation.Enabled, Users: cfg.Investigation.Users},
+		Cluster:       nodes,
 		Attachments:   s.attach,
 		Usage:         st.usage,
 		Search:        s.search,
@@ -315,7 +334,7 @@ type stores struct {
 
 // openStores records the configuration, opens the tables and marks the
 // turns the last stop interrupted as failed.
-func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, log hclog.Logger) (stores, error) {
+func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger) (stores, error) {
 	var st stores
 	if err := recordConfig(ctx, db, cfg); err != nil {
 		return st, err
@@ -323,6 +342,9 @@ func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, log hclog.L
 	var err error
 	if st.convs, err = store.NewConversations(db); err != nil {
 		return st, err
+	}
+	if nodes != nil {
+		st.convs.SetNode(nodes.Self())
 	}
 	if ids, err := st.convs.Recover(ctx, InterruptedReason); err != nil {
 		return st, err
@@ -626,6 +648,28 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	}()
 	go s.watchConfig(ctx, inst, o, reload)
 	go s.logAuditHeads(ctx, s.cfg.Load().Audit.HeadInterval.Std())
+	// The node's record and the events of the others outlive ctx until
+	// the node has drained its turns.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	if s.nodes != nil {
+		go s.nodes.Run(bg, func() int {
+			n, err := s.convs.Running(bg, s.nodes.Self())
+			if err != nil {
+				s.log.Warn("counting this node's running turns", "err", err)
+			}
+			return n
+		})
+	}
+	// The events other servers on the database store reach this one's
+	// subscribers (PostgreSQL; nothing to do on SQLite).
+	listened := make(chan error, 1)
+	go func() {
+		listened <- s.convs.Listen(bg, s.engine.Wake, func(lost error) {
+			s.log.Warn("the database's event notifications were interrupted; subscribers re-read the events", "err", lost)
+			s.engine.WakeAll()
+		})
+	}()
 
 	served := make(chan error, 1)
 	go func() { served <- s.api.App().Listener(ln) }()
@@ -636,6 +680,9 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 		cancel()
 	case <-ctx.Done():
 		s.log.Info("shutting down")
+		if s.nodes != nil {
+			s.drain(bg)
+		}
 		if serr := s.api.Shutdown(10 * time.Second); serr != nil {
 			s.log.Warn("shutdown", "err", serr)
 		}
@@ -643,6 +690,11 @@ func (s *server) serve(ctx context.Context, ln net.Listener, scheme string, inst
 	}
 	s.trees.setups.Close()
 	s.engine.Close()
+	cancel()
+	stopBG()
+	if lerr := <-listened; lerr != nil {
+		s.log.Warn("event notifications", "err", lerr)
+	}
 	if qerr := <-queueDone; qerr != nil && !errors.Is(qerr, context.Canceled) {
 		s.log.Warn("job queue", "err", qerr)
 	}
@@ -835,4 +887,46 @@ type unconfiguredLLM struct{}
 
 func (unconfiguredLLM) Stream(context.Context, agentcore.Request) (agentcore.Stream, error) {
 	return nil, errors.New("no model is configured: set llm.base_url (and llm.model) in config.yaml to an OpenAI-compatible endpoint and restart")
+}
+
+// drain lets a node that shuts down finish its turns first: it takes no
+// new conversations (the others place them) and no new turns (503
+// shutting_down), while it still serves approvals, history and events,
+// for up to cluster.drain_timeout.
+func (s *server) drain(ctx context.Context) {
+	if err := s.nodes.Drain(ctx); err != nil {
+		s.log.Warn("recording that this node drains", "err", err)
+	}
+	timeout := s.cfg.Load().Cluster.DrainTimeout.Std()
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n, _ := s.convs.Running(ctx, s.nodes.Self())
+	s.log.Info("draining: waiting for the running turns to end", "turns", n, "timeout", timeout)
+	if err := s.engine.Drain(dctx); err != nil {
+		s.log.Warn("draining: turns still running after cluster.drain_timeout are interrupted", "timeout", timeout)
+	}
+}
+
+// joinCluster records this server as a node of the deployment on db:
+// its name (cluster.node, or the instance's) and the URL the other nodes
+// forward to (cluster.url, or the address it listens on).
+func joinCluster(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, ln net.Listener, scheme string) (*cluster.Registry, error) {
+	id := cfg.Cluster.Node
+	if id == "" {
+		var err error
+		if id, err = inst.NodeID(); err != nil {
+			return nil, err
+		}
+	}
+	url := cfg.Cluster.URL
+	if url == "" {
+		addr, ok := ln.Addr().(*net.TCPAddr)
+		if !ok || addr.IP.IsUnspecified() {
+			return nil, fmt.Errorf("cluster.url is not set and the server listens on %s, which the other nodes cannot use: set cluster.url to where they reach this node", ln.Addr())
+		}
+		url = scheme + "://" + addr.String()
+	}
+	return cluster.Open(ctx, db, cluster.Node{ID: id, URL: strings.TrimSuffix(url, "/")}, cluster.Options{
+		Secret: cfg.Auth.JWTSecret, Heartbeat: cfg.Cluster.Heartbeat.Std(), LostAfter: cfg.Cluster.LostAfter.Std(),
+	})
 }

@@ -689,10 +689,7 @@ func TestWorkspaceGCJob(t *testing.T) {
 	p := in.start()
 	var id string
 	sandboxtest.Eventually(t, 30*time.Second, func() error {
-		db, err := store.Open(context.Background(), in.config().Database())
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := in.openDB()
 		db.Raw("SELECT id FROM jobs WHERE kind = ? AND status = ?", "workspace_gc", "succeeded").Scan(&id)
 		store.Close(db)
 		if id == "" {

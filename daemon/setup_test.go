@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -68,11 +67,7 @@ func addSetupRepo(t testing.TB, admin *client, name, url, branch string, network
 // jobsDone counts the jobs of kind that succeeded, in in's database.
 func jobsDone(t testing.TB, in *instance, kind string) int64 {
 	t.Helper()
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	var n int64
 	if err := db.Raw("SELECT count(*) FROM jobs WHERE kind = ? AND status = ?", kind, jobs.StatusSucceeded).Scan(&n).Error; err != nil {
 		t.Fatal(err)
@@ -356,15 +351,9 @@ func TestSetupUnrecordedRefused(t *testing.T) {
 	admin, a := p.login("root", pw), p.login("alice", pw)
 	repo := addSetupRepo(t, admin, "demo", "file://"+bare, "main")
 
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Exec(`CREATE TRIGGER test_no_setups BEFORE INSERT ON conversation_setups BEGIN SELECT RAISE(ABORT, 'the test refuses setup records'); END`).Error
+	db := in.openDB()
+	refuseInserts(t, db, "conversation_setups", "", "the test refuses setup records")
 	store.Close(db)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a.must(http.StatusInternalServerError, "POST", "/api/v1/conversations", map[string]string{"repository": repo}, nil)
 	var list struct{ Conversations []struct{ ID string } }
 	a.must(http.StatusOK, "GET", "/api/v1/conversations", nil, &list)
@@ -498,11 +487,8 @@ func TestSetupLayerSharedAcrossCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(setupsDir, oldKey, "Makefile"), []byte("all:\n\techo pwned\n"), 0o644)
-	db, err := store.Open(context.Background(), in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Exec(`UPDATE conversation_setups SET key = ? WHERE key = ?`, oldKey, key).Error
+	db := in.openDB()
+	err := db.Exec(`UPDATE conversation_setups SET key = ? WHERE key = ?`, oldKey, key).Error
 	store.Close(db)
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-
-	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // wantStorage requires a 503 with code and a Retry-After.
@@ -40,11 +38,7 @@ func TestStorageBusy(t *testing.T) {
 	a.must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"title": "before"}, &conv)
 
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +78,8 @@ func TestStorageFull(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
-	in := newInstance(t, "plugins: []\n")
+	// The instance's own file system fills: its SQLite database's.
+	in := newInstance(t, "plugins: []\nstore: {backend: sqlite}\n")
 	in.addUser("alice", pw, false)
 	// The data directory's content moves onto the tmpfs mounted over it.
 	in.wrap = []string{"unshare", "-Urm", "sh", "-c", `set -e

@@ -60,11 +60,7 @@ func turnUsage(t *testing.T, evs []sseEvent) (agentcore.TurnUsage, []agentcore.U
 func (in *instance) usageRecords(user string) []store.UsageRecord {
 	in.t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, in.config().Database())
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	defer store.Close(db)
+	db := in.openDB()
 	u, err := store.NewUsage(db)
 	if err != nil {
 		in.t.Fatal(err)

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -419,7 +420,11 @@ func TestWebPages(t *testing.T) {
 			t.Fatal("no login of alice in the audit log")
 		}
 		seq := rec.Records[0].Seq
-		if err := in.auditDB().Exec(`UPDATE audit_log SET data = replace(data, 'alice', 'mallory') WHERE seq = ?`, seq).Error; err != nil {
+		var data []byte
+		if err := in.auditDB().Raw(`SELECT data FROM audit_log WHERE seq = ?`, seq).Scan(&data).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := in.auditDB().Exec(`UPDATE audit_log SET data = ? WHERE seq = ?`, bytes.ReplaceAll(data, []byte("alice"), []byte("mallory")), seq).Error; err != nil {
 			t.Fatal(err)
 		}
 		w.fill("#verify-head", "")

@@ -45,6 +45,7 @@ as_test_user() {
 		GOPROXY="${GOPROXY:-$(go env GOPROXY)}" \
 		GONOSUMDB="${GONOSUMDB:-}" GOPRIVATE="${GOPRIVATE:-}" \
 		CI="${CI:-}" \
+		CODUMENTOR_TEST_STORE="${CODUMENTOR_TEST_STORE:-}" \
 		SANDBOXTEST_OLD_BWRAP="${SANDBOXTEST_OLD_BWRAP:-${CODUMENTOR_PREREQ_STATE:-/var/cache/codumentor-prereqs}/bwrap-0.8.0/usr/bin/bwrap}" \
 		"$@"
 }

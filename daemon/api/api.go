@@ -31,6 +31,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/approvalrule"
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/cluster"
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
@@ -95,6 +96,11 @@ type Deps struct {
 	MCP *mcp.Manager
 	// Investigation allows host read-only conversations.
 	Investigation Investigation
+	// Cluster is the deployment's nodes when several servers share the
+	// database; nil: this server is the only one. A request that needs a
+	// conversation's workspace or runs its turns is forwarded to the
+	// conversation's home node (forward.go).
+	Cluster *cluster.Registry
 	// Attachments serves conversations' attachments; nil: none.
 	Attachments *Attachments
 	// Usage is the model calls' usage and the users' quotas.
@@ -302,25 +308,28 @@ func (s *Server) routes() {
 	authed.Post("/conversations", s.createConversation)
 	authed.Get("/conversations", s.listConversations)
 	conv := authed.group("/conversations/:id", s.owned)
+	// What reads the history is served by any node; what needs the
+	// workspace, the sandbox or the running turn, by the home node.
+	home := conv.group("", s.atHome)
 	conv.Get("", s.getConversation)
-	conv.Patch("", s.updateConversation)
-	conv.Delete("", s.deleteConversation)
-	conv.Post("/messages", s.postMessage)
+	home.Patch("", s.updateConversation)
+	home.Delete("", s.deleteConversation)
+	home.Post("/messages", s.postMessage)
 	conv.Get("/messages", s.listMessages)
-	conv.Put("/messages/:mid", s.editMessage)
-	conv.Post("/messages/:mid/regenerate", s.regenerate)
-	conv.Post("/messages/:mid/fork", s.forkConversation)
-	conv.Post("/turns/:tid/revert", s.revertTurn)
-	conv.Post("/cancel", s.cancelTurn)
+	home.Put("/messages/:mid", s.editMessage)
+	home.Post("/messages/:mid/regenerate", s.regenerate)
+	home.Post("/messages/:mid/fork", s.forkConversation)
+	home.Post("/turns/:tid/revert", s.revertTurn)
+	home.Post("/cancel", s.cancelTurn)
 	conv.Get("/events", s.events)
 	conv.Get("/approvals", s.listApprovals)
 	conv.Get("/context", s.conversationContext)
-	conv.Post("/approvals/:aid", s.decide)
-	conv.Post("/approvals/:aid/rule", s.allowRule)
-	conv.Get("/workspace/diff", s.diff)
-	conv.Get("/workspace/files", s.files)
-	conv.Post("/workspace/push", s.push)
-	conv.Post("/workspace/discard", s.discardWorkspace)
+	home.Post("/approvals/:aid", s.decide)
+	home.Post("/approvals/:aid/rule", s.allowRule)
+	home.Get("/workspace/diff", s.diff)
+	home.Get("/workspace/files", s.files)
+	home.Post("/workspace/push", s.push)
+	home.Post("/workspace/discard", s.discardWorkspace)
 
 	authed.Post("/repositories", s.admin, s.createRepository)
 	authed.Get("/repositories", s.listRepositories)
@@ -339,10 +348,10 @@ func (s *Server) routes() {
 	authed.Delete("/admin/groups/:name/members/:user", s.admin, s.setGroupMember(false))
 	authed.Get("/admin/secrets", s.admin, s.listInstanceSecrets)
 	authed.Put("/admin/secrets/:name", s.admin, s.putInstanceSecret)
-	conv.Post("/attachments", s.uploadAttachment)
-	conv.Get("/attachments", s.listAttachments)
-	conv.Get("/attachments/:aid/text", s.attachmentText)
-	conv.Get("/sandbox/violations", s.violations)
+	home.Post("/attachments", s.uploadAttachment)
+	home.Get("/attachments", s.listAttachments)
+	home.Get("/attachments/:aid/text", s.attachmentText)
+	home.Get("/sandbox/violations", s.violations)
 
 	authed.Get("/secrets", s.listSecrets)
 	authed.Put("/secrets/:name", s.putSecret)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
 // testAPI is the API over a real SQLite database, served on 127.0.0.1,
@@ -41,12 +41,14 @@ func startAPI(tb testing.TB, immutable bool) *testAPI {
 // startAPIWith is startAPI with more of the Deps, which with sets.
 func startAPIWith(tb testing.TB, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
 	tb.Helper()
+	return startAPIOn(tb, storetest.Config(tb), immutable, with)
+}
+
+// startAPIOn is startAPIWith on the database c.
+func startAPIOn(tb testing.TB, c store.Config, immutable bool, with func(db *gorm.DB, dir string, d *Deps)) *testAPI {
+	tb.Helper()
 	dir := tb.TempDir()
-	db, err := store.Open(context.Background(), filepath.Join(dir, "test.db"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { store.Close(db) })
+	db := storetest.OpenConfig(tb, c)
 	convs, err := store.NewConversations(db)
 	if err != nil {
 		tb.Fatal(err)

@@ -97,6 +97,9 @@ func (s *Server) secure(c *fiber.Ctx) bool {
 	if c.Context().IsTLS() {
 		return true
 	}
+	if f := s.forwarded(c); f.ok {
+		return f.proto == "https"
+	}
 	peer, ok := netip.AddrFromSlice(c.Context().RemoteIP())
 	if !ok || !slices.ContainsFunc(s.d.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(peer.Unmap()) }) {
 		return false

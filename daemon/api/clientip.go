@@ -13,8 +13,12 @@ import (
 // limits count: the TCP peer, or, when the peer is a trusted proxy
 // (Deps.TrustedProxies), the right-most address in X-Forwarded-For that
 // is not a trusted proxy. Entries left of it are whatever the client
-// claimed, so they are never believed.
+// claimed, so they are never believed. A request another node forwarded
+// comes from the client that node saw.
 func (s *Server) clientIP(c *fiber.Ctx) string {
+	if f := s.forwarded(c); f.ok {
+		return f.client
+	}
 	return clientAddr(c.Context().RemoteIP(), c.Request().Header.PeekAll(fiber.HeaderXForwardedFor), s.d.TrustedProxies)
 }
 

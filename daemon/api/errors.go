@@ -12,9 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
-	gosqlite "github.com/glebarez/go-sqlite"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/gofiber/fiber/v2"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Error is an API error: its HTTP status and the JSON body
@@ -75,41 +74,20 @@ var (
 
 // storageAnswer is the answer to an error of the database or the file
 // system that is the server's state, not the request's fault: the
-// database locked by another connection beyond the busy timeout
-// (SQLITE_BUSY, SQLITE_LOCKED) or no space left (SQLITE_FULL, ENOSPC,
-// EDQUOT). The one place these are told apart, for every route.
+// database locked by another connection beyond the busy timeout, or no
+// space left (the database's, ENOSPC, EDQUOT). The one place these are
+// told apart, for every route.
 func storageAnswer(err error) (*Error, bool) {
-	var se *gosqlite.Error
-	if errors.As(err, &se) {
-		// Extended result codes (SQLITE_BUSY_SNAPSHOT, …) carry the
-		// primary code in their low byte.
-		switch se.Code() & 0xff {
-		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return errStorageBusy, true
-		case sqlite3.SQLITE_FULL:
-			return errStorageFull, true
-		}
+	switch store.ErrorKind(err) {
+	case store.KindBusy:
+		return errStorageBusy, true
+	case store.KindFull:
+		return errStorageFull, true
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return errStorageFull, true
 	}
 	return nil, false
-}
-
-// dbErrorKind names an error of the database for the metrics: busy,
-// full or other; "" if err is not the database's.
-func dbErrorKind(err error) string {
-	var se *gosqlite.Error
-	if !errors.As(err, &se) {
-		return ""
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return "busy"
-	case sqlite3.SQLITE_FULL:
-		return "full"
-	}
-	return "other"
 }
 
 // errorHandler turns every error a handler returns into the JSON body.

@@ -171,10 +171,33 @@ func (s *Server) createConversation(c *fiber.Ctx) error {
 		// ModelProfile names the caller's model profile whose endpoint
 		// the turns use; empty: the server's own model.
 		ModelProfile string `json:"model_profile"`
+		// Node names the node that is to be the conversation's home,
+		// among several; empty: the least loaded.
+		Node string `json:"node"`
 	}
 	if len(c.Body()) > 0 {
 		if err := decode(c, &req); err != nil {
 			return err
+		}
+	}
+	if cl := s.d.Cluster; cl != nil && !s.forwarded(c).ok {
+		// The conversation is made, workspace and all, on its home.
+		home := req.Node
+		if home == "" {
+			n, err := cl.Pick(c.UserContext())
+			if err != nil {
+				return err
+			}
+			home = n.ID
+		}
+		if home != cl.Self() {
+			err := s.forward(c, home)
+			if req.Node != "" || !errors.Is(err, errNotReached) {
+				return err
+			}
+			// The least loaded node is gone since its last heartbeat:
+			// this one takes the conversation.
+			c.Response().Reset()
 		}
 	}
 	if err := s.checkMode(user(c), req.Mode); err != nil {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // metrics are the API's Prometheus metrics. Labels hold route patterns,
@@ -112,7 +113,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // countDBError counts a request that failed on a database error.
 func (m metrics) countDBError(err error) {
-	if k := dbErrorKind(err); k != "" {
+	if k := store.ErrorKind(err); k != "" {
 		m.dbErrors.WithLabelValues(k).Inc()
 	}
 }

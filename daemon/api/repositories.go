@@ -311,7 +311,7 @@ func (s *Server) push(c *fiber.Ctx) error {
 	case err != nil:
 		// The database's errors (reading the repository, say) are not
 		// a failed commit: the error handler logs and answers them.
-		if _, busy := storageAnswer(err); busy || dbErrorKind(err) != "" {
+		if _, busy := storageAnswer(err); busy || store.ErrorKind(err) != "" {
 			return err
 		}
 		s.log.Error("building a push commit failed", "conversation", conv.ID, "err", err)

@@ -50,6 +50,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Kinds of records. A kind names what happened; its Data is described
@@ -290,7 +291,8 @@ func List(ctx context.Context, db *gorm.DB, f Filter) ([]Record, error) {
 		q = q.Where("time >= ?", f.Since.UTC().Format(timeFormat))
 	}
 	if f.User != "" {
-		q = q.Where("user = ?", f.User)
+		// Quoted: PostgreSQL reads a bare user as CURRENT_USER.
+		q = q.Where(clause.Eq{Column: clause.Column{Name: "user"}, Value: f.User})
 	}
 	if f.Kind != "" {
 		q = q.Where("kind = ?", f.Kind)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,20 +13,62 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
-	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
+// configs maps each database openDB opened to its configuration, for
+// other to open it again.
+var configs sync.Map
+
+// openDB opens a fresh database of the backend under test, with the
+// audit log migrated.
 func openDB(t *testing.T) *gorm.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
+	c := storetest.Config(t)
+	db := storetest.OpenConfig(t, c)
+	configs.Store(db, c)
+	t.Cleanup(func() { configs.Delete(db) })
 	if err := audit.Migrate(db); err != nil {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// List selects by user and kind, on either backend (PostgreSQL reads an
+// unquoted user column as CURRENT_USER).
+func TestListFilters(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	for _, e := range []audit.Entry{
+		{Kind: audit.KindLogin, User: "usr_a"},
+		{Kind: audit.KindAdmin, User: "usr_b"},
+		{Kind: audit.KindAdmin, User: "usr_a"},
+	} {
+		if err := audit.Write(ctx, db, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		f    audit.Filter
+		want []int64
+	}{
+		{audit.Filter{User: "usr_a"}, []int64{1, 3}},
+		{audit.Filter{Kind: audit.KindAdmin}, []int64{2, 3}},
+		{audit.Filter{User: "usr_b", Kind: audit.KindAdmin}, []int64{2}},
+		{audit.Filter{User: "nobody"}, nil},
+	} {
+		rs, err := audit.List(ctx, db, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, r := range rs {
+			got = append(got, r.Seq)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("List(%+v) = records %v; want %v", tc.f, got, tc.want)
+		}
+	}
 }
 
 // Concurrent writers each get their own place in one chain.
@@ -85,7 +127,7 @@ func TestVerifyNamesTheTamperedRecord(t *testing.T) {
 		want    string
 	}{
 		{"edited data", `UPDATE audit_log SET data = '{"name":"mallory"}' WHERE seq = 3`, 3, "edited"},
-		{"edited user", `UPDATE audit_log SET user = 'someone' WHERE seq = 4`, 4, "edited"},
+		{"edited user", `UPDATE audit_log SET "user" = 'someone' WHERE seq = 4`, 4, "edited"},
 		{"deleted", `DELETE FROM audit_log WHERE seq = 2`, 3, "missing"},
 		{"reordered", `UPDATE audit_log SET seq = -seq WHERE seq IN (2, 3); UPDATE audit_log SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END WHERE seq < 0`, 2, ""},
 	}

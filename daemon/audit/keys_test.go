@@ -10,6 +10,7 @@ import (
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
 const (
@@ -27,19 +28,15 @@ func keyedDB(t *testing.T, keys *audit.Keys) *gorm.DB {
 	return db
 }
 
-// other opens a second connection to db's file, as someone with write
-// access to the database would; keys nil: without any.
+// other opens a second connection to db's database, as someone with
+// write access to it would; keys nil: without any.
 func other(t *testing.T, db *gorm.DB, keys *audit.Keys) *gorm.DB {
 	t.Helper()
-	var file string
-	if err := db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file).Error; err != nil {
-		t.Fatal(err)
+	c, ok := configs.Load(db)
+	if !ok {
+		t.Fatal("other: db was not opened by openDB")
 	}
-	o, err := store.Open(context.Background(), file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(o) })
+	o := storetest.OpenConfig(t, c.(store.Config))
 	if keys != nil {
 		if err := audit.UseKeys(o, keys); err != nil {
 			t.Fatal(err)
@@ -261,6 +258,9 @@ func TestAppendWithoutKeyRefused(t *testing.T) {
 // A database from before keyed MACs (an audit_log without key_id) is
 // migrated in place: its records keep verifying, and the server's keyed
 // records continue its chain.
+//
+// SQLite only: the previous release had no PostgreSQL backend, so no
+// PostgreSQL database holds the old table.
 func TestMigrateUnkeyedTable(t *testing.T) {
 	ctx := context.Background()
 	db, err := store.Open(ctx, t.TempDir()+"/old.db")

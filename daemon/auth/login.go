@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/ldap"
 )
 
@@ -112,7 +113,7 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 		return User{}, err
 	}
 	res.Succeeded()
-	now := time.Now().UTC()
+	now := store.Now()
 	err = a.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
 			return err

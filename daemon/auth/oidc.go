@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/sandboxkit/randid"
 )
 
@@ -296,7 +297,7 @@ func (o *OIDC) Begin(ctx context.Context, name, redirectURL, next, ip string) (O
 	}
 	state, binding, nonce := randToken(), randToken(), randToken()
 	verifier := oauth2.GenerateVerifier()
-	now := time.Now().UTC()
+	now := store.Now()
 	row := oidcLogin{StateHash: hash(state), BindingHash: hash(binding), Provider: name, Nonce: nonce, Verifier: verifier,
 		RedirectURL: redirectURL, Next: next, Source: ip, Expires: now.Add(OIDCStateTTL)}
 	err = o.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -395,7 +396,7 @@ func (o *OIDC) Finish(ctx context.Context, r OIDCCallback) (User, string, error)
 		return User{}, "", err
 	}
 	res.Succeeded()
-	now := time.Now().UTC()
+	now := store.Now()
 	err = o.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {
 			return err

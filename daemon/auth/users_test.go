@@ -4,23 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codumentor/codumentor/daemon/auth"
-	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
-// newUsers opens a fresh SQLite file and migrates the users table in it.
+// newUsers opens a fresh database and migrates the users table in it.
 func newUsers(t *testing.T) *auth.Users {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
-	us, err := auth.NewUsers(db)
+	us, err := auth.NewUsers(storetest.Open(t))
 	if err != nil {
 		t.Fatal(err)
 	}

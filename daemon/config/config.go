@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,9 +27,11 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/approvalrule"
+	"github.com/codumentor/codumentor/daemon/store"
 	"github.com/codumentor/codumentor/integrations/externalagent"
 	"github.com/codumentor/codumentor/integrations/ldap"
 	"github.com/codumentor/codumentor/integrations/llm"
+	"github.com/codumentor/codumentor/sandboxkit/randid"
 	"github.com/codumentor/codumentor/sandboxkit/seccomp"
 )
 
@@ -85,6 +88,9 @@ type Config struct {
 	Server  Server   `yaml:"server"`
 	// Store configures the instance database.
 	Store Store `yaml:"store"`
+	// Cluster configures this server as one node of several on a
+	// PostgreSQL store.
+	Cluster Cluster `yaml:"cluster"`
 	// Audit configures the audit log.
 	Audit Audit `yaml:"audit"`
 	// Metrics configures GET /metrics.
@@ -315,12 +321,85 @@ type Audit struct {
 	HeadInterval Duration `yaml:"head_interval"`
 }
 
-// Store configures the instance database (SQLite).
+// Store configures the database: the instance's SQLite file (the
+// default), or PostgreSQL, which several servers can share.
 type Store struct {
 	// BusyTimeout is how long a write waits for another connection's
-	// write lock (codumentorctl's, a backup's) before the request answers
-	// 503 storage_busy (default 5s).
+	// write lock (codumentorctl's, a backup's, another server's) before
+	// the request answers 503 storage_busy (default 5s).
 	BusyTimeout Duration `yaml:"busy_timeout"`
+	// Backend is sqlite (default: data/codumentor.db in the instance)
+	// or postgres (Postgres).
+	Backend string `yaml:"backend"`
+	// Postgres is the database of backend postgres.
+	Postgres Postgres `yaml:"postgres"`
+}
+
+// Cluster configures a node of a deployment of several servers on one
+// PostgreSQL database (store.backend postgres); a server on SQLite is
+// the only one and ignores it.
+type Cluster struct {
+	// Node is this node's name, unique in the deployment (default: the
+	// instance's own, data/node_id, made at the first start).
+	Node string `yaml:"node"`
+	// URL is where the other nodes reach this one's API, for the
+	// requests they forward to the home node of a conversation
+	// (default: the address it listens on, if that is not a wildcard).
+	URL string `yaml:"url"`
+	// Heartbeat is how often the node renews its record (default 2s);
+	// LostAfter how old that record may be before the others take the
+	// node to be lost (default 10s).
+	Heartbeat Duration `yaml:"heartbeat"`
+	LostAfter Duration `yaml:"lost_after"`
+	// DrainTimeout is how long a node that shuts down (SIGTERM) waits
+	// for its running turns to end before it interrupts them (default
+	// 2m).
+	DrainTimeout Duration `yaml:"drain_timeout"`
+}
+
+// Postgres says how to reach the PostgreSQL database.
+type Postgres struct {
+	// DSN is a connection string without a password:
+	// postgres://codumentor@db.example:5432/codumentor?sslmode=verify-full
+	// or host=… dbname=… pairs.
+	DSN string `yaml:"dsn"`
+	// PasswordEnv names the environment variable that holds the
+	// password; PasswordFile is a file that does (its first line). At
+	// most one; neither for a database that needs none (peer or
+	// certificate authentication).
+	PasswordEnv  string `yaml:"password_env"`
+	PasswordFile string `yaml:"password_file"`
+	// MaxConns bounds the server's connections (default 16).
+	MaxConns int `yaml:"max_conns"`
+}
+
+// Database is the store.Config of the database that c and i name, the
+// PostgreSQL password read from where c says.
+func (c Store) Database(i Instance) (store.Config, error) {
+	sc := store.Config{Backend: c.Backend, BusyTimeout: c.BusyTimeout.Std(), MaxConns: c.Postgres.MaxConns}
+	if c.Backend != store.BackendPostgres {
+		sc.Backend, sc.Path = store.BackendSQLite, i.Database()
+		return sc, nil
+	}
+	sc.DSN = c.Postgres.DSN
+	switch p := c.Postgres; {
+	case p.PasswordEnv != "":
+		sc.Password = os.Getenv(p.PasswordEnv)
+		if sc.Password == "" {
+			return sc, fmt.Errorf("store.postgres.password_env: the environment variable %s is not set", p.PasswordEnv)
+		}
+	case p.PasswordFile != "":
+		b, err := os.ReadFile(p.PasswordFile)
+		if err != nil {
+			return sc, fmt.Errorf("store.postgres.password_file: %w", err)
+		}
+		sc.Password, _, _ = strings.Cut(string(b), "\n")
+		sc.Password = strings.TrimSuffix(sc.Password, "\r")
+		if sc.Password == "" {
+			return sc, fmt.Errorf("store.postgres.password_file %s is empty", p.PasswordFile)
+		}
+	}
+	return sc, nil
 }
 
 // Log configures logs/codumentor.log (and stderr).
@@ -412,6 +491,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info", Format: LogText},
 		Store:        Store{BusyTimeout: Duration(5 * time.Second)},
+		Cluster:      Cluster{Heartbeat: Duration(2 * time.Second), LostAfter: Duration(10 * time.Second), DrainTimeout: Duration(2 * time.Minute)},
 		Audit:        Audit{HeadInterval: Duration(15 * time.Minute)},
 		Repositories: Repositories{ProtectedBranches: []string{"main", "master"}, MaxPushBytes: 16 << 20, MaxSnapshotBytes: 2 << 30, SnapshotHistory: 50, DefaultAccess: "all"},
 		Office:       DefaultOffice(),
@@ -467,6 +547,21 @@ func (c Config) Validate() error {
 	}
 	if c.Store.BusyTimeout <= 0 {
 		errs = append(errs, errors.New("store.busy_timeout must be positive"))
+	}
+	errs = append(errs, c.Store.validate()...)
+	if c.Cluster.Node != "" && !validNodeName(c.Cluster.Node) {
+		errs = append(errs, fmt.Errorf("cluster.node %q: use 1 to 64 of a-z, A-Z, 0-9, '.', '_' and '-'", c.Cluster.Node))
+	}
+	if c.Cluster.URL != "" {
+		if u, err := url.Parse(c.Cluster.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" && u.Path != "/" {
+			errs = append(errs, fmt.Errorf("cluster.url %q: give http(s)://host:port of this node's API", c.Cluster.URL))
+		}
+	}
+	if c.Cluster.Heartbeat <= 0 || c.Cluster.LostAfter < 2*c.Cluster.Heartbeat {
+		errs = append(errs, errors.New("cluster.heartbeat must be positive and cluster.lost_after at least two heartbeats"))
+	}
+	if c.Cluster.DrainTimeout < 0 {
+		errs = append(errs, errors.New("cluster.drain_timeout must not be negative"))
 	}
 	if l := c.Auth.LoginLimits; l.UserFailures <= 0 || l.AddressFailures <= 0 || l.UserDelay <= 0 || l.MaxUserDelay < l.UserDelay || l.Window <= 0 {
 		errs = append(errs, errors.New("auth.login_limits: user_failures, address_failures, user_delay and window must be positive, max_user_delay at least user_delay"))
@@ -731,4 +826,73 @@ func (i Instance) Load(file string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+func (c Store) validate() []error {
+	var errs []error
+	p := c.Postgres
+	switch c.Backend {
+	case "", store.BackendSQLite:
+		if p != (Postgres{}) {
+			errs = append(errs, errors.New("store.postgres is set, but store.backend is not postgres"))
+		}
+	case store.BackendPostgres:
+		if _, err := store.ParsePostgresDSN(p.DSN); err != nil {
+			errs = append(errs, errors.New(strings.TrimPrefix(err.Error(), "store: ")))
+		}
+		if p.PasswordEnv != "" && p.PasswordFile != "" {
+			errs = append(errs, errors.New("store.postgres: set password_env or password_file, not both"))
+		}
+		if p.MaxConns < 0 {
+			errs = append(errs, errors.New("store.postgres.max_conns must not be negative"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store.backend %q: use sqlite or postgres", c.Backend))
+	}
+	return errs
+}
+
+// NodeID returns the instance's node name, data/node_id, which it
+// creates (random) the first time: what names this node among the
+// servers of a deployment unless cluster.node does.
+func (i Instance) NodeID() (string, error) {
+	file := filepath.Join(i.DataDir(), "node_id")
+	b, err := os.ReadFile(file)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); validNodeName(id) {
+			return id, nil
+		}
+		return "", fmt.Errorf("%s does not hold a node name: remove it for a new one, or set cluster.node", file)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("reading the node name: %w", err)
+	}
+	id := randid.New("node_")
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return i.NodeID()
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating the node name: %w", err)
+	}
+	_, err = f.WriteString(id + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("writing the node name: %w", err)
+	}
+	return id, nil
+}
+
+func validNodeName(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -437,7 +437,11 @@ func (q *Queue) work(ctx context.Context) {
 
 // claim takes the due job that waited longest among the kinds this Queue
 // handles, or returns nil. The UPDATE is one statement, so two processes
-// cannot both take a job.
+// cannot both take a job. The outer WHERE repeats that the job is queued
+// and due: on PostgreSQL (READ COMMITTED), an UPDATE that waited for a
+// row another transaction changed re-checks only that WHERE on the new
+// row, not the subquery's, and meanwhile the job may have run an attempt
+// and been queued again for later.
 func (q *Queue) claim(ctx context.Context) (*Job, error) {
 	kinds := q.kinds()
 	if len(kinds) == 0 {
@@ -448,10 +452,10 @@ func (q *Queue) claim(ctx context.Context) (*Job, error) {
 	err := q.db.WithContext(ctx).Raw(`UPDATE jobs
 		SET status = ?, attempts = attempts + 1, claim = ?, lease_until = ?, started = ?, updated = ?
 		WHERE id = (SELECT id FROM jobs WHERE status = ? AND run_at <= ? AND kind IN ? ORDER BY run_at, created LIMIT 1)
-		AND status = ?
+		AND status = ? AND run_at <= ?
 		RETURNING *`,
 		StatusRunning, randid.New(""), now.Add(q.o.Lease), now, now,
-		StatusQueued, now, kinds, StatusQueued).Scan(&jobs).Error
+		StatusQueued, now, kinds, StatusQueued, now).Scan(&jobs).Error
 	if err != nil || len(jobs) == 0 {
 		return nil, err
 	}

@@ -15,25 +15,25 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 	"github.com/hashicorp/go-hclog"
 	"gorm.io/gorm"
 )
 
-func openDB(t *testing.T, path string) *gorm.DB {
+// openDB opens the database c once more, as another process would.
+func openDB(t *testing.T, c store.Config) *gorm.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
-	return db
+	return storetest.OpenConfig(t, c)
 }
 
-func tempDB(t *testing.T) (*gorm.DB, string) {
-	path := filepath.Join(t.TempDir(), store.FileName)
-	return openDB(t, path), path
+// tempDB opens a fresh database of the backend under test and returns
+// its configuration for openDB.
+func tempDB(t *testing.T) (*gorm.DB, store.Config) {
+	t.Helper()
+	c := storetest.Config(t)
+	return openDB(t, c), c
 }
 
 func newQueue(t *testing.T, db *gorm.DB, o Options) *Queue {
@@ -314,8 +314,8 @@ func TestPanic(t *testing.T) {
 // lease expires, another Queue runs it again.
 func TestRestartReclaimsExpiredLease(t *testing.T) {
 	ctx := context.Background()
-	_, path := tempDB(t)
-	db1 := openDB(t, path)
+	_, c := tempDB(t)
+	db1 := openDB(t, c)
 	q1 := newQueue(t, db1, Options{})
 	q1.Handle("work", func(ctx context.Context, j *Job) (any, error) { return nil, nil })
 	dead := mustEnqueue(t, q1, "work", nil, EnqueueOptions{}).ID
@@ -335,7 +335,7 @@ func TestRestartReclaimsExpiredLease(t *testing.T) {
 	claim(alive, now.Add(time.Hour)) // another process still holds it
 	store.Close(db1)
 
-	db2 := openDB(t, path)
+	db2 := openDB(t, c)
 	tk := countTicks(time.Now)
 	q2 := newQueue(t, db2, Options{Now: tk.Now})
 	var ran sync.Map
@@ -364,14 +364,14 @@ func TestRestartReclaimsExpiredLease(t *testing.T) {
 // A job running longer than its lease keeps it: another Queue on the
 // database does not take it over while the heartbeat renews it.
 func TestLeaseRenewed(t *testing.T) {
-	_, path := tempDB(t)
+	_, c := tempDB(t)
 	var runs atomic.Int32
 	var queues []*Queue
 	for range 2 {
 		// A lease short against the job, long against a renewal's
 		// database write on a loaded 2-core machine under -race (a 100 ms
 		// lease renewed every 33 ms was taken over there now and then).
-		q := newQueue(t, openDB(t, path), Options{Lease: 600 * time.Millisecond})
+		q := newQueue(t, openDB(t, c), Options{Lease: 600 * time.Millisecond})
 		q.Handle("slow", func(ctx context.Context, j *Job) (any, error) {
 			runs.Add(1)
 			select {
@@ -448,7 +448,7 @@ func TestShutdownRequeues(t *testing.T) {
 
 func TestTwoQueuesRunEachJobOnce(t *testing.T) {
 	ctx := context.Background()
-	_, path := tempDB(t)
+	_, c := tempDB(t)
 	var mu sync.Mutex
 	runs := make(map[string]int)
 	handler := func(ctx context.Context, j *Job) (any, error) {
@@ -460,7 +460,7 @@ func TestTwoQueuesRunEachJobOnce(t *testing.T) {
 	}
 	var queues []*Queue
 	for range 2 {
-		q := newQueue(t, openDB(t, path), Options{Workers: 4, Poll: 2 * time.Millisecond})
+		q := newQueue(t, openDB(t, c), Options{Workers: 4, Poll: 2 * time.Millisecond})
 		q.Handle("count", handler)
 		queues = append(queues, q)
 	}
@@ -489,6 +489,114 @@ func TestTwoQueuesRunEachJobOnce(t *testing.T) {
 		if c != 1 || !ids[id] {
 			t.Errorf("job %s ran %d times", id, c)
 		}
+	}
+}
+
+// Claims racing for the one due job, from two processes' connections
+// and outside any transaction, take it once: on PostgreSQL (READ
+// COMMITTED) the claim's UPDATE re-checks its WHERE on the row another
+// claim changed meanwhile, and finds it no longer queued.
+func TestConcurrentClaimsTakeAJobOnce(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	var queues []*Queue
+	for range 2 {
+		q := newQueue(t, openDB(t, c), Options{})
+		q.Handle("once", func(ctx context.Context, j *Job) (any, error) { return nil, nil })
+		queues = append(queues, q)
+	}
+	const rounds, claimers = 20, 8
+	for round := range rounds {
+		id := mustEnqueue(t, queues[0], "once", round, EnqueueOptions{}).ID
+		var wg sync.WaitGroup
+		var taken atomic.Int32
+		begin := make(chan struct{})
+		for i := range claimers {
+			wg.Go(func() {
+				<-begin
+				j, err := queues[i%2].claim(ctx)
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if j != nil {
+					if j.ID != id || j.Attempts != 1 {
+						t.Errorf("claimed %s (attempt %d); want %s, attempt 1", j.ID, j.Attempts, id)
+					}
+					taken.Add(1)
+				}
+			})
+		}
+		close(begin)
+		wg.Wait()
+		if n := taken.Load(); n != 1 {
+			t.Fatalf("round %d: the job was claimed %d times; want once", round, n)
+		}
+		j, err := queues[1].Get(ctx, id)
+		if err != nil || j.Status != StatusRunning || j.Attempts != 1 {
+			t.Fatalf("round %d: the claimed job = %+v, %v; want running, 1 attempt", round, j, err)
+		}
+	}
+}
+
+// A claim that chose a due job and then waited for its row while
+// another connection ran an attempt and queued the job again for later
+// does not take it early. On SQLite the claim waits for the write lock
+// before it reads anything; on PostgreSQL it waits for the row, then
+// re-checks its outer WHERE on the row as the other left it.
+func TestClaimRechecksTheRowItWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	q := newQueue(t, openDB(t, c), Options{})
+	q.Handle("later", func(ctx context.Context, j *Job) (any, error) { return nil, nil })
+	id := mustEnqueue(t, q, "later", nil, EnqueueOptions{}).ID
+
+	other := openDB(t, c)
+	sqlDB, err := other.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pg := store.Backend(other) == store.BackendPostgres
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if pg {
+		exec("BEGIN")
+	} else {
+		exec("BEGIN IMMEDIATE")
+	}
+	exec("UPDATE jobs SET status = 'running', attempts = 1 WHERE id = $1", id)
+
+	type claimed struct {
+		j   *Job
+		err error
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		j, err := q.claim(ctx)
+		done <- claimed{j, err}
+	}()
+	if pg {
+		waitFor(t, "the claim to wait for the job's row", func() bool {
+			var n int64
+			if err := other.Raw("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE jobs%'").Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+	}
+	exec("UPDATE jobs SET status = 'queued', run_at = $1 WHERE id = $2", time.Now().Add(time.Hour), id)
+	exec("COMMIT")
+	if r := <-done; r.j != nil || r.err != nil {
+		t.Fatalf("claim = %+v, %v; want no job (the job is due in an hour)", r.j, r.err)
 	}
 }
 
@@ -527,12 +635,12 @@ func TestSchedulerRunsPeriodicallyOneAtATime(t *testing.T) {
 // even with two servers starting together.
 func TestSchedulerCatchesUpOnce(t *testing.T) {
 	ctx := context.Background()
-	_, path := tempDB(t)
+	_, c := tempDB(t)
 	var runs atomic.Int32
 	var queues []*Queue
 	var clocks []*ticks
 	for i := range 2 {
-		db := openDB(t, path)
+		db := openDB(t, c)
 		tk := countTicks(time.Now)
 		clocks = append(clocks, tk)
 		q := newQueue(t, db, Options{Now: tk.Now})

@@ -15,6 +15,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
 	"github.com/codumentor/codumentor/daemon/jobs"
+	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // Level is what a user may do with a repository; each level includes the
@@ -106,10 +107,8 @@ func migrateAccess(db *gorm.DB) (upgraded int, err error) {
 	if err := db.AutoMigrate(&AccessEntry{}); err != nil {
 		return 0, fmt.Errorf("repos: migrating table repository_access: %w", err)
 	}
-	for _, q := range generationSQL() {
-		if err := db.Exec(q).Error; err != nil {
-			return 0, fmt.Errorf("repos: creating the access generation: %w", err)
-		}
+	if err := migrateGeneration(db); err != nil {
+		return 0, fmt.Errorf("repos: creating the access generation: %w", err)
 	}
 	if had {
 		// Entries go with their repository in one transaction; these
@@ -126,31 +125,80 @@ func migrateAccess(db *gorm.DB) (upgraded int, err error) {
 	return int(res.RowsAffected), nil
 }
 
-// generationSQL creates table access_generation, one row counting the
-// changes that can change what a user may read, and the triggers that
-// count them: any write to the access entries or the group memberships,
-// a repository added or deleted, a user's role changed. Triggers, so
-// that no writer (the API, codumentorctl, another replica, a hand-edit)
-// can change access without a new generation; Readable's answers are
-// kept under theirs.
-func generationSQL() []string {
+// accessTriggers are the writes that count in the access generation
+// (see migrateGeneration).
+var accessTriggers = []struct{ name, event, table, when string }{
+	{"access_insert", "INSERT", "repository_access", ""},
+	{"access_update", "UPDATE", "repository_access", ""},
+	{"access_delete", "DELETE", "repository_access", ""},
+	{"members_insert", "INSERT", "group_members", ""},
+	{"members_update", "UPDATE", "group_members", ""},
+	{"members_delete", "DELETE", "group_members", ""},
+	{"repositories_insert", "INSERT", "repositories", ""},
+	{"repositories_delete", "DELETE", "repositories", ""},
+	{"users_role", "UPDATE OF role", "users", "OLD.role IS DISTINCT FROM NEW.role"},
+}
+
+// migrateGeneration creates table access_generation, one row counting
+// the changes that can change what a user may read, and the triggers
+// that count them: any write to the access entries or the group
+// memberships, a repository added or deleted, a user's role changed.
+// Triggers, so that no writer (the API, codumentorctl, another replica,
+// a hand-edit) can change access without a new generation; Readable's
+// answers are kept under theirs. The table is the same on both
+// backends; the triggers are each one's own dialect. They are created
+// in one transaction, which on PostgreSQL serializes replicas starting
+// together (concurrent CREATE OR REPLACE of one function can fail).
+func migrateGeneration(db *gorm.DB) error {
 	qs := []string{
-		`CREATE TABLE IF NOT EXISTS access_generation (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL)`,
-		`INSERT OR IGNORE INTO access_generation (id, n) VALUES (1, 0)`,
+		`CREATE TABLE IF NOT EXISTS access_generation (id INTEGER PRIMARY KEY CHECK (id = 1), n BIGINT NOT NULL)`,
+		`INSERT INTO access_generation (id, n) VALUES (1, 0) ON CONFLICT DO NOTHING`,
 	}
-	for _, t := range []struct{ name, event, table, when string }{
-		{"access_insert", "INSERT", "repository_access", ""},
-		{"access_update", "UPDATE", "repository_access", ""},
-		{"access_delete", "DELETE", "repository_access", ""},
-		{"members_insert", "INSERT", "group_members", ""},
-		{"members_update", "UPDATE", "group_members", ""},
-		{"members_delete", "DELETE", "group_members", ""},
-		{"repositories_insert", "INSERT", "repositories", ""},
-		{"repositories_delete", "DELETE", "repositories", ""},
-		{"users_role", "UPDATE OF role", "users", " WHEN OLD.role IS NOT NEW.role"},
-	} {
-		qs = append(qs, `CREATE TRIGGER IF NOT EXISTS access_generation_`+t.name+` AFTER `+t.event+` ON `+t.table+t.when+
+	if store.Backend(db) == store.BackendPostgres {
+		qs = append(qs, postgresGenerationTriggers()...)
+	} else {
+		qs = append(qs, sqliteGenerationTriggers()...)
+	}
+	return db.Transaction(func(tx *gorm.DB) error {
+		for _, q := range qs {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func sqliteGenerationTriggers() []string {
+	var qs []string
+	for _, t := range accessTriggers {
+		when := ""
+		if t.when != "" {
+			when = " WHEN " + t.when
+		}
+		qs = append(qs, `CREATE TRIGGER IF NOT EXISTS access_generation_`+t.name+` AFTER `+t.event+` ON `+t.table+when+
 			` BEGIN UPDATE access_generation SET n = n + 1 WHERE id = 1; END`)
+	}
+	return qs
+}
+
+// postgresGenerationTriggers counts once per statement where no row's
+// values decide (a bulk insert of entries is one change), once per row
+// where they do (the role).
+func postgresGenerationTriggers() []string {
+	qs := []string{`CREATE OR REPLACE FUNCTION access_generation_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE access_generation SET n = n + 1 WHERE id = 1;
+	RETURN NULL;
+END
+$$`}
+	for _, t := range accessTriggers {
+		each := " FOR EACH STATEMENT"
+		if t.when != "" {
+			each = " FOR EACH ROW WHEN (" + t.when + ")"
+		}
+		qs = append(qs, `CREATE OR REPLACE TRIGGER access_generation_`+t.name+` AFTER `+t.event+` ON `+t.table+each+
+			` EXECUTE FUNCTION access_generation_count()`)
 	}
 	return qs
 }
@@ -242,11 +290,13 @@ func (s *Service) ListFor(ctx context.Context, u auth.User) ([]Repository, error
 	return rs, nil
 }
 
-// readableIDs selects the IDs of the repositories user ? may read by
-// their entries (twice the user's ID), each part by an index lookup.
+// readableIDs selects the IDs of the repositories user $1 may read by
+// their entries, each part by an index lookup. Raw SQL on database/sql
+// has no placeholder both backends share but $N (SQLite binds $N to
+// the Nth argument too).
 const readableIDs = `SELECT repository_id FROM repository_access WHERE kind = 'all'
-	UNION SELECT repository_id FROM repository_access WHERE kind = 'user' AND principal = ?
-	UNION SELECT a.repository_id FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = ?`
+	UNION SELECT repository_id FROM repository_access WHERE kind = 'user' AND principal = $1
+	UNION SELECT a.repository_id FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = $1`
 
 // Readable returns the IDs of the repositories the user with ID userID
 // may read, and whether that is every repository (for
@@ -265,7 +315,11 @@ func (s *Service) Readable(ctx context.Context, userID string) (ids []string, al
 	if r, ok := s.readable.get(gen, userID); ok {
 		return slices.Clone(r.ids), r.all, nil
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	// One snapshot for the generation and the list: SQLite's read
+	// transaction is one; PostgreSQL's needs REPEATABLE READ (SQLite
+	// ignores the level). On database/sql, not gorm, so that no
+	// serializing lock is taken for a read.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return nil, false, fmt.Errorf("repos: listing readable repositories: %w", err)
 	}
@@ -290,18 +344,18 @@ func listReadable(ctx context.Context, tx *sql.Tx, userID string) (readableSet, 
 	// entry on every repository. A principal has one entry at most per
 	// repository, and the entries go with their repository, in its
 	// transaction: no entry outlives it (see Delete and migrateAccess).
-	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = ? AND role = 'admin'), (SELECT COUNT(*) FROM repositories),
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = $1 AND role = 'admin'), (SELECT COUNT(*) FROM repositories),
 		(SELECT COUNT(*) FROM repository_access WHERE kind = 'all'),
-		(SELECT COUNT(*) FROM repository_access WHERE kind = 'user' AND principal = ?),
-		(SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = ? GROUP BY m.group_name) g)`,
-		userID, userID, userID).Scan(&admin, &total, &forAll, &forUser, &forGroup)
+		(SELECT COUNT(*) FROM repository_access WHERE kind = 'user' AND principal = $1),
+		(SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM group_members m JOIN repository_access a ON a.kind = 'group' AND a.principal = m.group_name WHERE m.user_id = $1 GROUP BY m.group_name) g)`,
+		userID).Scan(&admin, &total, &forAll, &forUser, &forGroup)
 	if err != nil {
 		return readableSet{}, fmt.Errorf("repos: counting readable repositories: %w", err)
 	}
 	if admin || max(forAll, forUser, forGroup) == total {
 		return readableSet{all: true}, nil
 	}
-	rows, err := tx.QueryContext(ctx, readableIDs, userID, userID)
+	rows, err := tx.QueryContext(ctx, readableIDs, userID)
 	if err != nil {
 		return readableSet{}, fmt.Errorf("repos: listing readable repositories: %w", err)
 	}

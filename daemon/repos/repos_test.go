@@ -17,6 +17,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/randid"
@@ -58,11 +59,7 @@ func run(t *testing.T, dir string, args ...string) string {
 // service opens a Service on a fresh database, with its queue running.
 func service(t testing.TB, o Options) (*Service, *jobs.Queue) {
 	t.Helper()
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
+	db := storetest.Open(t)
 	q, err := jobs.New(db, jobs.Options{Poll: 10 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

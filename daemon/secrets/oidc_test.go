@@ -12,7 +12,7 @@ import (
 // secrets the model may name.
 func TestOIDCTokens(t *testing.T) {
 	ctx := context.Background()
-	db, path := openDB(t)
+	db, c := openDB(t)
 	s := newStore(t, db, NewKeyring("old-secret-0123456789-0123456789-0123", nil))
 	if r, id, err := s.OIDCTokens(ctx, "usr_a", "corp"); r != "" || id != "" || err != nil {
 		t.Fatalf("no tokens yet: %q %q %v", r, id, err)
@@ -27,7 +27,7 @@ func TestOIDCTokens(t *testing.T) {
 	if v, _ := s.Value(ctx, "usr_a", "corp"); v != "a secret of the same name" {
 		t.Errorf("the secret corp: %q", v)
 	}
-	raw := dbBytes(t, db, path)
+	raw := dbBytes(t, db, c)
 	if !bytes.Contains(raw, []byte("oidc_tokens")) {
 		t.Fatal("the database file does not hold the row's kind: the test reads the wrong file")
 	}

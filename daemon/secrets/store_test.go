@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -14,18 +13,16 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"gorm.io/gorm"
 )
 
-func openDB(t *testing.T) (*gorm.DB, string) {
+// openDB opens a fresh database of the backend under test and returns
+// its configuration, to open it again as another process would.
+func openDB(t *testing.T) (*gorm.DB, store.Config) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), store.FileName)
-	db, err := store.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close(db) })
-	return db, path
+	c := storetest.Config(t)
+	return storetest.OpenConfig(t, c), c
 }
 
 func newStore(t *testing.T, db *gorm.DB, kr *Keyring) *Store {
@@ -126,13 +123,20 @@ func TestRoundTrip(t *testing.T) {
 
 // dbBytes returns the database file and its WAL after a checkpoint, which
 // is everything SQLite has written.
-func dbBytes(t *testing.T, db *gorm.DB, path string) []byte {
+// dbBytes is what someone who reads the database's storage sees: the
+// SQLite file and its WAL, or every column of every table of the
+// PostgreSQL database (bytea as its bytes, the rest as text), which
+// there is no single file to read.
+func dbBytes(t *testing.T, db *gorm.DB, c store.Config) []byte {
 	t.Helper()
+	if store.Backend(db) == store.BackendPostgres {
+		return postgresBytes(t, db)
+	}
 	if err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)").Error; err != nil {
 		t.Fatal(err)
 	}
 	var all []byte
-	for _, p := range []string{path, path + "-wal"} {
+	for _, p := range []string{c.Path, c.Path + "-wal"} {
 		b, err := os.ReadFile(p)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
@@ -142,31 +146,56 @@ func dbBytes(t *testing.T, db *gorm.DB, path string) []byte {
 	return all
 }
 
+func postgresBytes(t *testing.T, db *gorm.DB) []byte {
+	t.Helper()
+	var cols []struct{ TableName, ColumnName, DataType string }
+	err := db.Raw("SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position").Scan(&cols).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for _, c := range cols {
+		expr := db.Statement.Quote(c.ColumnName)
+		if c.DataType != "bytea" {
+			expr += "::text"
+		}
+		var vals [][]byte
+		if err := db.Raw("SELECT " + expr + " FROM " + db.Statement.Quote(c.TableName)).Scan(&vals).Error; err != nil {
+			t.Fatalf("reading %s.%s: %v", c.TableName, c.ColumnName, err)
+		}
+		for _, v := range vals {
+			all = append(all, v...)
+			all = append(all, 0)
+		}
+	}
+	return all
+}
+
 func TestFileHoldsNoPlaintext(t *testing.T) {
 	ctx := context.Background()
 	const value, apiKey = "very-secret-value-0f1e2d3c", "sk-api-key-9a8b7c6d"
 
-	db, path := openDB(t)
+	db, c := openDB(t)
 	s := newStore(t, db, NewKeyring("jwt-secret", nil))
 	mustPut(t, s, "alice", "TOKEN", value)
 	if _, err := s.PutProfile(ctx, "alice", "default", ModelProfile{BaseURL: "http://llm", Model: "m", APIKey: apiKey}); err != nil {
 		t.Fatal(err)
 	}
-	raw := dbBytes(t, db, path)
+	raw := dbBytes(t, db, c)
 	if !bytes.Contains(raw, []byte("TOKEN")) {
-		t.Fatal("the database file does not even hold the secret's name: the test reads the wrong file")
+		t.Fatal("the database does not even hold the secret's name: the test reads the wrong one")
 	}
 	for _, v := range []string{value, apiKey} {
 		if bytes.Contains(raw, []byte(v)) {
-			t.Errorf("the database file holds %q in plaintext", v)
+			t.Errorf("the database holds %q in plaintext", v)
 		}
 	}
 
 	// The same check catches the plaintext fallback, so it can see a value.
-	db2, path2 := openDB(t)
+	db2, c2 := openDB(t)
 	s2 := newStore(t, db2, NewKeyring("", nil))
 	mustPut(t, s2, "alice", "TOKEN", value)
-	if !bytes.Contains(dbBytes(t, db2, path2), []byte(value)) {
+	if !bytes.Contains(dbBytes(t, db2, c2), []byte(value)) {
 		t.Error("the plaintext fallback's value is not in the file: the check above proves nothing")
 	}
 }
@@ -264,7 +293,7 @@ func TestPlaintextFallback(t *testing.T) {
 // value back.
 func TestLazyReencryptKeepsConcurrentPut(t *testing.T) {
 	ctx := context.Background()
-	db, path := openDB(t)
+	db, c := openDB(t)
 	s := newStore(t, db, NewKeyring("secret-a", nil))
 	mustPut(t, s, "alice", "TOKEN", "old")
 
@@ -282,11 +311,7 @@ func TestLazyReencryptKeepsConcurrentPut(t *testing.T) {
 
 	// The same race for real: one process still writes under A while
 	// another reads, and so re-encrypts, under (B, [A]).
-	db2, err := store.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close(db2)
+	db2 := storetest.OpenConfig(t, c)
 	writer := newStore(t, db2, NewKeyring("secret-a", nil))
 	const n = 100
 	var wg sync.WaitGroup

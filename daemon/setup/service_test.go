@@ -19,6 +19,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/repos/repostest"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
@@ -59,7 +60,7 @@ func newFixture(t *testing.T, script string, before ...func(*gorm.DB)) *fixture 
 	dir := t.TempDir()
 	t.Cleanup(func() { overlay.RemoveAll(dir) })
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := store.Open(ctx, filepath.Join(dir, store.FileName))
+	db, err := store.OpenConfig(ctx, storetest.Config(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,10 @@ import (
 // contiguous run of each conversation's events ending at the newest one;
 // a read that starts before the run goes to the database.
 //
-// It is correct because only the serving process appends events (the
-// agent engine and Recover, both through Conversations).
+// It is correct because the process's own appends (the agent engine and
+// Recover, both through Conversations) pass through add, and another
+// server's on a shared PostgreSQL database are announced (Listen) and
+// drop the run they make stale.
 type eventCache struct {
 	mu    sync.Mutex
 	convs map[string]*eventRun
@@ -143,4 +145,22 @@ func (c *eventCache) drop(conversation string) {
 	c.mu.Lock()
 	c.removeLocked(conversation)
 	c.mu.Unlock()
+}
+
+// stored learns that another process stored event seq of conversation:
+// a run that ends before it no longer ends at the newest event, so it
+// goes (a later add starts a new run).
+func (c *eventCache) stored(conversation string, seq int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.convs[conversation]; r != nil && (len(r.evs) == 0 || r.evs[len(r.evs)-1].Seq < seq) {
+		c.removeLocked(conversation)
+	}
+}
+
+// clear drops every run.
+func (c *eventCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.convs, c.bytes = map[string]*eventRun{}, 0
 }

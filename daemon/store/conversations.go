@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,10 @@ type Conversation struct {
 	// HeadSeq is the last message of the active branch (nil: the last
 	// message, as before branches).
 	HeadSeq *int64 `json:"-"`
+	// Home is the node whose server holds the conversation's workspace
+	// and runs its turns, among several on one database ("" on a
+	// database with one server; see SetNode).
+	Home string `gorm:"index;not null;default:''" json:"home,omitempty"`
 }
 
 type messageRow struct {
@@ -96,6 +101,33 @@ type Conversations struct {
 	db      *gorm.DB
 	cache   *eventCache
 	observe atomic.Pointer[func(agentcore.Event)]
+	// origin tells this process's announcements (Listen) from other
+	// servers'.
+	origin string
+	// node is the Home of the conversations this process creates, and
+	// the only one whose turns Recover ends.
+	node string
+}
+
+// SetNode makes node the Home of the conversations created from now on,
+// and the one whose interrupted turns Recover ends: set it, before
+// anything else, on a server that shares its database with others.
+func (s *Conversations) SetNode(node string) { s.node = node }
+
+// Claim makes node the Home of conversation id if it has none (one
+// created before its database was shared), and returns its Home.
+func (s *Conversations) Claim(ctx context.Context, id, node string) (string, error) {
+	var home string
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&Conversation{}).Where("id = ? AND home = ''", id).Update("home", node).Error; err != nil {
+			return err
+		}
+		return tx.Model(&Conversation{}).Where("id = ?", id).Select("home").Scan(&home).Error
+	})
+	if err != nil {
+		return "", fmt.Errorf("store: claiming conversation %s: %w", id, err)
+	}
+	return home, nil
 }
 
 // Observe calls f with each event once it is stored (for metrics); f
@@ -112,7 +144,7 @@ func NewConversations(db *gorm.DB) (*Conversations, error) {
 	if err := audit.Migrate(db); err != nil {
 		return nil, err
 	}
-	return &Conversations{db: db, cache: newEventCache()}, nil
+	return &Conversations{db: db, cache: newEventCache(), origin: randid.New("proc_")}, nil
 }
 
 // maxTitle bounds a conversation's title, in bytes.
@@ -165,7 +197,7 @@ func (s *Conversations) CreateWith(ctx context.Context, user string, n New, also
 	}
 	now := time.Now().UTC()
 	c := Conversation{ID: randid.New("conv_"), UserID: user, Title: title, Created: now, Updated: now,
-		Mode: n.Mode, ModelProfile: n.ModelProfile, Repository: n.Repository, BaseCommit: n.BaseCommit}
+		Mode: n.Mode, ModelProfile: n.ModelProfile, Repository: n.Repository, BaseCommit: n.BaseCommit, Home: s.node}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&c).Error; err != nil {
 			return fmt.Errorf("store: creating a conversation: %w", err)
@@ -474,6 +506,9 @@ func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (age
 	if len(e.Data) == 0 {
 		e.Data = json.RawMessage(`{}`)
 	}
+	// As the database keeps it, so that the cache and every server
+	// serve the same event.
+	e.Time = Time(e.Time)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var c Conversation
 		if err := tx.Select("last_seq").Where("id = ?", e.Conversation).Take(&c).Error; err != nil {
@@ -493,7 +528,10 @@ func (s *Conversations) AppendEvent(ctx context.Context, e agentcore.Event) (age
 		if err := tx.Model(&Conversation{}).Where("id = ?", e.Conversation).Updates(upd).Error; err != nil {
 			return err
 		}
-		return tx.Omit(clause.Associations).Create(&eventRow{ConversationID: e.Conversation, Seq: e.Seq, Type: e.Type, Turn: e.Turn, Time: e.Time, Data: e.Data}).Error
+		if err := tx.Omit(clause.Associations).Create(&eventRow{ConversationID: e.Conversation, Seq: e.Seq, Type: e.Type, Turn: e.Turn, Time: e.Time, Data: e.Data}).Error; err != nil {
+			return err
+		}
+		return s.announce(tx, e)
 	})
 	if err != nil {
 		return agentcore.Event{}, fmt.Errorf("store: appending an event: %w", err)
@@ -584,7 +622,7 @@ func decodeApproval(data []byte) (agentcore.Approval, error) {
 // Approvals implements agentcore.Store.
 func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]agentcore.Approval, error) {
 	var rows []approvalRow
-	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Order("rowid").Find(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Where("conversation_id = ?", conversation).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("store: reading approvals: %w", err)
 	}
 	as := make([]agentcore.Approval, len(rows))
@@ -595,6 +633,11 @@ func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]a
 		}
 		as[i] = a
 	}
+	// In the order they were asked for; neither backend keeps an
+	// insertion order of its own that the other shares.
+	slices.SortFunc(as, func(a, b agentcore.Approval) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
+	})
 	return as, nil
 }
 
@@ -605,7 +648,13 @@ func (s *Conversations) Approvals(ctx context.Context, conversation string) ([]a
 // touched. Call it before the engine starts.
 func (s *Conversations) Recover(ctx context.Context, reason string) ([]string, error) {
 	var cs []Conversation
-	if err := s.db.WithContext(ctx).Where("active_turn <> ''").Find(&cs).Error; err != nil {
+	// Another server's turns are its own to end (they may be running);
+	// those of conversations nobody has claimed ran nowhere since.
+	q := s.db.WithContext(ctx).Where("active_turn <> ''")
+	if s.node != "" {
+		q = q.Where("home IN (?, '')", s.node)
+	}
+	if err := q.Find(&cs).Error; err != nil {
 		return nil, fmt.Errorf("store: finding interrupted turns: %w", err)
 	}
 	var ids []string
@@ -670,4 +719,14 @@ func (s *Conversations) answerDangling(ctx context.Context, conversation, reason
 		}
 	}
 	return s.AppendMessages(ctx, conversation, answers...)
+}
+
+// Running counts the conversations at home on node with a turn running:
+// the node's load, as new conversations are placed by it.
+func (s *Conversations) Running(ctx context.Context, node string) (int, error) {
+	var n int64
+	if err := s.db.WithContext(ctx).Model(&Conversation{}).Where("home = ? AND active_turn <> ''", node).Count(&n).Error; err != nil {
+		return 0, fmt.Errorf("store: counting running turns: %w", err)
+	}
+	return int(n), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,19 +12,14 @@ import (
 	"github.com/codumentor/codumentor/agentcore"
 )
 
-func openTest(t *testing.T) (*Conversations, string) {
+func openTest(t *testing.T) (*Conversations, Config) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), FileName)
-	db, err := Open(context.Background(), path)
+	c := testConfig(t)
+	s, err := NewConversations(openTestDB(t, c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { Close(db) })
-	s, err := NewConversations(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, path
+	return s, c
 }
 
 func TestOwnership(t *testing.T) {
@@ -53,7 +47,7 @@ func TestOwnership(t *testing.T) {
 
 func TestEventsConcurrentAppend(t *testing.T) {
 	ctx := context.Background()
-	s, path := openTest(t)
+	s, cfg := openTest(t)
 	c, _ := s.Create(ctx, "usr_a", "")
 	const writers, each = 8, 40
 	var wg sync.WaitGroup
@@ -93,12 +87,7 @@ func TestEventsConcurrentAppend(t *testing.T) {
 	}
 	check("warm", s)
 	// A second process's view: nothing cached, everything from the file.
-	db2, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer Close(db2)
-	s2, _ := NewConversations(db2)
+	s2, _ := NewConversations(openTestDB(t, cfg))
 	check("cold", s2)
 }
 

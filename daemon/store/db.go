@@ -1,7 +1,16 @@
-// Package store keeps the server's state in one SQLite file (gorm over
-// the pure-Go glebarez driver): conversations, their messages, events and
-// approvals (agentcore.Store), in WAL mode so readers never wait for the
-// writer.
+// Package store keeps the server's state in one database: an SQLite file
+// (gorm over the pure-Go glebarez driver, in WAL mode so readers never
+// wait for the writer), the embedded default, or PostgreSQL (gorm over
+// pgx) for a deployment of several servers. It holds conversations,
+// their messages, events and approvals (agentcore.Store).
+//
+// Both backends give a transaction the same guarantee: transactions that
+// write are serialized, one at a time. SQLite takes its write lock at
+// BEGIN (_txlock=immediate); on PostgreSQL every transaction takes one
+// advisory lock first (see OpenPostgres). Code that reads and then writes
+// in one transaction (the audit chain, sequence numbers, the last admin)
+// is therefore correct on both without knowing which it runs on.
+// Statements outside a transaction are atomic one at a time on both.
 //
 // Other daemon packages (auth, secrets, jobs) own their tables in the same
 // database: each migrates its own models on the *gorm.DB that Open

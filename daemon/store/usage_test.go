@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,12 +11,7 @@ import (
 
 func openUsage(t *testing.T) *Usage {
 	t.Helper()
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { Close(db) })
-	u, err := NewUsage(db)
+	u, err := NewUsage(openTestDB(t, testConfig(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
