@@ -104,6 +104,21 @@ func newInstance(t testing.TB, extra string) *instance {
 
 func (in *instance) config() config.Instance { return config.Instance{Dir: in.dir} }
 
+// storeYAML is the store section of the instance's config.yaml (a
+// PostgreSQL database under CODUMENTOR_TEST_STORE=postgres), for a test
+// that runs the server with a configuration file of its own.
+func (in *instance) storeYAML() string {
+	in.t.Helper()
+	b, err := os.ReadFile(in.config().ConfigFile())
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	if _, store, ok := strings.Cut(string(b), "\nstore:\n"); ok {
+		return "store:\n" + store
+	}
+	return ""
+}
+
 // openDB opens the instance's database as its configuration names it
 // (SQLite or PostgreSQL), beside a server that may run, closed when the
 // test ends.

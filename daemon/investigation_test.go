@@ -256,10 +256,10 @@ func TestInvestigationHidesConfiguration(t *testing.T) {
 		"  ldap: {url: 'ldap://127.0.0.1:1', bind_dn: 'uid={username},dc=example,dc=org', ca_cert_file: " + caFile + "}\n" +
 		"tls: {cert_file: " + certFile + ", key_file: " + keyLink + "}\n" +
 		llm(t, shellCall(script), llmtest.Step{Text: "Done."}) + "investigation:\n  enabled: true\n  users: [carol]\n"
-	if err := os.WriteFile(configFile, []byte(yaml), 0o600); err != nil {
+	in := newInstance(t, "")
+	if err := os.WriteFile(configFile, []byte(yaml+in.storeYAML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	in := newInstance(t, "")
 	in.args = []string{"--config", configFile}
 	in.addUser("root", pw, true)
 	in.addUser("carol", pw, false)

@@ -113,7 +113,7 @@ func searchRepo(t *testing.T) (dir, head string) {
 // An index that an older version built in the instance database keeps
 // working there: the server opens no index files beside it.
 func TestSearchRouteIndexInDatabase(t *testing.T) {
-	in := newInstance(t, "")
+	in := newInstance(t, "store: {backend: sqlite}\n") // the index older versions kept in the SQLite database
 	in.addUser("alice", pw, false)
 	repo, head := searchRepo(t)
 	ctx := context.Background()

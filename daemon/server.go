@@ -147,10 +147,18 @@ func Run(ctx context.Context, o Options) error {
 	if store.Backend(db) == store.BackendPostgres {
 		// Servers that share a database must share the secret that
 		// signs what they hand out.
-		if err := auth.CheckSharedSecret(ctx, db, cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets); err != nil {
+		node, err := nodeName(cfg, inst)
+		if err != nil {
 			return err
 		}
-		if nodes, err = joinCluster(ctx, cfg, inst, db, ln, scheme); err != nil {
+		others, err := cluster.Others(ctx, db, node, cfg.Cluster.LostAfter.Std())
+		if err != nil {
+			return err
+		}
+		if err := auth.CheckSharedSecret(ctx, db, cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, others == 0); err != nil {
+			return err
+		}
+		if nodes, err = joinCluster(ctx, cfg, node, db, ln, scheme); err != nil {
 			return err
 		}
 	}
@@ -907,17 +915,19 @@ func (s *server) drain(ctx context.Context) {
 	}
 }
 
-// joinCluster records this server as a node of the deployment on db:
-// its name (cluster.node, or the instance's) and the URL the other nodes
-// forward to (cluster.url, or the address it listens on).
-func joinCluster(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, ln net.Listener, scheme string) (*cluster.Registry, error) {
-	id := cfg.Cluster.Node
-	if id == "" {
-		var err error
-		if id, err = inst.NodeID(); err != nil {
-			return nil, err
-		}
+// nodeName is this server's name among the nodes: cluster.node, or
+// the instance's.
+func nodeName(cfg config.Config, inst config.Instance) (string, error) {
+	if cfg.Cluster.Node != "" {
+		return cfg.Cluster.Node, nil
 	}
+	return inst.NodeID()
+}
+
+// joinCluster records this server as node id of the deployment on db,
+// with the URL the other nodes forward to (cluster.url, or the address
+// it listens on).
+func joinCluster(ctx context.Context, cfg config.Config, id string, db *gorm.DB, ln net.Listener, scheme string) (*cluster.Registry, error) {
 	url := cfg.Cluster.URL
 	if url == "" {
 		addr, ok := ln.Addr().(*net.TCPAddr)

@@ -327,7 +327,9 @@ func TestWebConversation(t *testing.T) {
 	if got := strings.Join(contents(hist.Messages), " | "); !strings.HasSuffix(got, "user: and you? Tell me more. | assistant: From the other model.") || strings.Contains(got, "user: and you? |") {
 		t.Errorf("the active history after the edit: %s", got)
 	}
-	w.open("/c/"+conv, "document.querySelectorAll('.msg.assistant').length === 5")
+	// The switch is filled once the profiles are read, after the
+	// messages.
+	w.open("/c/"+conv, "document.querySelectorAll('.msg.assistant').length === 5 && document.getElementById('model-profile').options.length > 1")
 	if got := eval[string](w, "document.getElementById('model-profile').value"); got != "other" {
 		t.Errorf("reloaded, the switch shows %q", got)
 	}

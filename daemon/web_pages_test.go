@@ -421,7 +421,7 @@ func TestWebPages(t *testing.T) {
 		}
 		seq := rec.Records[0].Seq
 		var data []byte
-		if err := in.auditDB().Raw(`SELECT data FROM audit_log WHERE seq = ?`, seq).Scan(&data).Error; err != nil {
+		if err := in.auditDB().Raw(`SELECT data FROM audit_log WHERE seq = ?`, seq).Row().Scan(&data); err != nil {
 			t.Fatal(err)
 		}
 		if err := in.auditDB().Exec(`UPDATE audit_log SET data = ? WHERE seq = ?`, bytes.ReplaceAll(data, []byte("alice"), []byte("mallory")), seq).Error; err != nil {

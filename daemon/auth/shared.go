@@ -51,8 +51,10 @@ func secretCheck(secret string) string {
 // auth.jwt_secret of every server on db: the first server records it;
 // one whose current secret is among the others' previous ones records
 // the new secret (a rotation, server by server); any other refuses with
-// ErrSecretMismatch.
-func CheckSharedSecret(ctx context.Context, db *gorm.DB, current string, previous []string) error {
+// ErrSecretMismatch, unless it is alone (no other server runs on db),
+// when its secret is the deployment's from now on, as a single server's
+// secret is whatever its configuration says.
+func CheckSharedSecret(ctx context.Context, db *gorm.DB, current string, previous []string, alone bool) error {
 	if current == "" {
 		return ErrSharedNeedsSecret
 	}
@@ -71,11 +73,13 @@ func CheckSharedSecret(ctx context.Context, db *gorm.DB, current string, previou
 		case hmac.Equal([]byte(row.Digest), []byte(want)):
 			return nil
 		}
+		rotated := alone
 		for _, p := range previous {
-			if hmac.Equal([]byte(row.Digest), []byte(secretCheck(p))) {
-				return tx.Model(&sharedSecret{}).Where("id = 1").Updates(map[string]any{"digest": want, "updated": time.Now().UTC()}).Error
-			}
+			rotated = rotated || hmac.Equal([]byte(row.Digest), []byte(secretCheck(p)))
 		}
-		return ErrSecretMismatch
+		if !rotated {
+			return ErrSecretMismatch
+		}
+		return tx.Model(&sharedSecret{}).Where("id = 1").Updates(map[string]any{"digest": want, "updated": time.Now().UTC()}).Error
 	})
 }

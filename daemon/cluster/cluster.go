@@ -98,6 +98,21 @@ func Open(ctx context.Context, db *gorm.DB, self Node, o Options) (*Registry, er
 	return r, nil
 }
 
+// Others counts the nodes other than self that db's nodes table shows
+// alive (a record newer than lostAfter), before self joins: none means
+// self is alone on the database.
+func Others(ctx context.Context, db *gorm.DB, self string, lostAfter time.Duration) (int, error) {
+	if !db.Migrator().HasTable(&Node{}) {
+		return 0, nil
+	}
+	var n int64
+	err := db.WithContext(ctx).Model(&Node{}).Where("id <> ? AND seen > ?", self, time.Now().UTC().Add(-lostAfter)).Count(&n).Error
+	if err != nil {
+		return 0, fmt.Errorf("cluster: counting the nodes: %w", err)
+	}
+	return int(n), nil
+}
+
 // Self is this node's ID.
 func (r *Registry) Self() string { return r.self.ID }
 
