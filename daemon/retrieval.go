@@ -73,12 +73,12 @@ func openCodeIndex(ctx context.Context, cfg config.Config, inst config.Instance,
 // (Readable: the access entries, as GET /api/v1/repositories shows
 // them), the index filtering by them before it ranks and limits.
 func newSearcher(ix *retrieval.Index, convs *store.Conversations, rs *repos.Service) *retrieval.Searcher {
-	return &retrieval.Searcher{Index: ix, Readable: rs.Readable, Scope: func(ctx context.Context, user, conversation string) (string, error) {
+	return &retrieval.Searcher{Index: ix, Readable: rs.Readable, Scope: func(ctx context.Context, user, conversation string) (retrieval.Scope, error) {
 		c, err := convs.Get(ctx, user, conversation)
 		if err != nil {
-			return "", err
+			return retrieval.Scope{}, err
 		}
-		return c.Repository, nil
+		return retrieval.Scope{Repository: c.Repository}, nil
 	}, Exists: func(ctx context.Context, repository string) (bool, error) {
 		_, err := rs.Get(ctx, repository)
 		if errors.Is(err, repos.ErrNotFound) {
