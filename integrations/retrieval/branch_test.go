@@ -98,7 +98,7 @@ func TestBranches(t *testing.T) {
 			type found struct{ repo, branch, path string }
 			for _, tc := range []struct {
 				user, repo, query string
-				want             []found
+				want              []found
 			}{
 				// The default branch only: no duplicates of shared/util.go.
 				{"alice", "", "sharedHelper", []found{{"a", "main", "shared/util.go"}}},

@@ -61,7 +61,13 @@ type Scope struct {
 // read) for query, returning at most limit hits. Without branch: in the
 // query, each repository's default branch is searched.
 func (s *Searcher) SearchIn(ctx context.Context, user, repository, query string, limit int) ([]agentcore.Hit, error) {
-	hits, _, err := s.search(ctx, user, repository, "", query, limit)
+	return s.SearchBranch(ctx, user, repository, "", query, limit)
+}
+
+// SearchBranch is SearchIn on branch of the repositories ("": each one's
+// default branch) when the query names no branch: itself.
+func (s *Searcher) SearchBranch(ctx context.Context, user, repository, branch, query string, limit int) ([]agentcore.Hit, error) {
+	hits, _, err := s.search(ctx, user, repository, branch, query, limit)
 	return hits, err
 }
 
