@@ -2,11 +2,14 @@ package retrieval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/codumentor/codumentor/agentcore"
 )
 
 // branchRepo is a bare repository with two branches: main (one commit)
@@ -135,6 +138,22 @@ func TestBranches(t *testing.T) {
 				slices.SortFunc(got, func(x, y found) int { return strings.Compare(x.repo+x.path, y.repo+y.path) })
 				if !slices.Equal(got, tc.want) {
 					t.Errorf("%s %q: %v, want %v", tc.user, tc.query, got, tc.want)
+				}
+			}
+
+			// search_code: the conversation's branch by default, with the
+			// scope's note; the query's own branch: instead, without it.
+			s.Scope = func(context.Context, string, string) (Scope, error) {
+				return Scope{Repository: "a", Branch: "release-1.x", Note: "Note: searched release-1.x."}, nil
+			}
+			for _, tc := range []struct{ query, want, notWant string }{
+				{"sharedHelper", "Note: searched release-1.x.\n\nshared/util.go:1-4 (repository a, branch release-1.x)\n", "main"},
+				{"releaseBackport", "feature/flag.go:1-4 (repository a, branch release-1.x)", "mainlineFeature"},
+				{"sharedHelper branch:main", "shared/util.go:1-4 (repository a)\n", "Note:"},
+			} {
+				out, err := s.Tool().Run(t.Context(), &agentcore.Call{Name: "search_code", User: "alice", Conversation: "c", Arguments: json.RawMessage(`{"query":"` + tc.query + `"}`)})
+				if err != nil || !strings.HasPrefix(out, tc.want) && !strings.Contains(out, tc.want) || strings.Contains(out, tc.notWant) {
+					t.Errorf("search_code %q: %q, %v; want %q, not %q", tc.query, out, err, tc.want, tc.notWant)
 				}
 			}
 		})
