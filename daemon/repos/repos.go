@@ -96,9 +96,9 @@ type Repository struct {
 	RunSetup     bool     `gorm:"not null;default:false" json:"run_setup"`
 	SetupNetwork bool     `gorm:"not null;default:false" json:"setup_network"`
 	SetupEgress  []string `gorm:"serializer:json" json:"setup_egress,omitempty"`
-	// Head is the branch's commit at the last sync; IndexedCommit the one
-	// the search index was last built for (only a successful index step
-	// sets it).
+	// Head is the default branch's commit at the last sync;
+	// IndexedCommit the one the search index was last built for (only a
+	// successful index step sets it).
 	Head          string `gorm:"not null" json:"head"`
 	IndexedCommit string `gorm:"not null" json:"indexed_commit"`
 	// Heads and IndexedCommits are Head and IndexedCommit of every
