@@ -204,15 +204,15 @@ const toolLimit = 20
 func (t searchTool) Spec() agentcore.ToolSpec {
 	return agentcore.ToolSpec{
 		Name: "search_code",
-		Description: "Search the ingested source code of the repository this conversation is about, on the branch its commit came from (or another repository, by name, on its default branch). " +
+		Description: "Search the ingested source code of the repository this conversation is about (or another repository, by name). " +
 			"Words and identifiers are ranked (parseConfig, parse_config and parse config find each other). " +
 			"Also, separated by spaces: \"exact phrase\"; /regular expression/ (RE2, ^ and $ at line ends, \\/ for a slash); " +
 			"sym:name (files defining a function, method, type or class of that name); path:dir/file (path contains); " +
-			"lang:go (or python, javascript, typescript, c, cpp, java, rust...); repo:name; branch:name (that branch instead); " +
+			"lang:go (or python, javascript, typescript, c, cpp, java, rust...); repo:name; branch:name; " +
 			"-term excludes (-word, -\"phrase\", -/regexp/, -path:, -lang:, -repo:, -branch:). " +
 			"Phrases, regexps and path: ignore case unless they contain an upper-case letter. " +
 			"Examples: sym:ListenAndServe, /func \\(s \\*Server\\) \\w+/ path:net/http, \"read config\" lang:python -path:test. " +
-			"Returns the best matching snippets with path and line numbers (and the branch when it is not the default one); the index holds each branch at its last sync, which may differ from the workspace.",
+			"Returns the best matching snippets with path and line numbers.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{` +
 			`"query":{"type":"string","description":"words, identifiers and the query syntax above (at most 1024 bytes)"},` +
 			`"repository":{"type":"string","description":"repository ID; default: the conversation's repository"},` +
