@@ -213,12 +213,15 @@ type Retriever interface {
 
 // Hit is one search result of a Retriever.
 type Hit struct {
-	Repository string  `json:"repository"`
-	Path       string  `json:"path"`
-	StartLine  int     `json:"start_line"`
-	EndLine    int     `json:"end_line"`
-	Snippet    string  `json:"snippet"`
-	Score      float64 `json:"score"`
+	Repository string `json:"repository"`
+	// Branch is the repository's branch the file is on ("" when the
+	// retriever does not know it).
+	Branch    string  `json:"branch,omitempty"`
+	Path      string  `json:"path"`
+	StartLine int     `json:"start_line"`
+	EndLine   int     `json:"end_line"`
+	Snippet   string  `json:"snippet"`
+	Score     float64 `json:"score"`
 }
 
 // Workspaces says which host tree a conversation's workspace shows.

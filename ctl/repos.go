@@ -50,7 +50,8 @@ func reposAddCommand() *cli.Command {
 			"Example: codumentorctl repos add --branch main demo file:///srv/git/demo.git",
 		Flags: []cli.Flag{
 			instanceFlag(),
-			&cli.StringFlag{Name: "branch", Value: "main", Usage: "the `BRANCH` to mirror"},
+			&cli.StringFlag{Name: "branch", Value: "main", Usage: "the `BRANCH` to mirror (the default one)"},
+			&cli.StringSliceFlag{Name: "also-branch", Usage: "also mirror and index `BRANCH`, searched with branch: (repeatable; at most 15)"},
 			&cli.StringFlag{Name: "credential", Usage: "the instance secret `NAME` git authenticates with"},
 			&cli.BoolFlag{Name: "run-setup", Usage: "run the repository's setup script (sandboxed) for its conversations"},
 			&cli.BoolFlag{Name: "setup-network", Usage: "give the setup script the host network (needs --run-setup)"},
@@ -60,8 +61,12 @@ func reposAddCommand() *cli.Command {
 			if cmd.NArg() != 2 {
 				return usageError(cmd, "want NAME URL, got %d arguments", cmd.NArg())
 			}
+			var branches []string
+			if also := cmd.StringSlice("also-branch"); len(also) > 0 {
+				branches = append([]string{cmd.String("branch")}, also...)
+			}
 			return withRepos(ctx, cmd, func(s *repos.Service, _ *gorm.DB) error {
-				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network"), SetupEgress: cmd.StringSlice("setup-allow-host"), By: auth.CommandLine})
+				r, err := s.Add(ctx, repos.Add{Name: cmd.Args().Get(0), URL: cmd.Args().Get(1), Branch: cmd.String("branch"), Branches: branches, Credential: cmd.String("credential"), RunSetup: cmd.Bool("run-setup"), SetupNetwork: cmd.Bool("setup-network"), SetupEgress: cmd.StringSlice("setup-allow-host"), By: auth.CommandLine})
 				if err != nil {
 					return err
 				}
@@ -94,7 +99,7 @@ func reposListCommand() *cli.Command {
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tID\tBRANCH\tHEAD\tINDEXED\tURL")
 				for _, r := range rs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.ID, r.Branch, short(r.Head), short(r.IndexedCommit), r.URL)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.ID, strings.Join(r.Branches, ","), short(r.Head), short(r.IndexedCommit), r.URL)
 				}
 				return tw.Flush()
 			})

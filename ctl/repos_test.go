@@ -71,8 +71,19 @@ func TestRepos(t *testing.T) {
 	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"setup_egress":["registry.npmjs.org","*.pypi.org:443"]`) {
 		t.Fatalf("list --json: the setup allow-list: %v", r)
 	}
-	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"name":"withsetup","url":"`+url+`","branch":"main","run_setup":true,"setup_network":true`) || !strings.Contains(r.stdout, `"name":"demo","url":"`+url+`","branch":"main","run_setup":false`) {
+	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"name":"withsetup","url":"`+url+`","branch":"main","branches":["main"],"run_setup":true,"setup_network":true`) || !strings.Contains(r.stdout, `"name":"demo","url":"`+url+`","branch":"main","branches":["main"],"run_setup":false`) {
 		t.Fatalf("list --json: %v", r)
+	}
+
+	// Several branches: --branch is the default, --also-branch the others.
+	if r := ctl(t, "repos", "add", "--instance", dir, "--branch", "trunk", "--also-branch", "release-1.x", "--also-branch", "release-2.x", "branches", url); r.code != 0 {
+		t.Fatalf("add --also-branch: %v", r)
+	}
+	if r := ctl(t, "repos", "list", "--json", "--instance", dir); !strings.Contains(r.stdout, `"name":"branches","url":"`+url+`","branch":"trunk","branches":["trunk","release-1.x","release-2.x"]`) {
+		t.Fatalf("list --json after --also-branch: %v", r)
+	}
+	if r := ctl(t, "repos", "add", "--instance", dir, "--also-branch", "trunk", "--also-branch", "../x", "badbranch", url); r.code != 1 || !strings.Contains(r.stderr, "branches") {
+		t.Fatalf("add --also-branch ../x: %v", r)
 	}
 
 	// The server's side: its queue with the sync handler (the local

@@ -67,25 +67,74 @@ func openCodeIndex(ctx context.Context, cfg config.Config, inst config.Instance,
 // newSearcher is ix's Searcher for GET /api/v1/search and the search_code
 // tool.
 //
-// search_code searches the conversation's repository by default (Scope);
-// a repository named that is not in table repositories is not found
+// search_code searches the conversation's repository by default, on the
+// branch its commit is indexed on (Scope: conversationScope); a
+// repository named that is not in table repositories is not found
 // (Exists); every search is within the repositories the user may read
 // (Readable: the access entries, as GET /api/v1/repositories shows
-// them), the index filtering by them before it ranks and limits.
+// them), the index filtering by them before it ranks and limits; branch:
+// chooses among the repositories' branches (Branches).
 func newSearcher(ix *retrieval.Index, convs *store.Conversations, rs *repos.Service) *retrieval.Searcher {
-	return &retrieval.Searcher{Index: ix, Readable: rs.Readable, Scope: func(ctx context.Context, user, conversation string) (string, error) {
-		c, err := convs.Get(ctx, user, conversation)
-		if err != nil {
-			return "", err
-		}
-		return c.Repository, nil
-	}, Exists: func(ctx context.Context, repository string) (bool, error) {
-		_, err := rs.Get(ctx, repository)
-		if errors.Is(err, repos.ErrNotFound) {
-			return false, nil
-		}
-		return err == nil, err
-	}}
+	return &retrieval.Searcher{Index: ix, Readable: rs.Readable, Branches: rs.Branches,
+		Scope: func(ctx context.Context, user, conversation string) (retrieval.Scope, error) {
+			c, err := convs.Get(ctx, user, conversation)
+			if err != nil {
+				return retrieval.Scope{}, err
+			}
+			return conversationScope(ctx, rs, c.Repository, c.BaseCommit)
+		}, Exists: func(ctx context.Context, repository string) (bool, error) {
+			_, err := rs.Get(ctx, repository)
+			if errors.Is(err, repos.ErrNotFound) {
+				return false, nil
+			}
+			return err == nil, err
+		}}
+}
+
+// conversationScope is search_code's default in a conversation on
+// repository at commit: the branch indexed at that commit; when none is
+// (the branch moved on since, or the commit is not the head of a branch
+// when it was indexed), the first branch that has the commit in its
+// history, as it is indexed, saying so; else the default branch, saying
+// so. The index holds each branch at one commit: the workspace's own
+// files are what the file tools read.
+func conversationScope(ctx context.Context, rs *repos.Service, repository, commit string) (retrieval.Scope, error) {
+	sc := retrieval.Scope{Repository: repository}
+	if repository == "" || commit == "" {
+		return sc, nil
+	}
+	r, err := rs.Get(ctx, repository)
+	if errors.Is(err, repos.ErrNotFound) {
+		return sc, nil // the search answers that it is gone
+	}
+	if err != nil {
+		return sc, err
+	}
+	b, exact, err := rs.BranchOf(ctx, r, commit)
+	if err != nil {
+		return sc, err
+	}
+	switch {
+	case exact:
+		sc.Branch = b
+	case b != "":
+		sc.Branch = b
+		sc.Note = fmt.Sprintf("Note: the index does not hold this conversation's commit %s; these results are from branch %s as indexed at %s, which has it in its history: files may differ from the workspace (read them there).", short(commit), b, indexedAt(r, b))
+	default:
+		sc.Note = fmt.Sprintf("Note: this conversation's commit %s is on no indexed branch; these results are from the default branch %s as indexed at %s: files may differ from the workspace (read them there).", short(commit), r.Branch, indexedAt(r, r.Branch))
+	}
+	return sc, nil
+}
+
+// short is a commit's abbreviation in notes.
+func short(commit string) string { return commit[:min(len(commit), 12)] }
+
+// indexedAt names the commit branch b of r is indexed at.
+func indexedAt(r repos.Repository, b string) string {
+	if c := r.Indexed(b); c != "" {
+		return short(c)
+	}
+	return "no commit yet (not indexed)"
 }
 
 // openEmbeddedIndex opens the embedded code index: retrieval.Shards
@@ -147,11 +196,13 @@ func (f indexFiles) close() {
 // open).
 type codeIndex struct{ ix *retrieval.Index }
 
-func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string, progress func(done, total int64)) error {
+// ingest indexes branch ("": the default one) of repository repoID
+// under its own key (retrieval.BranchKey).
+func (ix codeIndex) ingest(ctx context.Context, repoID, branch, gitDir, from, to string, progress func(done, total int64)) error {
 	if ix.ix == nil {
 		return fmt.Errorf("the code index is not open")
 	}
-	err := ix.ix.Ingest(ctx, repoID, gitDir, from, to, progress)
+	err := ix.ix.Ingest(ctx, retrieval.BranchKey(repoID, branch), gitDir, from, to, progress)
 	if errors.Is(err, retrieval.ErrTooManyEntries) || errors.Is(err, retrieval.ErrBadCommit) {
 		// The same commit fails the same way again: not retried, nor
 		// taken over by a restarted server.
@@ -160,9 +211,9 @@ func (ix codeIndex) ingest(ctx context.Context, repoID, gitDir, from, to string,
 	return err
 }
 
-func (ix codeIndex) drop(ctx context.Context, repoID string) error {
+func (ix codeIndex) drop(ctx context.Context, repoID, branch string) error {
 	if ix.ix == nil {
 		return nil
 	}
-	return ix.ix.DeleteRepository(ctx, repoID)
+	return ix.ix.DeleteRepository(ctx, retrieval.BranchKey(repoID, branch))
 }

@@ -268,11 +268,11 @@ func TestWebPages(t *testing.T) {
 		// Keyboard only: the form in order, its syntax help opens.
 		w.press("#q", "")
 		var order []string
-		for range 5 {
+		for range 6 {
 			order = append(order, eval[string](w, "document.activeElement.id || document.activeElement.tagName"))
 			w.do(chromedp.KeyEvent("\t"))
 		}
-		if strings.Join(order, " ") != "q search-repo search-k search-go syntax-h" {
+		if strings.Join(order, " ") != "q search-repo search-branch search-k search-go syntax-h" {
 			t.Errorf("focus order on the search page: %q", order)
 		}
 		w.press("#syntax-h", "\r")
@@ -312,6 +312,12 @@ func TestWebPages(t *testing.T) {
 		eval[chromedp.Void](w, fmt.Sprintf("document.getElementById('search-repo').value = %q", otherRepo))
 		w.press("#search-go", "\r")
 		w.until("document.getElementById('search-summary').textContent === 'Nothing found.' && !document.querySelector('#search-results .hit-file')", 20*time.Second)
+		// A branch no repository has: nothing, and the address keeps it.
+		eval[chromedp.Void](w, "document.getElementById('search-repo').value = ''")
+		w.fill("#search-branch", "release-1.x")
+		w.press("#search-go", "\r")
+		w.until("document.getElementById('search-summary').textContent === 'Nothing found.' && location.search.includes('branch=release-1.x')", 20*time.Second)
+		w.fill("#search-branch", "")
 		// The server's refusal, said on the page.
 		w.fill("#q", "!!!")
 		w.press("#search-go", "\r")

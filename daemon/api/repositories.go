@@ -50,10 +50,13 @@ func repoAnswer(err error) error {
 
 func (s *Server) createRepository(c *fiber.Ctx) error {
 	var req struct {
-		Name       string `json:"name"`
-		URL        string `json:"url"`
-		Branch     string `json:"branch"`
-		Credential string `json:"credential"`
+		Name   string `json:"name"`
+		URL    string `json:"url"`
+		Branch string `json:"branch"`
+		// Branches are every branch mirrored and indexed, the default
+		// first (branch, if given, must be it).
+		Branches   []string `json:"branches"`
+		Credential string   `json:"credential"`
 		// RunSetup and SetupNetwork: see repos.Repository.
 		RunSetup     bool     `json:"run_setup"`
 		SetupNetwork bool     `json:"setup_network"`
@@ -62,7 +65,7 @@ func (s *Server) createRepository(c *fiber.Ctx) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress, By: user(c).ID})
+	r, err := s.d.Repositories.Add(c.UserContext(), repos.Add{Name: req.Name, URL: req.URL, Branch: req.Branch, Branches: req.Branches, Credential: req.Credential, RunSetup: req.RunSetup, SetupNetwork: req.SetupNetwork, SetupEgress: req.SetupEgress, By: user(c).ID})
 	if err != nil {
 		return repoAnswer(err)
 	}

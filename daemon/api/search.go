@@ -4,10 +4,12 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/codumentor/codumentor/agentcore"
+	"github.com/codumentor/codumentor/integrations/git"
 	"github.com/codumentor/codumentor/integrations/retrieval"
 )
 
@@ -16,11 +18,12 @@ type SearchResults struct {
 	Results []agentcore.Hit `json:"results"`
 }
 
-// search is GET /api/v1/search?q=&repository=&k=: code search over the
-// repositories the user may read (or the one named), in the query
-// language of the retrieval package (words, "phrase", /regexp/, sym:,
-// path:, lang:, repo:, -term). A query it cannot read is 400 with the
-// column at fault in the message.
+// search is GET /api/v1/search?q=&repository=&branch=&k=: code search
+// over the repositories the user may read (or the one named), on each
+// one's default branch or the one named (q's branch: terms win), in the
+// query language of the retrieval package (words, "phrase", /regexp/,
+// sym:, path:, lang:, repo:, branch:, -term). A query it cannot read is
+// 400 with the column at fault in the message.
 func (s *Server) search(c *fiber.Ctx) error {
 	if s.d.Search == nil {
 		return apiError(http.StatusServiceUnavailable, "search_unavailable", "code search is not configured on this server")
@@ -37,7 +40,13 @@ func (s *Server) search(c *fiber.Ctx) error {
 		}
 		k = n
 	}
-	hits, err := s.d.Search.SearchIn(c.UserContext(), user(c).ID, c.Query("repository"), q, k)
+	branch := c.Query("branch")
+	if branch != "" {
+		if err := git.CheckBranch(branch); err != nil {
+			return badRequest("branch: %s", strings.TrimPrefix(err.Error(), "git: "))
+		}
+	}
+	hits, err := s.d.Search.SearchBranch(c.UserContext(), user(c).ID, c.Query("repository"), branch, q, k)
 	switch {
 	case errors.Is(err, retrieval.ErrBadQuery):
 		return badRequest("%s", err.Error()[len("retrieval: "):])

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,10 +74,15 @@ var (
 
 // Repository is one row of table repositories, as the API shows it.
 type Repository struct {
-	ID     string `gorm:"primaryKey" json:"id"`
-	Name   string `gorm:"uniqueIndex;not null" json:"name"`
-	URL    string `gorm:"not null" json:"url"`
+	ID   string `gorm:"primaryKey" json:"id"`
+	Name string `gorm:"uniqueIndex;not null" json:"name"`
+	URL  string `gorm:"not null" json:"url"`
+	// Branch is the default branch: the one a conversation starts on and
+	// a search without branch: finds.
 	Branch string `gorm:"not null" json:"branch"`
+	// Branches are every branch mirrored and indexed, Branch first (a
+	// repository added before there were several has Branch alone).
+	Branches []string `gorm:"serializer:json" json:"branches"`
 	// Credential names the instance secret git authenticates with ("":
 	// none).
 	Credential string `gorm:"not null" json:"credential,omitempty"`
@@ -90,22 +96,64 @@ type Repository struct {
 	RunSetup     bool     `gorm:"not null;default:false" json:"run_setup"`
 	SetupNetwork bool     `gorm:"not null;default:false" json:"setup_network"`
 	SetupEgress  []string `gorm:"serializer:json" json:"setup_egress,omitempty"`
-	// Head is the branch's commit at the last sync; IndexedCommit the one
-	// the search index was last built for (only a successful index step
-	// sets it).
-	Head          string    `gorm:"not null" json:"head"`
-	IndexedCommit string    `gorm:"not null" json:"indexed_commit"`
-	Synced        time.Time `json:"synced,omitzero"`
-	Created       time.Time `gorm:"not null" json:"created"`
-	Updated       time.Time `gorm:"not null" json:"updated"`
+	// Head is the default branch's commit at the last sync;
+	// IndexedCommit the one the search index was last built for (only a
+	// successful index step sets it).
+	Head          string `gorm:"not null" json:"head"`
+	IndexedCommit string `gorm:"not null" json:"indexed_commit"`
+	// Heads and IndexedCommits are Head and IndexedCommit of every
+	// branch, by name.
+	Heads          map[string]string `gorm:"serializer:json" json:"heads,omitempty"`
+	IndexedCommits map[string]string `gorm:"serializer:json" json:"indexed_commits,omitempty"`
+	Synced         time.Time         `json:"synced,omitzero"`
+	Created        time.Time         `gorm:"not null" json:"created"`
+	Updated        time.Time         `gorm:"not null" json:"updated"`
 }
 
 func (Repository) TableName() string { return "repositories" }
 
-// Indexer indexes a repository's mirror gitDir from fromCommit ("" for
-// none) to toCommit, reporting files done of total (the daemon passes
-// the code index's Ingest; nil: syncs only fetch).
-type Indexer func(ctx context.Context, repoID, gitDir, fromCommit, toCommit string, progress func(done, total int64)) error
+// AfterFind gives a repository added before Branches its one branch.
+func (r *Repository) AfterFind(*gorm.DB) error {
+	if len(r.Branches) == 0 && r.Branch != "" {
+		r.Branches = []string{r.Branch}
+	}
+	return nil
+}
+
+// Indexed is the commit branch b was last indexed at ("": never).
+func (r Repository) Indexed(b string) string {
+	if b == r.Branch {
+		return r.IndexedCommit
+	}
+	return r.IndexedCommits[b]
+}
+
+// MaxBranches bounds a repository's branches: each is fetched, indexed
+// and walked on every sync.
+const MaxBranches = 16
+
+// checkBranches refuses a list of branches git would refuse, a
+// duplicate, or more than MaxBranches.
+func checkBranches(bs []string) error {
+	if len(bs) > MaxBranches {
+		return fmt.Errorf("%w: branches: at most %d", ErrInvalid, MaxBranches)
+	}
+	for i, b := range bs {
+		if err := git.CheckBranch(b); err != nil {
+			return fmt.Errorf("%w: branches: %w", ErrInvalid, err)
+		}
+		if slices.Contains(bs[:i], b) {
+			return fmt.Errorf("%w: branches: %q is listed twice", ErrInvalid, b)
+		}
+	}
+	return nil
+}
+
+// Indexer indexes branch ("": the default one) of a repository's mirror
+// gitDir from fromCommit ("" for none: the branch was not indexed yet)
+// to toCommit, reporting files done of total (the daemon passes the code
+// index's Ingest, each branch under its own key; nil: syncs only fetch).
+type Indexer func(ctx context.Context, repoID, branch, gitDir, fromCommit, toCommit string, progress func(done, total int64)) error
 
 // Options configure a Service.
 type Options struct {
@@ -121,8 +169,9 @@ type Options struct {
 	Sandbox git.Sandbox
 	// Indexer is nil unless retrieval is enabled.
 	Indexer Indexer
-	// Unindex, if set, removes a deleted repository from the code index.
-	Unindex func(ctx context.Context, repoID string) error
+	// Unindex, if set, removes a deleted repository's branch ("": the
+	// default one) from the code index.
+	Unindex func(ctx context.Context, repoID, branch string) error
 	// ProtectedBranches are refused by Push (default main, master).
 	ProtectedBranches []string
 	// MaxPatchBytes bounds a pushed patch (default 16 MiB).
@@ -258,8 +307,11 @@ func (s *Service) Mirror(id string) string { return filepath.Join(s.o.Dir, id+".
 // Add is a new repository.
 type Add struct {
 	Name, URL, Branch, Credential string
-	RunSetup, SetupNetwork        bool
-	SetupEgress                   []string
+	// Branches are the branches to mirror and index, the default first
+	// (nil: Branch alone). Branch, if set too, must be the first.
+	Branches               []string
+	RunSetup, SetupNetwork bool
+	SetupEgress            []string
 	// By is who adds it, for the audit log: an administrator's ID, or
 	// auth.CommandLine.
 	By string
@@ -275,8 +327,14 @@ const maxSetupEgress = 64
 // refused one never reaches git; so is the credential's existence.
 func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	a.Name = strings.TrimSpace(a.Name)
-	if a.Branch == "" {
+	switch {
+	case a.Branch == "" && len(a.Branches) > 0:
+		a.Branch = a.Branches[0]
+	case a.Branch == "":
 		a.Branch = "main"
+	}
+	if len(a.Branches) == 0 {
+		a.Branches = []string{a.Branch}
 	}
 	switch {
 	case a.Name == "" || len(a.Name) > maxName || !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl):
@@ -304,13 +362,19 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 	if err := git.CheckBranch(a.Branch); err != nil {
 		return Repository{}, fmt.Errorf("%w: branch: %w", ErrInvalid, err)
 	}
+	if err := checkBranches(a.Branches); err != nil {
+		return Repository{}, err
+	}
+	if a.Branches[0] != a.Branch {
+		return Repository{}, fmt.Errorf("%w: branch %q must be the first of branches (the default branch), not %q", ErrInvalid, a.Branch, a.Branches[0])
+	}
 	if a.Credential != "" {
 		if _, err := s.o.Secrets.Meta(ctx, InstanceOwner, a.Credential); err != nil {
 			return Repository{}, fmt.Errorf("%w: credential %q is not an instance secret (PUT /api/v1/admin/secrets/{name} first)", ErrInvalid, a.Credential)
 		}
 	}
 	now := time.Now().UTC()
-	r := Repository{ID: randid.New("repo_"), Name: a.Name, URL: a.URL, Branch: a.Branch, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, SetupEgress: a.SetupEgress, Created: now, Updated: now}
+	r := Repository{ID: randid.New("repo_"), Name: a.Name, URL: a.URL, Branch: a.Branch, Branches: a.Branches, Credential: a.Credential, RunSetup: a.RunSetup, SetupNetwork: a.SetupNetwork, SetupEgress: a.SetupEgress, Created: now, Updated: now}
 	var n int64
 	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("name = ?", a.Name).Count(&n).Error; err != nil {
 		return Repository{}, fmt.Errorf("repos: %w", err)
@@ -328,7 +392,7 @@ func (s *Service) Add(ctx context.Context, a Add) (Repository, error) {
 			}
 		}
 		_, err := audit.Append(tx, audit.Entry{Kind: audit.KindAdmin, User: a.By, Data: map[string]any{
-			"action": "repository_add", "repository": r.ID, "name": r.Name, "url": r.URL, "branch": r.Branch,
+			"action": "repository_add", "repository": r.ID, "name": r.Name, "url": r.URL, "branch": r.Branch, "branches": r.Branches,
 			"credential": r.Credential, "run_setup": r.RunSetup, "setup_network": r.SetupNetwork, "setup_egress": r.SetupEgress,
 			"default_access": s.o.DefaultAccess,
 		}})
@@ -390,8 +454,13 @@ func (s *Service) Delete(ctx context.Context, id, by string) error {
 		s.log.Warn("removing a deleted repository's mirror failed", "repository", id, "err", err)
 	}
 	if s.o.Unindex != nil {
-		if err := s.o.Unindex(ctx, id); err != nil {
-			s.log.Warn("removing a deleted repository from the code index failed", "repository", id, "err", err)
+		for i, b := range r.Branches {
+			if i == 0 {
+				b = ""
+			}
+			if err := s.o.Unindex(ctx, id, b); err != nil {
+				s.log.Warn("removing a deleted repository from the code index failed", "repository", id, "branch", r.Branches[i], "err", err)
+			}
 		}
 	}
 	return nil
@@ -435,6 +504,9 @@ type syncPayload struct {
 type SyncResult struct {
 	Head          string `json:"head"`
 	IndexedCommit string `json:"indexed_commit"`
+	// Heads and IndexedCommits are every branch's, by name.
+	Heads          map[string]string `json:"heads"`
+	IndexedCommits map[string]string `json:"indexed_commits"`
 }
 
 // credential is repository r's credential for git, or nil.
@@ -472,39 +544,127 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	if err != nil {
 		return nil, jobs.Permanent(failed(err))
 	}
+	// Every branch is fetched, the default one first: a default branch
+	// that cannot be fetched fails the sync as before; another one is
+	// left out of this sync (its last index stays), and the sync fails
+	// at the end saying which.
 	report := s.reporter(ctx, j, "objects")
-	head, err := s.o.Git.Fetch(ctx, s.Mirror(r.ID), r.URL, r.Branch, cred, report)
-	if errors.Is(err, git.ErrBadURL) || errors.Is(err, git.ErrBadBranch) {
-		return nil, jobs.Permanent(failed(err))
+	heads := make(map[string]string, len(r.Branches))
+	var skipped []error
+	for _, b := range r.Branches {
+		head, err := s.o.Git.Fetch(ctx, s.Mirror(r.ID), r.URL, b, cred, report)
+		switch {
+		case b == r.Branch && (errors.Is(err, git.ErrBadURL) || errors.Is(err, git.ErrBadBranch)):
+			return nil, jobs.Permanent(failed(err))
+		case b == r.Branch && err != nil:
+			return nil, failed(err)
+		case err != nil:
+			skipped = append(skipped, fmt.Errorf("branch %s: %w", b, err))
+			continue
+		}
+		heads[b] = head
 	}
-	if err != nil {
-		return nil, failed(err)
-	}
+	head := heads[r.Branch]
 	now := time.Now().UTC()
 	err = s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Model(&Repository{}).Where("id = ?", r.ID).
-			Updates(map[string]any{"head": head, "synced": now, "updated": now}).Error; err != nil {
+		if err := tx.Model(&Repository{ID: r.ID}).Select("head", "heads", "synced", "updated").
+			Updates(Repository{Head: head, Heads: heads, Synced: now, Updated: now}).Error; err != nil {
 			return err
 		}
-		_, err := audit.Append(tx, syncEntry(r, *j, "fetched", map[string]any{"head": head}))
+		_, err := audit.Append(tx, syncEntry(r, *j, "fetched", map[string]any{"head": head, "heads": heads}))
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("repos: recording the head: %w", err)
 	}
-	res := SyncResult{Head: head, IndexedCommit: r.IndexedCommit}
-	if s.o.Indexer == nil || head == r.IndexedCommit {
-		return res, nil
+	res := SyncResult{Head: head, IndexedCommit: r.IndexedCommit, Heads: heads, IndexedCommits: maps.Clone(r.IndexedCommits)}
+	if res.IndexedCommits == nil {
+		res.IndexedCommits = map[string]string{}
 	}
-	if err := s.o.Indexer(ctx, r.ID, s.Mirror(r.ID), r.IndexedCommit, head, s.reporter(ctx, j, "files")); err != nil {
-		return nil, failed(fmt.Errorf("repos: indexing %s at %s: %w", r.Name, head, err))
+	if r.IndexedCommit != "" {
+		res.IndexedCommits[r.Branch] = r.IndexedCommit
 	}
-	if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).
-		Updates(map[string]any{"indexed_commit": head, "updated": time.Now().UTC()}).Error; err != nil {
-		return nil, fmt.Errorf("repos: recording the indexed commit: %w", err)
+	// Each branch is indexed from the commit it was indexed at before,
+	// under its own key: only the files whose blobs changed on that
+	// branch are read. Each one's success is recorded before the next
+	// starts, so a failure keeps what was done.
+	for _, b := range r.Branches {
+		to, from := heads[b], r.Indexed(b)
+		if s.o.Indexer == nil || to == "" || to == from {
+			continue
+		}
+		key := b
+		if b == r.Branch {
+			key = ""
+		}
+		if err := s.o.Indexer(ctx, r.ID, key, s.Mirror(r.ID), from, to, s.reporter(ctx, j, "files")); err != nil {
+			return nil, failed(fmt.Errorf("repos: indexing %s's branch %s at %s: %w", r.Name, b, to, err))
+		}
+		res.IndexedCommits[b] = to
+		cols := map[string]any{"indexed_commits": jsonColumn(res.IndexedCommits), "updated": time.Now().UTC()}
+		if b == r.Branch {
+			cols["indexed_commit"] = to
+			res.IndexedCommit = to
+		}
+		if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).Updates(cols).Error; err != nil {
+			return nil, fmt.Errorf("repos: recording the indexed commit: %w", err)
+		}
 	}
-	res.IndexedCommit = head
+	if len(skipped) > 0 {
+		return nil, failed(fmt.Errorf("repos: %s: fetched and indexed all but: %w", r.Name, errors.Join(skipped...)))
+	}
 	return res, nil
+}
+
+// jsonColumn is m as a serializer:json column holds it, for Updates
+// with a map (which does not apply the field's serializer).
+func jsonColumn(m map[string]string) string {
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// Branches lists every repository's branches by ID, the default first
+// (the code search's Searcher.Branches).
+func (s *Service) Branches(ctx context.Context) (map[string][]string, error) {
+	var rs []Repository
+	if err := s.o.DB.WithContext(ctx).Select("id", "branch", "branches").Find(&rs).Error; err != nil {
+		return nil, fmt.Errorf("repos: listing the branches: %w", err)
+	}
+	m := make(map[string][]string, len(rs))
+	for _, r := range rs {
+		m[r.ID] = r.Branches
+	}
+	return m, nil
+}
+
+// BranchOf finds the branch of r to search for commit: the one indexed
+// at commit (indexed true), else the first (default first) whose
+// fetched head has commit in its history, else "".
+func (s *Service) BranchOf(ctx context.Context, r Repository, commit string) (branch string, indexed bool, err error) {
+	for _, b := range r.Branches {
+		if r.Indexed(b) == commit {
+			return b, true, nil
+		}
+	}
+	if !git.IsCommitID(commit) {
+		return "", false, fmt.Errorf("%w: %q is not a full commit ID", ErrInvalid, commit)
+	}
+	if _, err := s.o.Git.Commit(ctx, s.Mirror(r.ID), commit); err != nil {
+		return "", false, nil // not in the mirror: on no branch
+	}
+	for _, b := range r.Branches {
+		if r.Heads[b] == "" && !(b == r.Branch && r.Head != "") {
+			continue // never fetched: not in the mirror
+		}
+		ok, err := s.o.Git.IsAncestor(ctx, s.Mirror(r.ID), commit, b)
+		if err != nil {
+			return "", false, fmt.Errorf("repos: is %s on %s's branch %s: %w", commit, r.Name, b, err)
+		}
+		if ok {
+			return b, false, nil
+		}
+	}
+	return "", false, nil
 }
 
 // reporter returns a progress callback that records j's progress at most

@@ -105,7 +105,7 @@ func TestSyncIndexer(t *testing.T) {
 	var mu sync.Mutex
 	var calls []string
 	fail := true
-	s, q := service(t, Options{Indexer: func(ctx context.Context, repoID, gitDir, from, to string, progress func(done, total int64)) error {
+	s, q := service(t, Options{Indexer: func(ctx context.Context, repoID, branch, gitDir, from, to string, progress func(done, total int64)) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls = append(calls, from+">"+to)

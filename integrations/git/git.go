@@ -434,6 +434,23 @@ func (g *Git) Commit(ctx context.Context, gitDir, rev string) (string, error) {
 	return id, nil
 }
 
+// IsAncestor reports whether commit (a full object name) is reachable
+// from refs/heads/<branch> in gitDir (git merge-base --is-ancestor).
+func (g *Git) IsAncestor(ctx context.Context, gitDir, commit, branch string) (bool, error) {
+	if !IsCommitID(commit) {
+		return false, fmt.Errorf("git: %q is not a full commit ID", commit)
+	}
+	if err := CheckBranch(branch); err != nil {
+		return false, err
+	}
+	_, err := g.run(ctx, "merge-base", gitDir, nil, nil, nil, "merge-base", "--is-ancestor", commit, "refs/heads/"+branch)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Push pushes commit (a full object name) of gitDir to url's branch:
 // git push url commit:refs/heads/<branch>, nothing else.
 func (g *Git) Push(ctx context.Context, gitDir, url, commit, branch string, cred *Credential) error {

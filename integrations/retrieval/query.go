@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/codumentor/codumentor/integrations/git"
 )
 
 // The query language (GET /api/v1/search, search_code), parsed here and
@@ -22,8 +24,10 @@ import (
 //	path:dir/file     files whose path contains it
 //	lang:go           files of that language
 //	repo:name         repositories whose ID contains it
+//	branch:name       that branch of each repository (default: each one's
+//	                  default branch); the Searcher resolves it to index keys
 //	-term             excludes what term matches (words, phrases, regexps,
-//	                  path:, lang:, repo:)
+//	                  path:, lang:, repo:, branch:)
 //
 // Phrases, regular expressions and path: are case-insensitive unless
 // they contain an upper-case letter. A term with another prefix
@@ -64,6 +68,11 @@ type parsedQuery struct {
 	notPaths []string
 	notLangs []string
 	notRepos []string
+	// branches and notBranches choose the repositories' branches
+	// searched: the Searcher turns them into index keys (BranchKey)
+	// before the index sees the query, which then ignores them.
+	branches    []string
+	notBranches []string
 }
 
 // pattern is a phrase or regular expression, compiled, with its
@@ -78,7 +87,8 @@ type pattern struct {
 func (q *parsedQuery) plain() bool {
 	return len(q.phrases) == 0 && len(q.regexps) == 0 && len(q.syms) == 0 && len(q.paths) == 0 &&
 		len(q.langs) == 0 && len(q.repos) == 0 && len(q.notWords) == 0 && len(q.not) == 0 &&
-		len(q.notPaths) == 0 && len(q.notLangs) == 0 && len(q.notRepos) == 0
+		len(q.notPaths) == 0 && len(q.notLangs) == 0 && len(q.notRepos) == 0 &&
+		len(q.branches) == 0 && len(q.notBranches) == 0
 }
 
 // rankWords are the words a backend ranks by: the plain words and the
@@ -103,7 +113,7 @@ func (q *parsedQuery) patterns() []*pattern {
 }
 
 // queryFields are the prefixes of the language.
-var queryFields = map[string]bool{"sym": true, "path": true, "file": true, "lang": true, "repo": true}
+var queryFields = map[string]bool{"sym": true, "path": true, "file": true, "lang": true, "repo": true, "branch": true}
 
 // parseQueryLanguage reads a query. Its errors are *SyntaxError.
 func parseQueryLanguage(text string) (*parsedQuery, error) {
@@ -127,7 +137,10 @@ func parseQueryLanguage(text string) (*parsedQuery, error) {
 	}
 	if len(q.words) == 0 && len(q.phrases) == 0 && len(q.regexps) == 0 && len(q.syms) == 0 &&
 		len(q.paths) == 0 && len(q.langs) == 0 && len(q.repos) == 0 {
-		if !q.plain() {
+		switch {
+		case len(q.branches) > 0 || len(q.notBranches) > 0:
+			return nil, p.errAt(0, "branch: only chooses where to search: add a word, phrase, regular expression or filter to search for")
+		case !q.plain():
 			return nil, p.errAt(0, "only exclusions: add a word, phrase, regular expression or filter to search for")
 		}
 	}
@@ -339,11 +352,16 @@ func (p *queryParser) term(q *parsedQuery) error {
 		add(neg, &q.langs, &q.notLangs, l)
 	case "repo":
 		add(neg, &q.repos, &q.notRepos, value)
+	case "branch":
+		if err := git.CheckBranch(value); err != nil {
+			return p.errAt(valueAt, "branch: "+strings.TrimPrefix(err.Error(), "git: "))
+		}
+		add(neg, &q.branches, &q.notBranches, value)
 	}
 	return nil
 }
 
-var fieldExample = map[string]string{"sym": "parseConfig", "path": "net/http", "file": "net/http", "lang": "go", "repo": "backend"}
+var fieldExample = map[string]string{"sym": "parseConfig", "path": "net/http", "file": "net/http", "lang": "go", "repo": "backend", "branch": "release-1.x"}
 
 func add(neg bool, yes, no *[]string, v string) {
 	if neg {

@@ -318,9 +318,11 @@ func (v *verifier) spent() bool {
 }
 
 // file reports whether a file passes path:, lang: and repo: (and their
-// exclusions).
-func (v *verifier) file(repository, path, lang string) bool {
+// exclusions); repo: looks at the repository's ID, not at the branch of
+// its index key.
+func (v *verifier) file(key, path, lang string) bool {
 	pq := v.pq
+	repository, _ := splitKey(key)
 	for _, p := range pq.paths {
 		if !smartContains(path, p) {
 			return false

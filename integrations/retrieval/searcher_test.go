@@ -36,11 +36,11 @@ func TestSearchCodeTool(t *testing.T) {
 			}
 			return nil, false, nil
 		},
-		Scope: func(_ context.Context, user, conv string) (string, error) {
+		Scope: func(_ context.Context, user, conv string) (Scope, error) {
 			if conv == "conv_on_a" {
-				return "a", nil
+				return Scope{Repository: "a"}, nil
 			}
-			return "", nil
+			return Scope{}, nil
 		},
 	}
 	tool := s.Tool()

@@ -136,7 +136,7 @@ async function profiles() {
 
 // searchTerms are what to mark of a query in a snippet: its words and
 // phrases (split as the index splits identifiers), sym: names and
-// /regex/ as given; path:, lang:, repo: and -excluded terms are not
+// /regex/ as given; path:, lang:, repo:, branch: and -excluded terms are not
 // in a snippet's text.
 function searchTerms(q) {
   const out = [];
@@ -199,6 +199,8 @@ async function search() {
   const q = document.getElementById('q');
   const repo = document.getElementById('search-repo');
   const k = document.getElementById('search-k');
+  const branch = document.getElementById('search-branch');
+  const branches = document.getElementById('search-branches');
   const summary = document.getElementById('search-summary');
   const results = document.getElementById('search-results');
   const repos = new Map();
@@ -207,9 +209,18 @@ async function search() {
     repos.set(x.id, x);
     repo.append(el('option', { value: x.id }, x.name));
   }
+  // The branch suggestions: the chosen repository's, or every one's.
+  const suggest = () => {
+    const names = new Set();
+    for (const x of repos.values()) if (!repo.value || x.id === repo.value) for (const b of x.branches || [x.branch]) names.add(b);
+    branches.replaceChildren(...[...names].sort().map((b) => el('option', { value: b })));
+  };
+  repo.addEventListener('change', suggest);
+  suggest();
   const run = async () => {
     const params = new URLSearchParams({ q: q.value, k: k.value });
     if (repo.value) params.set('repository', repo.value);
+    if (branch.value.trim()) params.set('branch', branch.value.trim());
     history.replaceState(null, '', '?' + params);
     summary.classList.remove('error');
     summary.textContent = 'Searching…';
@@ -223,7 +234,7 @@ async function search() {
     const hits = res.data.results || [];
     const files = new Map();
     for (const h of hits) {
-      const key = h.repository + '\n' + h.path;
+      const key = h.repository + '\n' + (h.branch || '') + '\n' + h.path;
       if (!files.has(key)) files.set(key, []);
       files.get(key).push(h);
     }
@@ -234,7 +245,9 @@ async function search() {
     for (const hs of files.values()) {
       const h0 = hs[0];
       const rp = repos.get(h0.repository);
-      const commit = rp?.indexed_commit || '';
+      // The commit the hit's branch was indexed at: what it shows.
+      const onDefault = !h0.branch || h0.branch === rp?.branch;
+      const commit = (h0.branch && rp?.indexed_commits?.[h0.branch]) || (onDefault ? rp?.indexed_commit : '') || '';
       const open = el('button', { type: 'button', class: 'open-conv' }, 'Open in a conversation');
       open.onclick = () => guard(async () => {
         const body = { title: `${h0.path}:${h0.start_line}`.slice(-200), repository: h0.repository };
@@ -243,15 +256,16 @@ async function search() {
         location.assign('/c/' + encodeURIComponent(c.data.id));
       });
       const sec = el('section', { class: 'card hit-file' },
-        el('h2', { class: 'hit-path' }, el('span', { class: 'hint', text: (rp?.name || h0.repository) + ' ' }), h0.path),
-        el('p', { class: 'row' }, open, commit ? el('span', { class: 'hint', text: `at commit ${commit.slice(0, 12)}, as indexed` }) : null));
+        el('h2', { class: 'hit-path' }, el('span', { class: 'hint', text: (rp?.name || h0.repository) + (h0.branch ? ` (${h0.branch})` : '') + ' ' }), h0.path),
+        el('p', { class: 'row' }, open, commit ? el('span', { class: 'hint', text: `${h0.branch ? `branch ${h0.branch} ` : ''}at commit ${commit.slice(0, 12)}, as indexed` }) : null));
       for (const h of [...hs].sort((a, b) => a.start_line - b.start_line)) sec.append(snippet(h, terms));
       results.append(sec);
     }
   };
   form.addEventListener('submit', (e) => { e.preventDefault(); guard(run); });
   const u = new URLSearchParams(location.search);
-  if (u.get('repository')) repo.value = u.get('repository');
+  if (u.get('repository')) { repo.value = u.get('repository'); suggest(); }
+  if (u.get('branch')) branch.value = u.get('branch');
   if (['10', '25', '50', '100'].includes(u.get('k'))) k.value = u.get('k');
   if (u.get('q')) { q.value = u.get('q'); await run(); }
 }
