@@ -502,47 +502,19 @@ type weaviateFile struct {
 }
 
 // Search implements Backend as SQLite.Search does: the chunks ranked
-// by BM25 (chunkDepth), the files by their fields (filesDepth), and
-// with a vector the chunks nearest to it, in one request; files scored
-// as rankFiles scores them; then their chunks, in a second request.
+// by BM25, the files by their fields, and with a vector the chunks
+// nearest to it, in one request (rankingQuery); files scored as
+// rankFiles scores them; then their chunks, in a second request.
 func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	if err := checkQuery(&q); err != nil {
 		return nil, err
 	}
 	depth := max(q.Limit, q.depth)
-	// Only our parsed words reach the query: letters, digits, spaces. An
-	// identifier of several parts is searched as its joined form (Weaviate
-	// has no phrases; its parts alone would match every chunk that has
-	// them anywhere), so parseConfig finds parseConfig and parse_config,
-	// and prose "parse config" finds all three.
-	var words []string
-	for _, wd := range parseQuery(q.Text) {
-		words = append(words, strings.Join(wd, ""))
+	query, bm25, err := w.rankingQuery(q, max(weaviateChunkDepth, depth), max(weaviateFilesDepth, depth))
+	if err != nil {
+		return nil, err
 	}
-	bm25 := "bm25: {query: " + graphQLString(strings.Join(words, " ")) + `, properties: ["terms"]}`
-	where := ""
-	switch len(q.Repositories) {
-	case 0:
-	case 1:
-		where = `, where: {path: ["repository"], operator: Equal, valueText: ` + graphQLString(q.Repositories[0]) + "}"
-	default:
-		where = `, where: {path: ["repository"], operator: ContainsAny, valueText: ` + graphQLStrings(q.Repositories) + "}"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "{Get {chunks: %s(%s%s, limit: %d) {repository path _additional {id score}}", w.class, bm25, where, max(weaviateChunkDepth, depth))
-	fmt.Fprintf(&b, " files: %s(%s%s, limit: %d) {repository path _additional {score}}", w.files, bm25, where, max(weaviateFilesDepth, depth))
-	if q.Vector != nil {
-		vec := make([]string, len(q.Vector))
-		for i, f := range q.Vector {
-			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-				return nil, errors.New("retrieval: weaviate search: the query's vector is not finite")
-			}
-			vec[i] = strconv.FormatFloat(float64(f), 'g', -1, 32)
-		}
-		fmt.Fprintf(&b, " near: %s(nearVector: {vector: [%s]}%s, limit: %d) {repository path _additional {id distance}}", w.class, strings.Join(vec, ", "), where, chunkDepth)
-	}
-	b.WriteString("}}")
-	got, err := w.graphQL(ctx, b.String())
+	got, err := w.graphQL(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("retrieval: weaviate search: %w", err)
 	}
@@ -552,6 +524,45 @@ func (w *Weaviate) Search(ctx context.Context, q Query) ([]Result, error) {
 	}
 	ranked = ranked[:min(len(ranked), depth)]
 	return w.load(ctx, bm25, ranked)
+}
+
+// rankingQuery is the GraphQL query of q's rankings (q checked): the
+// chunks (alias chunks, at most chunks of them), the files (files) and,
+// with a vector, the nearest chunks (near); and its bm25 argument.
+func (w *Weaviate) rankingQuery(q Query, chunks, files int) (query, bm25 string, err error) {
+	// Only our parsed words reach the query: letters, digits, spaces. An
+	// identifier of several parts is searched as its joined form (Weaviate
+	// has no phrases; its parts alone would match every chunk that has
+	// them anywhere), so parseConfig finds parseConfig and parse_config,
+	// and prose "parse config" finds all three.
+	var words []string
+	for _, wd := range parseQuery(q.Text) {
+		words = append(words, strings.Join(wd, ""))
+	}
+	bm25 = "bm25: {query: " + graphQLString(strings.Join(words, " ")) + `, properties: ["terms"]}`
+	where := ""
+	switch len(q.Repositories) {
+	case 0:
+	case 1:
+		where = `, where: {path: ["repository"], operator: Equal, valueText: ` + graphQLString(q.Repositories[0]) + "}"
+	default:
+		where = `, where: {path: ["repository"], operator: ContainsAny, valueText: ` + graphQLStrings(q.Repositories) + "}"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "{Get {chunks: %s(%s%s, limit: %d) {repository path _additional {id score}}", w.class, bm25, where, chunks)
+	fmt.Fprintf(&b, " files: %s(%s%s, limit: %d) {repository path _additional {score}}", w.files, bm25, where, files)
+	if q.Vector != nil {
+		vec := make([]string, len(q.Vector))
+		for i, f := range q.Vector {
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return "", "", errors.New("retrieval: weaviate search: the query's vector is not finite")
+			}
+			vec[i] = strconv.FormatFloat(float64(f), 'g', -1, 32)
+		}
+		fmt.Fprintf(&b, " near: %s(nearVector: {vector: [%s]}%s, limit: %d) {repository path _additional {id distance}}", w.class, strings.Join(vec, ", "), where, chunkDepth)
+	}
+	b.WriteString("}}")
+	return b.String(), bm25, nil
 }
 
 // rankFiles scores the files of the ranked chunks and fields as

@@ -104,3 +104,95 @@ func weaviateCPU(b *testing.B) time.Duration {
 	}
 	return d
 }
+
+// BenchmarkWeaviateParts is where a Weaviate search's time goes, over
+// the Go tree (ingested once) for the Go set's sentences: the rankings'
+// request at Search's depths (rank-1000-500) and at the embedded
+// index's (rank-200-100), the chunks' and the files' rankings alone,
+// the chunks' without the repository's filter, the second request
+// (load: the best chunks of the first 10 files) and Search itself;
+// p50/p95 of each request and the server's CPU time per request
+// (-srv-cpu-ms). Run once (-benchtime 1x).
+func BenchmarkWeaviateParts(b *testing.B) {
+	g := goTreeRepo(b)
+	set := evalCorpora(b)[0].set
+	ix, _ := New(Options{Backend: backends[1].open(b)})
+	if err := ix.Ingest(b.Context(), "go", g.dir, "", g.first, nil); err != nil {
+		b.Fatal(err)
+	}
+	w := ix.o.Backend.(*Weaviate)
+	// timed runs f: its latency and the server's CPU time.
+	timed := func(f func() error) (time.Duration, time.Duration, error) {
+		srv0, start := weaviateCPU(b), time.Now()
+		err := f()
+		return time.Since(start), weaviateCPU(b) - srv0, err
+	}
+	// A part times its request for a query.
+	type part func(q Query) (lat, cpu time.Duration, err error)
+	graphQL := func(chunks, files int, only string, filter bool) part {
+		return func(q Query) (time.Duration, time.Duration, error) {
+			if !filter {
+				q.Repositories = nil
+			}
+			query, _, err := w.rankingQuery(q, chunks, files)
+			if err != nil {
+				return 0, 0, err
+			}
+			if only != "" { // one of the two Gets
+				i, j := strings.Index(query, " files: "), len(query)-2
+				if only == "chunks" {
+					query = query[:i] + "}}"
+				} else {
+					query = "{Get {" + query[i+1:j] + "}}"
+				}
+			}
+			return timed(func() error { _, err := w.graphQL(b.Context(), query); return err })
+		}
+	}
+	parts := map[string]part{
+		"rank-1000-500":          graphQL(weaviateChunkDepth, weaviateFilesDepth, "", true),
+		"rank-200-100":           graphQL(chunkDepth, filesDepth, "", true),
+		"chunks-1000":            graphQL(weaviateChunkDepth, weaviateFilesDepth, "chunks", true),
+		"chunks-1000-unfiltered": graphQL(weaviateChunkDepth, weaviateFilesDepth, "chunks", false),
+		"files-500":              graphQL(weaviateChunkDepth, weaviateFilesDepth, "files", true),
+		"load": func(q Query) (time.Duration, time.Duration, error) {
+			query, bm25, err := w.rankingQuery(q, weaviateChunkDepth, weaviateFilesDepth)
+			if err != nil {
+				return 0, 0, err
+			}
+			got, err := w.graphQL(b.Context(), query)
+			if err != nil {
+				return 0, 0, err
+			}
+			ranked := w.rankFiles(got["chunks"], got["files"])
+			ranked = ranked[:min(len(ranked), q.Limit)]
+			return timed(func() error { _, err := w.load(b.Context(), bm25, ranked); return err })
+		},
+		"search": func(q Query) (time.Duration, time.Duration, error) {
+			return timed(func() error { _, err := w.Search(b.Context(), q); return err })
+		},
+	}
+	lat := map[string][]time.Duration{}
+	cpu := map[string]time.Duration{}
+	for b.Loop() {
+		for _, eq := range set.Queries {
+			q := Query{Text: eq.Query, Repositories: []string{"go"}, Limit: 10}
+			if err := checkQuery(&q); err != nil {
+				b.Fatal(err)
+			}
+			for name, p := range parts {
+				d, c, err := p(q)
+				if err != nil {
+					b.Fatalf("%s: %q: %v", name, q.Text, err)
+				}
+				lat[name] = append(lat[name], d)
+				cpu[name] += c
+			}
+		}
+	}
+	for name, ds := range lat {
+		b.ReportMetric(percentile(ds, 0.5), name+"-p50-ms")
+		b.ReportMetric(percentile(ds, 0.95), name+"-p95-ms")
+		b.ReportMetric(float64(cpu[name].Microseconds())/1000/float64(len(ds)), name+"-srv-cpu-ms")
+	}
+}
