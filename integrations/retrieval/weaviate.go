@@ -69,10 +69,11 @@ type WeaviateOptions struct {
 
 // An import request carries at most weaviateBatch objects, or fewer
 // whose text and terms reach weaviateBatchBytes (a chunk's text is up
-// to chunkBytes, its terms about as much).
+// to chunkBytes, its terms about as much): a request must end within
+// the client's timeout on a loaded server.
 const (
-	weaviateBatch      = 500
-	weaviateBatchBytes = 8 << 20
+	weaviateBatch      = 200
+	weaviateBatchBytes = 4 << 20
 )
 
 // maxWeaviateAnswer bounds what is read of one answer: a search's are
