@@ -647,6 +647,12 @@ func fuseWeaviate(lex []weaviateFile, near []weaviateHit) []weaviateFile {
 	return out
 }
 
+// weaviateLookups caps the files of one answer whose chunk load looks
+// up by file (two searches each): the query language's deep rankings
+// may hold more files found by their fields alone; those after the
+// first weaviateLookups are left out.
+const weaviateLookups = MaxLimit
+
 // load answers the ranked files with their chunks, in one request: the
 // best chunks by ID, and for a file without one (found by its fields
 // alone) its chunk that ranks best for the words, or its first.
@@ -657,9 +663,13 @@ func (w *Weaviate) load(ctx context.Context, bm25 string, ranked []weaviateFile)
 	var ids []string
 	var b strings.Builder
 	b.WriteString("{Get {")
+	lookups := 0
 	for i, f := range ranked {
 		if f.chunk != "" {
 			ids = append(ids, f.chunk)
+			continue
+		}
+		if lookups++; lookups > weaviateLookups {
 			continue
 		}
 		file := `where: {operator: And, operands: [{path: ["repository"], operator: Equal, valueText: ` + graphQLString(f.repository) +
