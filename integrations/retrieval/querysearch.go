@@ -278,22 +278,29 @@ func (ix *Index) searchLanguage(ctx context.Context, q Query, pq *parsedQuery) (
 		return s.searchLanguage(ctx, q, pq, words)
 	}
 	// Another backend ranks the words; what the language adds is checked
-	// on the chunks it returns.
+	// on the best chunks of the files it ranks, deeper until enough pass
+	// (as filterRanked does).
 	if len(pq.syms) > 0 || words == "" {
 		return nil, fmt.Errorf("%w: this index answers sym:, and regular expressions or filters without words, only in the embedded backend: add words to search for", ErrBadQuery)
 	}
-	rs, err := ix.o.Backend.Search(ctx, Query{Text: words, Vector: q.Vector, Repositories: q.Repositories, Limit: MaxLimit})
-	if err != nil {
-		return nil, err
-	}
 	v := newVerifier(pq)
-	out := rs[:0]
-	for _, r := range rs {
-		if len(out) == q.Limit {
-			break
+	var out []Result
+	for _, depth := range []int{queryDepth1, queryDepth2} {
+		rs, err := ix.o.Backend.Search(ctx, Query{Text: words, Vector: q.Vector, Repositories: q.Repositories, Limit: q.Limit, depth: depth})
+		if err != nil {
+			return nil, err
 		}
-		if v.file(r.Repository, r.Path, r.Language) && v.chunk(&r) {
-			out = append(out, r)
+		out = out[:0]
+		for _, r := range rs {
+			if len(out) == q.Limit || v.spent() {
+				break
+			}
+			if v.file(r.Repository, r.Path, r.Language) && v.chunk(&r) {
+				out = append(out, r)
+			}
+		}
+		if len(out) == q.Limit || len(rs) < depth || v.spent() {
+			break
 		}
 	}
 	return out, nil

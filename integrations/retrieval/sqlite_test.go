@@ -360,7 +360,7 @@ func TestFileRanking(t *testing.T) {
 		{path: "httputil/reverseproxy.go", content: "package httputil\n\nfunc forward() {}\n"},
 		{path: "other.go", content: "package other\n\nfunc unrelated() {}\n"},
 	})
-	for _, bk := range backends[:1] {
+	for _, bk := range backends {
 		ix, _ := New(Options{Backend: bk.open(t)})
 		if err := ix.Ingest(t.Context(), "r", dir, "", commit, nil); err != nil {
 			t.Fatal(err)

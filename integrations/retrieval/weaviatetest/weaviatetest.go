@@ -144,6 +144,9 @@ func Launch() (*Server, error) {
 	}
 }
 
+// Pid is the server's process ID (to read its resource use).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Close stops the server and removes its data.
 func (s *Server) Close() {
 	if s.cmd.Process != nil {
