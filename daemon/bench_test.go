@@ -15,20 +15,49 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 )
 
 // BenchmarkListConversations measures authenticated GET
-// /api/v1/conversations (token check, user lookup, one query) against
-// GET /healthz, the same server's cheapest route, measured in the same
-// run: parallel clients on keep-alive connections.
+// /api/v1/conversations (token check, user lookup, one query: a page of
+// 100 of the user's 200 conversations) against GET /healthz, the same
+// server's cheapest route, measured in the same run: parallel clients
+// on keep-alive connections. Two servers with the same data, one on
+// SQLite and one on PostgreSQL, take turns over three rounds (the
+// sub-benchmarks of the later rounds are named sqlite#01, …).
 func BenchmarkListConversations(b *testing.B) {
-	in := newInstance(b, "")
-	in.addUser("alice", pw, false)
-	p := in.start()
-	c := p.login("alice", pw)
-	for i := 0; i < 20; i++ {
-		c.newConversation()
+	type server struct {
+		p *proc
+		c *client
 	}
+	servers := map[string]server{}
+	backends := []string{store.BackendSQLite, store.BackendPostgres}
+	for _, backend := range backends {
+		db := "store:\n  backend: sqlite\n"
+		if backend == store.BackendPostgres {
+			db = fmt.Sprintf("store:\n  backend: postgres\n  postgres: {dsn: %q}\n", storetest.Postgres(b).DSN)
+		}
+		in := newInstance(b, db)
+		in.addUser("alice", pw, false)
+		p := in.start()
+		c := p.login("alice", pw)
+		for i := 0; i < 200; i++ {
+			c.newConversation()
+		}
+		servers[backend] = server{p, c}
+	}
+	for round := range 3 {
+		for i := range backends {
+			backend := backends[(i+round)%len(backends)]
+			b.Run(backend, func(b *testing.B) { listing(b, servers[backend].p, servers[backend].c) })
+		}
+	}
+}
+
+// listing runs the two sub-benchmarks of BenchmarkListConversations on
+// the server p, authenticated as c.
+func listing(b *testing.B, p *proc, c *client) {
 	for _, bc := range []struct{ name, path, token string }{
 		{"healthz", "/healthz", ""},
 		{"conversations", "/api/v1/conversations", c.token},
@@ -78,6 +107,43 @@ func BenchmarkListConversations(b *testing.B) {
 // events were lost (must be 0).
 func BenchmarkFanOut(b *testing.B) {
 	const subscribers = 1000
+	in := newInstance(b, fanOutModel(b)+streamLimits(subscribers))
+	in.addUser("alice", pw, false)
+	p := in.start()
+	c := p.login("alice", pw)
+
+	var lat []time.Duration
+	var lost, received int
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		conv := c.newConversation()
+		r := fanOut(b, []*client{c}, conv, subscribers, func() {
+			b.StartTimer()
+			c.send(conv, "tell me about foxes")
+		})
+		b.StopTimer()
+		lost += r.lost
+		for _, l := range r.lat {
+			lat = append(lat, l...)
+			received += len(l)
+		}
+	}
+	if len(lat) == 0 {
+		b.Fatal("no events received")
+	}
+	b.ReportMetric(percentileMs(lat, 0.50), "p50-ms")
+	b.ReportMetric(percentileMs(lat, 0.99), "p99-ms")
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(received)/float64(b.N*subscribers), "events/sub")
+	if lost > 0 {
+		b.Errorf("%d events lost", lost)
+	}
+}
+
+// fanOutModel starts a scripted model whose every answer streams 900
+// characters at a model's pace (a piece every 20 ms), and returns the
+// YAML that points a server at it.
+func fanOutModel(b *testing.B) string {
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
 	var steps []llmtest.Step
 	for i := 0; i < 50; i++ {
@@ -88,115 +154,120 @@ func BenchmarkFanOut(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Close)
-	// One user follows with every subscriber, from one address: lift
-	// the caps that would refuse that.
-	in := newInstance(b, fmt.Sprintf("llm:\n  base_url: %s\n  model: test\nserver:\n  max_streams_per_user: %d\n  max_streams: %d\n  max_connections_per_ip: %d\n", srv.URL(), subscribers, subscribers, subscribers+64))
-	in.addUser("alice", pw, false)
-	p := in.start()
-	c := p.login("alice", pw)
+	return fmt.Sprintf("llm:\n  base_url: %s\n  model: test\n", srv.URL())
+}
 
-	var lat []time.Duration
-	var lost, received int
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		conv := c.newConversation()
-		ctx, cancel := context.WithCancel(context.Background())
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		ready := make(chan struct{}, subscribers)
-		var sublat [][]time.Duration
-		var subSeqs [][]int64
-		tr := &http.Transport{MaxIdleConnsPerHost: subscribers, MaxConnsPerHost: subscribers}
-		hc := &http.Client{Transport: tr}
-		for s := 0; s < subscribers; s++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				req, _ := http.NewRequestWithContext(ctx, "GET", p.URL+"/api/v1/conversations/"+conv+"/events", nil)
-				req.Header.Set("Authorization", "Bearer "+c.token)
-				res, err := hc.Do(req)
+// streamLimits lifts the caps that would refuse n streams of one user
+// from one address.
+func streamLimits(n int) string {
+	return fmt.Sprintf("server:\n  max_streams_per_user: %d\n  max_streams: %d\n  max_connections_per_ip: %d\n", n, n, n+64)
+}
+
+// fanOutResult is what the subscribers of one fan-out saw.
+type fanOutResult struct {
+	// lat holds, for each server followed (in the order given), the
+	// delays from the time of each text_delta event to its arrival at
+	// each subscriber there.
+	lat [][]time.Duration
+	// lost counts the subscribers' missing or out-of-order events.
+	lost int
+}
+
+// fanOut has n subscribers follow conv, spread in turn over the servers
+// of via, runs start once every one of them follows, and waits until
+// each has read the turn's turn_finished.
+func fanOut(b *testing.B, via []*client, conv string, n int, start func()) fanOutResult {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ready := make(chan struct{}, n)
+	r := fanOutResult{lat: make([][]time.Duration, len(via))}
+	var subSeqs [][]int64
+	tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	for s := 0; s < n; s++ {
+		c := via[s%len(via)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/conversations/"+conv+"/events", nil)
+			req.Header.Set("Authorization", "Bearer "+c.token)
+			res, err := hc.Do(req)
+			if err != nil {
+				ready <- struct{}{}
+				if ctx.Err() == nil {
+					b.Error(err)
+				}
+				return
+			}
+			defer res.Body.Close()
+			ready <- struct{}{}
+			if res.StatusCode != http.StatusOK {
+				b.Errorf("events through %s: %d", c.base, res.StatusCode)
+				return
+			}
+			var mine []time.Duration
+			var seqs []int64
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+				line := sc.Text()
+				data, ok := strings.CutPrefix(line, "data: ")
+				if !ok {
+					continue
+				}
+				now := time.Now()
+				// Only seq, type and time are needed; a full decode per
+				// event and client would make the load generator, which
+				// shares the machine, the bottleneck.
+				seq, typ, at, err := eventHead(data)
 				if err != nil {
-					ready <- struct{}{}
-					if ctx.Err() == nil {
-						b.Error(err)
-					}
+					b.Error(err)
 					return
 				}
-				defer res.Body.Close()
-				ready <- struct{}{}
-				var mine []time.Duration
-				var seqs []int64
-				sc := bufio.NewScanner(res.Body)
-				for sc.Scan() {
-					line := sc.Text()
-					data, ok := strings.CutPrefix(line, "data: ")
-					if !ok {
-						continue
-					}
-					now := time.Now()
-					// Only seq, type and time are needed; a full decode per
-					// event and client would make the load generator, which
-					// shares the machine, the bottleneck.
-					seq, typ, at, err := eventHead(data)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					seqs = append(seqs, seq)
-					if typ == agentcore.EventTextDelta {
-						mine = append(mine, now.Sub(at))
-					}
-					if typ == agentcore.EventTurnFinished {
-						break
-					}
+				seqs = append(seqs, seq)
+				if typ == agentcore.EventTextDelta {
+					mine = append(mine, now.Sub(at))
 				}
-				mu.Lock()
-				sublat = append(sublat, mine)
-				subSeqs = append(subSeqs, seqs)
-				mu.Unlock()
-			}()
-		}
-		for s := 0; s < subscribers; s++ {
-			<-ready
-		}
-		b.StartTimer()
-		c.send(conv, "tell me about foxes")
-		wg.Wait()
-		b.StopTimer()
-		cancel()
-		tr.CloseIdleConnections()
-		// Every subscriber must have every event, in order: 1..last.
-		var want int64
-		for _, seqs := range subSeqs {
-			want = max(want, int64(len(seqs)))
-		}
-		for _, seqs := range subSeqs {
-			for j, s := range seqs {
-				if s != int64(j+1) {
-					lost++
+				if typ == agentcore.EventTurnFinished {
 					break
 				}
 			}
-			lost += int(want) - len(seqs)
-		}
-		lost += subscribers - len(subSeqs)
-		for _, l := range sublat {
-			lat = append(lat, l...)
-			received += len(l)
-		}
+			mu.Lock()
+			r.lat[s%len(via)] = append(r.lat[s%len(via)], mine...)
+			subSeqs = append(subSeqs, seqs)
+			mu.Unlock()
+		}()
 	}
+	for s := 0; s < n; s++ {
+		<-ready
+	}
+	start()
+	wg.Wait()
+	// Every subscriber must have every event, in order: 1..last.
+	var want int64
+	for _, seqs := range subSeqs {
+		want = max(want, int64(len(seqs)))
+	}
+	for _, seqs := range subSeqs {
+		for j, s := range seqs {
+			if s != int64(j+1) {
+				r.lost++
+				break
+			}
+		}
+		r.lost += int(want) - len(seqs)
+	}
+	r.lost += n - len(subSeqs)
+	return r
+}
+
+// percentileMs is the q quantile of lat in milliseconds; it sorts lat.
+func percentileMs(lat []time.Duration, q float64) float64 {
 	slices.Sort(lat)
-	if len(lat) == 0 {
-		b.Fatal("no events received")
-	}
-	pct := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(float64(lost), "lost")
-	b.ReportMetric(float64(received)/float64(b.N*subscribers), "events/sub")
-	if lost > 0 {
-		b.Errorf("%d events lost", lost)
-	}
+	return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000
 }
 
 // BenchmarkIdleRSS reports the server's resident memory once it has

@@ -18,7 +18,7 @@ import (
 
 // replicas starts n servers, each with an instance directory of its own,
 // on one PostgreSQL database, with the same configuration (extra).
-func replicas(t *testing.T, n int, extra string) ([]*instance, []*proc) {
+func replicas(t testing.TB, n int, extra string) ([]*instance, []*proc) {
 	t.Helper()
 	extra += fmt.Sprintf("store:\n  backend: postgres\n  postgres: {dsn: %q}\n", storetest.Postgres(t).DSN)
 	ins := make([]*instance, n)

@@ -14,8 +14,10 @@ import (
 //
 // It is correct because the process's own appends (the agent engine and
 // Recover, both through Conversations) pass through add, and another
-// server's on a shared PostgreSQL database are announced (Listen) and
-// drop the run they make stale.
+// server's on a shared PostgreSQL database are announced (Listen): a run
+// that does not hold the newest event announced answers nothing until it
+// is filled (fill) from the database, once for all the subscribers that
+// wait for it.
 type eventCache struct {
 	mu    sync.Mutex
 	convs map[string]*eventRun
@@ -26,6 +28,9 @@ type eventCache struct {
 type eventRun struct {
 	evs  []agentcore.Event // contiguous Seq, oldest first
 	used uint64
+	// announced is the newest Seq another server announced; the run
+	// answers only while it holds it.
+	announced int64
 }
 
 // eventSize is what an event is counted as against cacheBytes: its
@@ -65,13 +70,23 @@ func (c *eventCache) add(e agentcore.Event) {
 	if r == nil || len(r.evs) > 0 && r.evs[len(r.evs)-1].Seq+1 != e.Seq {
 		// New, or not contiguous (after an event too big to keep):
 		// start over from this event.
+		var announced int64
+		if r != nil {
+			announced = r.announced
+		}
 		c.removeLocked(e.Conversation)
 		if len(c.convs) >= cacheConversations {
 			c.evictLocked(e.Conversation)
 		}
-		r = &eventRun{}
+		r = &eventRun{announced: announced}
 		c.convs[e.Conversation] = r
 	}
+	c.appendLocked(r, e, size)
+}
+
+// appendLocked appends e, of eventSize size, to r, the run of its
+// conversation, and keeps the cache within its bounds.
+func (c *eventCache) appendLocked(r *eventRun, e agentcore.Event, size int) {
 	if len(r.evs) == cachePerConversation {
 		c.dropOldestLocked(r)
 	}
@@ -125,7 +140,7 @@ func (c *eventCache) after(conversation string, after int64, limit int) ([]agent
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.convs[conversation]
-	if r == nil || len(r.evs) == 0 || after < r.evs[0].Seq-1 {
+	if r == nil || len(r.evs) == 0 || after < r.evs[0].Seq-1 || r.evs[len(r.evs)-1].Seq < r.announced {
 		return nil, false
 	}
 	c.tick++
@@ -148,13 +163,61 @@ func (c *eventCache) drop(conversation string) {
 }
 
 // stored learns that another process stored event seq of conversation:
-// a run that ends before it no longer ends at the newest event, so it
-// goes (a later add starts a new run).
+// a run that ends before it answers nothing until fill brings it up to
+// date. A conversation without a run gets an empty one, for fill to
+// start: its followers here read each new event once between them.
 func (c *eventCache) stored(conversation string, seq int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.convs[conversation]; r != nil && (len(r.evs) == 0 || r.evs[len(r.evs)-1].Seq < seq) {
-		c.removeLocked(conversation)
+	r := c.convs[conversation]
+	if r == nil {
+		if len(c.convs) >= cacheConversations {
+			c.evictLocked(conversation)
+		}
+		c.tick++
+		r = &eventRun{used: c.tick}
+		c.convs[conversation] = r
+	}
+	r.announced = max(r.announced, seq)
+}
+
+// behind reports whether conversation's run lacks events another process
+// announced and a read after after would be served by it once filled;
+// from is where the fill starts (the run's newest Seq, or after if it
+// is empty).
+func (c *eventCache) behind(conversation string, after int64) (from int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.convs[conversation]
+	switch {
+	case r == nil:
+		return 0, false
+	case len(r.evs) == 0:
+		return after, r.announced > after
+	case after < r.evs[0].Seq-1:
+		return 0, false
+	}
+	last := r.evs[len(r.evs)-1].Seq
+	return last, last < r.announced
+}
+
+// fill appends to conversation's run the events read from the database
+// after from (contiguous, oldest first), if the run still ends at from.
+func (c *eventCache) fill(conversation string, from int64, evs []agentcore.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.convs[conversation]
+	if r == nil || len(r.evs) > 0 && r.evs[len(r.evs)-1].Seq != from {
+		return
+	}
+	c.tick++
+	for _, e := range evs {
+		size := eventSize(e)
+		if e.Seq != from+1 || size > cacheBytes {
+			return
+		}
+		c.appendLocked(r, e, size)
+		from = e.Seq
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/sync/singleflight"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -98,8 +99,11 @@ func (approvalRow) TableName() string { return "approvals" }
 // conversation read new events without a query each. Only this process
 // appends events to the database while it serves it.
 type Conversations struct {
-	db      *gorm.DB
-	cache   *eventCache
+	db    *gorm.DB
+	cache *eventCache
+	// fills reads, once for the callers that want it at the same time,
+	// the events another server announced (eventCache.fill).
+	fills   singleflight.Group
 	observe atomic.Pointer[func(agentcore.Event)]
 	// origin tells this process's announcements (Listen) from other
 	// servers'.
@@ -548,6 +552,26 @@ func (s *Conversations) Events(ctx context.Context, conversation string, after i
 	if evs, ok := s.cache.after(conversation, after, limit); ok {
 		return evs, nil
 	}
+	if from, ok := s.cache.behind(conversation, after); ok {
+		// Another server stored events that this one's subscribers,
+		// woken together, all want: one read for all of them.
+		s.fills.Do(conversation, func() (any, error) {
+			evs, err := s.readEvents(ctx, conversation, from, cachePerConversation)
+			if err == nil {
+				s.cache.fill(conversation, from, evs)
+			}
+			return nil, err
+		})
+		if evs, ok := s.cache.after(conversation, after, limit); ok {
+			return evs, nil
+		}
+	}
+	return s.readEvents(ctx, conversation, after, limit)
+}
+
+// readEvents reads conversation's events with Seq > after from the
+// database, at most limit.
+func (s *Conversations) readEvents(ctx context.Context, conversation string, after int64, limit int) ([]agentcore.Event, error) {
 	var rows []eventRow
 	if err := s.db.WithContext(ctx).Where("conversation_id = ? AND seq > ?", conversation, after).Order("seq").Limit(limit).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("store: reading events: %w", err)
