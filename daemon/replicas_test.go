@@ -306,3 +306,37 @@ func TestReplicasBehindNginx(t *testing.T) {
 	}
 	t.Logf("3 conversations on %d nodes", len(homes))
 }
+
+// Failed logins alternating between two servers are limited at the
+// counts one server limits them at (TestLoginRateLimit): the name after
+// login_limits.user_failures, even with the right password, and the
+// address after address_failures, whatever the name, on both servers.
+func TestReplicaLoginLimits(t *testing.T) {
+	_, ps := replicas(t, 2, "  login_limits: {user_failures: 4, user_delay: 1m, address_failures: 10}\nplugins: []\n")
+	for i := range 4 {
+		if status, code, _ := ps[i%2].loginStatus("root", "wrong guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed login %d, on server %d: %d %s, want 401", i+1, i%2, status, code)
+		}
+	}
+	for i, p := range ps {
+		status, code, ra := p.loginStatus("root", pw)
+		if status != http.StatusTooManyRequests || code != "rate_limited" || ra == "" {
+			t.Fatalf("the right password on server %d after 4 failures on two: %d %s (Retry-After %q), want 429 rate_limited", i, status, code, ra)
+		}
+		if wait, err := strconv.Atoi(ra); err != nil || wait < 50 || wait > 60 {
+			t.Fatalf("server %d: Retry-After %q, want the 1m delay", i, ra)
+		}
+	}
+	// The address (127.0.0.1) failed 4 times: 6 more, with other names,
+	// alternating, and it is refused on both.
+	for i := range 6 {
+		if status, code, _ := ps[i%2].loginStatus(fmt.Sprint("nobody", i), "wrong guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed login %d of another name, on server %d: %d %s, want 401", i+5, i%2, status, code)
+		}
+	}
+	for i, p := range ps {
+		if status, code, ra := p.loginStatus("someone", "any guess"); status != http.StatusTooManyRequests || code != "rate_limited" || ra == "" {
+			t.Fatalf("server %d after 10 failures from one address on two servers: %d %s (Retry-After %q), want 429 rate_limited", i, status, code, ra)
+		}
+	}
+}

@@ -227,7 +227,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		return nil, err
 	}
 	s.secrets, s.queue, s.usage = st.secrets, st.queue, st.usage
-	au, err := openAuth(ctx, cfg, st.users)
+	au, err := openAuth(ctx, cfg, db, st.users)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +392,7 @@ type authn struct {
 
 // openAuth makes the login tokens, the login limiter (swept until ctx
 // ends) and the authenticator (local users, LDAP if configured).
-func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn, error) {
+func openAuth(ctx context.Context, cfg config.Config, db *gorm.DB, users *auth.Users) (authn, error) {
 	var a authn
 	var err error
 	if a.tokens, err = auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std()); err != nil {
@@ -403,10 +403,13 @@ func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn,
 		ldapCfg = &cfg.Auth.LDAP
 	}
 	ll := cfg.Auth.LoginLimits
-	limiter := auth.NewLimiter(auth.LimitOptions{
+	limiter, err := auth.NewLimiter(db, auth.LimitOptions{
 		UserFailures: ll.UserFailures, UserDelay: ll.UserDelay.Std(), MaxUserDelay: ll.MaxUserDelay.Std(),
 		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
 	})
+	if err != nil {
+		return a, err
+	}
 	go limiter.Sweep(ctx, time.Minute)
 	a.limiter = limiter
 	if a.login, err = auth.NewAuthenticator(users, ldapCfg, limiter); err != nil {
