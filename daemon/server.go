@@ -341,7 +341,8 @@ type stores struct {
 }
 
 // openStores records the configuration, opens the tables and marks the
-// turns the last stop interrupted as failed.
+// turns the last stop interrupted as failed. The queue runs the jobs of
+// no node and of this one (its GC).
 func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger) (stores, error) {
 	var st stores
 	if err := recordConfig(ctx, db, cfg); err != nil {
@@ -371,7 +372,11 @@ func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *clus
 	if st.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
 		return st, err
 	}
-	if st.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs")}); err != nil {
+	var node string // one server on SQLite: the only node
+	if nodes != nil {
+		node = nodes.Self()
+	}
+	if st.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs"), Node: node}); err != nil {
 		return st, err
 	}
 	if st.usage, err = store.NewUsage(db); err != nil {
@@ -476,7 +481,7 @@ func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance
 		removed, err := trees.setups.GC(ctx)
 		return map[string][]string{"removed": removed}, err
 	})
-	st.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil)
+	st.queue.EveryNode("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil) // its workspaces/setups
 	return ws, nil
 }
 
@@ -889,7 +894,7 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 		})
 		return map[string][]string{"removed": removed}, err
 	})
-	q.Every("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil)
+	q.EveryNode("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil) // its repos/snapshots
 	return r, nil
 }
 
