@@ -29,3 +29,12 @@ func (l *Limiter) RecordRefusals(ctx context.Context, all bool) error {
 
 // DB is the users' database.
 func (us *Users) DB() *gorm.DB { return us.db }
+
+// Failures is how many failures of name table login_attempts holds.
+func (l *Limiter) Failures(name string) int {
+	var n int64
+	if err := l.db.Model(&loginAttempt{}).Where("kind = ? AND key_value = ? AND NOT pending", kindName, name).Count(&n).Error; err != nil {
+		panic(err)
+	}
+	return int(n)
+}

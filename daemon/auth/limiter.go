@@ -225,15 +225,15 @@ func (l *Limiter) Reserve(ctx context.Context, user, ip string) (*Reservation, e
 		}
 		for _, k := range []struct {
 			a    loginAttempt
-			live int
+			live []loginAttempt
 		}{
-			{loginAttempt{Kind: kindName, Key: user, Address: ip, Fresh: c.fresh}, len(c.name)},
-			{loginAttempt{Kind: kindAddress, Key: ip}, len(c.addr)},
+			{loginAttempt{Kind: kindName, Key: user, Address: ip, Fresh: c.fresh}, c.name},
+			{loginAttempt{Kind: kindAddress, Key: ip}, c.addr},
 		} {
 			if k.a.Key == "" {
 				continue
 			}
-			if k.live == 0 {
+			if len(k.live) == 0 {
 				if err := l.makeRoom(tx, k.a.Kind, c.now); err != nil {
 					return err
 				}
@@ -242,7 +242,13 @@ func (l *Limiter) Reserve(ctx context.Context, user, ip string) (*Reservation, e
 			if err := tx.Create(&k.a).Error; err != nil {
 				return err
 			}
-			r.held = append(r.held, k.a)
+			h := held{loginAttempt: k.a}
+			for _, a := range k.live {
+				if !a.Pending && a.Fresh == k.a.Fresh {
+					h.failures++
+				}
+			}
+			r.held = append(r.held, h)
 		}
 		return nil
 	})
@@ -350,8 +356,16 @@ func (l *Limiter) userWait(rows []loginAttempt, fresh bool, now time.Time) time.
 type Reservation struct {
 	l        *Limiter
 	user, ip string
-	held     []loginAttempt // the attempt's rows in flight
+	held     []held // the attempt's rows in flight
 	done     atomic.Bool
+}
+
+// held is one of an attempt's rows in flight, and how many failures its
+// key had in the window when the attempt was admitted (for a name, from
+// addresses as fresh as this one's).
+type held struct {
+	loginAttempt
+	failures int
 }
 
 // Failed records the attempt as a failed login of its name and from its
@@ -374,8 +388,13 @@ func (r *Reservation) Failed(ctx context.Context) error {
 					return err
 				}
 			}
-			if err := r.l.trim(tx, a); err != nil {
-				return err
+			// Each attempt adds one failure: a key with fewer than
+			// keep needs no trim. (Attempts admitted together may pass
+			// keep by their number; the next one trims.)
+			if a.failures+1 > r.l.keep() {
+				if err := r.l.trim(tx, a.loginAttempt); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -436,7 +455,7 @@ func (r *Reservation) end(ctx context.Context, f func(*gorm.DB, time.Time) error
 // double the delay up to its cap). A name's failures from fresh and from
 // failing addresses are kept apart, as they are counted apart.
 func (l *Limiter) trim(tx *gorm.DB, a loginAttempt) error {
-	keep := max(l.o.UserFailures+32, l.o.IPFailures)
+	keep := l.keep()
 	same := func() *gorm.DB {
 		return tx.Model(&loginAttempt{}).Where("kind = ? AND key_value = ? AND fresh = ? AND NOT pending", a.Kind, a.Key, a.Fresh)
 	}
@@ -448,6 +467,9 @@ func (l *Limiter) trim(tx *gorm.DB, a loginAttempt) error {
 	e := edge[0]
 	return same().Where("at_us < ? OR (at_us = ? AND id <= ?)", e.At, e.At, e.ID).Delete(&loginAttempt{}).Error
 }
+
+// keep is how many failures of one key can matter (see trim).
+func (l *Limiter) keep() int { return max(l.o.UserFailures+32, l.o.IPFailures) }
 
 // stale selects kind's rows that no longer count: failures that left the
 // window, attempts in flight past pendingLease.

@@ -304,6 +304,25 @@ func TestLimiterBounded(t *testing.T) {
 	}
 }
 
+// A key keeps only the failures that can matter (UserFailures+32 for a
+// name), however many it has in the window, and stays limited.
+func TestLimiterTrimmed(t *testing.T) {
+	c := newClock()
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 2, UserDelay: time.Millisecond, MaxUserDelay: time.Millisecond, IPFailures: 2, Window: time.Hour, Now: c.Now})
+	for i := range 50 {
+		if i > 0 {
+			c.Advance(time.Millisecond) // the delay
+		}
+		fail(t, l, "alice", "")
+	}
+	if n := l.Failures("alice"); n != 2+32 {
+		t.Fatalf("%d failures of alice kept after 50, want %d", n, 2+32)
+	}
+	if d := retryAfter(t, try(l, "alice", "")); d != time.Millisecond {
+		t.Fatalf("after 50 failures: RetryAfter %v, want the 1ms delay", d)
+	}
+}
+
 // Sweep forgets names and addresses whose failures left the window.
 func TestLimiterSweep(t *testing.T) {
 	var mu sync.Mutex
