@@ -43,9 +43,10 @@ type LimitOptions struct {
 	Window time.Duration
 	// MaxKeys bounds how many user names and how many addresses are
 	// tracked (each) in table login_attempts, so a flood of made-up
-	// names cannot grow it without bound. When full, stale keys are
-	// dropped first, then the one whose last failure is oldest, in the
-	// transaction that adds a key. Default 10000.
+	// names cannot grow it without bound. When full, the transaction
+	// that adds a key drops the stale keys first, then, if that freed
+	// less than a tenth of MaxKeys, the keys whose last failure is
+	// oldest, up to a tenth. Default 10000.
 	MaxKeys int
 	// Checks is how many password checks may run at once in this
 	// process: an argon2id check holds 19 MiB for its ~25 ms, so this
