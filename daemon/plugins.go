@@ -67,7 +67,7 @@ func externalAgentPrograms(cfg config.Config) []sandboxkit.Bind {
 // An unavailable sandbox is logged; the tools then fail closed.
 func startWorkspaceIsolation(ctx context.Context, s *server, cfg config.Config) error {
 	s.queue.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(s.layers, cfg.Sandbox.WorkspaceTTL.Std()))
-	s.queue.Every("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil)
+	s.queue.EveryNode("workspace_gc", cfg.Sandbox.GCInterval.Std(), jobs.KindWorkspaceGC, nil) // its workspaces/layers
 	rep := sandboxReport(ctx, s, cfg)
 	if err := rep.Err(); err != nil {
 		s.log.Error("workspace isolation is enabled but unavailable: shell and file tools refuse to run until it is fixed (nothing runs unsandboxed)", "err", sandboxkit.UnavailableDetail(err))

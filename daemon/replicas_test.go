@@ -1,9 +1,11 @@
 package daemon_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/codumentor/codumentor/agentcore"
 	"github.com/codumentor/codumentor/agentcore/llmtest"
+	"github.com/codumentor/codumentor/daemon/api"
+	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
@@ -305,4 +309,118 @@ func TestReplicasBehindNginx(t *testing.T) {
 		}
 	}
 	t.Logf("3 conversations on %d nodes", len(homes))
+}
+
+// Failed logins alternating between two servers are limited at the
+// counts one server limits them at (TestLoginRateLimit): the name after
+// login_limits.user_failures, even with the right password, and the
+// address after address_failures, whatever the name, on both servers.
+func TestReplicaLoginLimits(t *testing.T) {
+	_, ps := replicas(t, 2, "  login_limits: {user_failures: 4, user_delay: 1m, address_failures: 10}\nplugins: []\n")
+	for i := range 4 {
+		if status, code, _ := ps[i%2].loginStatus("root", "wrong guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed login %d, on server %d: %d %s, want 401", i+1, i%2, status, code)
+		}
+	}
+	for i, p := range ps {
+		status, code, ra := p.loginStatus("root", pw)
+		if status != http.StatusTooManyRequests || code != "rate_limited" || ra == "" {
+			t.Fatalf("the right password on server %d after 4 failures on two: %d %s (Retry-After %q), want 429 rate_limited", i, status, code, ra)
+		}
+		if wait, err := strconv.Atoi(ra); err != nil || wait < 50 || wait > 60 {
+			t.Fatalf("server %d: Retry-After %q, want the 1m delay", i, ra)
+		}
+	}
+	// The address (127.0.0.1) failed 4 times: 6 more, with other names,
+	// alternating, and it is refused on both.
+	for i := range 6 {
+		if status, code, _ := ps[i%2].loginStatus(fmt.Sprint("nobody", i), "wrong guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed login %d of another name, on server %d: %d %s, want 401", i+5, i%2, status, code)
+		}
+	}
+	for i, p := range ps {
+		if status, code, ra := p.loginStatus("someone", "any guess"); status != http.StatusTooManyRequests || code != "rate_limited" || ra == "" {
+			t.Fatalf("server %d after 10 failures from one address on two servers: %d %s (Retry-After %q), want 429 rate_limited", i, status, code, ra)
+		}
+	}
+}
+
+// Jobs enqueued through either of two running servers are each done
+// once (one attempt, one sync in the audit log), and each server's node
+// runs its own GC schedules (its workspaces and snapshots), not the
+// other's.
+func TestReplicaJobs(t *testing.T) {
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "README.md"), []byte("hello\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "initial")
+	ins, ps := replicas(t, 2, "")
+	roots := []*client{ps[0].login("root", pw), ps[1].login("root", pw)}
+
+	// Four repositories, each synced through one server or the other
+	// while both poll the queue.
+	const n = 4
+	ids := map[string]bool{}
+	for i := range n {
+		bare := filepath.Join(dir, fmt.Sprintf("remote%d.git", i))
+		gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+		var repo struct{ ID string }
+		roots[i%2].must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": fmt.Sprint("demo", i), "url": "file://" + bare, "branch": "main"}, &repo)
+		var sync struct{ Job jobs.Job }
+		roots[i%2].must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+		ids[sync.Job.ID] = true
+	}
+	for id := range ids {
+		// Either server answers for the job.
+		j := waitJobDone(t, roots[1], id)
+		if j.Status != jobs.StatusSucceeded || j.Attempts != 1 {
+			t.Fatalf("sync job %s: %s after %d attempts (%s), want succeeded after 1", id, j.Status, j.Attempts, j.LastError)
+		}
+	}
+	var page api.AuditPage
+	roots[0].must(http.StatusOK, "GET", "/api/v1/admin/audit?kind=repository_sync", nil, &page)
+	runs := map[string]map[string]int{} // job → result → records
+	for _, r := range page.Records {
+		var d struct{ Job, Result string }
+		if err := json.Unmarshal(r.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if runs[d.Job] == nil {
+			runs[d.Job] = map[string]int{}
+		}
+		runs[d.Job][d.Result]++
+	}
+	for id := range ids {
+		if r := runs[id]; r["started"] != 1 || r["fetched"] != 1 || len(r) != 2 {
+			t.Errorf("audit records of sync job %s: %v, want started and fetched once each", id, r)
+		}
+	}
+
+	// The GC schedules: one per node, each of its node's jobs.
+	db := ins[0].openDB()
+	for _, in := range ins {
+		node, err := in.config().NodeID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range []string{"workspace_gc", "setup_gc", "snapshot_gc"} {
+			sandboxtest.Eventually(t, 30*time.Second, func() error {
+				var gcs []jobs.Job
+				if err := db.Where("kind = ? AND node = ?", kind, node).Find(&gcs).Error; err != nil {
+					return err
+				}
+				if len(gcs) != 1 || gcs[0].Schedule != kind+"@"+node || gcs[0].Status != jobs.StatusSucceeded {
+					return fmt.Errorf("%s jobs of node %s: %+v, want one of schedule %s@%[2]s, succeeded", kind, node, gcs, kind)
+				}
+				return nil
+			})
+		}
+	}
+	var stray int64
+	db.Model(&jobs.Job{}).Where("kind IN ? AND node = ''", []string{"setup_gc", "snapshot_gc", "workspace_gc"}).Count(&stray)
+	if stray != 0 {
+		t.Errorf("%d GC jobs of no node: any server would run them", stray)
+	}
 }

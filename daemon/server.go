@@ -227,7 +227,7 @@ func build(ctx context.Context, cfg config.Config, inst config.Instance, db *gor
 		return nil, err
 	}
 	s.secrets, s.queue, s.usage = st.secrets, st.queue, st.usage
-	au, err := openAuth(ctx, cfg, st.users)
+	au, err := openAuth(ctx, cfg, db, st.users)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +341,8 @@ type stores struct {
 }
 
 // openStores records the configuration, opens the tables and marks the
-// turns the last stop interrupted as failed.
+// turns the last stop interrupted as failed. The queue runs the jobs of
+// no node and of this one (its GC).
 func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger) (stores, error) {
 	var st stores
 	if err := recordConfig(ctx, db, cfg); err != nil {
@@ -371,7 +372,11 @@ func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *clus
 	if st.secrets, err = secrets.New(db, secrets.NewKeyring(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
 		return st, err
 	}
-	if st.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs")}); err != nil {
+	var node string // one server on SQLite: the only node
+	if nodes != nil {
+		node = nodes.Self()
+	}
+	if st.queue, err = jobs.New(db, jobs.Options{Logger: log.Named("jobs"), Node: node}); err != nil {
 		return st, err
 	}
 	if st.usage, err = store.NewUsage(db); err != nil {
@@ -392,7 +397,7 @@ type authn struct {
 
 // openAuth makes the login tokens, the login limiter (swept until ctx
 // ends) and the authenticator (local users, LDAP if configured).
-func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn, error) {
+func openAuth(ctx context.Context, cfg config.Config, db *gorm.DB, users *auth.Users) (authn, error) {
 	var a authn
 	var err error
 	if a.tokens, err = auth.NewTokens(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets, cfg.Auth.TokenTTL.Std()); err != nil {
@@ -403,10 +408,13 @@ func openAuth(ctx context.Context, cfg config.Config, users *auth.Users) (authn,
 		ldapCfg = &cfg.Auth.LDAP
 	}
 	ll := cfg.Auth.LoginLimits
-	limiter := auth.NewLimiter(auth.LimitOptions{
+	limiter, err := auth.NewLimiter(db, auth.LimitOptions{
 		UserFailures: ll.UserFailures, UserDelay: ll.UserDelay.Std(), MaxUserDelay: ll.MaxUserDelay.Std(),
 		IPFailures: ll.AddressFailures, Window: ll.Window.Std(),
 	})
+	if err != nil {
+		return a, err
+	}
 	go limiter.Sweep(ctx, time.Minute)
 	a.limiter = limiter
 	if a.login, err = auth.NewAuthenticator(users, ldapCfg, limiter); err != nil {
@@ -473,7 +481,7 @@ func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance
 		removed, err := trees.setups.GC(ctx)
 		return map[string][]string{"removed": removed}, err
 	})
-	st.queue.Every("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil)
+	st.queue.EveryNode("setup_gc", cfg.Sandbox.GCInterval.Std(), setup.KindGC, nil) // its workspaces/setups
 	return ws, nil
 }
 
@@ -886,7 +894,7 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 		})
 		return map[string][]string{"removed": removed}, err
 	})
-	q.Every("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil)
+	q.EveryNode("snapshot_gc", cfg.Sandbox.GCInterval.Std(), repos.KindSnapshotGC, nil) // its repos/snapshots
 	return r, nil
 }
 

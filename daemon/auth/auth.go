@@ -13,7 +13,7 @@
 // The pieces:
 //
 //	users, err := auth.NewUsers(db)                 // the users table, migrated
-//	a, err := auth.NewAuthenticator(users, ldapCfg, auth.NewLimiter(auth.LimitOptions{}))
+//	a, err := auth.NewAuthenticator(users, ldapCfg, nil)
 //	u, err := a.Login(ctx, auth.LoginRequest{Username: "alice", Password: pw, IP: ip})
 //	tokens, err := auth.NewTokens(cfg.JWTSecret, cfg.PreviousJWTSecrets, 0)
 //	tok, exp, err := tokens.Issue(u)

@@ -6,11 +6,17 @@ import (
 	"gorm.io/gorm"
 )
 
-// Keys is how many user names and addresses l tracks.
+// Keys is how many user names and addresses table login_attempts
+// holds rows of.
 func (l *Limiter) Keys() (users, ips int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.users), len(l.ips)
+	count := func(kind string) int {
+		var n int64
+		if err := l.db.Model(&loginAttempt{}).Where("kind = ?", kind).Distinct("key_value").Count(&n).Error; err != nil {
+			panic(err)
+		}
+		return int(n)
+	}
+	return count(kindName), count(kindAddress)
 }
 
 func (l *Limiter) AcquireCheck(ctx context.Context) error { return l.acquireCheck(ctx) }
@@ -23,3 +29,12 @@ func (l *Limiter) RecordRefusals(ctx context.Context, all bool) error {
 
 // DB is the users' database.
 func (us *Users) DB() *gorm.DB { return us.db }
+
+// Failures is how many failures of name table login_attempts holds.
+func (l *Limiter) Failures(name string) int {
+	var n int64
+	if err := l.db.Model(&loginAttempt{}).Where("kind = ? AND key_value = ? AND NOT pending", kindName, name).Count(&n).Error; err != nil {
+		panic(err)
+	}
+	return int(n)
+}

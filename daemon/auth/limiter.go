@@ -2,10 +2,10 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,22 +42,26 @@ type LimitOptions struct {
 	// minutes.
 	Window time.Duration
 	// MaxKeys bounds how many user names and how many addresses are
-	// tracked (each), so a flood of made-up names cannot exhaust memory.
-	// When full, stale keys are dropped first, then the ones whose last
-	// failure is oldest. Default 10000.
+	// tracked (each) in table login_attempts, so a flood of made-up
+	// names cannot grow it without bound. When full, the transaction
+	// that adds a key drops the stale keys first, then, if that freed
+	// less than a tenth of MaxKeys, the keys whose last failure is
+	// oldest, up to a tenth. Default 10000.
 	MaxKeys int
-	// Checks is how many password checks may run at once: an argon2id
-	// check holds 19 MiB for its ~25 ms, so this bounds the memory a
-	// burst of logins can take. Default GOMAXPROCS, at least 2 and at
-	// most 8 (more than the CPUs adds memory, not throughput).
+	// Checks is how many password checks may run at once in this
+	// process: an argon2id check holds 19 MiB for its ~25 ms, so this
+	// bounds the memory a burst of logins can take. Default GOMAXPROCS,
+	// at least 2 and at most 8 (more than the CPUs adds memory, not
+	// throughput).
 	Checks int
 	// CheckWait is how long a login waits for a free check before it is
 	// refused with ErrBusy. Default 2s.
 	CheckWait time.Duration
 	// RecordEvery is how often, at most, the refusals of one key (an
 	// address or a name that the limits refuse) are written to the audit
-	// log: one login_rate_limited record with their count, so that a
-	// flood of refused logins cannot flood the log. Default 1 minute.
+	// log by this process: one login_rate_limited record with their
+	// count, so that a flood of refused logins cannot flood the log.
+	// Default 1 minute.
 	RecordEvery time.Duration
 	// Now is the clock; default time.Now. Tests set it.
 	Now func() time.Time
@@ -66,26 +70,29 @@ type LimitOptions struct {
 // Limiter bounds logins: failures per user name and per client address
 // in a sliding window, attempts in flight counted as if they had failed
 // (so that simultaneous guesses cannot all pass a check made before any
-// of them fails), and how many password checks run at once. It lives in
-// the process's memory: counts are lost on restart and not shared
-// between servers. Safe for concurrent use.
+// of them fails), and how many password checks run at once.
+//
+// The failures and the attempts in flight are rows of table
+// login_attempts, read and written in the database's serialized
+// transactions, so every server on one database limits logins as one
+// server would: a flood spread over replicas is refused at the same
+// count. They survive a restart. What stays in the process is what
+// bounds the process: the password checks running and waiting, and the
+// refusals not yet written to the audit log. Safe for concurrent use.
 type Limiter struct {
+	db      *gorm.DB
 	o       LimitOptions
 	checks  chan struct{} // a token per running password check
 	freeing atomic.Bool   // a FreeOSMemory after the last check is running
+
+	mu sync.Mutex
 	// waiting counts logins waiting for a check, bounded so that a flood
 	// is refused at once rather than queued.
 	waiting int
-
-	mu    sync.Mutex
-	users map[string]*attempts
-	ips   map[string]*attempts
 	// refused counts the logins the limits refused, per key, not yet
 	// written to the audit log (at most MaxKeys keys, and refusedOverflow
-	// for the rest); db is where Sweep writes them, set by
-	// NewAuthenticator.
+	// for the rest); Sweep writes them to db.
 	refused map[string]*refusals
-	db      *gorm.DB
 }
 
 // refusals are a key's refused logins since its last audit record.
@@ -99,24 +106,41 @@ type refusals struct {
 // beyond MaxKeys, in one record.
 const refusedOverflow = "*"
 
-// attempts are one key's failures within the window, oldest first, and
-// its attempts in flight.
-type attempts struct {
-	failed   []failure
-	inFlight int
-	// fresh and freshInFlight are the failures and attempts in flight
-	// (among the above) of a name's attempts from addresses that were
-	// not failing.
-	fresh         []failure
-	freshInFlight int
+// Kinds of the keys in table login_attempts.
+const (
+	kindName    = "name"
+	kindAddress = "address"
+)
+
+// loginAttempt is a row of table login_attempts: one failed login of a
+// name or from an address, or one attempt in flight (Pending) until its
+// Reservation ends. A name's row says from which address (so that a
+// success forgets only its own address's failures) and whether that
+// address was failing. At is in microseconds since the epoch: compared as
+// a number, the same on both backends.
+type loginAttempt struct {
+	ID      int64  `gorm:"primaryKey"`
+	Kind    string `gorm:"not null;index:login_attempts_key,priority:1"` // kindName or kindAddress
+	Key     string `gorm:"column:key_value;not null;index:login_attempts_key,priority:2"`
+	At      int64  `gorm:"column:at_us;not null;index:login_attempts_key,priority:3;index:login_attempts_at"`
+	Address string `gorm:"not null"` // a name's attempt: its client's address
+	Fresh   bool   `gorm:"not null"` // a name's attempt from an address that was not failing
+	Pending bool   `gorm:"not null"` // in flight; At is when it was admitted
 }
 
-// failure is one failed login: when, and for a name's failures, from
-// which address (so that a success forgets only its own address's).
-type failure struct {
-	at time.Time
-	ip string
-}
+func (loginAttempt) TableName() string { return "login_attempts" }
+
+// pendingLease is how long an attempt in flight counts at most. An
+// attempt ends within seconds (CheckWait, then one password check or
+// LDAP bind); one older than this belongs to a server that stopped
+// without ending it, and must not slow its name down for long.
+const pendingLease = 5 * time.Minute
+
+// endTimeout bounds the transaction that ends an attempt. It runs even
+// if the login's context ended: a client that hangs up during the
+// password check must not take its failure with it. If it fails, the
+// attempt still counts as in flight until pendingLease.
+const endTimeout = 10 * time.Second
 
 // RateLimitedError refuses a login because of too many recent failures
 // (or attempts in flight). errors.Is(err, ErrRateLimited) matches it.
@@ -133,8 +157,12 @@ func (e *RateLimitedError) Error() string {
 
 func (e *RateLimitedError) Is(target error) bool { return target == ErrRateLimited }
 
-// NewLimiter returns a Limiter with o's limits.
-func NewLimiter(o LimitOptions) *Limiter {
+// NewLimiter migrates tables login_attempts and login_attempt_keys in db and returns a Limiter
+// with o's limits on it.
+func NewLimiter(db *gorm.DB, o LimitOptions) (*Limiter, error) {
+	if db == nil {
+		return nil, fmt.Errorf("auth: NewLimiter needs the database")
+	}
 	if o.UserFailures <= 0 {
 		o.UserFailures = 10
 	}
@@ -165,7 +193,10 @@ func NewLimiter(o LimitOptions) *Limiter {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Limiter{o: o, checks: make(chan struct{}, o.Checks), users: map[string]*attempts{}, ips: map[string]*attempts{}, refused: map[string]*refusals{}}
+	if err := db.AutoMigrate(&loginAttempt{}, &keyCount{}); err != nil {
+		return nil, fmt.Errorf("auth: migrating tables login_attempts and login_attempt_keys: %w", err)
+	}
+	return &Limiter{db: db, o: o, checks: make(chan struct{}, o.Checks), refused: map[string]*refusals{}}, nil
 }
 
 // retrySoon is the Retry-After of a refusal caused by attempts in flight,
@@ -174,55 +205,136 @@ const retrySoon = time.Second
 
 // Reserve admits one login attempt of user from ip (either may be empty)
 // or returns a *RateLimitedError. The attempt counts as in flight, against
-// both limits, until the Reservation's Failed, Succeeded or Cancel.
-func (l *Limiter) Reserve(user, ip string) (*Reservation, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.o.Now()
-	if wait := l.ipWait(ip, now); wait > 0 {
-		return nil, &RateLimitedError{RetryAfter: wait, limit: "address"}
+// both limits and on every server, until the Reservation's Failed,
+// Succeeded or Cancel. Any other error is the database's.
+func (l *Limiter) Reserve(ctx context.Context, user, ip string) (*Reservation, error) {
+	// A flood is mostly refusals: answer them from a read, without the
+	// write lock. (The read may be a moment old; failures only leave the
+	// window later than it says, or go with a success elsewhere, so at
+	// worst it refuses what the next attempt admits.) What it admits is
+	// checked again in the transaction.
+	if _, err := l.check(l.db.WithContext(ctx), user, ip); err != nil {
+		return nil, err
 	}
-	// ipWait pruned the address: its key is gone if it is not failing.
-	fresh := ip != "" && l.ips[ip] == nil
-	if wait := l.userWait(user, fresh, now); wait > 0 {
-		return nil, &RateLimitedError{RetryAfter: wait, limit: "name"}
+	r := &Reservation{l: l, user: user, ip: ip}
+	// One transaction: the check and the attempt's rows are one step for
+	// every server (transactions that write are serialized).
+	err := l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		c, err := l.check(tx, user, ip)
+		if err != nil {
+			return err
+		}
+		for _, k := range []struct {
+			a    loginAttempt
+			live []loginAttempt
+		}{
+			{loginAttempt{Kind: kindName, Key: user, Address: ip, Fresh: c.fresh}, c.name},
+			{loginAttempt{Kind: kindAddress, Key: ip}, c.addr},
+		} {
+			if k.a.Key == "" {
+				continue
+			}
+			if len(k.live) == 0 {
+				if err := l.makeRoom(tx, k.a.Kind, c.now); err != nil {
+					return err
+				}
+			}
+			k.a.At, k.a.Pending = c.now.UnixMicro(), true
+			if err := tx.Create(&k.a).Error; err != nil {
+				return err
+			}
+			h := held{loginAttempt: k.a}
+			for _, a := range k.live {
+				if !a.Pending && a.Fresh == k.a.Fresh {
+					h.failures++
+				}
+			}
+			r.held = append(r.held, h)
+		}
+		return nil
+	})
+	var limited *RateLimitedError
+	if errors.As(err, &limited) {
+		return nil, limited
 	}
-	u := l.entry(l.users, user, now)
-	u.inFlight++
-	if fresh {
-		u.freshInFlight++
+	if err != nil {
+		return nil, fmt.Errorf("auth: admitting a login attempt: %w", err)
 	}
-	l.entry(l.ips, ip, now).inFlight++
-	return &Reservation{l: l, user: user, ip: ip, fresh: fresh}, nil
+	return r, nil
 }
 
-func (l *Limiter) ipWait(ip string, now time.Time) time.Duration {
-	a := l.prune(l.ips, ip, now)
-	if a == nil || len(a.failed)+a.inFlight < l.o.IPFailures {
+// admission is what check read of an attempt's keys.
+type admission struct {
+	now        time.Time
+	name, addr []loginAttempt // the keys' live rows
+	fresh      bool           // from an address that is not failing
+}
+
+// check reads the live rows of user and ip in db and returns them, or a
+// *RateLimitedError if they refuse the attempt.
+func (l *Limiter) check(db *gorm.DB, user, ip string) (admission, error) {
+	c := admission{now: l.o.Now()}
+	var err error
+	if c.addr, err = l.live(db, kindAddress, ip, c.now); err != nil {
+		return c, fmt.Errorf("auth: reading the failures from %s: %w", ip, err)
+	}
+	if wait := l.ipWait(c.addr, c.now); wait > 0 {
+		return c, &RateLimitedError{RetryAfter: wait, limit: "address"}
+	}
+	c.fresh = ip != "" && len(c.addr) == 0
+	if c.name, err = l.live(db, kindName, user, c.now); err != nil {
+		return c, fmt.Errorf("auth: reading the failures of %s: %w", user, err)
+	}
+	if wait := l.userWait(c.name, c.fresh, c.now); wait > 0 {
+		return c, &RateLimitedError{RetryAfter: wait, limit: "name"}
+	}
+	return c, nil
+}
+
+// live returns key's failures within the window and its attempts in
+// flight, oldest first; none for the empty key.
+func (l *Limiter) live(tx *gorm.DB, kind, key string, now time.Time) ([]loginAttempt, error) {
+	if key == "" {
+		return nil, nil
+	}
+	var rows []loginAttempt
+	err := tx.Where("kind = ? AND key_value = ?", kind, key).
+		Where("(NOT pending AND at_us > ?) OR (pending AND at_us > ?)", now.Add(-l.o.Window).UnixMicro(), now.Add(-pendingLease).UnixMicro()).
+		Order("at_us, id").Find(&rows).Error
+	return rows, err
+}
+
+// split returns the times of rows' failures, oldest first, and how many
+// of rows are in flight; only the fresh ones if onlyFresh.
+func split(rows []loginAttempt, onlyFresh bool) (failed []time.Time, inFlight int) {
+	for _, a := range rows {
+		switch {
+		case onlyFresh && !a.Fresh:
+		case a.Pending:
+			inFlight++
+		default:
+			failed = append(failed, time.UnixMicro(a.At))
+		}
+	}
+	return failed, inFlight
+}
+
+func (l *Limiter) ipWait(rows []loginAttempt, now time.Time) time.Duration {
+	failed, inFlight := split(rows, false)
+	if len(failed)+inFlight < l.o.IPFailures {
 		return 0
 	}
-	if len(a.failed) < l.o.IPFailures {
+	if len(failed) < l.o.IPFailures {
 		return retrySoon
 	}
-	return a.failed[len(a.failed)-l.o.IPFailures].at.Add(l.o.Window).Sub(now)
+	return failed[len(failed)-l.o.IPFailures].Add(l.o.Window).Sub(now)
 }
 
-// userWait is how long an attempt on user must wait because of the
-// name's failures: all of them, or for an attempt from a fresh address
-// (one that is not failing) those from fresh addresses.
-func (l *Limiter) userWait(user string, fresh bool, now time.Time) time.Duration {
-	a := l.prune(l.users, user, now)
-	if a == nil {
-		return 0
-	}
-	if fresh {
-		return l.slowdown(a.fresh, a.freshInFlight, now)
-	}
-	return l.slowdown(a.failed, a.inFlight, now)
-}
-
-// slowdown is the wait that failed and inFlight of one name impose.
-func (l *Limiter) slowdown(failed []failure, inFlight int, now time.Time) time.Duration {
+// userWait is how long an attempt on a name must wait because of its
+// rows: all of them, or for an attempt from a fresh address (one that is
+// not failing) those from fresh addresses.
+func (l *Limiter) userWait(rows []loginAttempt, fresh bool, now time.Time) time.Duration {
+	failed, inFlight := split(rows, fresh)
 	if len(failed)+inFlight < l.o.UserFailures {
 		return 0
 	}
@@ -235,26 +347,58 @@ func (l *Limiter) slowdown(failed []failure, inFlight int, now time.Time) time.D
 	if extra := len(failed) - l.o.UserFailures; extra < 30 && l.o.UserDelay<<extra < delay {
 		delay = l.o.UserDelay << extra
 	}
-	return failed[len(failed)-1].at.Add(delay).Sub(now)
+	return failed[len(failed)-1].Add(delay).Sub(now)
 }
 
 // A Reservation is one admitted login attempt. Exactly one of its
 // methods is called when the attempt is over; later calls do nothing.
+// Each writes the outcome in a transaction of its own that runs to its
+// end even if ctx ends meanwhile (bounded by endTimeout).
 type Reservation struct {
 	l        *Limiter
 	user, ip string
-	fresh    bool // from an address that was not failing
-	done     bool
+	held     []held // the attempt's rows in flight
+	done     atomic.Bool
 }
 
-// Failed records the attempt as a failed login.
-func (r *Reservation) Failed() {
-	r.end(func(l *Limiter, now time.Time) {
-		f := failure{now, r.ip}
-		if a := l.record(l.users, r.user, f); a != nil && r.fresh {
-			a.fresh = l.trim(append(a.fresh, f))
+// held is one of an attempt's rows in flight, and how many failures its
+// key had in the window when the attempt was admitted (for a name, from
+// addresses as fresh as this one's).
+type held struct {
+	loginAttempt
+	failures int
+}
+
+// Failed records the attempt as a failed login of its name and from its
+// address.
+func (r *Reservation) Failed(ctx context.Context) error {
+	return r.end(ctx, func(tx *gorm.DB, now time.Time) error {
+		for _, a := range r.held {
+			res := tx.Model(&loginAttempt{}).Where("id = ? AND pending", a.ID).
+				Updates(map[string]any{"pending": false, "at_us": now.UnixMicro()})
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected == 0 {
+				// Swept or evicted while in flight: record it anew.
+				if err := r.l.makeRoom(tx, a.Kind, now); err != nil {
+					return err
+				}
+				b := loginAttempt{Kind: a.Kind, Key: a.Key, At: now.UnixMicro(), Address: a.Address, Fresh: a.Fresh}
+				if err := tx.Create(&b).Error; err != nil {
+					return err
+				}
+			}
+			// Each attempt adds one failure: a key with fewer than
+			// keep needs no trim. (Attempts admitted together may pass
+			// keep by their number; the next one trims.)
+			if a.failures+1 > r.l.keep() {
+				if err := r.l.trim(tx, a.loginAttempt); err != nil {
+					return err
+				}
+			}
 		}
-		l.record(l.ips, r.ip, failure{at: now})
+		return nil
 	})
 }
 
@@ -263,137 +407,148 @@ func (r *Reservation) Failed() {
 // mistyped is not slowed down next time, but a guesser elsewhere stays
 // slowed. The address's failures stay: one good password must not reset
 // a guesser trying many names.
-func (r *Reservation) Succeeded() {
-	r.end(func(l *Limiter, _ time.Time) {
-		if a := l.users[r.user]; a != nil {
-			own := func(f failure) bool { return r.ip == "" || f.ip == r.ip }
-			a.failed = slices.DeleteFunc(a.failed, own)
-			a.fresh = slices.DeleteFunc(a.fresh, own)
+func (r *Reservation) Succeeded(ctx context.Context) error {
+	return r.end(ctx, func(tx *gorm.DB, _ time.Time) error {
+		if err := r.release(tx); err != nil || r.user == "" {
+			return err
 		}
+		own := tx.Where("kind = ? AND key_value = ? AND NOT pending", kindName, r.user)
+		if r.ip != "" {
+			own = own.Where("address = ?", r.ip)
+		}
+		return own.Delete(&loginAttempt{}).Error
 	})
 }
 
 // Cancel ends an attempt that decided nothing (the server failed), so it
 // does not count.
-func (r *Reservation) Cancel() { r.end(func(*Limiter, time.Time) {}) }
-
-func (r *Reservation) end(f func(*Limiter, time.Time)) {
-	l := r.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r.done {
-		return
-	}
-	r.done = true
-	for _, k := range []struct {
-		m   map[string]*attempts
-		key string
-	}{{l.users, r.user}, {l.ips, r.ip}} {
-		if a := k.m[k.key]; a != nil && a.inFlight > 0 {
-			a.inFlight--
-		}
-	}
-	if a := l.users[r.user]; a != nil && r.fresh && a.freshInFlight > 0 {
-		a.freshInFlight--
-	}
-	f(l, l.o.Now())
+func (r *Reservation) Cancel(ctx context.Context) error {
+	return r.end(ctx, func(tx *gorm.DB, _ time.Time) error { return r.release(tx) })
 }
 
-// entry returns key's attempts, creating them (and making room) if need
-// be; nil for the empty key.
-func (l *Limiter) entry(m map[string]*attempts, key string, now time.Time) *attempts {
-	if key == "" {
-		return &attempts{}
+// release deletes the attempt's rows in flight.
+func (r *Reservation) release(tx *gorm.DB) error {
+	ids := make([]int64, len(r.held))
+	for i, a := range r.held {
+		ids[i] = a.ID
 	}
-	a := m[key]
-	if a == nil {
-		if len(m) >= l.o.MaxKeys {
-			l.evict(m, now)
-		}
-		a = &attempts{}
-		m[key] = a
-	}
-	return a
-}
-
-// record adds f to key's failures and returns its attempts (nil for the
-// empty key).
-func (l *Limiter) record(m map[string]*attempts, key string, f failure) *attempts {
-	if key == "" {
+	if len(ids) == 0 {
 		return nil
 	}
-	a := l.entry(m, key, f.at)
-	a.failed = l.trim(append(a.failed, f))
-	return a
+	return tx.Where("id IN ? AND pending", ids).Delete(&loginAttempt{}).Error
 }
 
-// trim keeps the failures that can matter: only the last ones decide
-// (the limit, and for names the failures that double the delay up to
-// its cap).
-func (l *Limiter) trim(failed []failure) []failure {
-	if keep := max(l.o.UserFailures+32, l.o.IPFailures); len(failed) > keep {
-		return append(failed[:0], failed[len(failed)-keep:]...)
-	}
-	return failed
-}
-
-// prune drops key's failures that left the window and returns what is
-// left, nil (and the key forgotten) if nothing is.
-func (l *Limiter) prune(m map[string]*attempts, key string, now time.Time) *attempts {
-	a, ok := m[key]
-	if !ok {
+func (r *Reservation) end(ctx context.Context, f func(*gorm.DB, time.Time) error) error {
+	if !r.done.CompareAndSwap(false, true) {
 		return nil
 	}
-	cut := now.Add(-l.o.Window)
-	inWindow := func(fs []failure) []failure {
-		i := 0
-		for i < len(fs) && !fs[i].at.After(cut) {
-			i++
-		}
-		return fs[i:]
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	err := r.l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return f(tx, r.l.o.Now()) })
+	if err != nil {
+		return fmt.Errorf("auth: recording the end of a login attempt: %w", err)
 	}
-	a.failed, a.fresh = inWindow(a.failed), inWindow(a.fresh)
-	if len(a.failed) == 0 && len(a.fresh) == 0 && a.inFlight == 0 {
-		delete(m, key)
-		return nil
-	}
-	return a
+	return nil
 }
 
-// evict makes room for one key: it drops every stale key, and if none
-// was stale, the key whose latest failure is oldest. Keys with attempts
-// in flight stay.
-func (l *Limiter) evict(m map[string]*attempts, now time.Time) {
-	l.sweepMap(m, now)
-	var oldest string
-	var oldestT time.Time
-	for k, a := range m {
-		if a.inFlight > 0 || len(a.failed) == 0 {
-			continue
-		}
-		if last := a.failed[len(a.failed)-1].at; oldest == "" || last.Before(oldestT) {
-			oldest, oldestT = k, last
-		}
+// trim drops a's key's oldest failures beyond those that can matter:
+// only the last ones decide (the limit, and for names the failures that
+// double the delay up to its cap). A name's failures from fresh and from
+// failing addresses are kept apart, as they are counted apart.
+func (l *Limiter) trim(tx *gorm.DB, a loginAttempt) error {
+	keep := l.keep()
+	same := func() *gorm.DB {
+		return tx.Model(&loginAttempt{}).Where("kind = ? AND key_value = ? AND fresh = ? AND NOT pending", a.Kind, a.Key, a.Fresh)
 	}
-	if len(m) >= l.o.MaxKeys && oldest != "" {
-		delete(m, oldest)
+	// The newest failure beyond keep, if there is one, and all older.
+	var edge []loginAttempt
+	if err := same().Order("at_us DESC, id DESC").Offset(keep).Limit(1).Find(&edge).Error; err != nil || len(edge) == 0 {
+		return err
 	}
+	e := edge[0]
+	return same().Where("at_us < ? OR (at_us = ? AND id <= ?)", e.At, e.At, e.ID).Delete(&loginAttempt{}).Error
 }
 
-// sweepMap drops m's keys whose failures all left the window and that
-// have no attempt in flight.
-func (l *Limiter) sweepMap(m map[string]*attempts, now time.Time) {
-	cut := now.Add(-l.o.Window)
-	for k, a := range m {
-		if a.inFlight == 0 && (len(a.failed) == 0 || !a.failed[len(a.failed)-1].at.After(cut)) {
-			delete(m, k)
-		}
-	}
+// keep is how many failures of one key can matter (see trim).
+func (l *Limiter) keep() int { return max(l.o.UserFailures+32, l.o.IPFailures) }
+
+// stale selects kind's rows that no longer count: failures that left the
+// window, attempts in flight past pendingLease.
+func (l *Limiter) stale(tx *gorm.DB, now time.Time) *gorm.DB {
+	return tx.Where("(NOT pending AND at_us <= ?) OR (pending AND at_us <= ?)", now.Add(-l.o.Window).UnixMicro(), now.Add(-pendingLease).UnixMicro())
 }
 
-// Sweep forgets, every interval until ctx ends, the names and addresses
-// whose failures all left the window, so that keys of names tried once
-// do not stay in memory until MaxKeys pushes them out.
+// keyCount is an upper bound on how many keys of a kind table
+// login_attempts holds (table login_attempt_keys): makeRoom adds one for
+// each key that may be new and counts them exactly only when the bound
+// reaches MaxKeys, so that adding a key does not cost a scan of the
+// table. Removals are not subtracted; Sweep and makeRoom set the exact
+// count.
+type keyCount struct {
+	Kind string `gorm:"primaryKey"`
+	Keys int64  `gorm:"not null"`
+}
+
+func (keyCount) TableName() string { return "login_attempt_keys" }
+
+// makeRoom makes room for key among kind's keys, in the transaction that
+// adds it, so that a flood of made-up names or addresses cannot grow the
+// table beyond MaxKeys keys of each kind. When MaxKeys are tracked it
+// drops every stale row of kind and then, if that left less room than a
+// tenth of MaxKeys, the keys whose latest failure is oldest until it
+// does (a tenth at once, so that the scan this takes is paid once per
+// tenth of MaxKeys new keys). Keys with attempts in flight stay.
+func (l *Limiter) makeRoom(tx *gorm.DB, kind string, now time.Time) error {
+	c := keyCount{Kind: kind}
+	if err := tx.Where(&c).FirstOrCreate(&c).Error; err != nil {
+		return err
+	}
+	if c.Keys++; c.Keys > int64(l.o.MaxKeys) {
+		n, err := l.countKeys(tx, kind)
+		if err != nil {
+			return err
+		}
+		room := int64(max(l.o.MaxKeys/10, 1))
+		if n > int64(l.o.MaxKeys)-room {
+			if err := l.stale(tx.Where("kind = ?", kind), now).Delete(&loginAttempt{}).Error; err != nil {
+				return err
+			}
+			if n, err = l.countKeys(tx, kind); err != nil {
+				return err
+			}
+		}
+		if over := n - (int64(l.o.MaxKeys) - room); over > 0 {
+			var oldest []string
+			err := tx.Model(&loginAttempt{}).Where("kind = ?", kind).
+				Group("key_value").Having("SUM(CASE WHEN pending THEN 1 ELSE 0 END) = 0").
+				Order("MAX(at_us), key_value").Limit(int(over)).Pluck("key_value", &oldest).Error
+			if err != nil {
+				return err
+			}
+			if len(oldest) > 0 {
+				if err := tx.Where("kind = ? AND key_value IN ?", kind, oldest).Delete(&loginAttempt{}).Error; err != nil {
+					return err
+				}
+			}
+			n -= int64(len(oldest))
+		}
+		c.Keys = n + 1
+	}
+	return tx.Save(&c).Error
+}
+
+// countKeys is how many keys of kind table login_attempts holds.
+func (l *Limiter) countKeys(tx *gorm.DB, kind string) (int64, error) {
+	var n int64
+	err := tx.Model(&loginAttempt{}).Where("kind = ?", kind).Distinct("key_value").Count(&n).Error
+	return n, err
+}
+
+// Sweep deletes, every interval until ctx ends, the rows of table
+// login_attempts that no longer count, so that keys of names tried once
+// do not stay until MaxKeys pushes them out, and writes the refusals due
+// to the audit log. With several servers on one database each sweeps;
+// the deletes are idempotent.
 func (l *Limiter) Sweep(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -403,15 +558,31 @@ func (l *Limiter) Sweep(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		l.mu.Lock()
-		now := l.o.Now()
-		l.sweepMap(l.users, now)
-		l.sweepMap(l.ips, now)
-		l.mu.Unlock()
-		// A log that cannot be written now keeps the counts for the
-		// next sweep.
+		// A database or a log that cannot be written now is swept at the
+		// next tick; the refusals' counts are kept for it.
+		_ = l.sweep(ctx)
 		_ = l.recordRefusals(ctx, false)
 	}
+}
+
+// sweep deletes the rows that no longer count and sets the keys' counts
+// exact, in one transaction.
+func (l *Limiter) sweep(ctx context.Context) error {
+	return l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := l.stale(tx, l.o.Now()).Delete(&loginAttempt{}).Error; err != nil {
+			return err
+		}
+		for _, kind := range []string{kindName, kindAddress} {
+			n, err := l.countKeys(tx, kind)
+			if err != nil {
+				return err
+			}
+			if err := tx.Save(&keyCount{Kind: kind, Keys: n}).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // noteRefusal counts a login that e refused and returns the record to
@@ -466,12 +637,10 @@ func (l *Limiter) recordRefusals(ctx context.Context, all bool) error {
 	l.mu.Lock()
 	db, now := l.db, l.o.Now()
 	due := map[string]refusals{}
-	if db != nil {
-		for k, r := range l.refused {
-			if r.count > 0 && (all || now.Sub(r.recorded) >= l.o.RecordEvery) {
-				due[k] = *r
-				r.count, r.recorded = 0, now
-			}
+	for k, r := range l.refused {
+		if r.count > 0 && (all || now.Sub(r.recorded) >= l.o.RecordEvery) {
+			due[k] = *r
+			r.count, r.recorded = 0, now
 		}
 	}
 	l.dropRecorded(now)

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit/sandboxtest"
 )
 
@@ -20,6 +23,22 @@ type clock struct{ t time.Time }
 
 func (c *clock) Now() time.Time          { return c.t }
 func (c *clock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// newLimiter is a Limiter with o's limits on a fresh database of the
+// backend under test.
+func newLimiter(t *testing.T, o auth.LimitOptions) *auth.Limiter {
+	t.Helper()
+	return limiterOn(t, storetest.Open(t), o)
+}
+
+func limiterOn(t *testing.T, db *gorm.DB, o auth.LimitOptions) *auth.Limiter {
+	t.Helper()
+	l, err := auth.NewLimiter(db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
 
 func newClock() *clock { return &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)} }
 
@@ -36,18 +55,18 @@ func retryAfter(t *testing.T, err error) time.Duration {
 // if the attempt is refused.
 func fail(t *testing.T, l *auth.Limiter, user, ip string) {
 	t.Helper()
-	r, err := l.Reserve(user, ip)
+	r, err := l.Reserve(context.Background(), user, ip)
 	if err != nil {
 		t.Fatalf("attempt of %s from %s refused: %v", user, ip, err)
 	}
-	r.Failed()
+	r.Failed(context.Background())
 }
 
 // try reserves an attempt and cancels it: nil if it was admitted.
 func try(l *auth.Limiter, user, ip string) error {
-	r, err := l.Reserve(user, ip)
+	r, err := l.Reserve(context.Background(), user, ip)
 	if err == nil {
-		r.Cancel()
+		r.Cancel(context.Background())
 	}
 	return err
 }
@@ -56,7 +75,7 @@ func try(l *auth.Limiter, user, ip string) error {
 // oldest leaves the window.
 func TestLimiterPerAddress(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 100, IPFailures: 3, Window: 10 * time.Minute, Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 100, IPFailures: 3, Window: 10 * time.Minute, Now: c.Now})
 	for i := range 3 {
 		fail(t, l, fmt.Sprint("user", i), "10.0.0.1")
 		c.Advance(time.Minute)
@@ -81,7 +100,7 @@ func TestLimiterPerAddress(t *testing.T) {
 // right password then gets in.
 func TestLimiterUserDelay(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, UserDelay: time.Second, MaxUserDelay: 8 * time.Second, IPFailures: 1000, Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 3, UserDelay: time.Second, MaxUserDelay: 8 * time.Second, IPFailures: 1000, Now: c.Now})
 	for range 3 {
 		fail(t, l, "alice", "")
 	}
@@ -99,13 +118,13 @@ func TestLimiterUserDelay(t *testing.T) {
 		t.Fatalf("another name: %v", err)
 	}
 	c.Advance(8 * time.Second)
-	r, err := l.Reserve("alice", "")
+	r, err := l.Reserve(context.Background(), "alice", "")
 	if err != nil {
 		t.Fatalf("after the delay: %v", err)
 	}
 	// One at a time while slowed down.
 	retryAfter(t, try(l, "alice", ""))
-	r.Succeeded()
+	r.Succeeded(context.Background())
 	for range 3 {
 		fail(t, l, "alice", "")
 	}
@@ -116,10 +135,10 @@ func TestLimiterUserDelay(t *testing.T) {
 // cannot all pass before the first fails; a cancelled one does not count.
 func TestLimiterInFlight(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
 	var rs []*auth.Reservation
 	for i := range 3 {
-		r, err := l.Reserve("alice", fmt.Sprint("10.0.0.", i))
+		r, err := l.Reserve(context.Background(), "alice", fmt.Sprint("10.0.0.", i))
 		if err != nil {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
@@ -128,9 +147,9 @@ func TestLimiterInFlight(t *testing.T) {
 	if d := retryAfter(t, try(l, "alice", "10.0.0.9")); d != time.Second {
 		t.Fatalf("a 4th attempt in flight: RetryAfter %v, want 1s", d)
 	}
-	rs[0].Cancel()
-	rs[0].Failed() // after Cancel: nothing
-	r, err := l.Reserve("alice", "10.0.0.9")
+	rs[0].Cancel(context.Background())
+	rs[0].Failed(context.Background()) // after Cancel: nothing
+	r, err := l.Reserve(context.Background(), "alice", "10.0.0.9")
 	if err != nil {
 		t.Fatalf("after a cancelled attempt: %v", err)
 	}
@@ -138,19 +157,19 @@ func TestLimiterInFlight(t *testing.T) {
 	// The address: 5 in flight from one address over several names.
 	var ip []*auth.Reservation
 	for i := range 5 {
-		r, err := l.Reserve(fmt.Sprint("user", i), "192.0.2.1")
+		r, err := l.Reserve(context.Background(), fmt.Sprint("user", i), "192.0.2.1")
 		if err != nil {
 			t.Fatalf("address attempt %d: %v", i, err)
 		}
 		ip = append(ip, r)
 	}
 	retryAfter(t, try(l, "zed", "192.0.2.1"))
-	ip[0].Succeeded()
+	ip[0].Succeeded(context.Background())
 	if err := try(l, "zed", "192.0.2.1"); err != nil {
 		t.Fatalf("after one attempt ended: %v", err)
 	}
 	for _, r := range append(rs, ip[1:]...) {
-		r.Failed()
+		r.Failed(context.Background())
 	}
 	// alice: 3 failures, 0 in flight: slowed down now, also from a new
 	// address, since the failures came from new addresses.
@@ -162,26 +181,26 @@ func TestLimiterInFlight(t *testing.T) {
 // successes do not let the guesser start over.
 func TestLimiterOwnerNotLockedOut(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{Now: c.Now}) // the defaults: 10, 1s … 1m, 30 per 15m
+	l := newLimiter(t, auth.LimitOptions{Now: c.Now}) // the defaults: 10, 1s … 1m, 30 per 15m
 	const attacker, owner = "198.51.100.66", "192.0.2.10"
 	guesses, refused := 0, 0
 	var nextOwner time.Time
 	// Four minutes in 100 ms steps: the guesser tries whenever it may,
 	// the owner every 2 s.
 	for end := c.Now().Add(4 * time.Minute); c.Now().Before(end); c.Advance(100 * time.Millisecond) {
-		if r, err := l.Reserve("alice", attacker); err == nil {
+		if r, err := l.Reserve(context.Background(), "alice", attacker); err == nil {
 			guesses++
-			r.Failed()
+			r.Failed(context.Background())
 		} else {
 			retryAfter(t, err)
 			refused++
 		}
 		if !c.Now().Before(nextOwner) {
-			r, err := l.Reserve("alice", owner)
+			r, err := l.Reserve(context.Background(), "alice", owner)
 			if err != nil {
 				t.Fatalf("after %d guesses the owner is refused: %v", guesses, err)
 			}
-			r.Succeeded()
+			r.Succeeded(context.Background())
 			nextOwner = c.Now().Add(2 * time.Second)
 		}
 	}
@@ -193,7 +212,7 @@ func TestLimiterOwnerNotLockedOut(t *testing.T) {
 
 // Simultaneous reservations for one name: exactly the limit get in.
 func TestLimiterRace(t *testing.T) {
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 10, IPFailures: 1000})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 10, IPFailures: 1000})
 	var mu sync.Mutex
 	admitted := 0
 	var wg sync.WaitGroup
@@ -201,7 +220,7 @@ func TestLimiterRace(t *testing.T) {
 	for range 60 {
 		wg.Go(func() {
 			<-start
-			r, err := l.Reserve("alice", "")
+			r, err := l.Reserve(context.Background(), "alice", "")
 			if err != nil {
 				return
 			}
@@ -209,7 +228,7 @@ func TestLimiterRace(t *testing.T) {
 			admitted++
 			mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
-			r.Failed()
+			r.Failed(context.Background())
 		})
 	}
 	close(start)
@@ -221,11 +240,11 @@ func TestLimiterRace(t *testing.T) {
 
 func TestLimiterSuccessResetsUser(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 3, IPFailures: 5, Now: c.Now})
 	fail(t, l, "alice", "10.0.0.1")
 	fail(t, l, "alice", "10.0.0.1")
-	r, _ := l.Reserve("alice", "10.0.0.1")
-	r.Succeeded()
+	r, _ := l.Reserve(context.Background(), "alice", "10.0.0.1")
+	r.Succeeded(context.Background())
 	fail(t, l, "alice", "10.0.0.1")
 	fail(t, l, "alice", "10.0.0.1")
 	if err := try(l, "alice", ""); err != nil {
@@ -241,7 +260,7 @@ func TestLimiterSuccessResetsUser(t *testing.T) {
 
 func TestLimiterDefaults(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{Now: c.Now})
 	for range 10 {
 		fail(t, l, "alice", "")
 	}
@@ -260,7 +279,7 @@ func TestLimiterDefaults(t *testing.T) {
 // forgets first are the names that stopped failing longest ago.
 func TestLimiterBounded(t *testing.T) {
 	c := newClock()
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 2, UserDelay: time.Minute, IPFailures: 1000, MaxKeys: 10, Now: c.Now})
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 2, UserDelay: time.Minute, IPFailures: 1000, MaxKeys: 10, Now: c.Now})
 	fail(t, l, "victim", "")
 	fail(t, l, "victim", "")
 	c.Advance(time.Second)
@@ -285,17 +304,36 @@ func TestLimiterBounded(t *testing.T) {
 	}
 }
 
+// A key keeps only the failures that can matter (UserFailures+32 for a
+// name), however many it has in the window, and stays limited.
+func TestLimiterTrimmed(t *testing.T) {
+	c := newClock()
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 2, UserDelay: time.Millisecond, MaxUserDelay: time.Millisecond, IPFailures: 2, Window: time.Hour, Now: c.Now})
+	for i := range 50 {
+		if i > 0 {
+			c.Advance(time.Millisecond) // the delay
+		}
+		fail(t, l, "alice", "")
+	}
+	if n := l.Failures("alice"); n != 2+32 {
+		t.Fatalf("%d failures of alice kept after 50, want %d", n, 2+32)
+	}
+	if d := retryAfter(t, try(l, "alice", "")); d != time.Millisecond {
+		t.Fatalf("after 50 failures: RetryAfter %v, want the 1ms delay", d)
+	}
+}
+
 // Sweep forgets names and addresses whose failures left the window.
 func TestLimiterSweep(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	var reads atomic.Int64 // of the clock: each sweep reads it once
 	clock := func() time.Time { reads.Add(1); mu.Lock(); defer mu.Unlock(); return now }
-	l := auth.NewLimiter(auth.LimitOptions{Window: time.Minute, Now: clock})
+	l := newLimiter(t, auth.LimitOptions{Window: time.Minute, Now: clock})
 	for i := range 100 {
 		fail(t, l, fmt.Sprint("name", i), fmt.Sprint("10.0.0.", i))
 	}
-	held, _ := l.Reserve("held", "10.9.9.9") // in flight: kept
+	held, _ := l.Reserve(context.Background(), "held", "10.9.9.9") // in flight: kept
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base := reads.Load()
@@ -319,13 +357,13 @@ func TestLimiterSweep(t *testing.T) {
 		}
 		return nil
 	})
-	held.Cancel()
+	held.Cancel(context.Background())
 }
 
 // At most Checks password checks run at once; a login waits CheckWait
 // for one, then is refused with ErrBusy.
 func TestLimiterChecks(t *testing.T) {
-	l := auth.NewLimiter(auth.LimitOptions{Checks: 2, CheckWait: 50 * time.Millisecond})
+	l := newLimiter(t, auth.LimitOptions{Checks: 2, CheckWait: 50 * time.Millisecond})
 	ctx := context.Background()
 	for range 2 {
 		if err := l.AcquireCheck(ctx); err != nil {
@@ -367,7 +405,7 @@ func TestLimiterChecksReturnMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := auth.NewLimiter(auth.LimitOptions{})
+	l := newLimiter(t, auth.LimitOptions{})
 	retained := func() uint64 {
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
@@ -390,5 +428,152 @@ func TestLimiterChecksReturnMemory(t *testing.T) {
 			t.Fatalf("the heap kept %d MiB more than before the check after 10s, want under %d MiB", (retained()-before)>>20, slack>>20)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two servers on one database limit logins as one: the failures one
+// records slow the name down and refuse the address on the other, and
+// their attempts in flight count on both.
+func TestLimiterShared(t *testing.T) {
+	c := newClock()
+	cfg := storetest.Config(t)
+	o := auth.LimitOptions{UserFailures: 4, UserDelay: time.Minute, IPFailures: 6, Now: c.Now}
+	a, b := limiterOn(t, storetest.OpenConfig(t, cfg), o), limiterOn(t, storetest.OpenConfig(t, cfg), o)
+	servers := []*auth.Limiter{a, b}
+
+	// The name: failures alternating between the servers, from one
+	// address, slow it down on both after 4 in all.
+	for i := range 4 {
+		fail(t, servers[i%2], "alice", "10.0.0.1")
+	}
+	for i, l := range servers {
+		if d := retryAfter(t, try(l, "alice", "10.0.0.1")); d != time.Minute {
+			t.Fatalf("server %d after 4 failures on two servers: RetryAfter %v, want 1m", i, d)
+		}
+	}
+	// The address: 2 more failures (other names) make 6 in all, and it is
+	// refused on both for any name.
+	fail(t, a, "bob", "10.0.0.1")
+	fail(t, b, "carol", "10.0.0.1")
+	for i, l := range servers {
+		if d := retryAfter(t, try(l, "dave", "10.0.0.1")); d != 15*time.Minute {
+			t.Fatalf("server %d after 6 failures from one address on two servers: RetryAfter %v, want 15m", i, d)
+		}
+	}
+	// Attempts in flight on one server count on the other.
+	var held []*auth.Reservation
+	for i := range 4 {
+		r, err := a.Reserve(context.Background(), "erin", fmt.Sprint("10.1.0.", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
+	}
+	if d := retryAfter(t, try(b, "erin", "10.1.0.9")); d != time.Second {
+		t.Fatalf("4 attempts in flight on the other server: RetryAfter %v, want 1s", d)
+	}
+	for _, r := range held {
+		if err := r.Cancel(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := try(b, "erin", "10.1.0.9"); err != nil {
+		t.Fatalf("after the other server's attempts ended: %v", err)
+	}
+	// A success on one server forgets the name's failures from its
+	// address on both.
+	r, err := b.Reserve(context.Background(), "frank", "10.2.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		fail(t, a, "frank", "10.2.0.1")
+	}
+	if err := r.Succeeded(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // 5 from the address in all: under its limit
+		fail(t, a, "frank", "10.2.0.1")
+	}
+	if err := try(a, "frank", "10.2.0.1"); err != nil {
+		t.Fatalf("2 failures since a success on the other server: %v", err)
+	}
+}
+
+// A client that hangs up during its password check still fails: the
+// failure is recorded though the login's context ended.
+func TestLimiterFailedAfterCancel(t *testing.T) {
+	c := newClock()
+	l := newLimiter(t, auth.LimitOptions{UserFailures: 1, UserDelay: time.Minute, Now: c.Now})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := l.Reserve(ctx, "alice", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := r.Failed(ctx); err != nil {
+		t.Fatalf("Failed after the context ended: %v", err)
+	}
+	if d := retryAfter(t, try(l, "alice", "10.0.0.1")); d != time.Minute {
+		t.Fatalf("RetryAfter %v, want 1m", d)
+	}
+}
+
+// BenchmarkLimiter is one failed login's work in the limiter (Reserve,
+// then Failed: two transactions) for ever new names from ever new
+// addresses: with few names tracked, and with the table full (MaxKeys
+// names in the window, so each new one evicts the oldest).
+func BenchmarkLimiter(b *testing.B) {
+	for _, bc := range []struct {
+		name          string
+		maxKeys, fill int
+	}{{"few", 100000, 0}, {"full", 1000, 1000}, {"full10k", 10000, 10000}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			l, err := auth.NewLimiter(storetest.Open(b), auth.LimitOptions{MaxKeys: bc.maxKeys})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			attempt := func() {
+				r, err := l.Reserve(ctx, fmt.Sprint("name", n), fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Failed(ctx); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			for range bc.fill {
+				attempt()
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				attempt()
+			}
+		})
+	}
+}
+
+// BenchmarkLimiterRefused is one refused attempt (an address over its
+// limit): a read, no write.
+func BenchmarkLimiterRefused(b *testing.B) {
+	ctx := context.Background()
+	l, err := auth.NewLimiter(storetest.Open(b), auth.LimitOptions{IPFailures: 5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 5 {
+		r, err := l.Reserve(ctx, fmt.Sprint("name", i), "192.0.2.1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Failed(ctx)
+	}
+	for b.Loop() {
+		if _, err := l.Reserve(ctx, "alice", "192.0.2.1"); !errors.Is(err, auth.ErrRateLimited) {
+			b.Fatal(err)
+		}
 	}
 }

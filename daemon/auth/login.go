@@ -25,7 +25,7 @@ type Authenticator struct {
 
 // NewAuthenticator returns an Authenticator over users. ldapConfig nil
 // turns LDAP off; otherwise it is validated here. limiter nil means a
-// Limiter with the default limits.
+// Limiter with the default limits on users' database.
 func NewAuthenticator(users *Users, ldapConfig *ldap.Config, limiter *Limiter) (*Authenticator, error) {
 	if users == nil {
 		return nil, errors.New("auth: NewAuthenticator needs the users table")
@@ -38,11 +38,11 @@ func NewAuthenticator(users *Users, ldapConfig *ldap.Config, limiter *Limiter) (
 		ldapConfig = &c
 	}
 	if limiter == nil {
-		limiter = NewLimiter(LimitOptions{})
+		var err error
+		if limiter, err = NewLimiter(users.db, LimitOptions{}); err != nil {
+			return nil, err
+		}
 	}
-	limiter.mu.Lock()
-	limiter.db = users.db // where its Sweep records refused logins
-	limiter.mu.Unlock()
 	return &Authenticator{users: users, ldap: ldapConfig, limiter: limiter}, nil
 }
 
@@ -77,7 +77,7 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 		return User{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidName, MaxNameLength)
 	}
 	name := strings.ToLower(r.Username)
-	res, err := a.limiter.Reserve(name, r.IP)
+	res, err := a.limiter.Reserve(ctx, name, r.IP)
 	if err != nil {
 		// Recorded per refusing key at most once per RecordEvery, with a
 		// count (the rest by Sweep): a flood cannot flood the log. A log
@@ -93,26 +93,29 @@ func (a *Authenticator) Login(ctx context.Context, r LoginRequest) (User, error)
 		return User{}, err
 	}
 	if err := a.limiter.acquireCheck(ctx); err != nil {
-		res.Cancel()
-		return User{}, err
+		return User{}, errors.Join(err, res.Cancel(ctx))
 	}
 	u, err := a.login(ctx, name, r.Password)
 	a.limiter.releaseCheck()
 	if err != nil {
 		if errors.Is(err, ErrInvalidCredentials) {
-			res.Failed()
+			if ferr := res.Failed(ctx); ferr != nil {
+				return User{}, errors.Join(err, ferr)
+			}
 			// Refusals are bounded by the limiter (rate-limited attempts
 			// are not checked, so not recorded). A log that cannot be
 			// written refuses nothing more: the login is refused anyway.
 			if aerr := audit.Write(ctx, a.users.db, audit.Entry{Kind: audit.KindLogin, Source: r.IP, Data: loginData(name, "refused")}); aerr != nil {
 				return User{}, errors.Join(err, aerr)
 			}
-		} else {
-			res.Cancel()
+		} else if cerr := res.Cancel(ctx); cerr != nil {
+			return User{}, errors.Join(err, cerr)
 		}
 		return User{}, err
 	}
-	res.Succeeded()
+	if err := res.Succeeded(ctx); err != nil {
+		return User{}, err
+	}
 	now := store.Now()
 	err = a.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {

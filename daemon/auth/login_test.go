@@ -78,7 +78,7 @@ func TestLoginUnknownUserTiming(t *testing.T) {
 	if _, err := us.Add(ctx, auth.AddUser{Name: "alice", Password: "alice-password"}); err != nil {
 		t.Fatal(err)
 	}
-	a := newAuthenticator(t, us, nil, auth.NewLimiter(auth.LimitOptions{UserFailures: 1000, IPFailures: 1000}))
+	a := newAuthenticator(t, us, nil, limiterOn(t, us.DB(), auth.LimitOptions{UserFailures: 1000, IPFailures: 1000}))
 	// The best of 9 tries each, taken in turns (a burst of load on a
 	// shared machine then slows both, not all of one).
 	known, unknown := time.Hour, time.Hour
@@ -103,7 +103,7 @@ func TestLoginRateLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClock()
-	a := newAuthenticator(t, us, nil, auth.NewLimiter(auth.LimitOptions{UserFailures: 3, IPFailures: 5, Window: time.Minute, Now: c.Now}))
+	a := newAuthenticator(t, us, nil, limiterOn(t, us.DB(), auth.LimitOptions{UserFailures: 3, IPFailures: 5, Window: time.Minute, Now: c.Now}))
 	login := func(user, pw, ip string) error {
 		_, err := a.Login(ctx, auth.LoginRequest{Username: user, Password: pw, IP: ip})
 		return err
@@ -158,7 +158,7 @@ func TestLoginLDAP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAuthenticator(t, us, lc, auth.NewLimiter(auth.LimitOptions{UserFailures: 100}))
+	a := newAuthenticator(t, us, lc, limiterOn(t, us.DB(), auth.LimitOptions{UserFailures: 100}))
 	login := func(user, pw string) (auth.User, error) {
 		return a.Login(ctx, auth.LoginRequest{Username: user, Password: pw, IP: "192.0.2.1"})
 	}
@@ -234,18 +234,18 @@ func TestLoginLDAP(t *testing.T) {
 	})
 	t.Run("directory unreachable", func(t *testing.T) {
 		down := &ldap.Config{URL: "ldap://127.0.0.1:1", BindDN: "uid={username},ou=people,dc=example,dc=org"}
-		l := auth.NewLimiter(auth.LimitOptions{UserFailures: 1})
+		l := newLimiter(t, auth.LimitOptions{UserFailures: 1}) // a database of its own: carol failed above
 		b := newAuthenticator(t, us, down, l)
 		_, err := b.Login(ctx, auth.LoginRequest{Username: "carol", Password: "carol-ldap-password"})
 		if !errors.Is(err, ldap.ErrUnavailable) || errors.Is(err, auth.ErrInvalidCredentials) {
 			t.Fatalf("Login = %v, want ldap.ErrUnavailable, not ErrInvalidCredentials", err)
 		}
 		// The server's failure did not count against carol.
-		r, err := l.Reserve("carol", "")
+		r, err := l.Reserve(context.Background(), "carol", "")
 		if err != nil {
 			t.Fatalf("an unreachable directory counted as a failed login: %v", err)
 		}
-		r.Cancel()
+		r.Cancel(context.Background())
 	})
 	t.Run("bad LDAP config", func(t *testing.T) {
 		if _, err := auth.NewAuthenticator(us, &ldap.Config{URL: srv.URL}, nil); !errors.Is(err, ldap.ErrConfig) {

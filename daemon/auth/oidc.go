@@ -177,7 +177,10 @@ func NewOIDC(users *Users, o OIDCOptions) (*OIDC, error) {
 	}
 	x := &OIDC{users: users, tokens: o.Tokens, limiter: o.Limiter, client: o.HTTPClient}
 	if x.limiter == nil {
-		x.limiter = NewLimiter(LimitOptions{})
+		var err error
+		if x.limiter, err = NewLimiter(users.db, LimitOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	if x.client == nil {
 		x.client = &http.Client{Timeout: 10 * time.Second}
@@ -369,7 +372,7 @@ func (o *OIDC) Finish(ctx context.Context, r OIDCCallback) (User, string, error)
 	if err != nil {
 		return User{}, "", err
 	}
-	res, err := o.limiter.Reserve("", r.IP)
+	res, err := o.limiter.Reserve(ctx, "", r.IP)
 	if err != nil {
 		var limited *RateLimitedError
 		if errors.As(err, &limited) {
@@ -384,10 +387,11 @@ func (o *OIDC) Finish(ctx context.Context, r OIDCCallback) (User, string, error)
 	u, next, name, reason, err := o.finish(ctx, p, r)
 	if err != nil {
 		if !errors.Is(err, ErrOIDCRefused) {
-			res.Cancel()
-			return User{}, "", err
+			return User{}, "", errors.Join(err, res.Cancel(ctx))
 		}
-		res.Failed()
+		if ferr := res.Failed(ctx); ferr != nil {
+			return User{}, "", errors.Join(err, ferr)
+		}
 		data := oidcData(name, "refused", p.cfg.Name)
 		data["reason"] = reason
 		if aerr := audit.Write(ctx, o.users.db, audit.Entry{Kind: audit.KindLogin, Source: r.IP, Data: data}); aerr != nil {
@@ -395,7 +399,9 @@ func (o *OIDC) Finish(ctx context.Context, r OIDCCallback) (User, string, error)
 		}
 		return User{}, "", err
 	}
-	res.Succeeded()
+	if err := res.Succeeded(ctx); err != nil {
+		return User{}, "", err
+	}
 	now := store.Now()
 	err = o.users.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&User{}).Where("id = ?", u.ID).Update("last_login", now).Error; err != nil {

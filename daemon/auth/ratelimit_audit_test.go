@@ -27,7 +27,7 @@ func TestRateLimitedLoginsAudited(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	l := auth.NewLimiter(auth.LimitOptions{UserFailures: 2, UserDelay: time.Hour, MaxUserDelay: time.Hour, Window: 3 * time.Hour, IPFailures: 1000, Now: clock})
+	l := limiterOn(t, us.DB(), auth.LimitOptions{UserFailures: 2, UserDelay: time.Hour, MaxUserDelay: time.Hour, Window: 3 * time.Hour, IPFailures: 1000, Now: clock})
 	a := newAuthenticator(t, us, nil, l)
 	login := func() error {
 		_, err := a.Login(ctx, auth.LoginRequest{Username: "alice", Password: "wrong-password", IP: "192.0.2.7"})
@@ -104,7 +104,7 @@ func TestRateLimitedLoginsAudited(t *testing.T) {
 func TestRateLimitedLoginsBounded(t *testing.T) {
 	ctx := context.Background()
 	us := newUsers(t)
-	l := auth.NewLimiter(auth.LimitOptions{IPFailures: 1, MaxKeys: 2})
+	l := limiterOn(t, us.DB(), auth.LimitOptions{IPFailures: 1, MaxKeys: 2})
 	a := newAuthenticator(t, us, nil, l)
 	for i := range 12 {
 		ip := fmt.Sprintf("192.0.2.%d", i+1)

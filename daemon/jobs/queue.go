@@ -1,20 +1,24 @@
 // Package jobs runs the server's background work (ingestion, workspace GC)
-// from a queue in the server's SQLite database, with retries and periodic
-// schedules.
+// from a queue in the server's database (SQLite or PostgreSQL), with
+// retries and periodic schedules.
 //
 // A job is claimed by one conditional UPDATE, so several processes on one
-// database (two servers, or a server and codumentorctl) never run it twice
-// at once. A running job holds a lease that its worker renews; a job whose
-// lease expired (its process died) is put back in the queue by the next
-// Queue that looks, and that interrupted attempt counts, so a job that
-// kills its server cannot do so forever. Delivery is therefore at least
+// database (the replicas of a deployment, or a server and codumentorctl)
+// never run it twice at once. A job may name a node (EnqueueOptions.Node):
+// only the Queue of that node (Options.Node) claims it, for work on a
+// node's own files; EveryNode schedules such work on every node.
+//
+// A running job holds a lease that its worker renews; a job whose lease
+// expired (its process died) is put back in the queue by the next Queue
+// that looks, and that interrupted attempt counts, so a job that kills
+// its server cannot do so forever. Delivery is therefore at least
 // once: a handler must cope with being run again after a crash.
 //
 // A queue with handlers and a daily schedule:
 //
 //	q, err := jobs.New(db, jobs.Options{Logger: log})
 //	q.Handle(jobs.KindWorkspaceGC, jobs.WorkspaceGC(layers, ttl))
-//	q.Every("workspace_gc", 24*time.Hour, jobs.KindWorkspaceGC, nil)
+//	q.EveryNode("workspace_gc", 24*time.Hour, jobs.KindWorkspaceGC, nil)
 //	go q.Run(ctx)
 //	j, err := q.Enqueue(ctx, "ingest", payload, jobs.EnqueueOptions{Owner: user})
 package jobs
@@ -67,8 +71,9 @@ const interrupted = "interrupted: server stopped"
 type Job struct {
 	ID          string          `json:"id" gorm:"primaryKey"`
 	Kind        string          `json:"kind" gorm:"not null"`
-	Owner       string          `json:"owner" gorm:"not null;index"`              // user ID, or "" for the system's jobs
-	Schedule    string          `json:"schedule,omitempty" gorm:"not null;index"` // the Every that enqueued it
+	Owner       string          `json:"owner" gorm:"not null;index"`               // user ID, or "" for the system's jobs
+	Schedule    string          `json:"schedule,omitempty" gorm:"not null;index"`  // the Every that enqueued it
+	Node        string          `json:"node,omitempty" gorm:"not null;default:''"` // the only node whose Queue may run it; "" any
 	Payload     json.RawMessage `json:"payload"`
 	Status      Status          `json:"status" gorm:"not null;index:jobs_status_run_at,priority:1"`
 	Attempts    int             `json:"attempts" gorm:"not null"` // started attempts, the running one included
@@ -133,6 +138,10 @@ type Options struct {
 	MinBackoff time.Duration    // delay before the first retry, doubled for each further one (DefaultMinBackoff)
 	MaxBackoff time.Duration    // cap of the delay (DefaultMaxBackoff)
 	Now        func() time.Time // the clock, for tests (time.Now)
+	// Node is this Queue's node (the cluster's name for this server):
+	// it runs the jobs of no node and those of Node. Empty: only those
+	// of no node.
+	Node string
 }
 
 // EnqueueOptions configure one job.
@@ -140,6 +149,10 @@ type EnqueueOptions struct {
 	Owner       string    // user ID; "" for a system job
 	MaxAttempts int       // attempts before the job fails (DefaultMaxAttempts)
 	RunAt       time.Time // earliest start; zero: now
+	// Node, if set, is the only node whose Queue may run the job (its
+	// work is that node's files). A job of a node that never returns
+	// stays queued.
+	Node string
 	// InTx, if set, runs in the transaction that stores the job (to
 	// record it in the audit log); its error enqueues nothing.
 	InTx func(tx *gorm.DB, j Job) error
@@ -263,7 +276,7 @@ func (q *Queue) newJob(kind string, payload any, o EnqueueOptions) (Job, error) 
 		runAt = now
 	}
 	return Job{
-		ID: randid.New("job_"), Kind: kind, Owner: o.Owner, Payload: p,
+		ID: randid.New("job_"), Kind: kind, Owner: o.Owner, Node: o.Node, Payload: p,
 		Status: StatusQueued, MaxAttempts: o.MaxAttempts, RunAt: runAt, Created: now, Updated: now,
 	}, nil
 }
@@ -436,12 +449,14 @@ func (q *Queue) work(ctx context.Context) {
 }
 
 // claim takes the due job that waited longest among the kinds this Queue
-// handles, or returns nil. The UPDATE is one statement, so two processes
-// cannot both take a job. The outer WHERE repeats that the job is queued
-// and due: on PostgreSQL (READ COMMITTED), an UPDATE that waited for a
-// row another transaction changed re-checks only that WHERE on the new
-// row, not the subquery's, and meanwhile the job may have run an attempt
-// and been queued again for later.
+// handles and of no node or of its own, or returns nil. The UPDATE is one
+// statement, so two processes cannot both take a job. The outer WHERE
+// repeats that the job is queued and due: on PostgreSQL (READ
+// COMMITTED), an UPDATE that waited for a row another transaction
+// changed re-checks only that WHERE on the new row, not the subquery's,
+// and meanwhile the job may have run an attempt and been queued again
+// for later. (A row's node never changes, so the subquery's check of it
+// holds.)
 func (q *Queue) claim(ctx context.Context) (*Job, error) {
 	kinds := q.kinds()
 	if len(kinds) == 0 {
@@ -451,11 +466,11 @@ func (q *Queue) claim(ctx context.Context) (*Job, error) {
 	var jobs []Job
 	err := q.db.WithContext(ctx).Raw(`UPDATE jobs
 		SET status = ?, attempts = attempts + 1, claim = ?, lease_until = ?, started = ?, updated = ?
-		WHERE id = (SELECT id FROM jobs WHERE status = ? AND run_at <= ? AND kind IN ? ORDER BY run_at, created LIMIT 1)
+		WHERE id = (SELECT id FROM jobs WHERE status = ? AND run_at <= ? AND kind IN ? AND node IN ? ORDER BY run_at, created LIMIT 1)
 		AND status = ? AND run_at <= ?
 		RETURNING *`,
 		StatusRunning, randid.New(""), now.Add(q.o.Lease), now, now,
-		StatusQueued, now, kinds, StatusQueued, now).Scan(&jobs).Error
+		StatusQueued, now, kinds, []string{"", q.o.Node}, StatusQueued, now).Scan(&jobs).Error
 	if err != nil || len(jobs) == 0 {
 		return nil, err
 	}

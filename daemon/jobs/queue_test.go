@@ -761,3 +761,132 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("finished job's progress: %+v", got.Progress)
 	}
 }
+
+// Two servers with one schedule enqueue it once per period between
+// them, however often each looks.
+func TestSchedulerOncePerPeriodOnTwoQueues(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	clk := &clock{t: time.Now().UTC()}
+	var runs atomic.Int32
+	var queues []*Queue
+	var ticks []*ticks
+	for range 2 {
+		tk := countTicks(clk.Now)
+		q := newQueue(t, openDB(t, c), Options{Now: tk.Now})
+		q.Handle("hourly", func(ctx context.Context, j *Job) (any, error) {
+			runs.Add(1)
+			return nil, nil
+		})
+		q.Every("hourly", time.Hour, "hourly", nil)
+		queues, ticks = append(queues, q), append(ticks, tk)
+	}
+	for _, q := range queues {
+		start(t, q)
+	}
+	const periods = 4
+	for p := 1; p <= periods; p++ {
+		waitFor(t, fmt.Sprintf("run %d", p), func() bool { return runs.Load() >= int32(p) })
+		// Both looked many times within the period, and found nothing
+		// more due.
+		for _, tk := range ticks {
+			tk.wait(t, 20)
+		}
+		if r := runs.Load(); r != int32(p) {
+			t.Fatalf("period %d: %d runs, want %d", p, r, p)
+		}
+		clk.Add(time.Hour)
+	}
+	var n int64
+	queues[0].db.WithContext(ctx).Model(&Job{}).Where("schedule = ?", "hourly").Count(&n)
+	if n != periods {
+		t.Fatalf("%d jobs of the schedule over %d periods, want %d", n, periods, periods)
+	}
+}
+
+// A node's jobs run on that node alone: two queues of different nodes
+// on one database each run their own GC schedule and their own enqueued
+// jobs, never the other's, and both run the jobs of no node.
+func TestNodeJobsRunOnTheirNode(t *testing.T) {
+	ctx := context.Background()
+	_, c := tempDB(t)
+	type run struct{ node, job string }
+	var mu sync.Mutex
+	var runs []run
+	nodes := []string{"node_a", "node_b"}
+	var queues []*Queue
+	for _, node := range nodes {
+		q := newQueue(t, openDB(t, c), Options{Node: node, Workers: 4})
+		record := func(ctx context.Context, j *Job) (any, error) {
+			mu.Lock()
+			runs = append(runs, run{node, j.ID})
+			mu.Unlock()
+			return nil, nil
+		}
+		q.Handle("gc", record)
+		q.Handle("work", record)
+		q.EveryNode("gc", time.Hour, "gc", nil)
+		queues = append(queues, q)
+	}
+	// Jobs for each node enqueued through the other's queue (as a
+	// replica that received the request would), and jobs of no node.
+	want := map[string]string{} // job ID → the node it must run on ("" either)
+	for i := range 20 {
+		node := nodes[i%2]
+		if i%4 == 3 {
+			node = ""
+		}
+		j := mustEnqueue(t, queues[(i+1)%2], "work", i, EnqueueOptions{Node: node})
+		want[j.ID] = node
+	}
+	for _, q := range queues {
+		start(t, q)
+	}
+	waitFor(t, "every job and both GC runs", func() bool {
+		var done int64
+		queues[0].db.WithContext(ctx).Model(&Job{}).Where("status = ?", StatusSucceeded).Count(&done)
+		return done == int64(len(want)+len(nodes))
+	})
+	var gcs []Job
+	if err := queues[0].db.WithContext(ctx).Where("kind = ?", "gc").Order("node").Find(&gcs).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(gcs) != 2 || gcs[0].Node != "node_a" || gcs[0].Schedule != "gc@node_a" || gcs[1].Node != "node_b" || gcs[1].Schedule != "gc@node_b" {
+		t.Fatalf("GC jobs = %+v, want one per node, each of its node's schedule", gcs)
+	}
+	for _, j := range gcs {
+		want[j.ID] = j.Node
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]int{}
+	for _, r := range runs {
+		seen[r.job]++
+		node, ok := want[r.job]
+		if !ok || node != "" && node != r.node {
+			t.Errorf("job %s of node %q ran on %s", r.job, node, r.node)
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("job %s (node %q) ran %d times, want once", id, want[id], seen[id])
+		}
+	}
+}
+
+// On a Queue of no node (one server on SQLite), EveryNode is Every: its
+// jobs are of no node, its row the schedule's name.
+func TestEveryNodeWithoutNode(t *testing.T) {
+	ctx := context.Background()
+	db, _ := tempDB(t)
+	q := newQueue(t, db, Options{})
+	var runs atomic.Int32
+	q.Handle("gc", func(ctx context.Context, j *Job) (any, error) { runs.Add(1); return nil, nil })
+	q.EveryNode("gc", time.Hour, "gc", nil)
+	start(t, q)
+	waitFor(t, "the GC run", func() bool { return runs.Load() == 1 })
+	var j Job
+	if err := db.WithContext(ctx).Where("kind = ?", "gc").Take(&j).Error; err != nil || j.Node != "" || j.Schedule != "gc" {
+		t.Fatalf("GC job = %+v, %v; want one of no node, schedule gc", j, err)
+	}
+}

@@ -20,12 +20,13 @@ type scheduleRow struct {
 
 func (scheduleRow) TableName() string { return "schedules" }
 
-// schedule is a periodic job registered with Every.
+// schedule is a periodic job registered with Every or EveryNode.
 type schedule struct {
-	name     string
+	name     string // its row's: for EveryNode's, name@node
 	interval time.Duration
 	kind     string
 	payload  any
+	node     string // EveryNode's: the node its jobs run on
 }
 
 // Every makes Run enqueue a job of kind with payload every interval. The
@@ -40,8 +41,25 @@ type schedule struct {
 // empty or repeated name, an interval that is not positive, a payload that
 // does not encode as JSON, or a call after Run started.
 func (q *Queue) Every(name string, interval time.Duration, kind string, payload any) {
+	q.every(name, interval, kind, payload, false)
+}
+
+// EveryNode is Every for work that is each node's own (its workspaces'
+// GC): every node's Queue enqueues the schedule's jobs for its node
+// alone, once per interval per node, and only that node runs them. The
+// schedule's row is name@node. On a Queue with no Options.Node (the one
+// server of an SQLite database) it is Every.
+func (q *Queue) EveryNode(name string, interval time.Duration, kind string, payload any) {
+	q.every(name, interval, kind, payload, true)
+}
+
+func (q *Queue) every(name string, interval time.Duration, kind string, payload any, perNode bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	s := &schedule{name: name, interval: interval, kind: kind, payload: payload}
+	if perNode && q.o.Node != "" {
+		s.name, s.node = name+"@"+q.o.Node, q.o.Node
+	}
 	switch {
 	case q.running:
 		panic("jobs: Every after Run")
@@ -50,15 +68,15 @@ func (q *Queue) Every(name string, interval time.Duration, kind string, payload 
 	case interval <= 0:
 		panic(fmt.Sprintf("jobs: schedule %q with interval %v", name, interval))
 	}
-	for _, s := range q.schedules {
-		if s.name == name {
+	for _, o := range q.schedules {
+		if o.name == s.name {
 			panic("jobs: a second schedule named " + name)
 		}
 	}
 	if _, err := json.Marshal(payload); err != nil {
 		panic(fmt.Sprintf("jobs: the payload of schedule %q: %v", name, err))
 	}
-	q.schedules = append(q.schedules, &schedule{name: name, interval: interval, kind: kind, payload: payload})
+	q.schedules = append(q.schedules, s)
 }
 
 // schedule enqueues the jobs of the due schedules.
@@ -101,7 +119,7 @@ func (q *Queue) enqueueDue(ctx context.Context, s *schedule) error {
 		if err != nil || active > 0 {
 			return err
 		}
-		j, err := q.newJob(s.kind, s.payload, EnqueueOptions{})
+		j, err := q.newJob(s.kind, s.payload, EnqueueOptions{Node: s.node})
 		if err != nil {
 			return err
 		}
