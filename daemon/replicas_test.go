@@ -424,3 +424,60 @@ func TestReplicaJobs(t *testing.T) {
 		t.Errorf("%d GC jobs of no node: any server would run them", stray)
 	}
 }
+
+// Every node keeps its own mirror and index of a repository: a sync
+// through one node is a job on each, so a conversation at home on
+// either starts on the repository, and a search through either finds
+// its files.
+func TestReplicaRepositories(t *testing.T) {
+	needSandbox(t)
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	gitCmd(t, dir, "init", "-q", "-b", "main", work)
+	os.WriteFile(filepath.Join(work, "settings.go"), []byte("package conf\n\nfunc loadSettings() {}\n"), 0o644)
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-q", "-m", "initial")
+	bare := filepath.Join(dir, "remote.git")
+	gitCmd(t, dir, "clone", "-q", "--bare", work, bare)
+	ins, ps := replicas(t, 2, "")
+	roots := []*client{ps[0].login("root", pw), ps[1].login("root", pw)}
+	var repo struct{ ID string }
+	roots[0].must(http.StatusCreated, "POST", "/api/v1/repositories", map[string]string{"name": "demo", "url": "file://" + bare, "branch": "main"}, &repo)
+	var sync struct{ Job jobs.Job }
+	roots[0].must(http.StatusAccepted, "POST", "/api/v1/repositories/"+repo.ID+"/sync", nil, &sync)
+	db := ins[0].openDB()
+	sandboxtest.Eventually(t, 120*time.Second, func() error {
+		var js []jobs.Job
+		if err := db.Where("kind = ?", "repository_sync").Find(&js).Error; err != nil {
+			return err
+		}
+		nodes := map[string]bool{}
+		for _, j := range js {
+			if j.Status != jobs.StatusSucceeded {
+				return fmt.Errorf("sync job %s on node %q: %s %s", j.ID, j.Node, j.Status, j.LastError)
+			}
+			nodes[j.Node] = true
+		}
+		if len(nodes) != 2 {
+			return fmt.Errorf("sync jobs on nodes %v, want one on each of 2", nodes)
+		}
+		return nil
+	})
+	for i, in := range ins {
+		node, err := in.config().NodeID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conv struct{ ID, Home string }
+		roots[1-i].must(http.StatusCreated, "POST", "/api/v1/conversations", map[string]string{"repository": repo.ID, "node": node}, &conv)
+		if conv.Home != node {
+			t.Fatalf("placed on %q, want %q", conv.Home, node)
+		}
+		if got := string(roots[1-i].must(http.StatusOK, "GET", "/api/v1/conversations/"+conv.ID+"/workspace/files?path=settings.go", nil, nil)); !strings.Contains(got, "loadSettings") {
+			t.Fatalf("the workspace on node %s: %q", node, got)
+		}
+		if got := string(roots[i].must(http.StatusOK, "GET", "/api/v1/search?q=loadSettings", nil, nil)); !strings.Contains(got, "settings.go") {
+			t.Fatalf("a search through node %s: %s", node, got)
+		}
+	}
+}

@@ -338,6 +338,7 @@ type stores struct {
 	secrets   *secrets.Store
 	queue     *jobs.Queue
 	usage     *store.Usage
+	nodes     *cluster.Registry // nil: the only server on its database
 }
 
 // openStores records the configuration, opens the tables and marks the
@@ -355,6 +356,7 @@ func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *clus
 	if nodes != nil {
 		st.convs.SetNode(nodes.Self())
 	}
+	st.nodes = nodes
 	if ids, err := st.convs.Recover(ctx, InterruptedReason); err != nil {
 		return st, err
 	} else if len(ids) > 0 {
@@ -461,7 +463,7 @@ func openWorkspaces(ctx context.Context, cfg config.Config, inst config.Instance
 	if ws.layers, err = overlay.Open(filepath.Join(inst.WorkspacesDir(), "layers")); err != nil {
 		return ws, err
 	}
-	if ws.repos, err = openRepos(cfg, inst, db, st.queue, st.secrets, st.convs, log, index, sandbox); err != nil {
+	if ws.repos, err = openRepos(ctx, cfg, inst, db, st, log, index, sandbox); err != nil {
 		return ws, err
 	}
 	trees := &trees{dir: filepath.Join(inst.WorkspacesDir(), "trees"), convs: st.convs, repos: ws.repos}
@@ -874,8 +876,9 @@ func (t *trees) Remove(conversation string) error {
 // openRepos opens the repositories (mirrors under <instance>/repos) and
 // schedules the collection of snapshots no conversation uses. Indexer is
 // nil: it is set when retrieval is enabled.
-func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Queue, sec *secrets.Store, convs *store.Conversations, log hclog.Logger, ix codeIndex, sb sandboxkit.Settings) (*repos.Service, error) {
-	r, err := repos.Open(repos.Options{
+func openRepos(ctx context.Context, cfg config.Config, inst config.Instance, db *gorm.DB, st stores, log hclog.Logger, ix codeIndex, sb sandboxkit.Settings) (*repos.Service, error) {
+	q, sec, convs := st.queue, st.secrets, st.convs
+	o := repos.Options{
 		DB: db, Queue: q, Secrets: sec, Dir: inst.ReposDir(),
 		Indexer: ix.ingest, Unindex: ix.drop,
 		Sandbox: git.Sandbox{Settings: sb,
@@ -884,8 +887,16 @@ func openRepos(cfg config.Config, inst config.Instance, db *gorm.DB, q *jobs.Que
 		MaxPatchBytes:     cfg.Repositories.MaxPushBytes,
 		DefaultAccess:     cfg.Repositories.DefaultAccess,
 		Log:               log.Named("repos"),
-	})
+	}
+	if st.nodes != nil {
+		o.Nodes, o.Node = st.nodes.Live, st.nodes.Self()
+	}
+	r, err := repos.Open(o)
 	if err != nil {
+		return nil, err
+	}
+	// A node new to the deployment fetches what the others have.
+	if err := r.CatchUp(ctx); err != nil {
 		return nil, err
 	}
 	q.Handle(repos.KindSnapshotGC, func(ctx context.Context, _ *jobs.Job) (any, error) {

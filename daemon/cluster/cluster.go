@@ -189,6 +189,16 @@ func (r *Registry) Pick(ctx context.Context) (Node, error) {
 	return best, nil
 }
 
+// Live lists the IDs of the nodes alive and not draining.
+func (r *Registry) Live(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := r.db.WithContext(ctx).Model(&Node{}).Where("seen > ? AND NOT draining", time.Now().UTC().Add(-r.o.LostAfter)).Order("id").Pluck("id", &ids).Error
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading the nodes: %w", err)
+	}
+	return ids, nil
+}
+
 // Forwarded headers: the sending node and the MAC, and the client's
 // address as the sender saw it.
 const (

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -162,6 +163,12 @@ type Options struct {
 	Secrets *secrets.Store
 	// Dir is <instance>/repos: mirrors, snapshots and scratch space.
 	Dir string
+	// Nodes, on a server that shares its database with others, lists
+	// the nodes alive, and Node is this one: each keeps its own mirrors
+	// and index files, so a sync is one job per node. Nil: the only
+	// server.
+	Nodes func(context.Context) ([]string, error)
+	Node  string
 	// Git runs host-side git (its TempDir is set to Dir/tmp).
 	Git git.Git
 	// Sandbox runs checkouts, push commits and the server side of local
@@ -469,16 +476,69 @@ func (s *Service) Delete(ctx context.Context, id, by string) error {
 // Sync enqueues a sync job of repository id, owned by owner ("" for
 // codumentorctl), and records who started it in the audit log, in the
 // same transaction.
+//
+// Among several servers, every node fetches into its own mirror and
+// indexes into its own index, each in a job of its own: the job returned
+// is this node's.
 func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) {
 	r, err := s.Get(ctx, id)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: id}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3,
+	nodes := []string{""}
+	if s.o.Nodes != nil {
+		if nodes, err = s.o.Nodes(ctx); err != nil {
+			return jobs.Job{}, err
+		}
+		if !slices.Contains(nodes, s.o.Node) {
+			nodes = append(nodes, s.o.Node)
+		}
+	}
+	var mine jobs.Job
+	for _, n := range nodes {
+		j, err := s.syncOn(ctx, r, owner, n)
+		if err != nil {
+			return jobs.Job{}, err
+		}
+		if n == s.o.Node {
+			mine = j
+		}
+	}
+	return mine, nil
+}
+
+// syncOn enqueues the sync of r on node ("": any).
+func (s *Service) syncOn(ctx context.Context, r Repository, owner, node string) (jobs.Job, error) {
+	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: r.ID}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3, Node: node,
 		InTx: func(tx *gorm.DB, j jobs.Job) error {
 			_, err := audit.Append(tx, syncEntry(r, j, "started", nil))
 			return err
 		}})
+}
+
+// CatchUp syncs, on this node, the repositories that others synced and
+// whose mirror this node lacks (a node new to the deployment, or one
+// whose mirror was removed): on its own node only.
+func (s *Service) CatchUp(ctx context.Context) error {
+	if s.o.Nodes == nil {
+		return nil
+	}
+	rs, err := s.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if r.Head == "" {
+			continue
+		}
+		if _, err := os.Stat(s.Mirror(r.ID)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if _, err := s.syncOn(ctx, r, "", s.o.Node); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncEntry is the audit record of sync job j: started, fetched (with the
@@ -589,7 +649,7 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	// branch are read. Each one's success is recorded before the next
 	// starts, so a failure keeps what was done.
 	for _, b := range r.Branches {
-		to, from := heads[b], r.Indexed(b)
+		to, from := heads[b], s.indexedHere(r, b)
 		if s.o.Indexer == nil || to == "" || to == from {
 			continue
 		}
@@ -601,12 +661,10 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 			return nil, failed(fmt.Errorf("repos: indexing %s's branch %s at %s: %w", r.Name, b, to, err))
 		}
 		res.IndexedCommits[b] = to
-		cols := map[string]any{"indexed_commits": jsonColumn(res.IndexedCommits), "updated": time.Now().UTC()}
 		if b == r.Branch {
-			cols["indexed_commit"] = to
 			res.IndexedCommit = to
 		}
-		if err := s.o.DB.WithContext(ctx).Model(&Repository{}).Where("id = ?", r.ID).Updates(cols).Error; err != nil {
+		if err := s.recordIndexed(ctx, r, b, to); err != nil {
 			return nil, fmt.Errorf("repos: recording the indexed commit: %w", err)
 		}
 	}
@@ -614,6 +672,45 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 		return nil, failed(fmt.Errorf("repos: %s: fetched and indexed all but: %w", r.Name, errors.Join(skipped...)))
 	}
 	return res, nil
+}
+
+// nodeKey is the key in IndexedCommits of branch b as indexed on node:
+// among several servers each indexes into its own files, so each
+// continues from its own last commit. A colon is in no branch name.
+func nodeKey(node, b string) string { return node + ":" + b }
+
+// indexedHere is the commit branch b of r was last indexed at in this
+// node's index.
+func (s *Service) indexedHere(r Repository, b string) string {
+	if s.o.Nodes == nil {
+		return r.Indexed(b)
+	}
+	return r.IndexedCommits[nodeKey(s.o.Node, b)]
+}
+
+// recordIndexed records that branch b of r is indexed at commit to, here
+// (and, among several servers, on this node): the map is read again in
+// the transaction, so that nodes indexing at once keep each other's.
+func (s *Service) recordIndexed(ctx context.Context, r Repository, b, to string) error {
+	return s.o.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var cur Repository
+		if err := tx.Select("id", "indexed_commits").Where("id = ?", r.ID).Take(&cur).Error; err != nil {
+			return err
+		}
+		m := cur.IndexedCommits
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[b] = to
+		if s.o.Nodes != nil {
+			m[nodeKey(s.o.Node, b)] = to
+		}
+		cols := map[string]any{"indexed_commits": jsonColumn(m), "updated": time.Now().UTC()}
+		if b == r.Branch {
+			cols["indexed_commit"] = to
+		}
+		return tx.Model(&Repository{}).Where("id = ?", r.ID).Updates(cols).Error
+	})
 }
 
 // jsonColumn is m as a serializer:json column holds it, for Updates
