@@ -890,6 +890,7 @@ func openRepos(ctx context.Context, cfg config.Config, inst config.Instance, db 
 	}
 	if st.nodes != nil {
 		o.Nodes, o.Node = st.nodes.Live, st.nodes.Self()
+		o.SharedIndex = cfg.Retrieval.Backend == config.RetrievalWeaviate
 	}
 	r, err := repos.Open(o)
 	if err != nil {

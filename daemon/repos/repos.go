@@ -169,6 +169,9 @@ type Options struct {
 	// server.
 	Nodes func(context.Context) ([]string, error)
 	Node  string
+	// SharedIndex: the nodes share one code index (Weaviate), which one
+	// node's job of a sync updates.
+	SharedIndex bool
 	// Git runs host-side git (its TempDir is set to Dir/tmp).
 	Git git.Git
 	// Sandbox runs checkouts, push commits and the server side of local
@@ -496,7 +499,7 @@ func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) 
 	}
 	var mine jobs.Job
 	for _, n := range nodes {
-		j, err := s.syncOn(ctx, r, owner, n)
+		j, err := s.syncOn(ctx, r, owner, n, s.o.SharedIndex && n != s.o.Node)
 		if err != nil {
 			return jobs.Job{}, err
 		}
@@ -507,9 +510,10 @@ func (s *Service) Sync(ctx context.Context, id, owner string) (jobs.Job, error) 
 	return mine, nil
 }
 
-// syncOn enqueues the sync of r on node ("": any).
-func (s *Service) syncOn(ctx context.Context, r Repository, owner, node string) (jobs.Job, error) {
-	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: r.ID}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3, Node: node,
+// syncOn enqueues the sync of r on node ("": any), of its mirror only
+// if mirrorOnly.
+func (s *Service) syncOn(ctx context.Context, r Repository, owner, node string, mirrorOnly bool) (jobs.Job, error) {
+	return s.o.Queue.Enqueue(ctx, KindSync, syncPayload{Repository: r.ID, MirrorOnly: mirrorOnly}, jobs.EnqueueOptions{Owner: owner, MaxAttempts: 3, Node: node,
 		InTx: func(tx *gorm.DB, j jobs.Job) error {
 			_, err := audit.Append(tx, syncEntry(r, j, "started", nil))
 			return err
@@ -534,7 +538,7 @@ func (s *Service) CatchUp(ctx context.Context) error {
 		if _, err := os.Stat(s.Mirror(r.ID)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if _, err := s.syncOn(ctx, r, "", s.o.Node); err != nil {
+		if _, err := s.syncOn(ctx, r, "", s.o.Node, s.o.SharedIndex); err != nil {
 			return err
 		}
 	}
@@ -558,6 +562,9 @@ func syncEntry(r Repository, j jobs.Job, result string, extra map[string]any) au
 
 type syncPayload struct {
 	Repository string `json:"repository"`
+	// MirrorOnly: fetch into this node's mirror, and leave the index,
+	// shared by the nodes (SharedIndex), to another node's job.
+	MirrorOnly bool `json:"mirror_only,omitempty"`
 }
 
 // SyncResult is a sync job's result.
@@ -650,7 +657,7 @@ func (s *Service) sync(ctx context.Context, j *jobs.Job) (any, error) {
 	// starts, so a failure keeps what was done.
 	for _, b := range r.Branches {
 		to, from := heads[b], s.indexedHere(r, b)
-		if s.o.Indexer == nil || to == "" || to == from {
+		if s.o.Indexer == nil || p.MirrorOnly || to == "" || to == from {
 			continue
 		}
 		key := b
@@ -682,7 +689,7 @@ func nodeKey(node, b string) string { return node + ":" + b }
 // indexedHere is the commit branch b of r was last indexed at in this
 // node's index.
 func (s *Service) indexedHere(r Repository, b string) string {
-	if s.o.Nodes == nil {
+	if s.o.Nodes == nil || s.o.SharedIndex {
 		return r.Indexed(b)
 	}
 	return r.IndexedCommits[nodeKey(s.o.Node, b)]
@@ -702,7 +709,7 @@ func (s *Service) recordIndexed(ctx context.Context, r Repository, b, to string)
 			m = map[string]string{}
 		}
 		m[b] = to
-		if s.o.Nodes != nil {
+		if s.o.Nodes != nil && !s.o.SharedIndex {
 			m[nodeKey(s.o.Node, b)] = to
 		}
 		cols := map[string]any{"indexed_commits": jsonColumn(m), "updated": time.Now().UTC()}
