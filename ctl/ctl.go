@@ -98,6 +98,7 @@ func New() *cli.Command {
 			auditCommand(),
 			backupCommand(),
 			restoreCommand(),
+			migrateCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

@@ -340,10 +340,14 @@ type stores struct {
 	usage     *store.Usage
 }
 
-// openStores records the configuration, opens the tables and marks the
-// turns the last stop interrupted as failed.
+// openStores migrates the tables (Migrate), records the configuration,
+// opens the tables and marks the turns the last stop interrupted as
+// failed.
 func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger) (stores, error) {
 	var st stores
+	if err := Migrate(ctx, db); err != nil {
+		return st, err
+	}
 	if err := recordConfig(ctx, db, cfg); err != nil {
 		return st, err
 	}
