@@ -109,48 +109,57 @@ func (t *pgTarget) load(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	names := make([]string, 0, len(t.tables))
+	for n := range t.tables {
+		names = append(names, n)
+	}
+	t.order, err = foreignKeyOrder(ctx, t.sql, names)
+	return err
+}
+
+// foreignKeyOrder returns tables (of the current schema of the
+// PostgreSQL transaction tx) ordered so that each comes after those its
+// foreign keys refer to: the order rows can be inserted in.
+func foreignKeyOrder(ctx context.Context, tx *sql.Tx, tables []string) ([]string, error) {
 	refs := map[string][]string{}
-	fk, err := t.sql.QueryContext(ctx, `SELECT c.relname, f.relname FROM pg_constraint k
+	fk, err := tx.QueryContext(ctx, `SELECT c.relname, f.relname FROM pg_constraint k
 		JOIN pg_class c ON c.oid = k.conrelid JOIN pg_class f ON f.oid = k.confrelid
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE k.contype = 'f' AND n.nspname = current_schema()`)
 	if err != nil {
-		return fmt.Errorf("reading the target's foreign keys: %w", err)
+		return nil, fmt.Errorf("reading the foreign keys: %w", err)
 	}
 	defer fk.Close()
 	for fk.Next() {
 		var from, to string
 		if err := fk.Scan(&from, &to); err != nil {
-			return err
+			return nil, err
 		}
 		if from != to {
 			refs[from] = append(refs[from], to)
 		}
 	}
 	if err := fk.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	names := make([]string, 0, len(t.tables))
-	for n := range t.tables {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(slices.Values(tables))
+	var order []string
 	placed := map[string]bool{}
 	var place func(n string, depth int)
 	place = func(n string, depth int) {
-		if placed[n] || depth > len(names) {
+		if placed[n] || depth > len(names) || !slices.Contains(names, n) {
 			return
 		}
 		for _, r := range refs[n] {
 			place(r, depth+1)
 		}
 		placed[n] = true
-		t.order = append(t.order, n)
+		order = append(order, n)
 	}
 	for _, n := range names {
 		place(n, 0)
 	}
-	return nil
+	return order, nil
 }
 
 // table returns the target's table name, or an error naming it as

@@ -94,6 +94,10 @@ func dumpPostgres(ctx context.Context, db *gorm.DB, w io.Writer) (dumpTrailer, e
 	if err := rows.Err(); err != nil {
 		return tr, err
 	}
+	// In the order restore can insert them in.
+	if tables, err = foreignKeyOrder(ctx, tx, tables); err != nil {
+		return tr, err
+	}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
 	if err := enc.Encode(dumpHeader{Format: dumpFormat, Version: 1}); err != nil {

@@ -66,6 +66,9 @@ func migrateInstance(t *testing.T) (dir string, conv store.Conversation) {
 			t.Fatal(err)
 		}
 	}
+	if err := convs.SaveApproval(ctx, agentcore.Approval{ID: "apr_1", User: alice, Conversation: conv.ID, Tool: "shell", Command: "true", Status: agentcore.ApprovalPending}); err != nil {
+		t.Fatal(err)
+	}
 	store.Close(db)
 	return dir, conv
 }
@@ -145,7 +148,7 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("table %s: %d rows after the migration, %d before", tb, after[tb], n)
 		}
 	}
-	if before["users"] != 1 || before["repositories"] != 1 || before["repository_access"] == 0 || before["events"] != 3 || before["secrets"] != 1 {
+	if before["users"] != 1 || before["repositories"] != 1 || before["repository_access"] == 0 || before["events"] != 3 || before["secrets"] != 1 || before["approvals"] != 1 {
 		t.Fatalf("the instance lacks the rows the test means to copy: %v", before)
 	}
 	if n, err := audit.Verify(t.Context(), db); err != nil || n != records+1 {
