@@ -95,7 +95,11 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 		}
 		return exitWith(exitFailure, fmt.Errorf("migrate: %w; nothing was written to %s (the transaction was rolled back)", err, to))
 	}
-	m.print(cmd.Root().Writer, inst, to, cmd.String("to"), cmd.String("password-env"))
+	w := cmd.Root().Writer
+	m.print(w, inst, to, cmd.String("to"), cmd.String("password-env"))
+	if cfg.Auth.JWTSecret == "" {
+		fmt.Fprintf(w, "\nauth.jwt_secret is not set: a server on PostgreSQL refuses to start without one (the servers sharing the database must share it). codumentorctl secrets rotate --instance %s writes one.\n", inst.Dir)
+	}
 	return nil
 }
 
