@@ -88,7 +88,15 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 		return exitWith(exitFailure, err)
 	}
 	to := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
-	m, err := migrateSQLite(ctx, src, dst)
+	// The conversations' workspaces are in this instance: their home is
+	// its node, whichever node another request reaches first.
+	node := cfg.Cluster.Node
+	if node == "" {
+		if node, err = inst.NodeID(); err != nil {
+			return exitWith(exitFailure, err)
+		}
+	}
+	m, err := migrateSQLite(ctx, src, dst, node)
 	if err != nil {
 		if errors.Is(err, errTargetNotEmpty) {
 			return exitWith(exitFailure, fmt.Errorf("migrate: %w; nothing was written", err))
@@ -113,12 +121,20 @@ type migration struct {
 	skipped []tableCount
 	// recorded is the migration's own audit record.
 	recorded int64
+	// homed conversations were given node as their home.
+	node  string
+	homed int64
+}
+
+func rowsAffected(r sql.Result) int64 {
+	n, _ := r.RowsAffected()
+	return n
 }
 
 // migrateSQLite copies the SQLite database src into the empty
 // PostgreSQL database dst (fillPostgres), under SQLite's write lock, so
 // that what is copied is one state of src, and checks the copy.
-func migrateSQLite(ctx context.Context, src, dst *gorm.DB) (migration, error) {
+func migrateSQLite(ctx context.Context, src, dst *gorm.DB, node string) (migration, error) {
 	var m migration
 	// The source at this version's schema, as a server's start would
 	// leave it: its columns are then the target's.
@@ -166,6 +182,11 @@ func migrateSQLite(ctx context.Context, src, dst *gorm.DB) (migration, error) {
 					return err
 				}
 			}
+			res, err := t.sql.ExecContext(ctx, `UPDATE conversations SET home = $1 WHERE home = ''`, node)
+			if err != nil {
+				return fmt.Errorf("making %s the conversations' home: %w", node, err)
+			}
+			m.node, m.homed = node, rowsAffected(res)
 			return nil
 		}, func(t *pgTarget) error {
 			if err := t.verifyCopy(ctx, m.counts, m.records, m.head); err != nil {
@@ -177,7 +198,7 @@ func migrateSQLite(ctx context.Context, src, dst *gorm.DB) (migration, error) {
 			}
 			r, err := audit.Append(t.tx, audit.Entry{Kind: audit.KindAdmin, User: auth.CommandLine, Data: map[string]any{
 				"action": "migrate", "from": store.BackendSQLite, "tables": len(m.counts), "rows": rows,
-				"audit_head": m.head.String(),
+				"audit_head": m.head.String(), "node": m.node,
 			}})
 			m.recorded = r.Seq
 			return err
@@ -258,6 +279,7 @@ func (m migration) print(w io.Writer, inst config.Instance, to, dsn, passwordEnv
 	}
 	fmt.Fprintf(w, "verified: every table's row count is the source's; audit log: %d records, chain intact, head %s in both\n", m.records, describeHead(m.head))
 	fmt.Fprintf(w, "recorded: audit record %d (admin, action migrate) in the PostgreSQL database\n", m.recorded)
+	fmt.Fprintf(w, "home: %s at home on node %s, this instance's (their workspaces are here)\n", plural(int(m.homed), "conversation", "conversations"), m.node)
 	for _, s := range m.skipped {
 		fmt.Fprintf(w, "not copied: %s (%d rows), the code index an older version kept in the instance database: sync the repositories again to rebuild it in data/\n", s.Table, s.Source)
 	}

@@ -184,6 +184,11 @@ func TestMigrate(t *testing.T) {
 	if err != nil || c.Title != conv.Title || !c.Created.Equal(conv.Created.Truncate(time.Microsecond)) || c.LastSeq != 3 {
 		t.Fatalf("conversation: %+v, %v; was %+v", c, err, conv)
 	}
+	// At home on the instance's node, where its workspace is.
+	node, err := os.ReadFile(filepath.Join(dir, "data", "node_id"))
+	if err != nil || c.Home == "" || c.Home != strings.TrimSpace(string(node)) || !strings.Contains(r.stdout, "1 conversation at home on node "+c.Home) {
+		t.Fatalf("the conversation's home: %q; the instance's node: %q, %v", c.Home, node, err)
+	}
 	msgs, err := convs.Messages(t.Context(), conv.ID)
 	if err != nil || len(msgs) != 2 || msgs[1].Content != "hi" {
 		t.Fatalf("messages: %+v, %v", msgs, err)

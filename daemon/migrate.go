@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/auth"
+	"github.com/codumentor/codumentor/daemon/cluster"
 	"github.com/codumentor/codumentor/daemon/jobs"
 	"github.com/codumentor/codumentor/daemon/repos"
 	"github.com/codumentor/codumentor/daemon/secrets"
@@ -64,6 +66,10 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		// The servers sharing the database check their secret in it.
 		if err := auth.MigrateSharedSecret(db); err != nil {
 			return err
+		}
+		// The nodes, as cluster.Open migrates them.
+		if err := db.AutoMigrate(&cluster.Node{}); err != nil {
+			return fmt.Errorf("cluster: migrating the nodes table: %w", err)
 		}
 	}
 	return nil
