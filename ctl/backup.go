@@ -213,6 +213,10 @@ func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instanc
 	if err := a.file(inst.ConfigFile(), "config.yaml"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	// The node's name: its conversations are at home under it.
+	if err := a.file(filepath.Join(inst.DataDir(), "node_id"), "data/node_id"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	for _, dir := range []string{"workspaces", "repos"} {
 		if err := a.tree(filepath.Join(inst.Dir, dir), dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err

@@ -111,6 +111,14 @@ func TestBackupPostgres(t *testing.T) {
 	}
 	data := listDir(t, filepath.Join(dst, "data"))
 	if slices.Contains(data, "database.jsonl") || slices.Contains(data, "codumentor.db") || !slices.Contains(data, "index-0.db") {
-		t.Errorf("restored data/: %v; want the index files alone", data)
+		t.Errorf("restored data/: %v; want the index files and the node's name alone", data)
+	}
+	// The node's name, under which its conversations are at home.
+	node, err := os.ReadFile(filepath.Join(dir, "data", "node_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "data", "node_id")); err != nil || string(got) != string(node) {
+		t.Errorf("restored node_id %q, %v; want %q", got, err, node)
 	}
 }
