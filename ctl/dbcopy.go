@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,10 +13,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/urfave/cli/v3"
 	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon"
 	"github.com/codumentor/codumentor/daemon/audit"
+	"github.com/codumentor/codumentor/daemon/store"
 )
 
 // A pgTarget is an empty PostgreSQL database being filled, in one
@@ -52,12 +55,8 @@ var errTargetNotEmpty = errors.New("the target database is not empty")
 // a deployment's.
 func fillPostgres(ctx context.Context, db *gorm.DB, fill func(*pgTarget) error, done func(*pgTarget) error) error {
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var existing []string
-		if err := tx.Raw(`SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name`).Scan(&existing).Error; err != nil {
-			return fmt.Errorf("listing the target's tables: %w", err)
-		}
-		if len(existing) > 0 {
-			return fmt.Errorf("%w: its schema already has %s %s; give an empty database (or schema: ?search_path=…)", errTargetNotEmpty, plural(len(existing), "table", "tables"), strings.Join(existing, ", "))
+		if err := checkEmpty(tx); err != nil {
+			return err
 		}
 		if err := daemon.Migrate(ctx, tx); err != nil {
 			return fmt.Errorf("making the schema: %w", err)
@@ -78,6 +77,36 @@ func fillPostgres(ctx context.Context, db *gorm.DB, fill func(*pgTarget) error, 
 		}
 		return done(t)
 	})
+}
+
+// targetConfig is the PostgreSQL database of cmd's --to and
+// --password-env, and its description for messages (user, host, port,
+// database; never the password).
+func targetConfig(cmd *cli.Command) (store.Config, string, error) {
+	c := store.Config{Backend: store.BackendPostgres, DSN: cmd.String("to"), MaxConns: 2}
+	cc, err := store.ParsePostgresDSN(c.DSN)
+	if err != nil {
+		return c, "", usageError(cmd, "--to: %s", strings.TrimPrefix(err.Error(), "store: "))
+	}
+	if v := cmd.String("password-env"); v != "" {
+		if c.Password = os.Getenv(v); c.Password == "" {
+			return c, "", usageError(cmd, "--password-env: the environment variable %s is not set", v)
+		}
+	}
+	return c, fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database), nil
+}
+
+// checkEmpty refuses a PostgreSQL database whose schema has tables,
+// naming them.
+func checkEmpty(db *gorm.DB) error {
+	var existing []string
+	if err := db.Raw(`SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name`).Scan(&existing).Error; err != nil {
+		return fmt.Errorf("listing the target's tables: %w", err)
+	}
+	if len(existing) > 0 {
+		return fmt.Errorf("%w: its schema already has %s %s; give an empty database (or schema: ?search_path=…)", errTargetNotEmpty, plural(len(existing), "table", "tables"), strings.Join(existing, ", "))
+	}
+	return nil
 }
 
 // load reads the schema daemon.Migrate made: tables, column types,

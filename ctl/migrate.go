@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -54,16 +53,11 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	if cfg.Store.Backend == store.BackendPostgres {
 		return exitWith(exitFailure, fmt.Errorf("the store of %s is PostgreSQL already (store.backend: postgres): migrate copies an SQLite instance", inst.Dir))
 	}
-	target := store.Config{Backend: store.BackendPostgres, DSN: cmd.String("to"), BusyTimeout: cfg.Store.BusyTimeout.Std(), MaxConns: 2}
-	if v := cmd.String("password-env"); v != "" {
-		if target.Password = os.Getenv(v); target.Password == "" {
-			return usageError(cmd, "--password-env: the environment variable %s is not set", v)
-		}
-	}
-	cc, err := store.ParsePostgresDSN(target.DSN)
+	target, to, err := targetConfig(cmd)
 	if err != nil {
-		return usageError(cmd, "--to: %s", strings.TrimPrefix(err.Error(), "store: "))
+		return err
 	}
+	target.BusyTimeout = cfg.Store.BusyTimeout.Std()
 	// A quiescent source: no server writes while it is copied.
 	lock, err := inst.Lock()
 	if err != nil {
@@ -87,7 +81,6 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	if err := audit.UseKeys(dst, keys); err != nil {
 		return exitWith(exitFailure, err)
 	}
-	to := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
 	// The conversations' workspaces are in this instance: their home is
 	// its node, whichever node another request reaches first.
 	node := cfg.Cluster.Node

@@ -348,27 +348,17 @@ func xattrsTo(fd int, hdr *tar.Header) error {
 // before anything is unpacked (fillPostgres checks again, in its
 // transaction).
 func openRestoreTarget(ctx context.Context, cmd *cli.Command) (*gorm.DB, error) {
-	c := store.Config{Backend: store.BackendPostgres, DSN: cmd.String("to"), MaxConns: 2}
-	if _, err := store.ParsePostgresDSN(c.DSN); err != nil {
-		return nil, usageError(cmd, "--to: %s", strings.TrimPrefix(err.Error(), "store: "))
-	}
-	if v := cmd.String("password-env"); v != "" {
-		if c.Password = os.Getenv(v); c.Password == "" {
-			return nil, usageError(cmd, "--password-env: the environment variable %s is not set", v)
-		}
+	c, _, err := targetConfig(cmd)
+	if err != nil {
+		return nil, err
 	}
 	db, err := store.OpenConfig(ctx, c)
 	if err != nil {
 		return nil, exitWith(exitFailure, fmt.Errorf("the target database: %w; nothing was written", err))
 	}
-	var tables []string
-	if err := db.WithContext(ctx).Raw(`SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name`).Scan(&tables).Error; err != nil {
+	if err := checkEmpty(db.WithContext(ctx)); err != nil {
 		store.Close(db)
-		return nil, exitWith(exitFailure, fmt.Errorf("the target database: %w", err))
-	}
-	if len(tables) > 0 {
-		store.Close(db)
-		return nil, exitWith(exitFailure, fmt.Errorf("%w: its schema already has %s %s; restore only into an empty database; nothing was written", errTargetNotEmpty, plural(len(tables), "table", "tables"), strings.Join(tables, ", ")))
+		return nil, exitWith(exitFailure, fmt.Errorf("restore: %w; nothing was written", err))
 	}
 	return db, nil
 }
