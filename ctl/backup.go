@@ -29,7 +29,9 @@ func backupCommand() *cli.Command {
 		Name:  "backup",
 		Usage: "write an encrypted backup of an instance, while the server runs",
 		Description: "Writes one encrypted archive to FILE: a consistent snapshot of the database (SQLite's\n" +
-			"VACUUM INTO, safe while the server writes), config.yaml, the workspaces (every\n" +
+			"VACUUM INTO, safe while the server writes; with store.backend: postgres, every table's\n" +
+			"rows read in one REPEATABLE READ transaction beside the servers), the code index files,\n" +
+			"config.yaml, the workspaces (every\n" +
 			"conversation's tree and copy-on-write layer, whiteouts and overlay xattrs included)\n" +
 			"and repos/ if present. Logs and overlay scratch dirs are left out.\n\n" +
 			"The archive is encrypted (AES-256-GCM) with a key derived from auth.jwt_secret, or,\n" +
@@ -70,7 +72,10 @@ func runBackup(ctx context.Context, cmd *cli.Command) error {
 		return exitWith(exitFailure, err)
 	}
 	defer os.RemoveAll(tmp)
-	snapshot := filepath.Join(tmp, "codumentor.db")
+	snapshot := filepath.Join(tmp, store.FileName)
+	if cfg.Store.Backend == store.BackendPostgres {
+		h.Store, snapshot = store.BackendPostgres, filepath.Join(tmp, dumpFile)
+	}
 	if err := snapshotDB(ctx, inst, snapshot); err != nil {
 		return exitWith(exitFailure, err)
 	}
@@ -118,9 +123,10 @@ func readSecretLine(cmd *cli.Command, what string) (string, error) {
 }
 
 // snapshotDB writes a consistent copy of the instance's database to dst:
-// VACUUM INTO reads in one transaction, beside a server that writes. The
-// backup is an admin action, recorded first: the snapshot holds its own
-// record.
+// VACUUM INTO reads in one transaction, beside a server that writes; a
+// PostgreSQL database is dumped in one REPEATABLE READ transaction, beside
+// the servers (dumpPostgres). The backup is an admin action, recorded
+// first: the snapshot holds its own record.
 func snapshotDB(ctx context.Context, inst config.Instance, dst string) error {
 	db, err := openDatabase(ctx, inst, false)
 	if err != nil {
@@ -132,6 +138,20 @@ func snapshotDB(ctx context.Context, inst config.Instance, dst string) error {
 	}
 	if err := audit.Write(ctx, db, audit.Entry{Kind: audit.KindAdmin, User: auth.CommandLine, Data: map[string]string{"action": "backup"}}); err != nil {
 		return err
+	}
+	if store.Backend(db) == store.BackendPostgres {
+		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = dumpPostgres(ctx, db, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("snapshot of the PostgreSQL database: %w", err)
+		}
+		return nil
 	}
 	if err := db.WithContext(ctx).Exec("VACUUM INTO ?", dst).Error; err != nil {
 		return fmt.Errorf("snapshot of the database: %w", err)
@@ -182,7 +202,7 @@ func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instanc
 	}
 	tw := tar.NewWriter(sw)
 	a := &archiver{tw: tw}
-	if err := a.file(snapshot, "data/codumentor.db"); err != nil {
+	if err := a.file(snapshot, "data/"+filepath.Base(snapshot)); err != nil {
 		return err
 	}
 	for _, p := range index {
@@ -191,6 +211,10 @@ func writeBackup(w io.Writer, h backupHeader, secret string, inst config.Instanc
 		}
 	}
 	if err := a.file(inst.ConfigFile(), "config.yaml"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// The node's name: its conversations are at home under it.
+	if err := a.file(filepath.Join(inst.DataDir(), "node_id"), "data/node_id"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	for _, dir := range []string{"workspaces", "repos"} {

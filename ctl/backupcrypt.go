@@ -44,6 +44,10 @@ type backupHeader struct {
 	// KeyID names the jwt_secret (its key ID, as secrets status shows
 	// it), never the secret.
 	KeyID string `json:"key_id,omitempty"`
+	// Store is the backend of the database in the archive: empty for
+	// SQLite (data/codumentor.db), "postgres" for a PostgreSQL
+	// deployment's dump (data/database.jsonl, see dumpPostgres).
+	Store string `json:"store,omitempty"`
 	// Argon2id parameters, for a passphrase.
 	Time    uint32 `json:"time,omitempty"`
 	Memory  uint32 `json:"memory_kib,omitempty"`

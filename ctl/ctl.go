@@ -4,7 +4,9 @@
 // shows what each sandbox profile gives bwrap (sandbox profile), and
 // administers an instance directory: users, the rotation of
 // auth.jwt_secret (secrets rotate, status) and workspace garbage
-// collection (gc), all safe while the server runs.
+// collection (gc), all safe while the server runs; migrate, which copies
+// an SQLite instance into PostgreSQL, takes the instance lock and so
+// runs only while the server is stopped.
 //
 // Exit codes follow env(1), timeout(1) and docker run, so a script can
 // tell who failed:
@@ -98,6 +100,7 @@ func New() *cli.Command {
 			auditCommand(),
 			backupCommand(),
 			restoreCommand(),
+			migrateCommand(),
 		},
 		Action: groupAction,
 		// Errors are printed once, by Run, with their exit code.

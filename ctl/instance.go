@@ -112,7 +112,8 @@ var errNoDatabase = errors.New("no database")
 // database behind a mistyped --instance.
 //
 // codumentorctl does not take the instance lock (config.Instance.Lock)
-// that the server holds, so it works beside a running server: its writes
+// that the server holds, but for migrate, so it works beside a running
+// server: its writes
 // (users, secrets rotate --reencrypt, repos add and sync, whose job the
 // server runs) are short transactions under SQLite's own locking that
 // never touch what the server keeps in memory (conversations, turns,

@@ -11,10 +11,12 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 	"golang.org/x/sys/unix"
+	"gorm.io/gorm"
 
 	"github.com/codumentor/codumentor/daemon/audit"
 	"github.com/codumentor/codumentor/daemon/config"
@@ -29,11 +31,18 @@ func restoreCommand() *cli.Command {
 			"then checks the restored audit log's chain. The key: for a backup under auth.jwt_secret,\n" +
 			"the secret from $" + config.EnvJWTSecret + " or the first line of standard input\n" +
 			"(--key-stdin); for one under a passphrase, --passphrase-stdin.\n\n" +
+			"The backup of a PostgreSQL deployment restores its database into the empty PostgreSQL\n" +
+			"database --to names (its schema made by this version, every table's rows loaded in one\n" +
+			"transaction, the row counts and the audit log's head checked against the backup's), and\n" +
+			"the node's files into DIR. config.yaml is restored as it was: point store.postgres.dsn at\n" +
+			"the restored database if it is another.\n\n" +
 			"Example: codumentorctl restore --instance /srv/codumentor --in backup.cbk --passphrase-stdin < pass",
 		Flags: []cli.Flag{instanceFlag(),
 			&cli.StringFlag{Name: "in", Usage: "read the backup from `FILE`", TakesFile: true, Required: true},
 			&cli.BoolFlag{Name: "passphrase-stdin", Usage: "read the backup's passphrase from the first line of standard input"},
 			&cli.BoolFlag{Name: "key-stdin", Usage: "read the auth.jwt_secret the backup is encrypted under from the first line of standard input"},
+			&cli.StringFlag{Name: "to", Usage: "restore a PostgreSQL deployment's database into the empty database `DSN` (without a password)"},
+			&cli.StringFlag{Name: "password-env", Usage: "read --to's password from the environment variable `VAR`"},
 		},
 		Action: runRestore,
 	}
@@ -81,6 +90,18 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	var target *gorm.DB
+	switch {
+	case h.Store == store.BackendPostgres && cmd.String("to") == "":
+		return usageError(cmd, "this is the backup of a PostgreSQL deployment: give --to DSN, the empty database to restore it into")
+	case h.Store != store.BackendPostgres && cmd.String("to") != "":
+		return usageError(cmd, "--to: this is the backup of an SQLite instance, restored into DIR alone")
+	case h.Store == store.BackendPostgres:
+		if target, err = openRestoreTarget(ctx, cmd); err != nil {
+			return err
+		}
+		defer store.Close(target)
+	}
 	or, err := newOpenReader(br, h, line, secret)
 	if err != nil {
 		return exitWith(exitFailure, err)
@@ -105,6 +126,9 @@ func runRestore(ctx context.Context, cmd *cli.Command) error {
 	inst := config.Instance{Dir: dir}
 	if err := inst.Init(); err != nil {
 		return exitWith(exitFailure, err)
+	}
+	if target != nil {
+		return restorePostgres(ctx, cmd, inst, h, secret, target)
 	}
 	db, err := store.Open(ctx, inst.Database())
 	if err != nil {
@@ -316,6 +340,78 @@ func xattrsTo(fd int, hdr *tar.Header) error {
 		if err := unix.Fsetxattr(fd, name, []byte(v), 0); err != nil {
 			return fmt.Errorf("%s: xattr %s: %w", hdr.Name, name, err)
 		}
+	}
+	return nil
+}
+
+// openRestoreTarget opens --to, refusing a database that has tables
+// before anything is unpacked (fillPostgres checks again, in its
+// transaction).
+func openRestoreTarget(ctx context.Context, cmd *cli.Command) (*gorm.DB, error) {
+	c, _, err := targetConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.OpenConfig(ctx, c)
+	if err != nil {
+		return nil, exitWith(exitFailure, fmt.Errorf("the target database: %w; nothing was written", err))
+	}
+	if err := checkEmpty(db.WithContext(ctx)); err != nil {
+		store.Close(db)
+		return nil, exitWith(exitFailure, fmt.Errorf("restore: %w; nothing was written", err))
+	}
+	return db, nil
+}
+
+// restorePostgres loads the unpacked instance's dump into target, checks
+// it (row counts, the audit log's chain to the backup's head) and
+// removes the dump.
+func restorePostgres(ctx context.Context, cmd *cli.Command, inst config.Instance, h backupHeader, secret string, target *gorm.DB) error {
+	partial := fmt.Errorf("%s holds the restored files: empty it before trying again; the database --to names is as empty as it was", inst.Dir)
+	cfg, err := inst.Load("")
+	if err != nil {
+		return exitWith(exitFailure, fmt.Errorf("restored the files, but the configuration cannot be read: %w; %w", err, partial))
+	}
+	if cfg.Auth.JWTSecret == "" && h.KDF != kdfPassphrase {
+		cfg.Auth.JWTSecret = secret
+	}
+	if err := audit.UseKeys(target, audit.NewKeys(cfg.Auth.JWTSecret, cfg.Auth.PreviousJWTSecrets)); err != nil {
+		return exitWith(exitFailure, err)
+	}
+	path := filepath.Join(inst.DataDir(), dumpFile)
+	f, err := os.Open(path)
+	if err != nil {
+		return exitWith(exitFailure, fmt.Errorf("the backup holds no database dump: %w; %w", err, partial))
+	}
+	defer f.Close()
+	var tr dumpTrailer
+	err = fillPostgres(ctx, target, func(t *pgTarget) error {
+		var err error
+		tr, err = loadDump(ctx, t, f)
+		return err
+	}, func(t *pgTarget) error {
+		head, err := tr.head()
+		if err != nil {
+			return err
+		}
+		return t.verifyCopy(ctx, tr.tableCounts(), tr.AuditRecords, head)
+	})
+	if err != nil {
+		return exitWith(exitFailure, fmt.Errorf("restore: loading the database: %w; %w", err, partial))
+	}
+	f.Close()
+	if err := os.Remove(path); err != nil {
+		return exitWith(exitFailure, err)
+	}
+	rows := int64(0)
+	for _, n := range tr.Counts {
+		rows += n
+	}
+	w := cmd.Root().Writer
+	fmt.Fprintf(w, "restored %s from %s, its database into PostgreSQL (%s, %d rows, counts as backed up); audit log: %d records, chain intact\n",
+		inst.Dir, cmd.String("in"), plural(len(tr.Counts), "table", "tables"), rows, tr.AuditRecords)
+	if cfg.Store.Postgres.DSN != cmd.String("to") {
+		fmt.Fprintf(w, "config.yaml names store.postgres.dsn %s: set it to %s to serve the restored database\n", strconv.Quote(cfg.Store.Postgres.DSN), strconv.Quote(cmd.String("to")))
 	}
 	return nil
 }

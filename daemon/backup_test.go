@@ -20,6 +20,7 @@ import (
 	"github.com/codumentor/codumentor/daemon/config"
 	"github.com/codumentor/codumentor/daemon/secrets"
 	"github.com/codumentor/codumentor/daemon/store"
+	"github.com/codumentor/codumentor/daemon/store/storetest"
 	"github.com/codumentor/codumentor/sandboxkit/overlay"
 )
 
@@ -48,7 +49,15 @@ type dbState struct {
 func readState(t *testing.T, inst config.Instance, conv, user string) dbState {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, inst.Database())
+	cfg, err := inst.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbc, err := cfg.Store.Database(inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.OpenConfig(ctx, dbc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +76,6 @@ func readState(t *testing.T, inst config.Instance, conv, user string) dbState {
 	if st.audit, err = audit.List(ctx, db, audit.Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := inst.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
 	st.secret = secretValue(t, db, cfg, user)
 	return st
 }
@@ -86,6 +91,32 @@ func secretValue(t *testing.T, db *gorm.DB, cfg config.Config, user string) stri
 		t.Fatalf("secret OLD: %v", err)
 	}
 	return v
+}
+
+// restoreTo is what restore needs besides the backup: on PostgreSQL
+// (CODUMENTOR_TEST_STORE=postgres), --to an empty database of its own;
+// pointTo then sets the restored instance's store.postgres.dsn to it.
+func restoreTo(t *testing.T) (args []string, pointTo func(dir string)) {
+	t.Helper()
+	if storetest.Backend() != store.BackendPostgres {
+		return nil, func(string) {}
+	}
+	dsn := storetest.Postgres(t).DSN
+	return []string{"--to", dsn}, func(dir string) {
+		t.Helper()
+		inst := config.Instance{Dir: dir}
+		cfg, err := inst.Load("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(inst.ConfigFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(inst.ConfigFile(), bytes.ReplaceAll(b, []byte(cfg.Store.Postgres.DSN), []byte(dsn)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Backup while a turn writes events, wipe, restore: conversations,
@@ -161,17 +192,19 @@ func TestBackupRestore(t *testing.T) {
 	if _, err := os.Stat(in.dir); !os.IsNotExist(err) {
 		t.Fatalf("instance not wiped: %v", err)
 	}
-	if code, out := codumentorctl(t, "not the secret\n", "restore", "--instance", in.dir, "--in", file, "--key-stdin"); code == 0 || !strings.Contains(out, "does not open with this key") {
+	to, pointTo := restoreTo(t)
+	if code, out := codumentorctl(t, "not the secret\n", append([]string{"restore", "--instance", in.dir, "--in", file, "--key-stdin"}, to...)...); code == 0 || !strings.Contains(out, "does not open with this key") {
 		t.Fatalf("restore with a wrong key: %d %s", code, out)
 	}
 	overlay.RemoveAll(in.dir)
-	code, out := codumentorctl(t, cfg.Auth.JWTSecret+"\n", "restore", "--instance", in.dir, "--in", file, "--key-stdin")
+	code, out := codumentorctl(t, cfg.Auth.JWTSecret+"\n", append([]string{"restore", "--instance", in.dir, "--in", file, "--key-stdin"}, to...)...)
 	if code != 0 || !strings.Contains(out, "chain intact") {
 		t.Fatalf("restore: %d %s", code, out)
 	}
-	if code, out := codumentorctl(t, "", "restore", "--instance", in.dir, "--in", file, "--key-stdin"); code == 0 || !strings.Contains(out, "not empty") {
+	if code, out := codumentorctl(t, "", append([]string{"restore", "--instance", in.dir, "--in", file, "--key-stdin"}, to...)...); code == 0 || !strings.Contains(out, "not empty") {
 		t.Fatalf("restore into a full directory: %d %s", code, out)
 	}
+	pointTo(in.dir)
 	restored := readState(t, in.config(), conv, alice.ID)
 
 	// The snapshot lies between before and after.
@@ -215,9 +248,11 @@ func TestBackupRestore(t *testing.T) {
 	if code, out := codumentorctl(t, "", "restore", "--instance", other, "--in", pfile); code == 0 || !strings.Contains(out, "--passphrase-stdin") {
 		t.Fatalf("restore of a passphrase backup without it: %d %s", code, out)
 	}
-	if code, out := codumentorctl(t, "correct passphrase\n", "restore", "--instance", other, "--in", pfile, "--passphrase-stdin"); code != 0 {
+	to, pointTo = restoreTo(t)
+	if code, out := codumentorctl(t, "correct passphrase\n", append([]string{"restore", "--instance", other, "--in", pfile, "--passphrase-stdin"}, to...)...); code != 0 {
 		t.Fatalf("restore --passphrase-stdin: %d %s", code, out)
 	}
+	pointTo(other)
 	if got := readState(t, config.Instance{Dir: other}, conv, alice.ID); got.secret != value || len(got.approvals) != 2 {
 		t.Fatalf("passphrase restore: secret %q, %d approvals", got.secret, len(got.approvals))
 	}

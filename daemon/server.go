@@ -341,11 +341,14 @@ type stores struct {
 	nodes     *cluster.Registry // nil: the only server on its database
 }
 
-// openStores records the configuration, opens the tables and marks the
-// turns the last stop interrupted as failed. The queue runs the jobs of
-// no node and of this one (its GC).
+// openStores migrates the tables (Migrate), records the configuration,
+// opens the tables and marks the turns the last stop interrupted as
+// failed. The queue runs the jobs of no node and of this one (its GC).
 func openStores(ctx context.Context, cfg config.Config, db *gorm.DB, nodes *cluster.Registry, log hclog.Logger) (stores, error) {
 	var st stores
+	if err := Migrate(ctx, db); err != nil {
+		return st, err
+	}
 	if err := recordConfig(ctx, db, cfg); err != nil {
 		return st, err
 	}

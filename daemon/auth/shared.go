@@ -58,8 +58,8 @@ func CheckSharedSecret(ctx context.Context, db *gorm.DB, current string, previou
 	if current == "" {
 		return ErrSharedNeedsSecret
 	}
-	if err := db.AutoMigrate(&sharedSecret{}); err != nil {
-		return fmt.Errorf("auth: migrating the shared secret's check: %w", err)
+	if err := MigrateSharedSecret(db); err != nil {
+		return err
 	}
 	want := secretCheck(current)
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -82,4 +82,13 @@ func CheckSharedSecret(ctx context.Context, db *gorm.DB, current string, previou
 		}
 		return tx.Model(&sharedSecret{}).Where("id = 1").Updates(map[string]any{"digest": want, "updated": time.Now().UTC()}).Error
 	})
+}
+
+// MigrateSharedSecret creates the table of CheckSharedSecret's record
+// in db.
+func MigrateSharedSecret(db *gorm.DB) error {
+	if err := db.AutoMigrate(&sharedSecret{}); err != nil {
+		return fmt.Errorf("auth: migrating the shared secret's check: %w", err)
+	}
+	return nil
 }

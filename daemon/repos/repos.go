@@ -222,6 +222,27 @@ const maxTooLarge = 1024
 // DefaultMaxPatchBytes is Options.MaxPatchBytes's default.
 const DefaultMaxPatchBytes = 16 << 20
 
+// Migrate creates (or brings up to date) the repositories' tables in
+// db, and those they refer to (users, groups, the audit log). upgraded
+// is how many existing repositories were given access entries for the
+// first time (see migrateAccess).
+func Migrate(db *gorm.DB) (upgraded int, err error) {
+	if err := db.AutoMigrate(&Repository{}); err != nil {
+		return 0, fmt.Errorf("repos: migrating table repositories: %w", err)
+	}
+	// The access check reads the users and their groups.
+	if _, err := auth.NewUsers(db); err != nil {
+		return 0, err
+	}
+	if upgraded, err = migrateAccess(db); err != nil {
+		return 0, err
+	}
+	if err := audit.Migrate(db); err != nil {
+		return 0, err
+	}
+	return upgraded, nil
+}
+
 // Open migrates table repositories, makes Dir's layout (0700) and
 // registers the job handlers on o.Queue.
 func Open(o Options) (*Service, error) {
@@ -251,20 +272,10 @@ func Open(o Options) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("repos: default access %q is not %s or %s", o.DefaultAccess, DefaultAccessAll, DefaultAccessAdmins)
 	}
-	if err := o.DB.AutoMigrate(&Repository{}); err != nil {
-		return nil, fmt.Errorf("repos: migrating table repositories: %w", err)
-	}
-	// The access check reads the users and their groups.
-	if _, err := auth.NewUsers(o.DB); err != nil {
-		return nil, err
-	}
-	if n, err := migrateAccess(o.DB); err != nil {
+	if n, err := Migrate(o.DB); err != nil {
 		return nil, err
 	} else if n > 0 {
 		o.Log.Warn("repositories now have access entries: the existing ones were given access for all signed-in users (push), as before; restrict them with PUT /api/v1/repositories/{id}/access", "repositories", n)
-	}
-	if err := audit.Migrate(o.DB); err != nil {
-		return nil, err
 	}
 	if err := stripStoredCredentials(o.DB, o.Log); err != nil {
 		return nil, err

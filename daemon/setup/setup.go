@@ -203,6 +203,21 @@ var errSetupAbandoned = errors.New("the conversation was deleted during its proj
 // again after its restart (their rows stay running).
 var errStopped = errors.New(errSetupDisabled + "the server stopped during the project setup")
 
+// Migrate creates (or brings up to date) table conversation_setups in
+// db.
+func Migrate(db *gorm.DB) error {
+	if err := db.AutoMigrate(&setupRow{}); err != nil {
+		return fmt.Errorf("migrating table conversation_setups: %w", err)
+	}
+	// A layer of the whole upper layer may hide files of the commits
+	// sharing it: its conversations' setups run again.
+	if err := db.Model(&setupRow{}).Where("status = ? AND key NOT LIKE ?", setupOK, "%"+setupKeyFormat+"%").
+		Update("status", setupRunning).Error; err != nil {
+		return fmt.Errorf("migrating table conversation_setups: %w", err)
+	}
+	return nil
+}
+
 // Open opens the setups of conversations: its setups end with ctx, or
 // Close.
 func Open(ctx context.Context, o Options) (*Service, error) {
@@ -210,14 +225,8 @@ func Open(ctx context.Context, o Options) (*Service, error) {
 		return nil, err
 	}
 	db := o.DB
-	if err := db.AutoMigrate(&setupRow{}); err != nil {
-		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
-	}
-	// A layer of the whole upper layer may hide files of the commits
-	// sharing it: its conversations' setups run again.
-	if err := db.Model(&setupRow{}).Where("status = ? AND key NOT LIKE ?", setupOK, "%"+setupKeyFormat+"%").
-		Update("status", setupRunning).Error; err != nil {
-		return nil, fmt.Errorf("migrating table conversation_setups: %w", err)
+	if err := Migrate(db); err != nil {
+		return nil, err
 	}
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -113,10 +114,62 @@ func ParsePostgresDSN(dsn string) (*pgx.ConnConfig, error) {
 		// pgx's message may quote the DSN, password and all.
 		return nil, errors.New("store: store.postgres.dsn is not a PostgreSQL connection string (postgres://user@host:5432/database?sslmode=verify-full, or host=… dbname=…)")
 	}
-	if cc.Password != "" {
+	// The text, not cc.Password: pgx fills that in from $PGPASSWORD
+	// and ~/.pgpass too, which are not in the configuration file.
+	if dsnHasPassword(dsn) {
 		return nil, errors.New("store: store.postgres.dsn holds a password: put it in the environment variable store.postgres.password_env names, or in store.postgres.password_file")
 	}
 	return cc, nil
+}
+
+// dsnHasPassword reports whether the connection string itself names a
+// password: a URL's user:password@ or ?password=, or a password=
+// keyword (libpq's syntax: values may be 'quoted', with \ escapes).
+// It is called on a string pgx has parsed.
+func dsnHasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return true // pgx parsed it; be safe
+		}
+		_, set := u.User.Password()
+		return set || u.Query().Has("password")
+	}
+	s := dsn
+	for {
+		s = strings.TrimLeft(s, " \t\n\r\v\f")
+		if s == "" {
+			return false
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return false
+		}
+		key := strings.TrimSpace(s[:eq])
+		s = strings.TrimLeft(s[eq+1:], " \t\n\r\v\f")
+		if key == "password" {
+			return true
+		}
+		// Skip the value: quoted up to the closing quote, or to the
+		// next whitespace, with backslash escapes in either.
+		quoted := strings.HasPrefix(s, "'")
+		if quoted {
+			s = s[1:]
+		}
+		i := 0
+		for i < len(s) {
+			c := s[i]
+			if c == '\\' {
+				i += 2
+				continue
+			}
+			if (quoted && c == '\'') || (!quoted && strings.IndexByte(" \t\n\r\v\f", c) >= 0) {
+				break
+			}
+			i++
+		}
+		s = s[min(i+1, len(s)):]
+	}
 }
 
 // describePostgres names the database for messages: user, host, port
