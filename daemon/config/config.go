@@ -833,8 +833,8 @@ func (c Store) validate() []error {
 	p := c.Postgres
 	switch c.Backend {
 	case "", store.BackendSQLite:
-		if p != (Postgres{}) {
-			errs = append(errs, errors.New("store.postgres is set, but store.backend is not postgres"))
+		if p.DSN != "" || p.PasswordEnv != "" || p.PasswordFile != "" {
+			errs = append(errs, errors.New("store.postgres names a database, but store.backend is not postgres"))
 		}
 	case store.BackendPostgres:
 		if _, err := store.ParsePostgresDSN(p.DSN); err != nil {
