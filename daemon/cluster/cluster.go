@@ -169,20 +169,15 @@ func (r *Registry) Node(ctx context.Context, id string) (Node, error) {
 }
 
 // Pick returns the least loaded live node that is not draining (this
-// one among equals), for a new conversation.
+// one among equals, or when none is live), for a new conversation.
 func (r *Registry) Pick(ctx context.Context) (Node, error) {
-	var ns []Node
-	if err := r.db.WithContext(ctx).Where("seen > ? AND NOT draining", time.Now().UTC().Add(-r.o.LostAfter)).Find(&ns).Error; err != nil {
-		return Node{}, fmt.Errorf("cluster: reading the nodes: %w", err)
+	ns, err := r.live(ctx)
+	if err != nil {
+		return Node{}, err
 	}
 	best := Node{ID: r.self.ID, URL: r.self.URL, Load: -1}
 	for _, n := range ns {
-		if n.ID == r.self.ID {
-			best.Load = n.Load
-		}
-	}
-	for _, n := range ns {
-		if best.Load < 0 || n.Load < best.Load {
+		if best.Load < 0 || n.Load < best.Load || n.Load == best.Load && n.ID == r.self.ID {
 			best = n
 		}
 	}
@@ -191,12 +186,24 @@ func (r *Registry) Pick(ctx context.Context) (Node, error) {
 
 // Live lists the IDs of the nodes alive and not draining.
 func (r *Registry) Live(ctx context.Context) ([]string, error) {
-	var ids []string
-	err := r.db.WithContext(ctx).Model(&Node{}).Where("seen > ? AND NOT draining", time.Now().UTC().Add(-r.o.LostAfter)).Order("id").Pluck("id", &ids).Error
+	ns, err := r.live(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: reading the nodes: %w", err)
+		return nil, err
+	}
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i] = n.ID
 	}
 	return ids, nil
+}
+
+// live reads the nodes alive and not draining, by ID.
+func (r *Registry) live(ctx context.Context) ([]Node, error) {
+	var ns []Node
+	if err := r.db.WithContext(ctx).Where("seen > ? AND NOT draining", time.Now().UTC().Add(-r.o.LostAfter)).Order("id").Find(&ns).Error; err != nil {
+		return nil, fmt.Errorf("cluster: reading the nodes: %w", err)
+	}
+	return ns, nil
 }
 
 // Forwarded headers: the sending node and the MAC, and the client's
